@@ -1,0 +1,1 @@
+"""Temporal plugin: interceptors that report activity steps to the status service."""

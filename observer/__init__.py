@@ -1,0 +1,1 @@
+"""Observer processes: outbox relay, workflow projector, health reconciler, retention."""

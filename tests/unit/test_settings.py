@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from status.settings import SECRET_NAMES, Settings, SettingsError
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("TASK_OBSERVER_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_dev_generates_secrets_once_and_shares_them(clean_env: Path) -> None:
+    first = Settings.from_env()
+    second = Settings.from_env()
+    assert first.service_token_secret == second.service_token_secret
+    assert len(first.service_token_secret) >= 32
+    assert first.database_url.startswith("sqlite:///")
+    assert (clean_env / "dev-secrets.env").stat().st_mode & 0o077 == 0
+
+
+def test_production_refuses_missing_secrets(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASK_OBSERVER_ENV", "production")
+    with pytest.raises(SettingsError, match="must be set"):
+        Settings.from_env()
+
+
+def test_production_refuses_dev_secrets(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dev = Settings.from_env()
+    monkeypatch.setenv("TASK_OBSERVER_ENV", "production")
+    for name in SECRET_NAMES:
+        monkeypatch.setenv(f"TASK_OBSERVER_{name}", "x" * 40)
+    monkeypatch.setenv("TASK_OBSERVER_SERVICE_TOKEN_SECRET", dev.service_token_secret)
+    with pytest.raises(SettingsError, match="dev secret"):
+        Settings.from_env()
+    monkeypatch.setenv("TASK_OBSERVER_SERVICE_TOKEN_SECRET", "y" * 40)
+    assert Settings.from_env().is_production
+
+
+def test_secrets_never_appear_in_repr(clean_env: Path) -> None:
+    settings = Settings.from_env()
+    assert settings.service_token_secret not in repr(settings)
