@@ -38,16 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(
-        name: str, handler: Callable[[argparse.Namespace], int], help_text: str
-    ) -> argparse.ArgumentParser:
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(handler=handler)
         return sub
 
-    migrate = add(
-        "migrate", _migrate, "apply database migrations (Alembic) to the configured database"
-    )
+    migrate = add("migrate", _migrate, "apply database migrations (Alembic) to the configured database")
     migrate.add_argument("--revision", default="head")
 
     serve = add("serve", _serve, "run the status API")

@@ -111,12 +111,8 @@ class Settings:
             value = _env(name) or dev_values.get(PREFIX + name)
             if not value:
                 raise SettingsError(f"{PREFIX}{name} must be set in production")
-            if environment == "production" and value == _load_env_file(
-                data_dir / DEV_SECRETS_FILE
-            ).get(PREFIX + name):
-                raise SettingsError(
-                    f"{PREFIX}{name} is a dev secret; refusing to start in production"
-                )
+            if environment == "production" and value == _load_env_file(data_dir / DEV_SECRETS_FILE).get(PREFIX + name):
+                raise SettingsError(f"{PREFIX}{name} is a dev secret; refusing to start in production")
             if environment == "production" and len(value) < 32:
                 raise SettingsError(f"{PREFIX}{name} must be at least 32 characters in production")
             secret_values[name] = value
@@ -128,10 +124,7 @@ class Settings:
             centrifugo_api_url=_env("CENTRIFUGO_API_URL", "http://127.0.0.1:8000/api") or "",
             centrifugo_api_key=secret_values["CENTRIFUGO_API_KEY"],
             centrifugo_token_secret=secret_values["CENTRIFUGO_TOKEN_SECRET"],
-            centrifugo_public_url=_env(
-                "CENTRIFUGO_PUBLIC_URL", "ws://127.0.0.1:8000/connection/websocket"
-            )
-            or "",
+            centrifugo_public_url=_env("CENTRIFUGO_PUBLIC_URL", "ws://127.0.0.1:8000/connection/websocket") or "",
             service_token_secret=secret_values["SERVICE_TOKEN_SECRET"],
             execution_token_secret=secret_values["EXECUTION_TOKEN_SECRET"],
             user_token_secret=secret_values["USER_TOKEN_SECRET"],

@@ -24,9 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from status.infra import migrate
 from tests.support.processes import CentrifugoNode, missing_service, temporal_binary
 
-MYSQL_SERVER_URL = os.environ.get(
-    "TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306"
-)
+MYSQL_SERVER_URL = os.environ.get("TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306")
 
 
 def _mysql_server_engine() -> sa.Engine:

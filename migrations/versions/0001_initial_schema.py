@@ -66,21 +66,11 @@ def upgrade() -> None:
         mysql_engine="InnoDB",
     )
     with op.batch_alter_table("task", schema=None) as batch_op:
-        batch_op.create_index(
-            "task_batch_idx", ["tenant_id", "batch_id", "created_at", "id"], unique=False
-        )
-        batch_op.create_index(
-            "task_lifecycle_updated_idx", ["lifecycle_status", "updated_at"], unique=False
-        )
-        batch_op.create_index(
-            "task_owner_updated_idx", ["tenant_id", "owner_id", "updated_at", "id"], unique=False
-        )
-        batch_op.create_index(
-            "task_parent_idx", ["tenant_id", "parent_task_id", "created_at", "id"], unique=False
-        )
-        batch_op.create_index(
-            "task_workflow_updated_idx", ["workflow_id", "updated_at", "id"], unique=False
-        )
+        batch_op.create_index("task_batch_idx", ["tenant_id", "batch_id", "created_at", "id"], unique=False)
+        batch_op.create_index("task_lifecycle_updated_idx", ["lifecycle_status", "updated_at"], unique=False)
+        batch_op.create_index("task_owner_updated_idx", ["tenant_id", "owner_id", "updated_at", "id"], unique=False)
+        batch_op.create_index("task_parent_idx", ["tenant_id", "parent_task_id", "created_at", "id"], unique=False)
+        batch_op.create_index("task_workflow_updated_idx", ["workflow_id", "updated_at", "id"], unique=False)
 
     op.create_table(
         "task_event_dedup",
@@ -139,9 +129,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("task_event_log", schema=None) as batch_op:
         batch_op.create_index("task_event_committed_idx", ["committed_at"], unique=False)
-        batch_op.create_index(
-            "task_event_timeline_idx", ["task_id", "committed_at", "event_id"], unique=False
-        )
+        batch_op.create_index("task_event_timeline_idx", ["task_id", "committed_at", "event_id"], unique=False)
 
     op.create_table(
         "task_execution_handle",
@@ -282,9 +270,7 @@ def upgrade() -> None:
         sa.Column("finished_at", TIMESTAMP, nullable=True),
         sa.Column("updated_at", TIMESTAMP, nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workflow")),
-        sa.UniqueConstraint(
-            "tenant_id", "authority_scope", "client_workflow_key", name="workflow_client_key_uk"
-        ),
+        sa.UniqueConstraint("tenant_id", "authority_scope", "client_workflow_key", name="workflow_client_key_uk"),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
         mysql_engine="InnoDB",
@@ -306,9 +292,7 @@ def upgrade() -> None:
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("revoked_at", TIMESTAMP, nullable=True),
         sa.ForeignKeyConstraint(["task_id"], ["task.id"], name="task_acl_task_fk"),
-        sa.PrimaryKeyConstraint(
-            "task_id", "principal_type", "principal_id", name=op.f("pk_task_acl")
-        ),
+        sa.PrimaryKeyConstraint("task_id", "principal_type", "principal_id", name=op.f("pk_task_acl")),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
         mysql_engine="InnoDB",
@@ -359,6 +343,8 @@ def upgrade() -> None:
         sa.Column("service_name", sa.String(length=128), nullable=False),
         sa.Column("producer_id", sa.String(length=128), nullable=True),
         sa.Column("execution_id", sa.String(length=64), nullable=True),
+        sa.Column("superseded", sa.Boolean(), server_default=sa.text("0"), nullable=False),
+        sa.Column("failure_policy", sa.String(length=32), nullable=True),
         sa.Column("source_seq", sa.BigInteger(), server_default="0", nullable=False),
         sa.Column("version", sa.BigInteger(), server_default="1", nullable=False),
         sa.Column("lifecycle_status", sa.String(length=32), nullable=False),
@@ -390,9 +376,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["task_id"], ["task.id"], name="task_step_task_fk"),
         sa.PrimaryKeyConstraint("task_id", "step_id", "attempt", name=op.f("pk_task_step")),
         sa.UniqueConstraint("execution_id", name="task_step_execution_uk"),
-        sa.UniqueConstraint(
-            "task_id", "client_step_key", "attempt", name="task_step_client_key_uk"
-        ),
+        sa.UniqueConstraint("task_id", "client_step_key", "attempt", name="task_step_client_key_uk"),
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
         mysql_engine="InnoDB",

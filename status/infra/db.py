@@ -18,9 +18,7 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
     """
     url = sa.make_url(database_url)
     if url.get_backend_name() == "sqlite":
-        engine = sa.create_engine(
-            url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs
-        )
+        engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
 
         @sa.event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

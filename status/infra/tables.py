@@ -64,9 +64,7 @@ workflow = sa.Table(
     sa.Column("started_at", Timestamp, nullable=True),
     sa.Column("finished_at", Timestamp, nullable=True),
     sa.Column("updated_at", Timestamp, nullable=False),
-    sa.UniqueConstraint(
-        "tenant_id", "authority_scope", "client_workflow_key", name="workflow_client_key_uk"
-    ),
+    sa.UniqueConstraint("tenant_id", "authority_scope", "client_workflow_key", name="workflow_client_key_uk"),
     sa.Index("workflow_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),
     **MYSQL_TABLE_ARGS,
 )
@@ -124,9 +122,7 @@ task_step = sa.Table(
     sa.Column("step_id", sa.String(128), primary_key=True),
     sa.Column("attempt", sa.Integer, primary_key=True),
     sa.Column("client_step_key", sa.String(128), nullable=False),
-    sa.Column(
-        "step_kind", sa.String(16), nullable=False, server_default="KNOWN"
-    ),  # KNOWN | DYNAMIC
+    sa.Column("step_kind", sa.String(16), nullable=False, server_default="KNOWN"),  # KNOWN | DYNAMIC
     sa.Column("display_name", sa.String(128), nullable=True),
     sa.Column("step_order", sa.Integer, nullable=False, server_default="0"),
     sa.Column("parent_execution_id", Id, nullable=True),
@@ -136,6 +132,10 @@ task_step = sa.Table(
     sa.Column("service_name", sa.String(128), nullable=False),
     sa.Column("producer_id", sa.String(128), nullable=True),
     sa.Column("execution_id", Id, nullable=True),
+    # Set when a newer attempt of the same step is activated: late events of
+    # this attempt are STALE_ATTEMPT without a MAX(attempt) query.
+    sa.Column("superseded", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("failure_policy", sa.String(32), nullable=True),
     sa.Column("source_seq", Version, nullable=False, server_default="0"),
     sa.Column("version", Version, nullable=False, server_default="1"),
     sa.Column("lifecycle_status", sa.String(32), nullable=False),
@@ -311,9 +311,7 @@ task_external_ref = sa.Table(
     sa.Column("authority_scope", sa.String(64), primary_key=True),
     sa.Column("ref_type", sa.String(64), primary_key=True),
     sa.Column("ref_value", sa.String(255), primary_key=True),
-    sa.Column(
-        "task_id", Id, sa.ForeignKey("task.id", name="task_external_ref_task_fk"), nullable=False
-    ),
+    sa.Column("task_id", Id, sa.ForeignKey("task.id", name="task_external_ref_task_fk"), nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Index("task_external_ref_task_idx", "task_id"),
     **MYSQL_TABLE_ARGS,

@@ -78,9 +78,7 @@ async def test_two_centrifugo_nodes_share_the_redis_engine(
         token_secret=node_a.token_secret,
     ).start()
     channel = f"task_user:t-{uuid.uuid4().hex[:8]}/u1"
-    client, recorder = recording_client(
-        node_b.ws_url, connection_token(node_b.token_secret, "t/u1", [channel])
-    )
+    client, recorder = recording_client(node_b.ws_url, connection_token(node_b.token_secret, "t/u1", [channel]))
     await client.connect()
     await recorder.next_subscribed()
     async with AsyncClient(node_a.api_url, node_a.api_key) as api:
@@ -91,12 +89,8 @@ async def test_two_centrifugo_nodes_share_the_redis_engine(
 
 # ----------------------------------------------------------------- Temporal
 @pytest.mark.temporal
-async def test_temporal_dev_server_runs_a_workflow(
-    temporal_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    async with Worker(
-        temporal_env.client, task_queue=task_queue, workflows=[ShoutWorkflow], activities=[shout]
-    ):
+async def test_temporal_dev_server_runs_a_workflow(temporal_env: WorkflowEnvironment, task_queue: str) -> None:
+    async with Worker(temporal_env.client, task_queue=task_queue, workflows=[ShoutWorkflow], activities=[shout]):
         handle = await temporal_env.client.start_workflow(
             ShoutWorkflow.run, "hello", id=f"wf-{uuid.uuid4()}", task_queue=task_queue
         )
@@ -128,10 +122,7 @@ def test_two_connections_claim_disjoint_rows_with_skip_locked(scratch_mariadb_ur
     engine = sa.create_engine(scratch_mariadb_url, isolation_level="READ COMMITTED")
     with engine.begin() as conn:
         ids = [
-            conn.execute(sa.insert(tables.task_outbox).values(_outbox_row(i))).inserted_primary_key[
-                0
-            ]
-            for i in range(4)
+            conn.execute(sa.insert(tables.task_outbox).values(_outbox_row(i))).inserted_primary_key[0] for i in range(4)
         ]
     claim = (
         sa.select(tables.task_outbox.c.id)
@@ -182,9 +173,7 @@ def _round_trip(url: str) -> None:
         got_uniques, got_indexes = schema[table]
         assert uniques <= got_uniques, f"{table}: unique keys {uniques - got_uniques} missing"
         # MariaDB names the index backing a foreign key after the constraint; only ours matter.
-        assert indexes <= got_indexes | got_uniques, (
-            f"{table}: indexes {indexes - got_indexes} missing"
-        )
+        assert indexes <= got_indexes | got_uniques, f"{table}: indexes {indexes - got_indexes} missing"
     migrate.downgrade(url)
     assert set(_schema(url)) == {"alembic_version"}
     migrate.upgrade(url)  # and back up again: downgrade left nothing behind

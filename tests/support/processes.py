@@ -107,9 +107,7 @@ class CentrifugoNode:
 
     def healthy(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(
-                f"Centrifugo exited with {self.process.returncode}; see {self.workdir}"
-            )
+            raise RuntimeError(f"Centrifugo exited with {self.process.returncode}; see {self.workdir}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
                 return bool(r.status == 200)

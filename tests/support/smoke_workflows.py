@@ -20,6 +20,4 @@ async def shout(text: str) -> str:
 class ShoutWorkflow:
     @workflow.run
     async def run(self, text: str) -> str:
-        return await workflow.execute_activity(
-            shout, text, start_to_close_timeout=timedelta(seconds=10)
-        )
+        return await workflow.execute_activity(shout, text, start_to_close_timeout=timedelta(seconds=10))

@@ -1,0 +1,1 @@
+"""Application layer: one service, one method per command (SPEC AC11)."""

@@ -1,0 +1,147 @@
+"""Commands of the status service: what every adapter (HTTP, batch, tests) builds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from status.domain.model import Progress, StepError
+from status.domain.rules import DataBody
+
+
+@dataclass(frozen=True)
+class KnownStep:
+    step_id: str
+    operation_code: str
+    display_name: str | None = None
+    expected_producer: str | None = None
+    failure_policy: str | None = None
+
+
+@dataclass(frozen=True)
+class NewTask:
+    client_task_key: str
+    title: str
+    owner_id: str | None = None  # defaults to the workflow owner
+    task_type: str | None = None
+    product_id: str | None = None
+    project_id: str | None = None
+    known_steps: tuple[KnownStep, ...] = ()
+    dynamic_registration_policy: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CreateWorkflow:
+    client_workflow_key: str
+    owner_id: str
+    title: str
+    workflow_type: str | None = None
+    initial_tasks: tuple[NewTask, ...] = ()
+    dynamic_registration_policy: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ActivateStep:
+    task_id: str
+    step_id: str
+    attempt: int
+    producer_id: str
+    heartbeat_interval_seconds: int | None = None
+    heartbeat_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class RegisterExecution:
+    task_id: str
+    client_step_key: str
+    operation_code: str
+    producer_id: str
+    attempt: int = 1
+    parent_execution_id: str | None = None
+    display_name: str | None = None
+    failure_policy: str | None = None
+    heartbeat_interval_seconds: int | None = None
+    heartbeat_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class ReportEvent:
+    """One event in full (token) or compact (handle) form; bound fields may be omitted."""
+
+    event_id: str
+    event_type: str
+    source_seq: int
+    occurred_at: datetime
+    execution_handle: str | None = None
+    workflow_id: str | None = None
+    task_id: str | None = None
+    task_type: str | None = None
+    task_attempt: int | None = None
+    step_id: str | None = None
+    step_attempt: int | None = None
+    execution_id: str | None = None
+    operation_code: str | None = None
+    producer_id: str | None = None
+    business_status: str | None = None
+    phase_code: str | None = None
+    phase_label: str | None = None
+    progress: Progress | None = None
+    duration_ms: int | None = None
+    data: DataBody | None = None
+    error: StepError | None = None
+    health: str | None = None
+    reason: str | None = None
+    failure_code: str | None = None
+    failure_message: str | None = None
+    failed_step_id: str | None = None
+    summary: DataBody | None = None
+
+    def content(self) -> dict[str, Any]:
+        """The semantic content hashed for idempotency (no credentials)."""
+        return {
+            "eventType": self.event_type,
+            "sourceSeq": self.source_seq,
+            "occurredAt": self.occurred_at.isoformat(),
+            "taskAttempt": self.task_attempt,
+            "businessStatus": self.business_status,
+            "phaseCode": self.phase_code,
+            "phaseLabel": self.phase_label,
+            "progress": None
+            if self.progress is None
+            else [self.progress.current, self.progress.total, self.progress.unit],
+            "durationMs": self.duration_ms,
+            "data": None if self.data is None else [self.data.schema, self.data.value],
+            "error": None
+            if self.error is None
+            else [
+                self.error.category,
+                self.error.code,
+                self.error.message,
+                self.error.retryable,
+                self.error.diagnostics_ref,
+            ],
+            "health": self.health,
+            "reason": self.reason,
+            "failure": [self.failure_code, self.failure_message, self.failed_step_id],
+            "summary": None if self.summary is None else [self.summary.schema, self.summary.value],
+        }
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    heartbeat_seq: int
+    observed_at: datetime | None = None
+    execution_handle: str | None = None
+    execution_token: str | None = None
+    execution_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Classify:
+    task_id: str
+    expected_version: int | None
+    product_id: str | None = None
+    task_type: str | None = None
+    status_definition_version: int | None = None
+    fields: frozenset[str] = field(default_factory=frozenset)  # which of the above were sent

@@ -1,0 +1,293 @@
+"""Loading, freezing and caching versioned definitions (SPEC R3, R10, AC16)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import sqlalchemy as sa
+from jsonschema.exceptions import SchemaError
+
+from status.domain.definitions import (
+    ANY,
+    OPERATION_CODE_RE,
+    FailurePolicy,
+    OperationDefinition,
+    Severity,
+    StatusDefinition,
+    StatusDefinitionSet,
+    generic_statuses,
+)
+from status.domain.errors import Conflict, ErrorCode, Invalid
+from status.domain.lifecycle import STEP_EVENT_TYPES, EventType, Lifecycle
+from status.infra import tables as t
+from status.infra.schemas import check_schema_document
+
+
+def _operation_pattern_ok(code: str) -> bool:
+    return code == ANY or bool(OPERATION_CODE_RE.match(code.removesuffix(".*")))
+
+
+def parse_operation(raw: Mapping[str, Any], tenant_id: str = ANY, scope: str = ANY) -> OperationDefinition:
+    try:
+        code = str(raw["operationCode"])
+        version = int(raw["version"])
+        events = frozenset(EventType(e) for e in raw["allowedEventTypes"])
+        schemas = {str(k): dict(v) for k, v in (raw.get("schemas") or {}).items()}
+        allowed = {str(k): frozenset(str(s) for s in v) for k, v in (raw.get("allowedDataSchemas") or {}).items()}
+        policy = FailurePolicy(raw.get("failurePolicy", "FAIL_TASK"))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise Invalid(f"operation definition is malformed: {exc}") from exc
+    if not _operation_pattern_ok(code) or version < 1:
+        raise Invalid(f"operation code {code!r} or version {version} is not valid")
+    if not events <= STEP_EVENT_TYPES or EventType.STEP_HEALTH_CHANGED in events:
+        raise Invalid("operations may allow step events only (never task or health events)")
+    for event_type, ids in allowed.items():
+        if EventType(event_type) not in events:
+            raise Invalid(f"data schemas are listed for {event_type}, which the operation does not allow")
+        missing = ids - set(schemas)
+        if missing:
+            raise Invalid(f"schemas {sorted(missing)} have no JSON Schema document")
+    for schema_id, document in schemas.items():
+        try:
+            check_schema_document(document)
+        except SchemaError as exc:
+            raise Invalid(f"schema {schema_id} is not a valid JSON Schema: {exc.message}") from exc
+    return OperationDefinition(
+        operation_code=code,
+        version=version,
+        display_name=str(raw.get("displayName") or code),
+        producer_pattern=str(raw.get("producerPattern", ANY)),
+        allowed_event_types=events,
+        allowed_data_schemas=allowed,
+        schema_documents=schemas,
+        failure_policy=policy,
+        task_type_pattern=str(raw.get("taskTypePattern", ANY)),
+        tenant_id=tenant_id,
+        authority_scope=scope,
+        enabled=bool(raw.get("enabled", True)),
+    )
+
+
+def parse_status_set(raw: Mapping[str, Any]) -> StatusDefinitionSet:
+    try:
+        statuses = {
+            str(s["code"]): StatusDefinition(
+                code=str(s["code"]),
+                display_name=str(s.get("displayName") or s["code"]),
+                lifecycle=Lifecycle(s["lifecycle"]),
+                severity=Severity(s.get("severity", "INFO")),
+                allowed_from=frozenset(s["allowedFrom"]) if s.get("allowedFrom") is not None else None,
+                requires_action=bool(s.get("requiresAction", False)),
+                presentation=dict(s.get("presentation") or {}),
+            )
+            for s in raw["statuses"]
+        }
+        result = StatusDefinitionSet(str(raw["taskType"]), int(raw["version"]), statuses)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise Invalid(f"status definition is malformed: {exc}") from exc
+    for lifecycle in Lifecycle:
+        if lifecycle.value not in statuses:
+            raise Invalid(f"status definition {result.task_type} v{result.version} lacks {lifecycle.value}")
+    return result
+
+
+def _operation_row(op: OperationDefinition, raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "tenant_id": op.tenant_id,
+        "authority_scope": op.authority_scope,
+        "task_type_pattern": op.task_type_pattern,
+        "definition_version": op.version,
+        "operation_code": op.operation_code,
+        "display_name": op.display_name,
+        "producer_pattern": op.producer_pattern,
+        "allowed_event_types": sorted(e.value for e in op.allowed_event_types),
+        "allowed_data_schemas": {k: sorted(v) for k, v in op.allowed_data_schemas.items()},
+        "data_schema_documents": {k: dict(v) for k, v in op.schema_documents.items()},
+        "failure_policy": op.failure_policy.value,
+        "enabled": op.enabled,
+    }
+
+
+def _operation_from_row(row: Mapping[Any, Any]) -> OperationDefinition:
+    return OperationDefinition(
+        operation_code=row["operation_code"],
+        version=row["definition_version"],
+        display_name=row["display_name"],
+        producer_pattern=row["producer_pattern"],
+        allowed_event_types=frozenset(EventType(e) for e in row["allowed_event_types"]),
+        allowed_data_schemas={k: frozenset(v) for k, v in (row["allowed_data_schemas"] or {}).items()},
+        schema_documents=row["data_schema_documents"] or {},
+        failure_policy=FailurePolicy(row["failure_policy"]),
+        task_type_pattern=row["task_type_pattern"],
+        tenant_id=row["tenant_id"],
+        authority_scope=row["authority_scope"],
+        enabled=bool(row["enabled"]),
+    )
+
+
+def save_definitions(
+    conn: sa.Connection, document: Mapping[str, Any], tenant_id: str, scope: str, now: datetime
+) -> dict[str, int]:
+    """Insert new definition versions; re-sending a stored version must be identical (frozen, AC16)."""
+    if not isinstance(document, Mapping):
+        raise Invalid("definitions must be an object with 'operations' and 'statuses'")
+    saved = {"operations": 0, "statuses": 0, "unchanged": 0}
+    for raw in document.get("operations", []) or []:
+        op = parse_operation(raw, tenant_id, scope)
+        row = _operation_row(op, raw)
+        key = {
+            k: row[k]
+            for k in ("tenant_id", "authority_scope", "task_type_pattern", "definition_version", "operation_code")
+        }
+        existing = (
+            conn.execute(
+                sa.select(t.task_operation_definition).where(
+                    *[t.task_operation_definition.c[k] == v for k, v in key.items()]
+                )
+            )
+            .mappings()
+            .first()
+        )
+        if existing is not None:
+            if _operation_row(_operation_from_row(existing), {}) != row:
+                raise Conflict(
+                    f"operation {op.operation_code} v{op.version} exists with other content; publish a new version",
+                    ErrorCode.DEFINITION_FROZEN,
+                )
+            saved["unchanged"] += 1
+            continue
+        conn.execute(sa.insert(t.task_operation_definition).values(row))
+        saved["operations"] += 1
+    for raw in document.get("statuses", []) or []:
+        status_set = parse_status_set(raw)
+        rows = [
+            {
+                "tenant_id": tenant_id,
+                "authority_scope": scope,
+                "task_type": status_set.task_type,
+                "definition_version": status_set.version,
+                "code": s.code,
+                "display_name": s.display_name,
+                "lifecycle_status": s.lifecycle.value,
+                "terminal": s.lifecycle.terminal,
+                "severity": s.severity.value,
+                "sort_order": i,
+                "presentation": {**dict(s.presentation), "requiresAction": s.requires_action},
+                # [] means "from any status" (an empty predecessor set is meaningless).
+                "allowed_from": sorted(s.allowed_from) if s.allowed_from else [],
+                "enabled": True,
+            }
+            for i, s in enumerate(status_set.statuses.values())
+        ]
+        existing_rows = (
+            conn.execute(
+                sa.select(t.task_status_definition).where(
+                    t.task_status_definition.c.tenant_id == tenant_id,
+                    t.task_status_definition.c.authority_scope == scope,
+                    t.task_status_definition.c.task_type == status_set.task_type,
+                    t.task_status_definition.c.definition_version == status_set.version,
+                )
+            )
+            .mappings()
+            .all()
+        )
+        if existing_rows:
+            old = {r["code"]: (r["lifecycle_status"], r["severity"], r["allowed_from"] or []) for r in existing_rows}
+            new = {r["code"]: (r["lifecycle_status"], r["severity"], r["allowed_from"]) for r in rows}
+            if old != new:
+                raise Conflict(
+                    f"statuses of {status_set.task_type} v{status_set.version} exist with other content",
+                    ErrorCode.DEFINITION_FROZEN,
+                )
+            saved["unchanged"] += 1
+            continue
+        conn.execute(sa.insert(t.task_status_definition), rows)
+        saved["statuses"] += 1
+    return saved
+
+
+def default_document() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(resources.files("status").joinpath("definitions/default.json").read_text())
+    return data
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """Every enabled definition visible to one (tenant, scope): its own plus the defaults."""
+
+    operations: tuple[OperationDefinition, ...]
+    statuses: Mapping[tuple[str, int], StatusDefinitionSet]
+
+    def status_set(self, task_type: str | None, version: int | None) -> StatusDefinitionSet:
+        if task_type is None or version is None:
+            return generic_statuses()
+        return self.statuses.get((task_type, version)) or generic_statuses()
+
+    def latest_status_version(self, task_type: str) -> int | None:
+        versions = [v for (tt, v) in self.statuses if tt == task_type]
+        return max(versions) if versions else None
+
+
+class DefinitionCache:
+    """Definitions per (tenant, scope), cached briefly: versions are immutable once stored."""
+
+    def __init__(self, ttl_seconds: float = 5.0) -> None:
+        self._ttl = ttl_seconds
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], tuple[float, Definitions]] = {}
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def get(self, conn: sa.Connection, tenant_id: str, scope: str) -> Definitions:
+        key = (tenant_id, scope)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit and hit[0] > time.monotonic():
+            return hit[1]
+        definitions = self._load(conn, tenant_id, scope)
+        with self._lock:
+            self._entries[key] = (time.monotonic() + self._ttl, definitions)
+        return definitions
+
+    @staticmethod
+    def _load(conn: sa.Connection, tenant_id: str, scope: str) -> Definitions:
+        ops = t.task_operation_definition
+        owners = sa.or_(
+            sa.and_(ops.c.tenant_id == tenant_id, ops.c.authority_scope == scope),
+            sa.and_(ops.c.tenant_id == ANY, ops.c.authority_scope == ANY),
+        )
+        operations = tuple(_operation_from_row(r) for r in conn.execute(sa.select(ops).where(owners)).mappings())
+        st = t.task_status_definition
+        rows = conn.execute(
+            sa.select(st).where(
+                sa.or_(
+                    sa.and_(st.c.tenant_id == tenant_id, st.c.authority_scope == scope),
+                    sa.and_(st.c.tenant_id == ANY, st.c.authority_scope == ANY),
+                )
+            )
+        ).mappings()
+        grouped: dict[tuple[str, int], dict[str, StatusDefinition]] = {}
+        # A tenant's own version shadows a default of the same type and version.
+        for r in sorted(rows, key=lambda r: r["tenant_id"] != ANY):
+            presentation = dict(r["presentation"] or {})
+            allowed = r["allowed_from"]
+            grouped.setdefault((r["task_type"], r["definition_version"]), {})[r["code"]] = StatusDefinition(
+                code=r["code"],
+                display_name=r["display_name"],
+                lifecycle=Lifecycle(r["lifecycle_status"]),
+                severity=Severity(r["severity"]),
+                allowed_from=frozenset(allowed) if allowed else None,
+                requires_action=bool(presentation.get("requiresAction", False)),
+                presentation=presentation,
+            )
+        statuses = {k: StatusDefinitionSet(k[0], k[1], v) for k, v in grouped.items()}
+        return Definitions(operations, statuses)

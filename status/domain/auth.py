@@ -1,0 +1,58 @@
+"""Principals and credential claims (SPEC §3): plain data, no crypto here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    COORDINATOR = "COORDINATOR"
+    WORKER = "WORKER"
+    HEALTH = "HEALTH"
+    ADMIN = "ADMIN"
+
+
+@dataclass(frozen=True)
+class ServicePrincipal:
+    """A service identity; tenant and authority scope come only from here, never from bodies."""
+
+    producer_id: str
+    tenant_id: str
+    authority_scope: str
+    roles: frozenset[Role]
+
+    def has(self, role: Role) -> bool:
+        return role in self.roles or Role.ADMIN in self.roles
+
+
+@dataclass(frozen=True)
+class UserPrincipal:
+    tenant_id: str
+    user_id: str
+    project_ids: frozenset[str] = frozenset()
+    role_ids: frozenset[str] = frozenset()
+    session_id: str | None = None
+
+    @property
+    def subject(self) -> str:
+        return f"{self.tenant_id}/{self.user_id}"
+
+
+@dataclass(frozen=True)
+class ExecutionClaims:
+    """What an execution token binds (SPEC §3)."""
+
+    workflow_id: str
+    task_id: str
+    step_id: str
+    step_attempt: int
+    execution_id: str
+    operation_code: str
+    producer_id: str
+    tenant_id: str
+    authority_scope: str
+    bucket_id: int
+    expires_at: datetime
+    allowed_event_types: frozenset[str] = field(default_factory=frozenset)

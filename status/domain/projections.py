@@ -1,0 +1,235 @@
+"""Projections (SPEC R12, §9): whitelisted views built from validated current state.
+
+Nothing here forwards producer JSON: each builder picks named fields from the
+current state, so a producer can't leak a field into a wider audience.
+Versions travel as decimal strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from status.domain.lifecycle import Lifecycle
+from status.domain.model import Progress, StepState, TaskState, WorkflowState
+from status.domain.rules import Notice, task_timing
+
+SCHEMA_VERSION = 1
+
+
+class Projection:
+    USER_SUMMARY = "USER_SUMMARY"
+    TASK_DETAIL = "TASK_DETAIL"
+    WORKFLOW_SUMMARY = "WORKFLOW_SUMMARY"
+    PROJECT_BROADCAST = "PROJECT_BROADCAST"
+    TENANT_BROADCAST = "TENANT_BROADCAST"
+    SYSTEM_BROADCAST = "SYSTEM_BROADCAST"
+
+
+def iso(ts: datetime | None) -> str | None:
+    """UTC timestamps with milliseconds, e.g. 2026-09-21T07:10:18.156Z."""
+    if ts is None:
+        return None
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def user_channel(tenant_id: str, user_id: str) -> str:
+    return f"task_user:{tenant_id}/{user_id}"
+
+
+def detail_channel(tenant_id: str, task_id: str) -> str:
+    return f"task_detail:{tenant_id}/{task_id}"
+
+
+def workflow_channel(tenant_id: str, workflow_id: str) -> str:
+    return f"workflow_summary:{tenant_id}/{workflow_id}"
+
+
+def project_channel(tenant_id: str, project_id: str) -> str:
+    return f"task_project:{tenant_id}/{project_id}"
+
+
+def _progress(progress: Progress | None) -> dict[str, Any] | None:
+    if progress is None:
+        return None
+    return {"current": progress.current, "total": progress.total, "unit": progress.unit, "percent": progress.percent}
+
+
+def current_attempts(steps: Iterable[StepState]) -> list[StepState]:
+    """The latest attempt of every step, in display order."""
+    latest: dict[str, StepState] = {}
+    for step in steps:
+        if step.step_id not in latest or step.attempt > latest[step.step_id].attempt:
+            latest[step.step_id] = step
+    return sorted(latest.values(), key=lambda s: (s.step_order, s.step_id))
+
+
+def task_progress(steps: Sequence[StepState]) -> dict[str, Any]:
+    current = [s for s in current_attempts(steps) if s.step_kind == "KNOWN"]
+    done = sum(1 for s in current if s.lifecycle is Lifecycle.SUCCEEDED)
+    running = [s for s in current if s.lifecycle is Lifecycle.RUNNING]
+    partial = sum((s.progress.percent or 0) / 100 for s in running if s.progress)
+    total = len(current)
+    percent = round(100 * (done + partial) / total, 2) if total else None
+    return {"completedSteps": done, "totalSteps": total, "percent": percent}
+
+
+def _step_detail(step: StepState) -> dict[str, Any]:
+    error = None
+    if step.error is not None:
+        # diagnosticsRef stays server-side (seed §5: for operators only).
+        error = {
+            "category": step.error.category,
+            "code": step.error.code,
+            "message": step.error.message,
+            "retryable": step.error.retryable,
+        }
+    return {
+        "stepId": step.step_id,
+        "attempt": step.attempt,
+        "executionId": step.execution_id,
+        "operationCode": step.operation_code,
+        "displayName": step.display_name,
+        "kind": step.step_kind,
+        "parentExecutionId": step.parent_execution_id,
+        "lifecycleStatus": step.lifecycle.value,
+        "businessStatus": step.business_status,
+        "health": step.health.value,
+        "stepVersion": str(step.version),
+        "activatedAt": iso(step.activated_at),
+        "startedAt": iso(step.started_at),
+        "finishedAt": iso(step.finished_at),
+        "durationMs": step.duration_ms,
+        "progress": _progress(step.progress),
+        "phaseCode": step.phase_code,
+        "phaseLabel": step.phase_label,
+        "data": {"schema": step.data_schema, "value": step.state_data} if step.data_schema else None,
+        "error": error,
+        "failurePolicy": step.failure_policy,
+    }
+
+
+def _envelope(kind: str, task: TaskState) -> dict[str, Any]:
+    return {"kind": kind, "schemaVersion": SCHEMA_VERSION, "workflowId": task.workflow_id, "taskId": task.task_id}
+
+
+def _task_core(task: TaskState, now: datetime) -> dict[str, Any]:
+    return {
+        "taskVersion": str(task.version),
+        "title": task.title,
+        "productId": task.product_id,
+        "taskType": task.task_type,
+        "lifecycleStatus": task.lifecycle.value,
+        "businessStatus": task.business_status,
+        "health": task.health.value,
+        "createdAt": iso(task.created_at),
+        "startedAt": iso(task.started_at),
+        "finishedAt": iso(task.finished_at),
+        "asOf": iso(now),
+        **task_timing(task, now),
+        "failure": {"code": task.failure_code, "message": task.failure_message, "stepId": task.failed_step_id}
+        if task.failure_code
+        else None,
+    }
+
+
+def task_snapshot(task: TaskState, steps: Sequence[StepState], now: datetime) -> dict[str, Any]:
+    """The full detail state (GET /api/tasks/{id} and the TASK_DETAIL projection)."""
+    return {
+        "workflowId": task.workflow_id,
+        "taskId": task.task_id,
+        **_task_core(task, now),
+        "progress": task_progress(steps),
+        "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
+        "steps": [_step_detail(s) for s in sorted(steps, key=lambda s: (s.step_order, s.step_id, s.attempt))],
+    }
+
+
+def user_summary(
+    task: TaskState, steps: Sequence[StepState], now: datetime, notice: Notice | None = None
+) -> dict[str, Any]:
+    """USER_SUMMARY: list-level state; no step data, no results, no diagnostics."""
+    running = [s for s in current_attempts(steps) if s.lifecycle is Lifecycle.RUNNING]
+    current = running[-1] if running else None
+    message = {
+        **_envelope("task.summary", task),
+        **_task_core(task, now),
+        "progress": task_progress(steps),
+        "currentStep": {
+            "stepId": current.step_id,
+            "operationCode": current.operation_code,
+            "displayName": current.display_name,
+            "phaseLabel": current.phase_label,
+            "progress": _progress(current.progress),
+        }
+        if current
+        else None,
+        "notice": notice.to_json() if notice else None,
+    }
+    return message
+
+
+def task_detail(
+    task: TaskState, steps: Sequence[StepState], now: datetime, trigger: dict[str, Any] | None
+) -> dict[str, Any]:
+    """TASK_DETAIL: the full state plus the event that produced this version."""
+    return {
+        **_envelope("task.detail", task),
+        "taskVersion": str(task.version),
+        "triggerEvent": trigger,
+        "state": task_snapshot(task, steps, now),
+    }
+
+
+def task_removed(task: TaskState) -> dict[str, Any]:
+    """A tombstone: the principal no longer sees the task (ACL revoked)."""
+    return {**_envelope("task.removed", task), "taskVersion": str(task.version)}
+
+
+def project_broadcast(task: TaskState, steps: Sequence[StepState], now: datetime) -> dict[str, Any]:
+    """PROJECT_BROADCAST: aggregate progress only; no titles of personal inputs, no results, no errors' text."""
+    return {
+        **_envelope("task.project", task),
+        "taskVersion": str(task.version),
+        "taskType": task.task_type,
+        "lifecycleStatus": task.lifecycle.value,
+        "health": task.health.value,
+        "progress": task_progress(steps),
+        "asOf": iso(now),
+    }
+
+
+def workflow_summary(workflow: WorkflowState, now: datetime) -> dict[str, Any]:
+    """WORKFLOW_SUMMARY: the aggregate with its own workflowVersion (never a taskVersion)."""
+    return {
+        "kind": "workflow.summary",
+        "schemaVersion": SCHEMA_VERSION,
+        "workflowId": workflow.workflow_id,
+        "taskId": None,
+        "workflowVersion": str(workflow.version),
+        "title": workflow.title,
+        "workflowType": workflow.workflow_type,
+        "lifecycleStatus": workflow.lifecycle.value,
+        "health": workflow.health.value,
+        "taskCount": workflow.task_count,
+        "aggregate": workflow.aggregate,
+        "createdAt": iso(workflow.created_at),
+        "startedAt": iso(workflow.started_at),
+        "finishedAt": iso(workflow.finished_at),
+        "asOf": iso(now),
+    }
+
+
+def system_broadcast(message_id: str, level: str, text: str, now: datetime) -> dict[str, Any]:
+    """SYSTEM_BROADCAST: service notices only; never any task data."""
+    return {
+        "kind": "system.notice",
+        "schemaVersion": SCHEMA_VERSION,
+        "workflowId": None,
+        "taskId": None,
+        "id": message_id,
+        "level": level,
+        "text": text,
+        "asOf": iso(now),
+    }

@@ -1,0 +1,299 @@
+"""Row <-> domain mapping and the statements of the write and read paths.
+
+All functions take an open ``Connection`` inside a unit of work; none commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.domain.lifecycle import Health, Lifecycle
+from status.domain.model import Progress, StepError, StepState, TaskState, WorkflowState
+from status.infra import tables as t
+
+
+# ------------------------------------------------------------------ mapping
+def task_from_row(row: Mapping[Any, Any]) -> TaskState:
+    return TaskState(
+        task_id=row["id"],
+        workflow_id=row["workflow_id"],
+        client_task_key=row["client_task_key"],
+        tenant_id=row["tenant_id"],
+        owner_id=row["owner_id"],
+        authority_scope=row["authority_scope"],
+        bucket_id=row["bucket_id"],
+        title=row["title"],
+        lifecycle=Lifecycle(row["lifecycle_status"]),
+        business_status=row["business_status"],
+        version=int(row["version"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        attempt=row["attempt"],
+        coordinator_source_seq=int(row["coordinator_source_seq"]),
+        health=Health(row["health"]),
+        product_id=row["product_id"],
+        task_type=row["task_type"],
+        project_id=row["project_id"],
+        status_definition_version=row["status_definition_version"],
+        operation_definition_version=row["operation_definition_version"],
+        summary_schema=row["summary_schema"],
+        summary_data=row["summary_data"],
+        failure_code=row["failure_code"],
+        failure_message=row["failure_message"],
+        failed_step_id=row["failed_step_id"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        duration_ms=row["duration_ms"],
+        dynamic_step_count=row["dynamic_step_count"],
+    )
+
+
+def task_values(task: TaskState) -> dict[str, Any]:
+    """Mutable columns of a task (identity columns never change)."""
+    return {
+        "title": task.title,
+        "lifecycle_status": task.lifecycle.value,
+        "business_status": task.business_status,
+        "version": task.version,
+        "attempt": task.attempt,
+        "coordinator_source_seq": task.coordinator_source_seq,
+        "health": task.health.value,
+        "product_id": task.product_id,
+        "task_type": task.task_type,
+        "project_id": task.project_id,
+        "status_definition_version": task.status_definition_version,
+        "operation_definition_version": task.operation_definition_version,
+        "summary_schema": task.summary_schema,
+        "summary_data": task.summary_data,
+        "failure_code": task.failure_code,
+        "failure_message": task.failure_message,
+        "failed_step_id": task.failed_step_id,
+        "started_at": task.started_at,
+        "finished_at": task.finished_at,
+        "duration_ms": task.duration_ms,
+        "dynamic_step_count": task.dynamic_step_count,
+        "updated_at": task.updated_at,
+    }
+
+
+def step_from_row(row: Mapping[Any, Any]) -> StepState:
+    progress = None
+    if row["progress_current"] is not None:
+        progress = Progress(row["progress_current"], row["progress_total"], row["progress_unit"])
+    error = None
+    if row["error_code"] is not None:
+        error = StepError(
+            category=row["error_category"] or "UNKNOWN",
+            code=row["error_code"],
+            message=row["error_message"] or "",
+            retryable=row["error_retryable"],
+            diagnostics_ref=row["diagnostics_ref"],
+        )
+    return StepState(
+        task_id=row["task_id"],
+        step_id=row["step_id"],
+        attempt=row["attempt"],
+        client_step_key=row["client_step_key"],
+        operation_code=row["operation_code"],
+        operation_definition_version=row["operation_definition_version"],
+        service_name=row["service_name"],
+        lifecycle=Lifecycle(row["lifecycle_status"]),
+        business_status=row["business_status"],
+        version=int(row["version"]),
+        step_kind=row["step_kind"],
+        display_name=row["display_name"],
+        step_order=row["step_order"],
+        parent_execution_id=row["parent_execution_id"],
+        depth=row["depth"],
+        producer_id=row["producer_id"],
+        execution_id=row["execution_id"],
+        superseded=bool(row["superseded"]),
+        source_seq=int(row["source_seq"]),
+        health=Health(row["health"]),
+        heartbeat_interval_seconds=row["heartbeat_interval_seconds"],
+        heartbeat_timeout_seconds=row["heartbeat_timeout_seconds"],
+        last_heartbeat_seq=int(row["last_heartbeat_seq"]),
+        last_heartbeat_at=row["last_heartbeat_at"],
+        stale_since=row["stale_since"],
+        progress=progress,
+        phase_code=row["phase_code"],
+        phase_label=row["phase_label"],
+        data_schema=row["data_schema"],
+        state_data=row["state_data"],
+        activated_at=row["activated_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        duration_ms=row["duration_ms"],
+        error=error,
+        failure_policy=row["failure_policy"],
+        updated_at=row["updated_at"],
+    )
+
+
+def step_values(step: StepState) -> dict[str, Any]:
+    deadline = None
+    if step.lifecycle is Lifecycle.RUNNING and step.heartbeat_timeout_seconds and step.last_heartbeat_at is not None:
+        deadline = step.last_heartbeat_at + timedelta(seconds=step.heartbeat_timeout_seconds)
+    err = step.error
+    return {
+        "client_step_key": step.client_step_key,
+        "step_kind": step.step_kind,
+        "display_name": step.display_name,
+        "step_order": step.step_order,
+        "parent_execution_id": step.parent_execution_id,
+        "depth": step.depth,
+        "operation_code": step.operation_code,
+        "operation_definition_version": step.operation_definition_version,
+        "service_name": step.service_name,
+        "producer_id": step.producer_id,
+        "execution_id": step.execution_id,
+        "superseded": step.superseded,
+        "failure_policy": step.failure_policy,
+        "source_seq": step.source_seq,
+        "version": step.version,
+        "lifecycle_status": step.lifecycle.value,
+        "business_status": step.business_status,
+        "health": step.health.value,
+        "heartbeat_interval_seconds": step.heartbeat_interval_seconds,
+        "heartbeat_timeout_seconds": step.heartbeat_timeout_seconds,
+        "last_heartbeat_seq": step.last_heartbeat_seq,
+        "last_heartbeat_at": step.last_heartbeat_at,
+        "heartbeat_deadline_at": deadline,
+        "stale_since": step.stale_since,
+        "progress_current": step.progress.current if step.progress else None,
+        "progress_total": step.progress.total if step.progress else None,
+        "progress_unit": step.progress.unit if step.progress else None,
+        "phase_code": step.phase_code,
+        "phase_label": step.phase_label,
+        "data_schema": step.data_schema,
+        "state_data": step.state_data,
+        "activated_at": step.activated_at,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+        "duration_ms": step.duration_ms,
+        "error_category": err.category if err else None,
+        "error_code": err.code if err else None,
+        "error_message": err.message if err else None,
+        "error_retryable": err.retryable if err else None,
+        "diagnostics_ref": err.diagnostics_ref if err else None,
+        "updated_at": step.updated_at,
+    }
+
+
+def workflow_from_row(row: Mapping[Any, Any]) -> WorkflowState:
+    return WorkflowState(
+        workflow_id=row["id"],
+        tenant_id=row["tenant_id"],
+        owner_id=row["owner_id"],
+        authority_scope=row["authority_scope"],
+        client_workflow_key=row["client_workflow_key"],
+        title=row["title"],
+        lifecycle=Lifecycle(row["lifecycle_status"]),
+        version=int(row["version"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        workflow_type=row["workflow_type"],
+        health=Health(row["health"]),
+        task_count=row["task_count"],
+        aggregate=row["aggregate"] or {},
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+# ------------------------------------------------------------------ statements
+def lock_task(conn: sa.Connection, task_id: str) -> TaskState | None:
+    row = conn.execute(sa.select(t.task).where(t.task.c.id == task_id).with_for_update()).mappings().first()
+    return task_from_row(row) if row else None
+
+
+def load_task(conn: sa.Connection, task_id: str) -> TaskState | None:
+    row = conn.execute(sa.select(t.task).where(t.task.c.id == task_id)).mappings().first()
+    return task_from_row(row) if row else None
+
+
+def steps_of(conn: sa.Connection, task_id: str, *, lock: bool = False) -> list[StepState]:
+    query = sa.select(t.task_step).where(t.task_step.c.task_id == task_id)
+    if lock:
+        # The task row is already locked, so this adds no contention between
+        # reporters; it orders us against the heartbeat light path.
+        query = query.with_for_update()
+    return [step_from_row(r) for r in conn.execute(query).mappings()]
+
+
+def update_task(conn: sa.Connection, task: TaskState) -> None:
+    conn.execute(sa.update(t.task).where(t.task.c.id == task.task_id).values(task_values(task)))
+
+
+def update_step(conn: sa.Connection, step: StepState) -> None:
+    conn.execute(
+        sa.update(t.task_step)
+        .where(
+            t.task_step.c.task_id == step.task_id,
+            t.task_step.c.step_id == step.step_id,
+            t.task_step.c.attempt == step.attempt,
+        )
+        .values(step_values(step))
+    )
+
+
+def insert_step(conn: sa.Connection, step: StepState) -> None:
+    conn.execute(
+        sa.insert(t.task_step).values(
+            task_id=step.task_id, step_id=step.step_id, attempt=step.attempt, **step_values(step)
+        )
+    )
+
+
+def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        conn.execute(sa.insert(t.task_outbox), list(rows))
+
+
+def acl_users(conn: sa.Connection, task_id: str) -> list[str]:
+    """Users (besides the owner) holding an unrevoked USER grant on the task."""
+    return list(
+        conn.scalars(
+            sa.select(t.task_acl.c.principal_id).where(
+                t.task_acl.c.task_id == task_id,
+                t.task_acl.c.principal_type == "USER",
+                t.task_acl.c.revoked_at.is_(None),
+            )
+        )
+    )
+
+
+def dedup_lookup(conn: sa.Connection, event_id: str) -> Mapping[Any, Any] | None:
+    return (
+        conn.execute(
+            sa.select(
+                t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result, t.task_event_dedup.c.task_id
+            ).where(t.task_event_dedup.c.event_id == event_id)
+        )
+        .mappings()
+        .first()
+    )
+
+
+def visible_task_filter(tenant_id: str, user_id: str, projects: Iterable[str], roles: Iterable[str]) -> Any:
+    """SQL condition: the user owns the task or holds an unrevoked grant (SPEC §3)."""
+    grants = [sa.and_(t.task_acl.c.principal_type == "USER", t.task_acl.c.principal_id == user_id)]
+    if projects:
+        grants.append(sa.and_(t.task_acl.c.principal_type == "PROJECT", t.task_acl.c.principal_id.in_(list(projects))))
+    if roles:
+        grants.append(sa.and_(t.task_acl.c.principal_type == "ROLE", t.task_acl.c.principal_id.in_(list(roles))))
+    granted = (
+        sa.select(t.task_acl.c.task_id)
+        .where(t.task_acl.c.task_id == t.task.c.id, t.task_acl.c.revoked_at.is_(None), sa.or_(*grants))
+        .exists()
+    )
+    return sa.and_(t.task.c.tenant_id == tenant_id, sa.or_(t.task.c.owner_id == user_id, granted))
+
+
+def now_ms(now: datetime) -> datetime:
+    """Truncate to milliseconds: what DATETIME(3) stores is what we return."""
+    return now.replace(microsecond=(now.microsecond // 1000) * 1000)

@@ -1,0 +1,183 @@
+"""Signed credentials (SPEC §3) with PyJWT (HS256; JWKS for user tokens when configured).
+
+Each kind of token has its own secret and a ``typ`` claim, so a token of one
+kind is never accepted as another.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import jwt
+
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, UserPrincipal
+from status.domain.errors import ErrorCode, Forbidden, Unauthenticated
+
+ALGORITHM = "HS256"
+
+
+def _decode(token: str, secret: str, typ: str, *, check_exp: bool = True) -> dict[str, Any]:
+    try:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            secret,
+            algorithms=[ALGORITHM],
+            options={"verify_exp": check_exp, "require": ["typ"]},
+        )
+    except jwt.ExpiredSignatureError as exc:
+        raise Unauthenticated("the credential has expired") from exc
+    except jwt.PyJWTError as exc:
+        raise Unauthenticated("the credential is not valid") from exc
+    if claims.get("typ") != typ:
+        raise Unauthenticated("the credential is not valid for this API")
+    return claims
+
+
+class ServiceTokens:
+    def __init__(self, secret: str) -> None:
+        self._secret = secret
+
+    def issue(
+        self, producer_id: str, tenant_id: str, authority_scope: str, roles: list[Role], ttl_seconds: int | None = None
+    ) -> str:
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "typ": "svc",
+            "sub": producer_id,
+            "tnt": tenant_id,
+            "scp": authority_scope,
+            "roles": sorted(r.value for r in roles),
+            "iat": now,
+            "jti": secrets.token_hex(8),
+        }
+        if ttl_seconds:
+            claims["exp"] = now + ttl_seconds
+        return jwt.encode(claims, self._secret, algorithm=ALGORITHM)
+
+    def verify(self, token: str) -> ServicePrincipal:
+        claims = _decode(token, self._secret, "svc")
+        try:
+            return ServicePrincipal(
+                producer_id=str(claims["sub"]),
+                tenant_id=str(claims["tnt"]),
+                authority_scope=str(claims["scp"]),
+                roles=frozenset(Role(r) for r in claims.get("roles", [])),
+            )
+        except (KeyError, ValueError) as exc:
+            raise Unauthenticated("the credential is missing required claims") from exc
+
+
+class ExecutionTokens:
+    def __init__(self, secret: str) -> None:
+        self._secret = secret
+
+    def issue(self, claims: ExecutionClaims) -> str:
+        return jwt.encode(
+            {
+                "typ": "exe",
+                "wf": claims.workflow_id,
+                "tsk": claims.task_id,
+                "stp": claims.step_id,
+                "att": claims.step_attempt,
+                "exe": claims.execution_id,
+                "op": claims.operation_code,
+                "prd": claims.producer_id,
+                "tnt": claims.tenant_id,
+                "scp": claims.authority_scope,
+                "bkt": claims.bucket_id,
+                "evt": sorted(claims.allowed_event_types),
+                "exp": int(claims.expires_at.replace(tzinfo=UTC).timestamp()),
+            },
+            self._secret,
+            algorithm=ALGORITHM,
+        )
+
+    def verify(self, token: str, now: datetime) -> ExecutionClaims:
+        """Signature first (401), then expiry (403 TOKEN_EXPIRED: the token was ours)."""
+        claims = _decode(token, self._secret, "exe", check_exp=False)
+        try:
+            expires_at = datetime.fromtimestamp(int(claims["exp"]), UTC).replace(tzinfo=None)
+            parsed = ExecutionClaims(
+                workflow_id=str(claims["wf"]),
+                task_id=str(claims["tsk"]),
+                step_id=str(claims["stp"]),
+                step_attempt=int(claims["att"]),
+                execution_id=str(claims["exe"]),
+                operation_code=str(claims["op"]),
+                producer_id=str(claims["prd"]),
+                tenant_id=str(claims["tnt"]),
+                authority_scope=str(claims["scp"]),
+                bucket_id=int(claims["bkt"]),
+                expires_at=expires_at,
+                allowed_event_types=frozenset(str(e) for e in claims.get("evt", [])),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise Unauthenticated("the execution token is missing required claims") from exc
+        if parsed.expires_at <= now:
+            raise Forbidden("the execution token has expired", ErrorCode.TOKEN_EXPIRED)
+        return parsed
+
+
+class UserTokens:
+    """User tokens: HMAC (dev/test, or a shared secret) or a JWKS endpoint."""
+
+    def __init__(self, secret: str, jwks_url: str | None = None) -> None:
+        self._secret = secret
+        self._jwks = jwt.PyJWKClient(jwks_url) if jwks_url else None
+
+    def issue(self, tenant_id: str, user_id: str, ttl_seconds: int = 3600, projects: list[str] | None = None) -> str:
+        now = int(time.time())
+        return jwt.encode(
+            {
+                "typ": "usr",
+                "sub": user_id,
+                "tnt": tenant_id,
+                "projects": projects or [],
+                "sid": secrets.token_hex(8),
+                "iat": now,
+                "exp": now + ttl_seconds,
+            },
+            self._secret,
+            algorithm=ALGORITHM,
+        )
+
+    def verify(self, token: str) -> UserPrincipal:
+        try:
+            if self._jwks is not None:
+                key = self._jwks.get_signing_key_from_jwt(token).key
+                claims = jwt.decode(token, key, algorithms=["RS256", "ES256"], options={"require": ["exp", "sub"]})
+            else:
+                claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
+                if claims.get("typ") != "usr":
+                    raise Unauthenticated("the credential is not a user token")
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated("the user token is not valid") from exc
+        tenant = claims.get("tnt") or claims.get("tenant_id")
+        if not tenant or not isinstance(claims.get("sub"), str):
+            raise Unauthenticated("the user token names no tenant or user")
+        return UserPrincipal(
+            tenant_id=str(tenant),
+            user_id=str(claims["sub"]),
+            project_ids=frozenset(str(p) for p in claims.get("projects", []) or []),
+            role_ids=frozenset(str(r) for r in claims.get("roles", []) or []),
+            session_id=str(claims["sid"]) if claims.get("sid") else None,
+        )
+
+
+class RealtimeTokens:
+    """Centrifugo connection and subscription JWTs (SPEC §3, seed §7)."""
+
+    def __init__(self, secret: str, ttl_seconds: int) -> None:
+        self._secret = secret
+        self._ttl = ttl_seconds
+
+    def connection(self, user: UserPrincipal, channels: list[str]) -> tuple[str, int]:
+        exp = int(time.time()) + self._ttl
+        return jwt.encode({"sub": user.subject, "channels": channels, "exp": exp}, self._secret, ALGORITHM), exp
+
+    def subscription(self, user: UserPrincipal, channel: str) -> tuple[str, int]:
+        exp = int(time.time()) + self._ttl
+        return jwt.encode({"sub": user.subject, "channel": channel, "exp": exp}, self._secret, ALGORITHM), exp
