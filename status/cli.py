@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from status.domain.auth import Role
 from status.settings import Settings, SettingsError
 
 
@@ -23,10 +24,69 @@ def _migrate(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from status.api.app import create_app
+    from status.api.app import build_service, create_app
+    from status.infra.db import create_engine
 
     settings = Settings.from_env()
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    engine = create_engine(settings.database_url)
+    service = build_service(settings, engine)
+    service.install_default_definitions()
+    uvicorn.run(create_app(settings, engine, service), host=args.host, port=args.port, log_level="info", workers=None)
+    return 0
+
+
+def _roles(values: list[str]) -> list[Role]:
+    try:
+        return [Role(v.upper()) for v in values]
+    except ValueError as exc:
+        raise SystemExit(f"task-observer: unknown role ({exc}); use {', '.join(r.value for r in Role)}") from exc
+
+
+def _service_token(args: argparse.Namespace) -> int:
+    from status.infra.tokens import ServiceTokens
+
+    settings = Settings.from_env()
+    token = ServiceTokens(settings.service_token_secret).issue(
+        args.producer, args.tenant, args.scope, _roles(args.role), args.ttl
+    )
+    print(token)
+    return 0
+
+
+def _user_token(args: argparse.Namespace) -> int:
+    from status.infra.tokens import UserTokens
+
+    settings = Settings.from_env()
+    if settings.is_production:
+        print("task-observer: user tokens come from your identity provider in production", file=sys.stderr)
+        return 2
+    print(UserTokens(settings.user_token_secret).issue(args.tenant, args.user, args.ttl, args.project))
+    return 0
+
+
+def _definitions_load(args: argparse.Namespace) -> int:
+    import json
+
+    from status.api.app import build_service
+    from status.domain.auth import ServicePrincipal
+    from status.domain.errors import DomainError
+    from status.infra.db import create_engine
+
+    settings = Settings.from_env()
+    try:
+        with open(args.file, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, ValueError) as exc:
+        print(f"task-observer: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    service = build_service(settings, create_engine(settings.database_url))
+    admin = None if args.tenant is None else ServicePrincipal("cli", args.tenant, args.scope, frozenset({Role.ADMIN}))
+    try:
+        result = service.put_definitions(admin, document)
+    except DomainError as err:
+        print(f"task-observer: {err.code}: {err.message}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
     return 0
 
 
@@ -49,6 +109,29 @@ def build_parser() -> argparse.ArgumentParser:
     serve = add("serve", _serve, "run the status API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+
+    token = add("service-token", _service_token, "print a service credential for the internal API")
+    token.add_argument("--producer", required=True, help="producerId of the service")
+    token.add_argument("--tenant", required=True)
+    token.add_argument("--scope", required=True, help="authority scope (immutable security namespace)")
+    token.add_argument("--role", action="append", required=True, help="COORDINATOR, WORKER, HEALTH or ADMIN; repeat")
+    token.add_argument("--ttl", type=int, default=None, help="lifetime in seconds (default: no expiry)")
+
+    user = add("user-token", _user_token, "print a user token signed with the dev/test secret")
+    user.add_argument("--tenant", required=True)
+    user.add_argument("--user", required=True)
+    user.add_argument("--ttl", type=int, default=3600)
+    user.add_argument("--project", action="append", default=[])
+
+    definitions = add("definitions", lambda _: 2, "manage versioned status and operation definitions")
+    sub = definitions.add_subparsers(dest="action", required=True, metavar="ACTION")
+    load = sub.add_parser(
+        "load", help="store the definitions of a JSON file (new versions only; frozen ones must match)"
+    )
+    load.add_argument("file")
+    load.add_argument("--tenant", default=None, help="tenant of the definitions (default: global defaults)")
+    load.add_argument("--scope", default="*")
+    load.set_defaults(handler=_definitions_load)
     return parser
 
 

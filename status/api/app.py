@@ -1,32 +1,338 @@
-"""The Starlette application of the status service."""
+"""The Starlette application of the status service: parse → command → service → response."""
 
 from __future__ import annotations
 
+import json
+import time
+from typing import Any, TypeVar
+
 import sqlalchemy as sa
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from status.api import metrics
+from status.api.errors import domain_error_handler, error_body, unexpected_error_handler
+from status.api.models import (
+    AclIn,
+    ActivateStepIn,
+    BatchGetIn,
+    ClassifyIn,
+    CreateWorkflowIn,
+    EventBatchIn,
+    EventIn,
+    HeartbeatBatchIn,
+    NewTaskIn,
+    RegisterExecutionIn,
+)
+from status.api.openapi import build_openapi
+from status.app import commands as c
+from status.app.service import StatusService
+from status.domain.auth import ServicePrincipal, UserPrincipal
+from status.domain.errors import DomainError, Invalid, TooLarge, Unauthenticated
 from status.infra.db import create_engine
+from status.infra.schemas import JsonSchemaValidator
+from status.infra.tokens import ExecutionTokens, ServiceTokens, UserTokens
 from status.settings import Settings
 
+M = TypeVar("M", bound=BaseModel)
 
-def create_app(settings: Settings, engine: sa.Engine | None = None) -> Starlette:
+
+class Api:
+    """Request handlers; each one is parse → command → service → response."""
+
+    def __init__(self, settings: Settings, service: StatusService) -> None:
+        self.settings = settings
+        self.service = service
+        self.service_tokens = ServiceTokens(settings.service_token_secret)
+        self.user_tokens = UserTokens(settings.user_token_secret, settings.user_jwks_url)
+
+    # ------------------------------------------------------------ parsing
+    async def body(self, request: Request) -> Any:
+        limit = self.settings.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            raise TooLarge(f"the request body is larger than {limit} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"the request body is larger than {limit} bytes")
+            chunks.append(chunk)
+        try:
+            return json.loads(b"".join(chunks) or b"null")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise Invalid("the request body is not valid JSON") from exc
+
+    async def parse(self, request: Request, model: type[M]) -> M:
+        raw = await self.body(request)
+        if not isinstance(raw, dict):
+            raise Invalid("the request body must be a JSON object")
+        try:
+            return model.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(body)"
+            raise Invalid(f"{where}: {first['msg']}") from exc
+
+    @staticmethod
+    def bearer(request: Request) -> str:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("a Bearer credential is required")
+        return token.strip()
+
+    def service_principal(self, request: Request) -> ServicePrincipal:
+        return self.service_tokens.verify(self.bearer(request))
+
+    def user(self, request: Request) -> UserPrincipal:
+        return self.user_tokens.verify(self.bearer(request))
+
+    # ------------------------------------------------------------ internal API
+    async def create_workflow(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        cmd = (await self.parse(request, CreateWorkflowIn)).command()
+        result = await run_in_threadpool(self.service.create_workflow, caller, cmd)
+        return JSONResponse(result, status_code=201 if result["created"] else 200)
+
+    async def add_task(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        cmd = (await self.parse(request, NewTaskIn)).command()
+        result = await run_in_threadpool(self.service.add_task, caller, request.path_params["workflow_id"], cmd)
+        return JSONResponse(result, status_code=201 if result["created"] else 200)
+
+    async def activate_step(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        body = await self.parse(request, ActivateStepIn)
+        cmd = c.ActivateStep(
+            request.path_params["task_id"],
+            request.path_params["step_id"],
+            body.attempt,
+            body.producer_id,
+            body.heartbeat_interval_seconds,
+            body.heartbeat_timeout_seconds,
+        )
+        ctx = await run_in_threadpool(self.service.activate_step, caller, cmd)
+        return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
+
+    async def register_execution(self, request: Request) -> JSONResponse:
+        caller = self.service.resolve_caller(self.bearer(request), self.service_tokens)
+        body = await self.parse(request, RegisterExecutionIn)
+        cmd = c.RegisterExecution(task_id=request.path_params["task_id"], **body.model_dump())
+        ctx = await run_in_threadpool(self.service.register_execution, caller, cmd)
+        return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
+
+    async def report_event(self, request: Request) -> JSONResponse:
+        started = time.perf_counter()
+        caller = self.service.resolve_caller(self.bearer(request), self.service_tokens)
+        cmd = (await self.parse(request, EventIn)).command()
+        try:
+            result = await run_in_threadpool(self.service.report_event, caller, cmd)
+        except DomainError as err:
+            metrics.EVENTS.labels(result="rejected", code=err.code.value).inc()
+            raise
+        metrics.EVENTS.labels(result="duplicate" if result["duplicate"] else "accepted", code="").inc()
+        metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
+        return JSONResponse(result)
+
+    async def report_events(self, request: Request) -> JSONResponse:
+        caller = self.service.resolve_caller(self.bearer(request), self.service_tokens)
+        body = await self.parse(request, EventBatchIn)
+        results = await run_in_threadpool(self.service.report_events, caller, [e.command() for e in body.events])
+        for r in results:
+            code = r.get("error", {}).get("code", "")
+            metrics.EVENTS.labels(result="rejected" if code else "accepted", code=code).inc()
+        return JSONResponse({"results": results})
+
+    async def heartbeats(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        body = await self.parse(request, HeartbeatBatchIn)
+        result = await run_in_threadpool(self.service.record_heartbeats, caller, [h.command() for h in body.heartbeats])
+        for r in result["results"]:
+            metrics.HEARTBEATS.labels(result="accepted" if r["accepted"] else "rejected").inc()
+        return JSONResponse(result)
+
+    async def classify(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        body = await self.parse(request, ClassifyIn)
+        expected = _if_match_version(request.headers.get("if-match"))
+        cmd = c.Classify(
+            task_id=request.path_params["task_id"],
+            expected_version=expected,
+            product_id=body.product_id,
+            task_type=body.task_type,
+            status_definition_version=body.status_definition_version,
+            fields=frozenset(body.model_dump(by_alias=True, exclude_unset=True)),
+        )
+        return JSONResponse(await run_in_threadpool(self.service.classify, caller, cmd))
+
+    async def acl(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        p = request.path_params
+        if request.method == "PUT":
+            raw = await self.body(request)
+            body = AclIn.model_validate(raw if isinstance(raw, dict) else {}) if raw is not None else AclIn()
+            result = await run_in_threadpool(
+                self.service.grant_access, caller, p["task_id"], p["principal_type"], p["principal_id"], body.permission
+            )
+        else:
+            result = await run_in_threadpool(
+                self.service.revoke_access, caller, p["task_id"], p["principal_type"], p["principal_id"]
+            )
+        return JSONResponse(result)
+
+    async def put_definitions(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        raw = await self.body(request)
+        if not isinstance(raw, dict) or set(raw) - {"operations", "statuses"}:
+            raise Invalid("the body must be an object with 'operations' and/or 'statuses'")
+        return JSONResponse(await run_in_threadpool(self.service.put_definitions, caller, raw))
+
+    # ------------------------------------------------------------ public API
+    async def get_task(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        return JSONResponse(await run_in_threadpool(self.service.get_task, user, request.path_params["task_id"]))
+
+    async def task_events(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        after = _int_param(request, "afterTaskVersion", 0)
+        limit = _int_param(request, "limit", 100)
+        result = await run_in_threadpool(self.service.task_events, user, request.path_params["task_id"], after, limit)
+        return JSONResponse(result)
+
+    async def batch_get(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        body = await self.parse(request, BatchGetIn)
+        known = {k: int(v) for k, v in body.knownVersions.items()}
+        return JSONResponse(await run_in_threadpool(self.service.batch_get, user, body.taskIds, known))
+
+    async def my_tasks(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        cursor = request.query_params.get("cursor") or None
+        if cursor is not None and len(cursor) > 512:
+            raise Invalid("cursor is not valid")
+        limit = _int_param(request, "limit", 50)
+        return JSONResponse(await run_in_threadpool(self.service.my_tasks, user, cursor, limit))
+
+    async def workflow(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        result = await run_in_threadpool(
+            self.service.get_workflow, user, request.path_params["workflow_id"], with_tasks=False
+        )
+        return JSONResponse(result)
+
+    async def workflow_tasks(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        result = await run_in_threadpool(
+            self.service.get_workflow, user, request.path_params["workflow_id"], with_tasks=True
+        )
+        return JSONResponse(result)
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or len(raw) > 18:
+        raise Invalid(f"{name} must be a non-negative integer")
+    return int(raw)
+
+
+def _if_match_version(header: str | None) -> int | None:
+    """``If-Match: "task-version-N"`` → N."""
+    if header is None:
+        return None
+    value = header.strip().removeprefix("W/").strip('"')
+    prefix = "task-version-"
+    if not value.startswith(prefix) or not value[len(prefix) :].isdigit():
+        raise Invalid('If-Match must look like "task-version-N"')
+    return int(value[len(prefix) :])
+
+
+def build_service(settings: Settings, engine: sa.Engine) -> StatusService:
+    return StatusService(
+        engine,
+        execution_tokens=ExecutionTokens(settings.execution_token_secret),
+        validator=JsonSchemaValidator(),
+        execution_token_ttl_seconds=settings.execution_token_ttl_seconds,
+        max_data_bytes=settings.max_data_bytes,
+    )
+
+
+def routes(api: Api) -> list[Route]:
+    return [
+        Route("/internal/v1/workflows", api.create_workflow, methods=["POST"]),
+        Route("/internal/v1/workflows/{workflow_id}/tasks", api.add_task, methods=["POST"]),
+        Route("/internal/v1/tasks/{task_id}/steps/{step_id}:activate", api.activate_step, methods=["POST"]),
+        Route("/internal/v1/tasks/{task_id}/executions:register", api.register_execution, methods=["POST"]),
+        Route("/internal/v1/task-events:batch", api.report_events, methods=["POST"]),
+        Route("/internal/v1/task-events", api.report_event, methods=["POST"]),
+        Route("/internal/v1/task-heartbeats:batch", api.heartbeats, methods=["POST"]),
+        Route("/internal/v1/tasks/{task_id}/classification", api.classify, methods=["PATCH"]),
+        Route("/internal/v1/tasks/{task_id}/acl/{principal_type}/{principal_id}", api.acl, methods=["PUT", "DELETE"]),
+        Route("/internal/v1/definitions", api.put_definitions, methods=["PUT"]),
+        Route("/api/tasks/status:batchGet", api.batch_get, methods=["POST"]),
+        Route("/api/tasks/{task_id}/events", api.task_events, methods=["GET"]),
+        Route("/api/tasks/{task_id}", api.get_task, methods=["GET"]),
+        Route("/api/me/tasks", api.my_tasks, methods=["GET"]),
+        Route("/api/workflows/{workflow_id}/tasks", api.workflow_tasks, methods=["GET"]),
+        Route("/api/workflows/{workflow_id}", api.workflow, methods=["GET"]),
+    ]
+
+
+def create_app(settings: Settings, engine: sa.Engine | None = None, service: StatusService | None = None) -> Starlette:
     engine = engine or create_engine(settings.database_url)
+    service = service or build_service(settings, engine)
+    api = Api(settings, service)
+    openapi = build_openapi()
 
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
     async def readyz(_: Request) -> JSONResponse:
-        try:
+        def ping() -> None:
             with engine.connect() as conn:
                 conn.execute(sa.text("SELECT 1"))
+
+        try:
+            await run_in_threadpool(ping)
         except sa.exc.SQLAlchemyError:
             return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503)
         return JSONResponse({"status": "ok", "database": "up"})
 
-    app = Starlette(routes=[Route("/healthz", healthz), Route("/readyz", readyz)])
+    async def openapi_json(_: Request) -> JSONResponse:
+        return JSONResponse(openapi)
+
+    async def metrics_endpoint(_: Request) -> Response:
+        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "VALIDATION_FAILED")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/openapi.json", openapi_json),
+            Route("/metrics", metrics_endpoint),
+            *routes(api),
+        ],
+        exception_handlers={
+            DomainError: domain_error_handler,
+            HTTPException: http_error,
+            Exception: unexpected_error_handler,
+        },
+    )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.service = service
+    app.state.api = api
     return app

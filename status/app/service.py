@@ -8,6 +8,7 @@ and the outbox rows before COMMIT (SPEC R1, AC17); nothing is published here.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from status.app import commands as c
 from status.app.definitions import DefinitionCache, Definitions, default_document, save_definitions
 from status.domain import ids
-from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, UserPrincipal
 from status.domain.definitions import (
     ANY,
     DynamicRegistrationPolicy,
@@ -1704,6 +1705,348 @@ class StatusService:
             raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
         return task
 
+    # ================================================================ classification and access
+    def classify(self, caller: ServicePrincipal, cmd: c.Classify) -> dict[str, Any]:
+        """Bind productId / taskType / definition version (R11); each change is an event."""
+        self._require(caller, Role.COORDINATOR)
+        for name, value, limit in (("productId", cmd.product_id, 64), ("taskType", cmd.task_type, 128)):
+            if value is not None:
+                _check_key(name, value, limit)
+        if not cmd.fields:
+            raise Invalid("send at least one of productId, taskType, statusDefinitionVersion")
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            conn, now = uow.conn, self.now()
+            task = self._lock_task_for(conn, caller, cmd.task_id)
+            if cmd.expected_version is not None and cmd.expected_version != task.version:
+                raise Conflict(
+                    f"the task is at version {task.version}, not {cmd.expected_version}",
+                    ErrorCode.VERSION_PRECONDITION_FAILED,
+                )
+            defs = self._definitions(conn, task.tenant_id, task.authority_scope)
+            changes: dict[str, Any] = {}
+            if "productId" in cmd.fields and cmd.product_id != task.product_id:
+                changes["product_id"] = cmd.product_id  # a label: changes freely, audited by the event
+            new_type = task.task_type
+            if "taskType" in cmd.fields and cmd.task_type != task.task_type:
+                if task.task_type is not None:
+                    raise Conflict("taskType is frozen once set", ErrorCode.DEFINITION_FROZEN)
+                new_type = cmd.task_type
+                changes["task_type"] = new_type
+            version = task.status_definition_version
+            if "statusDefinitionVersion" in cmd.fields and cmd.status_definition_version != version:
+                if version is not None:
+                    raise Conflict("the status definition version is frozen once bound", ErrorCode.DEFINITION_FROZEN)
+                version = cmd.status_definition_version
+            elif version is None and new_type is not None and "taskType" in changes:
+                version = defs.latest_status_version(new_type)
+            if version != task.status_definition_version:
+                if new_type is None or (new_type, version) not in defs.statuses:
+                    raise Invalid(f"no status definition {new_type} v{version}", ErrorCode.UNKNOWN_BUSINESS_STATUS)
+                statuses = defs.status_set(new_type, version)
+                # The current business status must exist in the bound definition.
+                if task.business_status not in statuses.statuses:
+                    raise Invalid(
+                        f"business status {task.business_status} is not in {new_type} v{version}",
+                        ErrorCode.UNKNOWN_BUSINESS_STATUS,
+                    )
+                changes["status_definition_version"] = version
+            if not changes:
+                uow.commit()
+                return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": False}
+            before = {
+                "productId": task.product_id,
+                "taskType": task.task_type,
+                "statusDefinitionVersion": task.status_definition_version,
+            }
+            task = replace(task, **changes, version=task.version + 1, updated_at=now)
+            repo.update_task(conn, task)
+            self._freeze_statuses(conn, task)
+            event_id = f"sys:{task.task_id}:{task.version}"
+            self._log_event(
+                conn,
+                event_id=event_id,
+                task=task,
+                step=None,
+                event_type=EventType.TASK_CLASSIFIED.value,
+                producer_id=caller.producer_id,
+                source_seq=0,
+                occurred_at=now,
+                received_at=now,
+                payload={
+                    "before": before,
+                    "after": {
+                        "productId": task.product_id,
+                        "taskType": task.task_type,
+                        "statusDefinitionVersion": task.status_definition_version,
+                    },
+                },
+            )
+            steps = repo.steps_of(conn, task.task_id)
+            trigger = {"eventId": event_id, "eventType": EventType.TASK_CLASSIFIED.value, "committedAt": iso(now)}
+            repo.insert_outbox(
+                conn,
+                self._task_outbox(
+                    conn,
+                    task,
+                    steps,
+                    notice=None,
+                    trigger=trigger,
+                    must_deliver=False,
+                    event_id=event_id,
+                    broadcast=False,
+                ),
+            )
+            uow.commit()
+            return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": True}
+
+        return run_in_transaction(self.engine, work)
+
+    def _freeze_statuses(self, conn: sa.Connection, task: TaskState) -> None:
+        if task.task_type is None or task.status_definition_version is None:
+            return
+        sd = t.task_status_definition
+        conn.execute(
+            sa.update(sd)
+            .where(
+                sd.c.task_type == task.task_type,
+                sd.c.definition_version == task.status_definition_version,
+                sd.c.frozen_at.is_(None),
+            )
+            .values(frozen_at=self.now())
+        )
+
+    def grant_access(
+        self, caller: ServicePrincipal, task_id: str, principal_type: str, principal_id: str, permission: str = "VIEW"
+    ) -> dict[str, Any]:
+        """Grant a principal access; the new user's summary channel gets the current state (seed §5)."""
+        return self._change_access(caller, task_id, principal_type, principal_id, permission, grant=True)
+
+    def revoke_access(
+        self, caller: ServicePrincipal, task_id: str, principal_type: str, principal_id: str
+    ) -> dict[str, Any]:
+        """Revoke access; the user's summary channel gets a ``task.removed`` tombstone (AC26)."""
+        return self._change_access(caller, task_id, principal_type, principal_id, "VIEW", grant=False)
+
+    def _change_access(
+        self,
+        caller: ServicePrincipal,
+        task_id: str,
+        principal_type: str,
+        principal_id: str,
+        permission: str,
+        *,
+        grant: bool,
+    ) -> dict[str, Any]:
+        if not (caller.has(Role.COORDINATOR) or caller.has(Role.ADMIN)):
+            raise Forbidden("changing access needs the COORDINATOR or ADMIN role")
+        if principal_type not in ("USER", "PROJECT", "ROLE"):
+            raise Invalid("principalType must be USER, PROJECT or ROLE")
+        if permission not in ("VIEW", "OPERATE", "ADMIN"):
+            raise Invalid("permission must be VIEW, OPERATE or ADMIN")
+        _check_key("principalId", principal_id, 64)
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            conn, now = uow.conn, self.now()
+            task = self._lock_task_for(conn, caller, task_id)
+            acl = t.task_acl
+            key = (acl.c.task_id == task_id, acl.c.principal_type == principal_type, acl.c.principal_id == principal_id)
+            row = conn.execute(sa.select(acl).where(*key)).mappings().first()
+            active = row is not None and row["revoked_at"] is None
+            if grant and active and row is not None and row["permission"] == permission:
+                uow.commit()
+                return {"taskId": task_id, "taskVersion": str(task.version), "changed": False}
+            if not grant and not active:
+                uow.commit()
+                return {"taskId": task_id, "taskVersion": str(task.version), "changed": False}
+            if grant and row is None:
+                conn.execute(
+                    sa.insert(acl).values(
+                        task_id=task_id,
+                        principal_type=principal_type,
+                        principal_id=principal_id,
+                        tenant_id=task.tenant_id,
+                        permission=permission,
+                        created_at=now,
+                    )
+                )
+            elif grant:
+                conn.execute(sa.update(acl).where(*key).values(permission=permission, revoked_at=None))
+            else:
+                conn.execute(sa.update(acl).where(*key).values(revoked_at=now))
+            task = replace(task, version=task.version + 1, updated_at=now)
+            repo.update_task(conn, task)
+            event_id = f"sys:{task.task_id}:{task.version}"
+            self._log_event(
+                conn,
+                event_id=event_id,
+                task=task,
+                step=None,
+                event_type=EventType.TASK_ACCESS_CHANGED.value,
+                producer_id=caller.producer_id,
+                source_seq=0,
+                occurred_at=now,
+                received_at=now,
+                payload={
+                    "principalType": principal_type,
+                    "principalId": principal_id,
+                    "change": "GRANT" if grant else "REVOKE",
+                    "permission": permission,
+                },
+            )
+            steps = repo.steps_of(conn, task.task_id)
+            trigger = {"eventId": event_id, "eventType": EventType.TASK_ACCESS_CHANGED.value, "committedAt": iso(now)}
+            rows = self._task_outbox(
+                conn, task, steps, notice=None, trigger=trigger, must_deliver=True, event_id=event_id, broadcast=False
+            )
+            if not grant and principal_type == "USER" and principal_id != task.owner_id:
+                rows.append(
+                    {**rows[0], "channel": user_channel(task.tenant_id, principal_id), "payload": task_removed(task)}
+                )
+            repo.insert_outbox(conn, rows)
+            uow.commit()
+            return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}
+
+        return run_in_transaction(self.engine, work)
+
+    # ================================================================ reads (public API)
+    def _visible(self, user: UserPrincipal) -> Any:
+        return repo.visible_task_filter(user.tenant_id, user.user_id, user.project_ids, user.role_ids)
+
+    def can_see_task(self, conn: sa.Connection, user: UserPrincipal, task_id: str) -> bool:
+        return (
+            conn.execute(sa.select(t.task.c.id).where(t.task.c.id == task_id, self._visible(user))).first() is not None
+        )
+
+    def get_task(self, user: UserPrincipal, task_id: str) -> dict[str, Any]:
+        """The snapshot, or NOT_FOUND when the task doesn't exist *or* isn't visible (no probing)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.task).where(t.task.c.id == task_id, self._visible(user))).mappings().first()
+            if row is None:
+                raise NotFound("task not found", ErrorCode.NOT_FOUND)
+            task = repo.task_from_row(row)
+            return task_snapshot(task, repo.steps_of(conn, task_id), self.now())
+
+    def task_events(self, user: UserPrincipal, task_id: str, after_version: int, limit: int) -> dict[str, Any]:
+        """The committed timeline after ``after_version`` (AC18); says when history was purged."""
+        limit = max(1, min(limit, 500))
+        with self.engine.connect() as conn:
+            if not self.can_see_task(conn, user, task_id):
+                raise NotFound("task not found", ErrorCode.NOT_FOUND)
+            log = t.task_event_log
+            rows = (
+                conn.execute(
+                    sa.select(log)
+                    .where(log.c.task_id == task_id, log.c.task_version > after_version)
+                    .order_by(log.c.task_version)
+                    .limit(limit + 1)
+                )
+                .mappings()
+                .all()
+            )
+            oldest = conn.execute(sa.select(sa.func.min(log.c.task_version)).where(log.c.task_id == task_id)).scalar()
+        truncated = oldest is not None and oldest > after_version + 1
+        events = [
+            {
+                "eventId": r["event_id"],
+                "eventType": r["event_type"],
+                "taskVersion": str(r["task_version"]),
+                "stepId": r["step_id"],
+                "stepAttempt": r["step_attempt"],
+                "operationCode": r["operation_code"],
+                "stepVersion": str(r["step_version"]) if r["step_version"] is not None else None,
+                "lifecycleStatus": r["lifecycle_status"],
+                "businessStatus": r["business_status"],
+                "health": r["health"],
+                "dataSchema": r["data_schema"],
+                "errorCode": r["error_code"],
+                "durationMs": r["duration_ms"],
+                "occurredAt": iso(r["occurred_at"]),
+                "committedAt": iso(r["committed_at"]),
+            }
+            for r in rows[:limit]
+        ]
+        return {
+            "taskId": task_id,
+            "events": events,
+            "historyTruncated": truncated,
+            "oldestAvailableVersion": str(oldest) if oldest is not None else None,
+            "hasMore": len(rows) > limit,
+        }
+
+    def batch_get(self, user: UserPrincipal, task_ids: Sequence[str], known: dict[str, int]) -> dict[str, Any]:
+        """Snapshots of the tasks whose version is newer than the caller's (two-level recovery)."""
+        wanted = list(dict.fromkeys(task_ids))
+        if len(wanted) > 100:
+            raise Invalid("at most 100 taskIds per request")
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.task).where(t.task.c.id.in_(wanted), self._visible(user))).mappings().all()
+            tasks = {r["id"]: repo.task_from_row(r) for r in rows}
+            changed = [tid for tid, task in tasks.items() if task.version > known.get(tid, 0)]
+            steps: dict[str, list[StepState]] = {tid: [] for tid in changed}
+            if changed:
+                for r in conn.execute(sa.select(t.task_step).where(t.task_step.c.task_id.in_(changed))).mappings():
+                    steps[r["task_id"]].append(repo.step_from_row(r))
+        now = self.now()
+        return {
+            "tasks": [task_snapshot(tasks[tid], steps[tid], now) for tid in changed],
+            "unchanged": [tid for tid in tasks if tid not in changed],
+            "notFound": [tid for tid in wanted if tid not in tasks],
+            "asOf": iso(now),
+        }
+
+    def my_tasks(self, user: UserPrincipal, cursor: str | None, limit: int) -> dict[str, Any]:
+        """The user's visible tasks, newest first, keyset-paginated."""
+        limit = max(1, min(limit, 100))
+        query = sa.select(t.task).where(self._visible(user))
+        if cursor:
+            created, task_id = _decode_cursor(cursor)
+            query = query.where(
+                sa.or_(t.task.c.created_at < created, sa.and_(t.task.c.created_at == created, t.task.c.id < task_id))
+            )
+        query = query.order_by(t.task.c.created_at.desc(), t.task.c.id.desc()).limit(limit + 1)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+            tasks = [repo.task_from_row(r) for r in rows[:limit]]
+            steps: dict[str, list[StepState]] = {task.task_id: [] for task in tasks}
+            if tasks:
+                for r in conn.execute(sa.select(t.task_step).where(t.task_step.c.task_id.in_(list(steps)))).mappings():
+                    steps[r["task_id"]].append(repo.step_from_row(r))
+        now = self.now()
+        next_cursor = _encode_cursor(tasks[-1].created_at, tasks[-1].task_id) if len(rows) > limit else None
+        return {"tasks": [user_summary(task, steps[task.task_id], now) for task in tasks], "nextCursor": next_cursor}
+
+    def get_workflow(self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool) -> dict[str, Any]:
+        """The workflow summary and its ACL-trimmed tasks; NOT_FOUND unless the user sees it."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id)).mappings().first()
+            if row is None or row["tenant_id"] != user.tenant_id:
+                raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
+            task_rows = (
+                conn.execute(
+                    sa.select(t.task)
+                    .where(t.task.c.workflow_id == workflow_id, self._visible(user))
+                    .order_by(t.task.c.created_at, t.task.c.id)
+                )
+                .mappings()
+                .all()
+            )
+            if row["owner_id"] != user.user_id and not task_rows:
+                raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
+            workflow = repo.workflow_from_row(row)
+            result = workflow_summary(workflow, self.now())
+            if with_tasks:
+                tasks = [repo.task_from_row(r) for r in task_rows]
+                steps: dict[str, list[StepState]] = {task.task_id: [] for task in tasks}
+                if tasks:
+                    for r in conn.execute(
+                        sa.select(t.task_step).where(t.task_step.c.task_id.in_(list(steps)))
+                    ).mappings():
+                        steps[r["task_id"]].append(repo.step_from_row(r))
+                now = self.now()
+                result = {"workflow": result, "tasks": [user_summary(x, steps[x.task_id], now) for x in tasks]}
+            return result
+
     def snapshot(self, task_id: str) -> dict[str, Any] | None:
         """The current detail state of a task (no access check: callers check visibility)."""
         with self.engine.connect() as conn:
@@ -1712,5 +2055,16 @@ class StatusService:
                 return None
             return task_snapshot(task, repo.steps_of(conn, task_id), self.now())
 
-    def removal_message(self, task: TaskState) -> dict[str, Any]:
-        return task_removed(task)
+
+def _encode_cursor(created_at: datetime, task_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), task_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, task_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(task_id)
+    except (ValueError, TypeError) as exc:
+        raise Invalid("cursor is not valid") from exc

@@ -54,3 +54,88 @@ def worker(tenant: str) -> ServicePrincipal:
 @pytest.fixture
 def health(tenant: str) -> ServicePrincipal:
     return ServicePrincipal("reconciler", tenant, "content", frozenset({Role.HEALTH}))
+
+
+# ---------------------------------------------------------------- HTTP
+from dataclasses import dataclass, replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from starlette.testclient import TestClient  # noqa: E402
+
+from status.api.app import create_app  # noqa: E402
+from status.infra.tokens import ServiceTokens, UserTokens  # noqa: E402
+from status.settings import Settings  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def settings(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    secret = secrets.token_hex
+    return Settings(
+        environment="test",
+        data_dir=Path(tmp_path_factory.mktemp("data")),
+        database_url=db_url,
+        centrifugo_api_url="http://127.0.0.1:1/api",
+        centrifugo_api_key=secret(16),
+        centrifugo_token_secret=secret(32),
+        centrifugo_public_url="ws://127.0.0.1:1/connection/websocket",
+        service_token_secret=secret(32),
+        execution_token_secret=secret(32),
+        user_token_secret=secret(32),
+        user_jwks_url=None,
+        temporal_address="127.0.0.1:7233",
+        temporal_namespace="default",
+        detail_subscription_limit=20,
+        execution_token_ttl_seconds=3600,
+        realtime_token_ttl_seconds=300,
+        heartbeat_grace_seconds=30,
+        max_body_bytes=64 * 1024,
+        max_data_bytes=4 * 1024,
+        outbox_retention_seconds=3600,
+        dedup_retention_seconds=3600,
+        event_retention_seconds=3600,
+    )
+
+
+@dataclass
+class Http:
+    """A TestClient plus credentials for one test's tenant."""
+
+    client: TestClient
+    tenant: str
+    service_tokens: ServiceTokens
+    user_tokens: UserTokens
+
+    def service_token(self, producer: str, *roles: str, tenant: str | None = None, scope: str = "content") -> str:
+        from status.domain.auth import Role
+
+        return self.service_tokens.issue(producer, tenant or self.tenant, scope, [Role(r) for r in roles])
+
+    def auth(self, token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    @property
+    def coordinator(self) -> dict[str, str]:
+        return self.auth(self.service_token("coordinator-1", "COORDINATOR"))
+
+    @property
+    def worker(self) -> dict[str, str]:
+        return self.auth(self.service_token("document-parser", "WORKER"))
+
+    def user(self, user_id: str, tenant: str | None = None) -> dict[str, str]:
+        return self.auth(self.user_tokens.issue(tenant or self.tenant, user_id))
+
+
+@pytest.fixture(scope="session")
+def app_client(
+    settings: Settings, engine: sa.Engine, service: StatusService, execution_tokens: ExecutionTokens
+) -> Iterator[TestClient]:
+    app_settings = replace(settings, execution_token_secret=execution_tokens._secret)  # type: ignore[attr-defined]
+    with TestClient(create_app(app_settings, engine, service), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def http(app_client: TestClient, settings: Settings, tenant: str) -> Http:
+    return Http(
+        app_client, tenant, ServiceTokens(settings.service_token_secret), UserTokens(settings.user_token_secret)
+    )

@@ -1,0 +1,56 @@
+"""The one table mapping domain errors to HTTP, and the error body shape.
+
+Every rejection is ``{"error": {"code", "message", "retryable"}}`` with a
+stable code (SPEC §6); stack traces and SQL never reach a response.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from status.domain import errors as e
+
+log = logging.getLogger("status.api")
+
+HTTP_STATUS: dict[type[e.DomainError], int] = {
+    e.Unauthenticated: 401,
+    e.Forbidden: 403,
+    e.NotFound: 404,
+    e.Conflict: 409,
+    e.TooLarge: 413,
+    e.Invalid: 422,
+    e.LimitExceeded: 429,
+    e.Unavailable: 503,
+}
+
+
+def status_for(error: e.DomainError) -> int:
+    for cls in type(error).__mro__:
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]
+    return 422
+
+
+def error_body(code: str, message: str, retryable: bool = False) -> dict[str, object]:
+    return {"error": {"code": code, "message": message, "retryable": retryable}}
+
+
+def error_response(error: e.DomainError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, e.Unauthenticated) else None
+    return JSONResponse(
+        error_body(error.code.value, error.message, error.retryable), status_code=status_for(error), headers=headers
+    )
+
+
+async def domain_error_handler(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, e.DomainError)
+    return error_response(exc)
+
+
+async def unexpected_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    # Logged with the trace for operators; the caller gets a stable, empty-of-internals body.
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse(error_body("INTERNAL", "internal error; retry with the same request", True), status_code=500)

@@ -1,0 +1,264 @@
+"""Request models (pydantic v2) of the HTTP API, and their conversion to commands.
+
+Internal-API models forbid unknown fields: a typo in a producer's payload is a
+clear 422, never silently ignored.  Sizes and charsets are bounded here so no
+unbounded string ever reaches the service.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+from status.app import commands as c
+from status.domain.model import Progress, StepError
+from status.domain.rules import DataBody
+
+Key = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f]+$")]
+ShortKey = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f]+$")]
+OperationCode = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*$")
+]
+Title = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+PhaseCode = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
+Count = Annotated[int, Field(ge=0, le=2**62)]
+
+
+def _naive_utc(value: datetime) -> datetime:
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class KnownStepIn(Strict):
+    step_id: Key
+    operation_code: OperationCode
+    display_name: Annotated[str, StringConstraints(max_length=128)] | None = None
+    expected_producer: Key | None = None
+    failure_policy: Literal["FAIL_TASK", "RETRY_THEN_FAIL_TASK", "CONTINUE_WITH_WARNING", "WAIT_FOR_USER"] | None = None
+    depends_on: list[Key] = Field(default_factory=list, max_length=64)
+
+
+class DynamicPolicyIn(Strict):
+    allowed_parent_operations: list[Annotated[str, StringConstraints(max_length=128)]] = Field(
+        default_factory=list, max_length=64
+    )
+    allowed_child_operations: list[Annotated[str, StringConstraints(max_length=128)]] = Field(
+        default_factory=list, max_length=64
+    )
+    max_dynamic_steps: int = Field(default=0, ge=0, le=10_000)
+    max_depth: int = Field(default=1, ge=1, le=16)
+    max_parallel_executions: int = Field(default=10, ge=1, le=1000)
+    registrations_per_minute: int = Field(default=60, ge=1, le=10_000)
+
+
+class NewTaskIn(Strict):
+    client_task_key: Key
+    title: Title
+    owner_id: ShortKey | None = None
+    task_type: Key | None = None
+    product_id: ShortKey | None = None
+    project_id: ShortKey | None = None
+    known_steps: list[KnownStepIn] = Field(default_factory=list, max_length=200)
+    dynamic_registration_policy: DynamicPolicyIn | None = None
+
+    def command(self) -> c.NewTask:
+        return c.NewTask(
+            client_task_key=self.client_task_key,
+            title=self.title,
+            owner_id=self.owner_id,
+            task_type=self.task_type,
+            product_id=self.product_id,
+            project_id=self.project_id,
+            known_steps=tuple(
+                c.KnownStep(s.step_id, s.operation_code, s.display_name, s.expected_producer, s.failure_policy)
+                for s in self.known_steps
+            ),
+            dynamic_registration_policy=self.dynamic_registration_policy.model_dump(by_alias=True)
+            if self.dynamic_registration_policy
+            else None,
+        )
+
+
+class CreateWorkflowIn(Strict):
+    client_workflow_key: Key
+    owner_id: ShortKey
+    title: Title
+    workflow_type: Key | None = None
+    initial_tasks: list[NewTaskIn] = Field(default_factory=list, max_length=100)
+    dynamic_registration_policy: DynamicPolicyIn | None = None
+
+    def command(self) -> c.CreateWorkflow:
+        return c.CreateWorkflow(
+            client_workflow_key=self.client_workflow_key,
+            owner_id=self.owner_id,
+            title=self.title,
+            workflow_type=self.workflow_type,
+            initial_tasks=tuple(t.command() for t in self.initial_tasks),
+            dynamic_registration_policy=self.dynamic_registration_policy.model_dump(by_alias=True)
+            if self.dynamic_registration_policy
+            else None,
+        )
+
+
+class ActivateStepIn(Strict):
+    attempt: int = Field(ge=1, le=10_000)
+    producer_id: Key
+    heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
+    heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
+
+
+class RegisterExecutionIn(Strict):
+    client_step_key: Key
+    operation_code: OperationCode
+    producer_id: Key
+    attempt: int = Field(default=1, ge=1, le=10_000)
+    parent_execution_id: Key | None = None
+    display_name: Annotated[str, StringConstraints(max_length=128)] | None = None
+    failure_policy: Literal["FAIL_TASK", "RETRY_THEN_FAIL_TASK", "CONTINUE_WITH_WARNING", "WAIT_FOR_USER"] | None = None
+    heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
+    heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
+
+
+class ProgressIn(Strict):
+    current: float = Field(ge=0, le=1e15)
+    total: float | None = Field(default=None, ge=0, le=1e15)
+    unit: Annotated[str, StringConstraints(min_length=1, max_length=32)] | None = None
+
+
+class DataIn(Strict):
+    schema_: Annotated[str, StringConstraints(min_length=1, max_length=128)] = Field(alias="schema")
+    value: Any = None
+
+
+class ErrorIn(Strict):
+    category: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    code: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    message: Annotated[str, StringConstraints(max_length=512)] = ""
+    retryable: bool | None = None
+    diagnostics_ref: Annotated[str, StringConstraints(max_length=255)] | None = None
+
+
+class FailureIn(Strict):
+    code: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    message: Annotated[str, StringConstraints(max_length=512)] | None = None
+    failed_step_id: Key | None = None
+
+
+class EventIn(Strict):
+    """One event, full (seed §3.5) or compact (seed §3.3.4) form."""
+
+    event_id: Key
+    event_type: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    source_seq: Count
+    occurred_at: datetime
+    execution_handle: Annotated[str, StringConstraints(min_length=8, max_length=128)] | None = None
+    workflow_id: Key | None = None
+    task_id: Key | None = None
+    task_type: Key | None = None
+    task_attempt: int | None = Field(default=None, ge=1, le=10_000)
+    step_id: Key | None = None
+    step_attempt: int | None = Field(default=None, ge=1, le=10_000)
+    execution_id: Key | None = None
+    operation_code: OperationCode | None = None
+    producer_id: Key | None = None
+    business_status: ShortKey | None = None
+    phase_code: PhaseCode | None = None
+    phase_label: Annotated[str, StringConstraints(max_length=128)] | None = None
+    progress: ProgressIn | None = None
+    duration_ms: Count | None = None
+    data: DataIn | None = None
+    error: ErrorIn | None = None
+    failure: FailureIn | None = None
+
+    def command(self) -> c.ReportEvent:
+        return c.ReportEvent(
+            event_id=self.event_id,
+            event_type=self.event_type,
+            source_seq=self.source_seq,
+            occurred_at=_naive_utc(self.occurred_at),
+            execution_handle=self.execution_handle,
+            workflow_id=self.workflow_id,
+            task_id=self.task_id,
+            task_type=self.task_type,
+            task_attempt=self.task_attempt,
+            step_id=self.step_id,
+            step_attempt=self.step_attempt,
+            execution_id=self.execution_id,
+            operation_code=self.operation_code,
+            producer_id=self.producer_id,
+            business_status=self.business_status,
+            phase_code=self.phase_code,
+            phase_label=self.phase_label,
+            progress=Progress(self.progress.current, self.progress.total, self.progress.unit)
+            if self.progress
+            else None,
+            duration_ms=self.duration_ms,
+            data=DataBody(self.data.schema_, self.data.value) if self.data else None,
+            error=StepError(
+                self.error.category,
+                self.error.code,
+                self.error.message,
+                self.error.retryable,
+                self.error.diagnostics_ref,
+            )
+            if self.error
+            else None,
+            failure_code=self.failure.code if self.failure else None,
+            failure_message=self.failure.message if self.failure else None,
+            failed_step_id=self.failure.failed_step_id if self.failure else None,
+        )
+
+
+class EventBatchIn(Strict):
+    events: list[EventIn] = Field(min_length=1, max_length=500)
+
+
+class HeartbeatIn(Strict):
+    heartbeat_seq: Count
+    observed_at: datetime | None = None
+    execution_handle: Annotated[str, StringConstraints(min_length=8, max_length=128)] | None = None
+    execution_token: Annotated[str, StringConstraints(min_length=8, max_length=4096)] | None = None
+    execution_id: Key | None = None
+    task_id: Key | None = None
+    step_id: Key | None = None
+    step_attempt: int | None = Field(default=None, ge=1, le=10_000)
+
+    def command(self) -> c.Heartbeat:
+        return c.Heartbeat(
+            heartbeat_seq=self.heartbeat_seq,
+            observed_at=_naive_utc(self.observed_at) if self.observed_at else None,
+            execution_handle=self.execution_handle,
+            execution_token=self.execution_token,
+            execution_id=self.execution_id,
+        )
+
+
+class HeartbeatBatchIn(Strict):
+    heartbeats: list[HeartbeatIn] = Field(min_length=1, max_length=2000)
+
+
+class ClassifyIn(Strict):
+    product_id: ShortKey | None = None
+    task_type: Key | None = None
+    status_definition_version: int | None = Field(default=None, ge=1, le=1_000_000)
+
+
+class AclIn(Strict):
+    permission: Literal["VIEW", "OPERATE", "ADMIN"] = "VIEW"
+
+
+class BatchGetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    taskIds: list[Key] = Field(min_length=1, max_length=100)
+    knownVersions: dict[Key, Annotated[str, StringConstraints(pattern=r"^[0-9]{1,19}$")]] = Field(
+        default_factory=dict, max_length=100
+    )

@@ -1,0 +1,162 @@
+"""The OpenAPI document of the HTTP API, generated from the request models.
+
+``python -m status.api.openapi > docs/openapi.json`` refreshes the checked-in
+copy; a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from pydantic import BaseModel
+
+from status.api import models as m
+
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "retryable"],
+            "properties": {
+                "code": {"type": "string", "description": "stable error code (SPEC §6)"},
+                "message": {"type": "string"},
+                "retryable": {"type": "boolean"},
+            },
+        }
+    },
+}
+ANY_OBJECT = {"type": "object", "additionalProperties": True}
+
+# (method, path, summary, request model or None, auth, success status)
+OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
+    (
+        "post",
+        "/internal/v1/workflows",
+        "Create a workflow and its initial tasks (idempotent)",
+        m.CreateWorkflowIn,
+        "service",
+        "201",
+    ),
+    (
+        "post",
+        "/internal/v1/workflows/{workflowId}/tasks",
+        "Add a task (idempotent by clientTaskKey)",
+        m.NewTaskIn,
+        "service",
+        "201",
+    ),
+    (
+        "post",
+        "/internal/v1/tasks/{taskId}/steps/{stepId}:activate",
+        "Activate attempt N of a known step",
+        m.ActivateStepIn,
+        "service",
+        "201",
+    ),
+    (
+        "post",
+        "/internal/v1/tasks/{taskId}/executions:register",
+        "Register a dynamic execution",
+        m.RegisterExecutionIn,
+        "service",
+        "201",
+    ),
+    ("post", "/internal/v1/task-events", "Report one event", m.EventIn, "execution", "200"),
+    (
+        "post",
+        "/internal/v1/task-events:batch",
+        "Report many events; one result per item",
+        m.EventBatchIn,
+        "execution",
+        "200",
+    ),
+    ("post", "/internal/v1/task-heartbeats:batch", "Record execution heartbeats", m.HeartbeatBatchIn, "service", "200"),
+    (
+        "patch",
+        "/internal/v1/tasks/{taskId}/classification",
+        "Bind productId, taskType, definition version",
+        m.ClassifyIn,
+        "service",
+        "200",
+    ),
+    ("put", "/internal/v1/tasks/{taskId}/acl/{principalType}/{principalId}", "Grant access", m.AclIn, "service", "200"),
+    (
+        "delete",
+        "/internal/v1/tasks/{taskId}/acl/{principalType}/{principalId}",
+        "Revoke access",
+        None,
+        "service",
+        "200",
+    ),
+    ("put", "/internal/v1/definitions", "Store versioned status and operation definitions", None, "service", "200"),
+    ("get", "/api/tasks/{taskId}", "Task snapshot (404 when not visible)", None, "user", "200"),
+    ("get", "/api/tasks/{taskId}/events", "Committed timeline after afterTaskVersion", None, "user", "200"),
+    (
+        "post",
+        "/api/tasks/status:batchGet",
+        "Snapshots of tasks newer than the known versions",
+        m.BatchGetIn,
+        "user",
+        "200",
+    ),
+    ("get", "/api/me/tasks", "The user's tasks, newest first", None, "user", "200"),
+    ("get", "/api/workflows/{workflowId}", "Workflow summary", None, "user", "200"),
+    ("get", "/api/workflows/{workflowId}/tasks", "Workflow summary and its visible tasks", None, "user", "200"),
+    ("get", "/healthz", "Liveness", None, "none", "200"),
+    ("get", "/readyz", "Readiness (database reachable)", None, "none", "200"),
+    ("get", "/metrics", "Prometheus metrics", None, "none", "200"),
+]
+
+
+def build_openapi() -> dict[str, Any]:
+    components: dict[str, Any] = {"Error": ERROR}
+    paths: dict[str, Any] = {}
+    for method, path, summary, model, auth, ok in OPERATIONS:
+        op: dict[str, Any] = {
+            "summary": summary,
+            "responses": {
+                ok: {"description": "OK", "content": {"application/json": {"schema": ANY_OBJECT}}},
+                "default": {
+                    "description": "error",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                },
+            },
+        }
+        params = [p.strip("{}") for p in path.replace(":", "/").split("/") if p.startswith("{")]
+        if params:
+            op["parameters"] = [
+                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params
+            ]
+        if model is not None:
+            schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+            components.update(schema.pop("$defs", {}))
+            components[model.__name__] = schema
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+            }
+        if auth != "none":
+            op["security"] = [{auth: []}]
+        paths.setdefault(path, {})[method] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Task Status Observer", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {
+                "service": {"type": "http", "scheme": "bearer", "description": "service token"},
+                "execution": {"type": "http", "scheme": "bearer", "description": "execution token or service token"},
+                "user": {"type": "http", "scheme": "bearer", "description": "user token (HMAC or JWKS)"},
+            },
+        },
+    }
+
+
+if __name__ == "__main__":
+    json.dump(build_openapi(), sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")

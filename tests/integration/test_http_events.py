@@ -1,0 +1,91 @@
+"""Event ingestion over HTTP: idempotency, binding, state machine, data contracts (SPEC §6, §8, §13)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from status.infra import tables as t
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow, event_body, report
+
+
+def _task(http: Http) -> tuple[str, dict]:
+    created = create_workflow(http)
+    task_id = created["tasks"][0]["taskId"]
+    return task_id, activate(http, task_id)
+
+
+def test_ac1_same_event_id_retried_returns_the_first_result(http: Http) -> None:
+    task_id, ctx = _task(http)
+    body = event_body("STEP_STARTED", 1)
+    first = http.client.post("/internal/v1/task-events", json=body, headers=http.auth(ctx["executionToken"]))
+    again = http.client.post("/internal/v1/task-events", json=body, headers=http.auth(ctx["executionToken"]))
+    assert first.status_code == again.status_code == 200
+    assert again.json()["duplicate"] is True and first.json()["duplicate"] is False
+    strip = lambda r: {k: v for k, v in r.json().items() if k != "duplicate"}  # noqa: E731
+    assert strip(first) == strip(again)
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert snap["taskVersion"] == first.json()["taskVersion"]
+
+
+def test_ac2_same_event_id_different_content_conflicts(http: Http) -> None:
+    _, ctx = _task(http)
+    body = event_body("STEP_STARTED", 1)
+    assert (
+        http.client.post("/internal/v1/task-events", json=body, headers=http.auth(ctx["executionToken"])).status_code
+        == 200
+    )
+    changed = {**body, "phaseCode": "OTHER"}
+    response = http.client.post("/internal/v1/task-events", json=changed, headers=http.auth(ctx["executionToken"]))
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "EVENT_ID_CONFLICT"
+
+
+def test_compact_form_with_handle_and_service_token(http: Http) -> None:
+    task_id, ctx = _task(http)
+    body = event_body("STEP_STARTED", 1, executionHandle=ctx["executionHandle"])
+    response = http.client.post("/internal/v1/task-events", json=body, headers=http.worker)
+    assert response.status_code == 200, response.text
+    assert response.json()["stepId"] == "02_parse" and response.json()["lifecycleStatus"] == "RUNNING"
+    # Another producer's service token can't use the handle.
+    other = http.auth(http.service_token("someone-else", "WORKER"))
+    body = event_body("STEP_PROGRESS", 2, executionHandle=ctx["executionHandle"])
+    response = http.client.post("/internal/v1/task-events", json=body, headers=other)
+    assert response.status_code == 403 and response.json()["error"]["code"] == "PRODUCER_MISMATCH"
+
+
+def test_ac12_unregistered_schema_is_rejected_and_state_untouched(http: Http, engine: sa.Engine) -> None:
+    task_id, ctx = _task(http)
+    assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
+    before = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    bad = report(
+        http,
+        ctx,
+        "STEP_PROGRESS",
+        2,
+        data={"schema": "video.transcode.progress.v1", "value": {"frame": 1, "totalFrames": 2}},
+    )
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "SCHEMA_REJECTED"
+    invalid = report(
+        http, ctx, "STEP_PROGRESS", 2, data={"schema": "document.parse.progress.v1", "value": {"page": "x"}}
+    )
+    assert invalid.status_code == 422 and invalid.json()["error"]["code"] == "SCHEMA_REJECTED"
+    after = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert after["taskVersion"] == before["taskVersion"] and after["steps"] == before["steps"]
+    good = report(
+        http,
+        ctx,
+        "STEP_PROGRESS",
+        2,
+        data={"schema": "document.parse.progress.v1", "value": {"page": 1, "secret": "x"}},
+    )
+    assert good.status_code == 200
+    parse = next(
+        s
+        for s in http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()["steps"]
+        if s["stepId"] == "02_parse"
+    )
+    assert parse["data"] == {
+        "schema": "document.parse.progress.v1",
+        "value": {"page": 1},
+    }  # unknown field stripped (R10)

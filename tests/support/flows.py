@@ -1,0 +1,61 @@
+"""HTTP flows shared by tests: create a task, activate a step, report events."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.integration.conftest import Http
+
+
+def create_workflow(http: Http, owner: str = "user-1", **task: Any) -> dict[str, Any]:
+    body = {
+        "clientWorkflowKey": f"wf-{uuid.uuid4().hex}",
+        "ownerId": owner,
+        "title": "Process a batch",
+        "initialTasks": [
+            {
+                "clientTaskKey": "doc-1",
+                "title": "Contract.pdf",
+                "knownSteps": [
+                    {"stepId": "01_prepare", "operationCode": "FILE.PREPARE"},
+                    {"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"},
+                    {"stepId": "03_store", "operationCode": "RESULT.PERSIST"},
+                ],
+                **task,
+            }
+        ],
+    }
+    response = http.client.post("/internal/v1/workflows", json=body, headers=http.coordinator)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def activate(
+    http: Http, task_id: str, step_id: str = "02_parse", attempt: int = 1, producer: str = "document-parser"
+) -> dict[str, Any]:
+    response = http.client.post(
+        f"/internal/v1/tasks/{task_id}/steps/{step_id}:activate",
+        json={"attempt": attempt, "producerId": producer},
+        headers=http.coordinator,
+    )
+    assert response.status_code in (200, 201), response.text
+    return dict(response.json())
+
+
+def event_body(event_type: str, seq: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "eventId": fields.pop("eventId", f"evt-{uuid.uuid4().hex}"),
+        "eventType": event_type,
+        "sourceSeq": seq,
+        "occurredAt": datetime.now(UTC).isoformat(),
+        **fields,
+    }
+
+
+def report(http: Http, ctx: dict[str, Any], event_type: str, seq: int, **fields: Any) -> Any:
+    """Report with the execution token (full form)."""
+    return http.client.post(
+        "/internal/v1/task-events", json=event_body(event_type, seq, **fields), headers=http.auth(ctx["executionToken"])
+    )
