@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
 
@@ -42,7 +41,7 @@ def test_ac2_same_event_id_different_content_conflicts(http: Http) -> None:
 
 
 def test_compact_form_with_handle_and_service_token(http: Http) -> None:
-    task_id, ctx = _task(http)
+    _task_id, ctx = _task(http)
     body = event_body("STEP_STARTED", 1, executionHandle=ctx["executionHandle"])
     response = http.client.post("/internal/v1/task-events", json=body, headers=http.worker)
     assert response.status_code == 200, response.text

@@ -1,0 +1,178 @@
+"""Hostile input: stable codes, never a 500, never a state change (issue: fact layer)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow, event_body
+
+
+@pytest.fixture
+def ctx(http: Http) -> dict:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    return {**activate(http, task_id), "taskId": task_id}
+
+
+def _version(http: Http, task_id: str) -> str:
+    return str(http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()["taskVersion"])
+
+
+BAD_EVENT_BODIES = [
+    b"{",
+    b"null",
+    b"[]",
+    b'"string"',
+    json.dumps({"eventId": 1, "eventType": "STEP_STARTED", "sourceSeq": 1, "occurredAt": "now"}).encode(),
+    json.dumps({**event_body("STEP_STARTED", 1), "sourceSeq": -1}).encode(),
+    json.dumps({**event_body("STEP_STARTED", 1), "sourceSeq": 2**70}).encode(),
+    json.dumps({**event_body("STEP_STARTED", 1), "unknown": True}).encode(),
+    json.dumps({**event_body("STEP_STARTED", 1), "eventType": "NOT_A_TYPE"}).encode(),
+    json.dumps({**event_body("STEP_STARTED", 1), "eventId": "a" * 500}).encode(),
+    json.dumps({**event_body("STEP_STARTED", 1), "eventId": "has space"}).encode(),
+    json.dumps({**event_body("STEP_PROGRESS", 1), "progress": {"current": "x"}}).encode(),
+    json.dumps({**event_body("STEP_PROGRESS", 1), "progress": {"current": 5, "total": 2}}).encode(),
+    json.dumps({**event_body("STEP_PROGRESS", 1), "phaseLabel": "x" * 1000}).encode(),
+    json.dumps({**event_body("STEP_FAILED", 1), "error": {"category": "NOPE", "code": "X"}}).encode(),
+    json.dumps({**event_body("STEP_FAILED", 1)}).encode(),
+    json.dumps(
+        {
+            **event_body("STEP_PROGRESS", 1),
+            "data": {"schema": "document.parse.progress.v1", "value": {"page": 1, "x": "y" * 5000}},
+        }
+    ).encode(),
+    json.dumps({**event_body("STEP_HEALTH_CHANGED", 1)}).encode(),
+    '{"eventId": "\ud800"}'.encode("utf-8", "surrogatepass"),
+    b"\xff\xfe\x00",
+]
+
+
+@pytest.mark.parametrize("raw", BAD_EVENT_BODIES, ids=range(len(BAD_EVENT_BODIES)))
+def test_malformed_events_get_a_stable_code_and_change_nothing(http: Http, ctx: dict, raw: bytes) -> None:
+    before = _version(http, ctx["taskId"])
+    response = http.client.post(
+        "/internal/v1/task-events",
+        content=raw,
+        headers={**http.auth(ctx["executionToken"]), "Content-Type": "application/json"},
+    )
+    assert response.status_code in (403, 409, 413, 422), response.text
+    body = response.json()
+    assert set(body["error"]) == {"code", "message", "retryable"}
+    assert "Traceback" not in response.text and "SELECT" not in response.text
+    assert _version(http, ctx["taskId"]) == before
+
+
+def test_oversized_body_is_413(http: Http, ctx: dict) -> None:
+    big = json.dumps({**event_body("STEP_STARTED", 1), "phaseLabel": "x" * 100_000})
+    response = http.client.post(
+        "/internal/v1/task-events",
+        content=big,
+        headers={**http.auth(ctx["executionToken"]), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 413 and response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
+
+
+@pytest.mark.parametrize("header", ["", "Bearer", "Bearer ", "Basic abc", "Bearer not.a.jwt", "Bearer a.b.c"])
+def test_bad_credentials_are_401(http: Http, ctx: dict, header: str) -> None:
+    response = http.client.post(
+        "/internal/v1/task-events",
+        json=event_body("STEP_STARTED", 1),
+        headers={"Authorization": header} if header else {},
+    )
+    assert response.status_code == 401 and response.json()["error"]["code"] == "UNAUTHENTICATED"
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/internal/v1/workflows", {"clientWorkflowKey": "", "ownerId": "u", "title": "t"}),
+        ("POST", "/internal/v1/workflows", {"clientWorkflowKey": "k", "ownerId": "u", "title": "t" * 300}),
+        (
+            "POST",
+            "/internal/v1/workflows",
+            {"clientWorkflowKey": "k", "ownerId": "u", "title": "t", "initialTasks": "x"},
+        ),
+        (
+            "POST",
+            "/internal/v1/workflows",
+            {
+                "clientWorkflowKey": "k",
+                "ownerId": "u",
+                "title": "t",
+                "initialTasks": [
+                    {"clientTaskKey": "a", "title": "a", "knownSteps": [{"stepId": "s", "operationCode": "lower.case"}]}
+                ],
+            },
+        ),
+        (
+            "POST",
+            "/internal/v1/workflows",
+            {
+                "clientWorkflowKey": "k",
+                "ownerId": "u",
+                "title": "t",
+                "initialTasks": [{"clientTaskKey": "a", "title": "a"}, {"clientTaskKey": "a", "title": "b"}],
+            },
+        ),
+        ("POST", "/internal/v1/workflows/wf_nope/tasks", {"clientTaskKey": "a", "title": "a"}),
+        ("POST", "/internal/v1/tasks/tsk_nope/steps/x:activate", {"attempt": 1, "producerId": "p"}),
+        ("POST", "/internal/v1/tasks/tsk_nope/steps/x:activate", {"attempt": 0, "producerId": "p"}),
+        ("POST", "/internal/v1/task-heartbeats:batch", {"heartbeats": []}),
+        ("PATCH", "/internal/v1/tasks/tsk_nope/classification", {"productId": "x"}),
+        ("PUT", "/internal/v1/tasks/tsk_nope/acl/USER/u2", {}),
+        ("PUT", "/internal/v1/tasks/tsk_nope/acl/ALIEN/u2", {}),
+        ("PUT", "/internal/v1/definitions", {"operations": [{"operationCode": "X"}]}),
+        ("PUT", "/internal/v1/definitions", {"nonsense": 1}),
+        ("GET", "/internal/v1/nothing-here", None),
+        ("DELETE", "/internal/v1/workflows", None),
+    ],
+)
+def test_internal_endpoints_never_500(http: Http, method: str, path: str, body: object) -> None:
+    headers = {**http.coordinator}
+    headers.update(http.auth(http.service_token("admin", "ADMIN", "COORDINATOR", "WORKER")))
+    response = http.client.request(method, path, json=body, headers=headers)
+    assert 400 <= response.status_code < 500, (response.status_code, response.text)
+    assert response.json()["error"]["code"]
+
+
+def test_heartbeat_items_are_rejected_one_by_one(http: Http, ctx: dict) -> None:
+    body = {
+        "heartbeats": [
+            {"heartbeatSeq": 1, "executionHandle": "exh_nonexistent"},
+            {"heartbeatSeq": 1, "executionHandle": ctx["executionHandle"]},
+        ]
+    }
+    response = http.client.post("/internal/v1/task-heartbeats:batch", json=body, headers=http.worker)
+    assert response.status_code == 200
+    first, second = response.json()["results"]
+    assert (first["accepted"], first["reason"]) == (False, "TOKEN_REVOKED")
+    # The step is still PENDING (not started): a heartbeat can't make it RUNNING.
+    assert (second["accepted"], second["reason"]) == (False, "INVALID_TRANSITION")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/tasks/x/events?afterTaskVersion=-1",
+        "/api/tasks/x/events?limit=abc",
+        "/api/me/tasks?cursor=%%%",
+        "/api/me/tasks?cursor=eyJ4IjoxfQ",
+        "/api/me/tasks?limit=99999999999999999999999",
+    ],
+)
+def test_public_reads_reject_bad_parameters(http: Http, path: str) -> None:
+    response = http.client.get(path, headers=http.user("user-1"))
+    assert response.status_code in (404, 422), response.text
+
+
+def test_openapi_served_matches_the_checked_in_file(http: Http) -> None:
+    from pathlib import Path
+
+    served = http.client.get("/openapi.json").json()
+    checked_in = json.loads((Path(__file__).resolve().parents[2] / "docs" / "openapi.json").read_text())
+    assert served == checked_in, "run: python -m status.api.openapi > docs/openapi.json"
+    for path in ("/internal/v1/task-events", "/api/tasks/status:batchGet", "/internal/v1/task-heartbeats:batch"):
+        assert path in served["paths"]

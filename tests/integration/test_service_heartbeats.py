@@ -1,0 +1,116 @@
+"""Heartbeats and staleness on the fact side (R6, R7, AC23)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app.service import StatusService
+from status.domain.auth import ServicePrincipal
+from status.infra import tables as t
+from tests.support.factories import activate, create_task, event
+
+
+def _versions_and_outbox(service: StatusService, task_id: str) -> tuple[int, int, int]:
+    with service.engine.connect() as conn:
+        version = conn.execute(sa.select(t.task.c.version).where(t.task.c.id == task_id)).scalar_one()
+        outbox = conn.execute(
+            sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
+        ).scalar_one()
+        events = conn.execute(
+            sa.select(sa.func.count()).select_from(t.task_event_log).where(t.task_event_log.c.task_id == task_id)
+        ).scalar_one()
+    return version, outbox, events
+
+
+def _step_row(service: StatusService, task_id: str) -> sa.RowMapping:
+    with service.engine.connect() as conn:
+        return (
+            conn.execute(
+                sa.select(t.task_step).where(t.task_step.c.task_id == task_id, t.task_step.c.step_id == "02_parse")
+            )
+            .mappings()
+            .one()
+        )
+
+
+def _later(service: StatusService, seconds: int) -> StatusService:
+    """The same service seen from a clock ``seconds`` ahead (time passing without sleeping)."""
+    base = service.now()
+    return StatusService(
+        service.engine,
+        execution_tokens=service._tokens,
+        validator=service._validator,
+        clock=lambda: base + timedelta(seconds=seconds),
+    )
+
+
+def test_ac23_plain_heartbeats_create_no_version_event_or_message(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    task_id = create_task(service, coordinator)
+    ctx = activate(service, coordinator, task_id, heartbeat_interval_seconds=5, heartbeat_timeout_seconds=20)
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(claims, event("STEP_STARTED", 1))
+    before = _versions_and_outbox(service, task_id)
+    deadline_before = _step_row(service, task_id)["heartbeat_deadline_at"]
+    later = _later(service, 10)
+    for seq in (1, 2, 2, 3):  # a duplicate seq is an idempotent success
+        result = later.record_heartbeats(worker, [c.Heartbeat(seq, execution_handle=ctx.execution_handle)])
+        assert result["results"][0]["accepted"] is True
+    assert _versions_and_outbox(service, task_id) == before
+    row = _step_row(service, task_id)
+    assert row["last_heartbeat_seq"] == 3 and row["heartbeat_deadline_at"] > deadline_before
+    regress = later.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle)])
+    assert regress["results"][0] == {
+        "executionId": ctx.execution_id,
+        "accepted": False,
+        "health": "HEALTHY",
+        "reason": "SOURCE_SEQ_REGRESSION",
+    }
+    by_token = later.record_heartbeats(worker, [c.Heartbeat(4, execution_token=ctx.execution_token)])
+    assert by_token["results"][0]["accepted"] is True
+
+
+def test_ac23_stale_once_and_healthy_once(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    task_id = create_task(service, coordinator)
+    ctx = activate(service, coordinator, task_id, heartbeat_interval_seconds=5, heartbeat_timeout_seconds=20)
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(claims, event("STEP_STARTED", 1))
+    scope = (coordinator.tenant_id, coordinator.authority_scope)
+    assert _later(service, 5).mark_stale(tenant_scope=scope) == []  # not overdue yet
+    stale = _later(service, 30)
+    first = stale.mark_stale(tenant_scope=scope)
+    assert [r["lifecycleStatus"] for r in first] == ["RUNNING"]
+    assert stale.mark_stale(tenant_scope=scope) == []  # exactly once
+    row = _step_row(service, task_id)
+    assert (row["health"], row["lifecycle_status"]) == ("STALE", "RUNNING")  # STALE never means FAILED
+    version_stale, outbox_stale, _ = _versions_and_outbox(service, task_id)
+    recovered = stale.record_heartbeats(worker, [c.Heartbeat(7, execution_handle=ctx.execution_handle)])
+    assert recovered["results"][0]["reason"] == "RECOVERED"
+    again = stale.record_heartbeats(worker, [c.Heartbeat(8, execution_handle=ctx.execution_handle)])
+    assert again["results"][0]["accepted"] is True and again["results"][0]["reason"] is None
+    version, outbox, _ = _versions_and_outbox(service, task_id)
+    assert version == version_stale + 1 and outbox > outbox_stale  # one STEP_HEALTH_CHANGED, no more
+    assert _step_row(service, task_id)["health"] == "HEALTHY"
+    # The producer's own sequence is untouched by health events.
+    assert service.report_event(claims, event("STEP_PROGRESS", 2))["accepted"] is True
+
+
+def test_heartbeats_for_other_tenants_and_finished_steps_are_rejected(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    task_id = create_task(service, coordinator)
+    ctx = activate(service, coordinator, task_id)
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(claims, event("STEP_STARTED", 1))
+    intruder = ServicePrincipal(worker.producer_id, "other-tenant", worker.authority_scope, worker.roles)
+    result = service.record_heartbeats(intruder, [c.Heartbeat(1, execution_token=ctx.execution_token)])
+    assert result["results"][0]["reason"] == "UNKNOWN_TASK"
+    service.report_event(claims, event("STEP_CANCELLED", 2))
+    done = service.record_heartbeats(worker, [c.Heartbeat(2, execution_token=ctx.execution_token)])
+    assert done["results"][0]["reason"] == "TERMINAL_STATE"
