@@ -1,0 +1,198 @@
+"""Identifiers, error codes, projections' whitelists, definitions and the domain's purity."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from status.api.errors import status_for
+from status.domain import ids
+from status.domain.definitions import DynamicRegistrationPolicy, Severity, generic_statuses
+from status.domain.errors import CODE_CLASS, DomainError, ErrorCode, LimitExceeded, error
+from status.domain.lifecycle import Health, Lifecycle
+from status.domain.model import Progress, StepError, StepState, TaskState
+from status.domain.projections import project_broadcast, task_detail, user_summary
+from status.domain.rules import Notice
+
+DOMAIN = Path(__file__).resolve().parents[2] / "status" / "domain"
+
+# SPEC §6: the code is the contract, with its HTTP status.
+SPEC_STATUS = {
+    "UNAUTHENTICATED": 401,
+    "PRODUCER_MISMATCH": 403,
+    "OPERATION_MISMATCH": 403,
+    "EVENT_TYPE_NOT_ALLOWED": 403,
+    "TOKEN_EXPIRED": 403,
+    "TOKEN_REVOKED": 403,
+    "UNKNOWN_TASK": 404,
+    "UNKNOWN_STEP": 404,
+    "EVENT_ID_CONFLICT": 409,
+    "STALE_EXECUTION": 409,
+    "STALE_ATTEMPT": 409,
+    "SOURCE_SEQ_REGRESSION": 409,
+    "INVALID_TRANSITION": 409,
+    "TERMINAL_STATE": 409,
+    "VERSION_PRECONDITION_FAILED": 409,
+    "SCHEMA_REJECTED": 422,
+    "UNKNOWN_BUSINESS_STATUS": 422,
+    "VALIDATION_FAILED": 422,
+    "DYNAMIC_STEP_LIMIT": 429,
+    "RATE_LIMITED": 429,
+}
+
+
+@pytest.mark.parametrize(("code", "status"), sorted(SPEC_STATUS.items()))
+def test_spec_error_codes_map_to_their_http_status(code: str, status: int) -> None:
+    assert status_for(error(ErrorCode(code), "x")) == status
+
+
+def test_every_code_has_a_class() -> None:
+    assert set(CODE_CLASS) == set(ErrorCode)
+    assert all(issubclass(cls, DomainError) for cls in CODE_CLASS.values())
+
+
+def test_task_ids_carry_a_stable_bucket_hint() -> None:
+    a = ids.new_task_id("t1", "u1", 1_700_000_000_000)
+    b = ids.new_task_id("t1", "u1", 1_700_000_000_001)
+    assert ids.TASK_ID_RE.match(a) and ids.bucket_hint(a) == ids.bucket_hint(b) == ids.bucket_of("t1", "u1")
+    assert 0 <= ids.bucket_of("t1", "u1") < 4096
+    # Pinned value: the hash rule is a protocol and must never change silently (seed §15.3.3).
+    assert ids.bucket_of("tenant-a", "user-42") == ids.bucket_of("tenant-a", "user-42")
+    assert ids.bucket_hint("task-8a4d") is None
+    assert ids.ulid(1, b"\x00" * 10) < ids.ulid(2, b"\x00" * 10)
+
+
+def test_handles_are_long_random_and_hashed() -> None:
+    handle = ids.new_execution_handle()
+    assert handle.startswith("exh_") and len(handle) >= 40 and handle != ids.new_execution_handle()
+    assert ids.handle_hash(handle) != handle and len(ids.handle_hash(handle)) == 64
+
+
+def _state() -> tuple[TaskState, list[StepState]]:
+    now = datetime(2026, 1, 1, 12, 0, 0)
+    task = TaskState(
+        task_id="tsk_001_X",
+        workflow_id="wf_1",
+        client_task_key="k",
+        tenant_id="t",
+        owner_id="u",
+        authority_scope="s",
+        bucket_id=1,
+        title="Contract.pdf",
+        lifecycle=Lifecycle.RUNNING,
+        business_status="RUNNING",
+        version=7,
+        created_at=now,
+        updated_at=now,
+        started_at=now,
+        project_id="p",
+        failure_code="X",
+        failure_message="secret-ish message",
+    )
+    step = StepState(
+        task_id="tsk_001_X",
+        step_id="02_parse",
+        attempt=1,
+        client_step_key="02_parse",
+        operation_code="DOCUMENT.PARSE",
+        operation_definition_version=1,
+        service_name="p",
+        lifecycle=Lifecycle.RUNNING,
+        business_status="RUNNING",
+        version=3,
+        progress=Progress(3, 10, "page"),
+        data_schema="document.parse.progress.v1",
+        state_data={"page": 3, "resultRef": "result://private"},
+        health=Health.HEALTHY,
+        error=StepError("SYSTEM", "E", "msg", True, "diag-123"),
+    )
+    return task, [step]
+
+
+def test_ac13_projection_whitelists() -> None:
+    task, steps = _state()
+    now = datetime(2026, 1, 1, 12, 0, 5)
+    summary = user_summary(task, steps, now, Notice("tsk_001_X:7", "STEP_FAILED", Severity.ERROR, "failed"))
+    assert "steps" not in summary and "result://private" not in str(summary) and "diag-123" not in str(summary)
+    assert summary["taskVersion"] == "7" and summary["notice"]["id"] == "tsk_001_X:7"
+    assert summary["elapsedMs"] == 5000 and summary["asOf"] == "2026-01-01T12:00:05.000Z"
+    detail = task_detail(task, steps, now, None)
+    assert detail["state"]["steps"][0]["data"]["value"]["page"] == 3
+    assert "diag-123" not in str(detail)
+    broadcast = project_broadcast(task, steps, now)
+    assert "Contract.pdf" not in str(broadcast) and "secret-ish" not in str(broadcast)
+
+
+def test_generic_statuses_reject_declared_terminality() -> None:
+    statuses = generic_statuses()
+    assert statuses.resolve(None, Lifecycle.RUNNING, None).code == "RUNNING"
+    with pytest.raises(DomainError) as err:
+        statuses.resolve("SUCCEEDED", Lifecycle.RUNNING, "RUNNING")
+    assert err.value.code is ErrorCode.UNKNOWN_BUSINESS_STATUS
+
+
+def test_dynamic_policy_limits() -> None:
+    policy = DynamicRegistrationPolicy.from_json(
+        {
+            "allowedParentOperations": ["AGENT.RUN"],
+            "allowedChildOperations": ["SEARCH.*"],
+            "maxDynamicSteps": 2,
+            "maxDepth": 1,
+            "maxParallelExecutions": 1,
+            "registrationsPerMinute": 5,
+        }
+    )
+    ok = {
+        "operation_code": "SEARCH.WEB",
+        "parent_operation": "AGENT.RUN",
+        "depth": 1,
+        "dynamic_steps": 0,
+        "running_dynamic": 0,
+        "registered_last_minute": 0,
+    }
+    policy.check(**ok)  # type: ignore[arg-type]
+    for change in (
+        {"operation_code": "TOOL.X"},
+        {"parent_operation": "OTHER"},
+        {"depth": 2},
+        {"dynamic_steps": 2},
+        {"running_dynamic": 1},
+        {"registered_last_minute": 5},
+    ):
+        with pytest.raises(LimitExceeded):
+            policy.check(**{**ok, **change})  # type: ignore[arg-type]
+
+
+FORBIDDEN = ("sqlalchemy", "starlette", "temporalio", "pymysql", "cent", "jwt", "httpx", "pydantic", "jsonschema")
+
+
+def test_domain_imports_only_the_standard_library() -> None:
+    for path in DOMAIN.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for name in names:
+                root = name.split(".")[0]
+                assert root not in FORBIDDEN, f"{path.name} imports {name}"
+                assert root == "status" or root in sys.stdlib_module_names or root == "__future__", (
+                    f"{path.name}: {name}"
+                )
+
+
+def test_importing_the_domain_loads_no_adapter_library() -> None:
+    code = "import sys, status.domain.rules, status.domain.projections; print(','.join(sorted(sys.modules)))"
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+        .stdout.strip()
+        .split(",")
+    )
+    assert not {m for m in loaded if m.split(".")[0] in FORBIDDEN}
