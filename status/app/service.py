@@ -71,6 +71,8 @@ from status.infra.tokens import ExecutionTokens
 from status.infra.uow import UnitOfWork, run_in_transaction
 
 HEALTH_PRODUCER = "task-status/health"
+_INSERT_EVENT = sa.insert(t.task_event_log)
+_INSERT_DEDUP = sa.insert(t.task_event_dedup)
 MAX_TITLE = 255
 KEY_RE_LIMIT = 128
 
@@ -299,7 +301,8 @@ class StatusService:
         payload: dict[str, Any] | None = None,
     ) -> None:
         conn.execute(
-            sa.insert(t.task_event_log).values(
+            _INSERT_EVENT,
+            dict(
                 event_id=event_id,
                 workflow_id=task.workflow_id,
                 task_id=task.task_id,
@@ -323,7 +326,7 @@ class StatusService:
                 committed_at=self.now(),
                 duration_ms=duration_ms,
                 payload=payload,
-            )
+            ),
         )
 
     # ================================================================ workflows and tasks
@@ -988,20 +991,66 @@ class StatusService:
         return run_in_transaction(self.engine, lambda uow: self._report(uow, caller, cmd, commit=True))
 
     def report_events(self, caller: EventCaller, cmds: Sequence[c.ReportEvent]) -> list[dict[str, Any]]:
-        """Many events; each gets the same result it would get alone (AC11)."""
-        results: list[dict[str, Any]] = []
-        for cmd in cmds:
-            try:
-                results.append(self.report_event(caller, cmd))
-            except DomainError as err:
-                results.append(
-                    {
-                        "eventId": cmd.event_id,
-                        "accepted": False,
-                        "error": {"code": err.code.value, "message": err.message, "retryable": err.retryable},
-                    }
+        """Many events in one transaction; each gets the result it would get alone (AC11).
+
+        Events are applied grouped by task (their order within a task kept), so
+        task locks are taken in one fixed order and concurrent batches never
+        deadlock-loop.  Decisions happen before any write of an event, so a
+        rejected item leaves nothing behind while the others commit together.
+        If the database itself fails, the items fall back to one transaction each.
+        """
+        handle_tasks = self._handle_tasks([cmd.execution_handle for cmd in cmds if cmd.execution_handle])
+        order = sorted(range(len(cmds)), key=lambda i: (self._task_key(caller, cmds[i], handle_tasks), i))
+
+        def work(uow: UnitOfWork) -> list[dict[str, Any]]:
+            results: list[dict[str, Any]] = [{} for _ in cmds]
+            for i in order:
+                try:
+                    results[i] = self._report(uow, caller, cmds[i], commit=False)
+                except DomainError as err:
+                    results[i] = self._rejection(cmds[i], err)
+            uow.commit()
+            return results
+
+        try:
+            return run_in_transaction(self.engine, work)
+        except (sa.exc.DBAPIError, DomainError):
+            return [self._report_one(caller, cmd) for cmd in cmds]
+
+    def _report_one(self, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
+        try:
+            return self.report_event(caller, cmd)
+        except DomainError as err:
+            return self._rejection(cmd, err)
+
+    @staticmethod
+    def _rejection(cmd: c.ReportEvent, err: DomainError) -> dict[str, Any]:
+        return {
+            "eventId": cmd.event_id,
+            "accepted": False,
+            "error": {"code": err.code.value, "message": err.message, "retryable": err.retryable},
+        }
+
+    def _handle_tasks(self, handles: Sequence[str]) -> dict[str, str]:
+        if not handles:
+            return {}
+        by_hash = {ids.handle_hash(h): h for h in handles}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(t.task_execution_handle.c.handle_hash, t.task_execution_handle.c.task_id).where(
+                    t.task_execution_handle.c.handle_hash.in_(list(by_hash))
                 )
-        return results
+            ).all()
+        return {by_hash[h]: task_id for h, task_id in rows}
+
+    @staticmethod
+    def _task_key(caller: EventCaller, cmd: c.ReportEvent, handle_tasks: dict[str, str]) -> str:
+        """The lock-order key of an event: the task it will lock."""
+        if isinstance(caller, ExecutionClaims):
+            return caller.task_id
+        if cmd.execution_handle:
+            return handle_tasks.get(cmd.execution_handle, "")
+        return cmd.task_id or ""
 
     def _report(self, uow: UnitOfWork, caller: EventCaller, cmd: c.ReportEvent, *, commit: bool) -> dict[str, Any]:
         try:
@@ -1042,7 +1091,7 @@ class StatusService:
         # Execution and attempt must be current (R2: old attempts never change anything).
         if step.execution_id != bound.execution_id:
             raise Conflict("the execution is not the current one for this step", ErrorCode.STALE_EXECUTION)
-        if self._is_superseded(conn, step):
+        if step.superseded:
             raise Conflict("a newer attempt of this step exists", ErrorCode.STALE_ATTEMPT)
         if event_type is not EventType.STEP_HEALTH_CHANGED:
             if step.producer_id != bound.producer_id:
@@ -1221,13 +1270,14 @@ class StatusService:
             "committedAt": iso(committed_at),
         }
         conn.execute(
-            sa.insert(t.task_event_dedup).values(
+            _INSERT_DEDUP,
+            dict(
                 event_id=cmd.event_id,
                 task_id=task.task_id,
                 payload_hash=content_hash,
                 result=result,
                 created_at=committed_at,
-            )
+            ),
         )
         new_steps = [s for s in steps if step is None or (s.step_id, s.attempt) != (step.step_id, step.attempt)]
         if step is not None:
@@ -1265,17 +1315,6 @@ class StatusService:
         if found["payload_hash"] != content_hash:
             raise Conflict("eventId was already used with different content", ErrorCode.EVENT_ID_CONFLICT)
         return {**dict(found["result"]), "duplicate": True}
-
-    def _is_superseded(self, conn: sa.Connection, step: StepState) -> bool:
-        return bool(
-            conn.execute(
-                sa.select(t.task_step.c.superseded).where(
-                    t.task_step.c.task_id == step.task_id,
-                    t.task_step.c.step_id == step.step_id,
-                    t.task_step.c.attempt == step.attempt,
-                )
-            ).scalar()
-        )
 
     def _resolve_execution(
         self, conn: sa.Connection, caller: EventCaller, cmd: c.ReportEvent, event_type: EventType, now: datetime

@@ -206,77 +206,77 @@ def workflow_from_row(row: Mapping[Any, Any]) -> WorkflowState:
 
 
 # ------------------------------------------------------------------ statements
+# The hot path's statements are built once with bind parameters, so each call
+# only binds values: building ``.values({...})`` per call costs more CPU than
+# the database round trip it describes.
+_LOCK_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id")).with_for_update()
+_LOAD_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id"))
+_STEPS = sa.select(t.task_step).where(t.task_step.c.task_id == sa.bindparam("_task_id"))
+_LOCK_STEPS = _STEPS.with_for_update()
+_UPDATE_TASK = sa.update(t.task).where(t.task.c.id == sa.bindparam("_id"))
+_UPDATE_STEP = sa.update(t.task_step).where(
+    t.task_step.c.task_id == sa.bindparam("_task_id"),
+    t.task_step.c.step_id == sa.bindparam("_step_id"),
+    t.task_step.c.attempt == sa.bindparam("_attempt"),
+)
+_INSERT_STEP = sa.insert(t.task_step)
+_INSERT_OUTBOX = sa.insert(t.task_outbox)
+_ACL_USERS = sa.select(t.task_acl.c.principal_id).where(
+    t.task_acl.c.task_id == sa.bindparam("_task_id"),
+    t.task_acl.c.principal_type == "USER",
+    t.task_acl.c.revoked_at.is_(None),
+)
+_DEDUP = sa.select(t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result, t.task_event_dedup.c.task_id).where(
+    t.task_event_dedup.c.event_id == sa.bindparam("_event_id")
+)
+
+
 def lock_task(conn: sa.Connection, task_id: str) -> TaskState | None:
-    row = conn.execute(sa.select(t.task).where(t.task.c.id == task_id).with_for_update()).mappings().first()
+    row = conn.execute(_LOCK_TASK, {"_id": task_id}).mappings().first()
     return task_from_row(row) if row else None
 
 
 def load_task(conn: sa.Connection, task_id: str) -> TaskState | None:
-    row = conn.execute(sa.select(t.task).where(t.task.c.id == task_id)).mappings().first()
+    row = conn.execute(_LOAD_TASK, {"_id": task_id}).mappings().first()
     return task_from_row(row) if row else None
 
 
 def steps_of(conn: sa.Connection, task_id: str, *, lock: bool = False) -> list[StepState]:
-    query = sa.select(t.task_step).where(t.task_step.c.task_id == task_id)
-    if lock:
-        # The task row is already locked, so this adds no contention between
-        # reporters; it orders us against the heartbeat light path.
-        query = query.with_for_update()
-    return [step_from_row(r) for r in conn.execute(query).mappings()]
+    # With lock=True: the task row is already locked, so this adds no contention
+    # between reporters; it orders us against the heartbeat light path.
+    query = _LOCK_STEPS if lock else _STEPS
+    return [step_from_row(r) for r in conn.execute(query, {"_task_id": task_id}).mappings()]
 
 
 def update_task(conn: sa.Connection, task: TaskState) -> None:
-    conn.execute(sa.update(t.task).where(t.task.c.id == task.task_id).values(task_values(task)))
+    conn.execute(_UPDATE_TASK, {"_id": task.task_id, **task_values(task)})
 
 
 def update_step(conn: sa.Connection, step: StepState) -> None:
     conn.execute(
-        sa.update(t.task_step)
-        .where(
-            t.task_step.c.task_id == step.task_id,
-            t.task_step.c.step_id == step.step_id,
-            t.task_step.c.attempt == step.attempt,
-        )
-        .values(step_values(step))
+        _UPDATE_STEP,
+        {"_task_id": step.task_id, "_step_id": step.step_id, "_attempt": step.attempt, **step_values(step)},
     )
 
 
 def insert_step(conn: sa.Connection, step: StepState) -> None:
     conn.execute(
-        sa.insert(t.task_step).values(
-            task_id=step.task_id, step_id=step.step_id, attempt=step.attempt, **step_values(step)
-        )
+        _INSERT_STEP, {"task_id": step.task_id, "step_id": step.step_id, "attempt": step.attempt, **step_values(step)}
     )
 
 
 def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     if rows:
-        conn.execute(sa.insert(t.task_outbox), list(rows))
+        conn.execute(_INSERT_OUTBOX, list(rows))
 
 
 def acl_users(conn: sa.Connection, task_id: str) -> list[str]:
     """Users (besides the owner) holding an unrevoked USER grant on the task."""
-    return list(
-        conn.scalars(
-            sa.select(t.task_acl.c.principal_id).where(
-                t.task_acl.c.task_id == task_id,
-                t.task_acl.c.principal_type == "USER",
-                t.task_acl.c.revoked_at.is_(None),
-            )
-        )
-    )
+    return list(conn.scalars(_ACL_USERS, {"_task_id": task_id}))
 
 
 def dedup_lookup(conn: sa.Connection, event_id: str) -> Mapping[Any, Any] | None:
-    return (
-        conn.execute(
-            sa.select(
-                t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result, t.task_event_dedup.c.task_id
-            ).where(t.task_event_dedup.c.event_id == event_id)
-        )
-        .mappings()
-        .first()
-    )
+    return conn.execute(_DEDUP, {"_event_id": event_id}).mappings().first()
 
 
 def visible_task_filter(tenant_id: str, user_id: str, projects: Iterable[str], roles: Iterable[str]) -> Any:
