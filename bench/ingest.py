@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import secrets
-import statistics
 import subprocess
 import sys
 import threading
@@ -79,7 +78,7 @@ def run_threads(n: int, seconds: float, body: Callable[[int, Callable[[], bool]]
     def guarded(i: int) -> None:
         try:
             body(i, lambda: time.monotonic() < deadline)
-        except BaseException as exc:  # noqa: BLE001 - reported after the run
+        except BaseException as exc:
             failures.append(exc)
 
     threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
