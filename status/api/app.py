@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any, TypeVar
@@ -29,15 +30,18 @@ from status.api.models import (
     HeartbeatBatchIn,
     NewTaskIn,
     RegisterExecutionIn,
+    ReleaseIn,
+    SubscriptionIn,
 )
 from status.api.openapi import build_openapi
 from status.app import commands as c
+from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal, UserPrincipal
 from status.domain.errors import DomainError, Invalid, TooLarge, Unauthenticated
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
-from status.infra.tokens import ExecutionTokens, ServiceTokens, UserTokens
+from status.infra.tokens import ExecutionTokens, RealtimeTokens, ServiceTokens, UserTokens
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -49,6 +53,13 @@ class Api:
     def __init__(self, settings: Settings, service: StatusService) -> None:
         self.settings = settings
         self.service = service
+        self.realtime = RealtimeService(
+            service,
+            RealtimeTokens(settings.centrifugo_token_secret, settings.realtime_token_ttl_seconds),
+            RealtimeEndpoints.from_websocket_url(settings.centrifugo_public_url),
+            settings.detail_subscription_limit,
+            settings.realtime_token_ttl_seconds,
+        )
         self.service_tokens = ServiceTokens(settings.service_token_secret)
         self.user_tokens = UserTokens(settings.user_token_secret, settings.user_jwks_url)
 
@@ -234,6 +245,36 @@ class Api:
         )
         return JSONResponse(result)
 
+    # ------------------------------------------------------------ realtime
+    def session_id(self, request: Request, user: UserPrincipal) -> str:
+        """The realtime session: the login's ``sid`` claim, else a hash of the credential."""
+        if user.session_id:
+            return f"{user.subject}:{user.session_id}"
+        return f"{user.subject}:{hashlib.sha256(self.bearer(request).encode()).hexdigest()[:32]}"
+
+    async def realtime_session(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        return JSONResponse(self.realtime.session(user))
+
+    async def subscription_token(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        body = await self.parse(request, SubscriptionIn)
+        result = await run_in_threadpool(
+            self.realtime.subscription_token,
+            user,
+            self.session_id(request, user),
+            task_id=body.taskId,
+            workflow_id=body.workflowId,
+        )
+        return JSONResponse(result)
+
+    async def release_subscription(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        body = await self.parse(request, ReleaseIn)
+        return JSONResponse(
+            await run_in_threadpool(self.realtime.release, self.session_id(request, user), body.channel)
+        )
+
 
 def _int_param(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
@@ -283,6 +324,9 @@ def routes(api: Api) -> list[Route]:
         Route("/api/me/tasks", api.my_tasks, methods=["GET"]),
         Route("/api/workflows/{workflow_id}/tasks", api.workflow_tasks, methods=["GET"]),
         Route("/api/workflows/{workflow_id}", api.workflow, methods=["GET"]),
+        Route("/api/realtime/session", api.realtime_session, methods=["GET"]),
+        Route("/api/realtime/subscription-token", api.subscription_token, methods=["POST"]),
+        Route("/api/realtime/subscription-token:release", api.release_subscription, methods=["POST"]),
     ]
 
 

@@ -262,3 +262,16 @@ class BatchGetIn(BaseModel):
     knownVersions: dict[Key, Annotated[str, StringConstraints(pattern=r"^[0-9]{1,19}$")]] = Field(
         default_factory=dict, max_length=100
     )
+
+
+class SubscriptionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    taskId: Key | None = None
+    workflowId: Key | None = None
+
+
+class ReleaseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    channel: Annotated[str, StringConstraints(min_length=3, max_length=255)]

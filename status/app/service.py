@@ -77,10 +77,6 @@ MAX_TITLE = 255
 KEY_RE_LIMIT = 128
 
 
-def _utcnow() -> datetime:
-    return repo.now_ms(datetime.now(UTC).replace(tzinfo=None))
-
-
 def _hash(content: Any) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
@@ -160,7 +156,7 @@ class StatusService:
         max_data_bytes: int = 16 * 1024,
         default_heartbeat_interval_seconds: int = 15,
         default_heartbeat_timeout_seconds: int = 60,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = repo.utcnow,
     ) -> None:
         self.engine = engine
         self._tokens = execution_tokens
@@ -220,7 +216,13 @@ class StatusService:
         event_id: str,
         broadcast: bool,
     ) -> list[dict[str, Any]]:
+        """The outbox rows of one task change (one per channel, full state + version).
+
+        Also appends the change to the workflow projector's feed (R15): an
+        insert-only row, so task commits never lock the workflow.
+        """
         now = self.now()
+        repo.record_task_change(conn, task.workflow_id, task.task_id, task.version, now)
         summary = user_summary(task, steps, now, notice)
         rows = []
 

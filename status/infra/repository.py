@@ -6,7 +6,7 @@ All functions take an open ``Connection`` inside a unit of work; none commits.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -270,6 +270,15 @@ def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> Non
         conn.execute(_INSERT_OUTBOX, list(rows))
 
 
+_INSERT_CHANGE = sa.insert(t.workflow_change)
+
+
+def record_task_change(conn: sa.Connection, workflow_id: str, task_id: str, version: int, now: datetime) -> None:
+    conn.execute(
+        _INSERT_CHANGE, {"workflow_id": workflow_id, "task_id": task_id, "task_version": version, "created_at": now}
+    )
+
+
 def acl_users(conn: sa.Connection, task_id: str) -> list[str]:
     """Users (besides the owner) holding an unrevoked USER grant on the task."""
     return list(conn.scalars(_ACL_USERS, {"_task_id": task_id}))
@@ -292,6 +301,11 @@ def visible_task_filter(tenant_id: str, user_id: str, projects: Iterable[str], r
         .exists()
     )
     return sa.and_(t.task.c.tenant_id == tenant_id, sa.or_(t.task.c.owner_id == user_id, granted))
+
+
+def utcnow() -> datetime:
+    """Naive UTC with millisecond precision: what DATETIME(3) columns hold."""
+    return now_ms(datetime.now(UTC).replace(tzinfo=None))
 
 
 def now_ms(now: datetime) -> datetime:

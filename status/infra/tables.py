@@ -358,4 +358,34 @@ task_operation_definition = sa.Table(
     **MYSQL_TABLE_ARGS,
 )
 
+# Insert-only feed of committed task changes for the workflow projector (R15):
+# task commits append here instead of touching the workflow row, so they never
+# contend on it; the projector claims rows with SKIP LOCKED and deletes them.
+workflow_change = sa.Table(
+    "workflow_change",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("workflow_id", Id, nullable=False),
+    sa.Column("task_id", Id, nullable=False),
+    sa.Column("task_version", Version, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("workflow_change_workflow_idx", "workflow_id", "id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+# Detail/workflow subscriptions granted to a realtime session: the server-side
+# limit (DETAIL_SUBSCRIPTION_LIMIT) counts unexpired rows per session.
+realtime_grant = sa.Table(
+    "realtime_grant",
+    metadata,
+    sa.Column("session_id", sa.String(128), primary_key=True),
+    sa.Column("channel", sa.String(255), primary_key=True),
+    sa.Column("tenant_id", sa.String(64), nullable=False),
+    sa.Column("user_id", sa.String(64), nullable=False),
+    sa.Column("expires_at", Timestamp, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("realtime_grant_expiry_idx", "expires_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
 ALL_TABLES = tuple(metadata.sorted_tables)

@@ -57,7 +57,7 @@ def health(tenant: str) -> ServicePrincipal:
 
 
 # ---------------------------------------------------------------- HTTP
-from dataclasses import dataclass, replace  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from starlette.testclient import TestClient  # noqa: E402
@@ -65,34 +65,15 @@ from starlette.testclient import TestClient  # noqa: E402
 from status.api.app import create_app  # noqa: E402
 from status.infra.tokens import ServiceTokens, UserTokens  # noqa: E402
 from status.settings import Settings  # noqa: E402
+from tests.support.settings import make_settings  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def settings(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    secret = secrets.token_hex
-    return Settings(
-        environment="test",
-        data_dir=Path(tmp_path_factory.mktemp("data")),
-        database_url=db_url,
-        centrifugo_api_url="http://127.0.0.1:1/api",
-        centrifugo_api_key=secret(16),
-        centrifugo_token_secret=secret(32),
-        centrifugo_public_url="ws://127.0.0.1:1/connection/websocket",
-        service_token_secret=secret(32),
-        execution_token_secret=secret(32),
-        user_token_secret=secret(32),
-        user_jwks_url=None,
-        temporal_address="127.0.0.1:7233",
-        temporal_namespace="default",
-        detail_subscription_limit=20,
-        execution_token_ttl_seconds=3600,
-        realtime_token_ttl_seconds=300,
-        heartbeat_grace_seconds=30,
-        max_body_bytes=64 * 1024,
-        max_data_bytes=4 * 1024,
-        outbox_retention_seconds=3600,
-        dedup_retention_seconds=3600,
-        event_retention_seconds=3600,
+def settings(db_url: str, tmp_path_factory: pytest.TempPathFactory, execution_tokens: ExecutionTokens) -> Settings:
+    return make_settings(
+        db_url,
+        Path(tmp_path_factory.mktemp("data")),
+        execution_token_secret=execution_tokens._secret,  # type: ignore[attr-defined]
     )
 
 
@@ -126,11 +107,8 @@ class Http:
 
 
 @pytest.fixture(scope="session")
-def app_client(
-    settings: Settings, engine: sa.Engine, service: StatusService, execution_tokens: ExecutionTokens
-) -> Iterator[TestClient]:
-    app_settings = replace(settings, execution_token_secret=execution_tokens._secret)  # type: ignore[attr-defined]
-    with TestClient(create_app(app_settings, engine, service), raise_server_exceptions=False) as client:
+def app_client(settings: Settings, engine: sa.Engine, service: StatusService) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, engine, service), raise_server_exceptions=False) as client:
         yield client
 
 

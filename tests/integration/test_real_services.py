@@ -209,3 +209,17 @@ def test_schema_has_every_table_of_the_spec() -> None:
 async def test_event_loop_is_shared_by_the_session() -> None:
     # Session-scoped async fixtures (Temporal) need tests on the same loop.
     assert asyncio.get_running_loop() is not None
+
+
+@pytest.mark.parametrize("backend", ["mariadb", "sqlite"])
+def test_migrations_match_the_table_definitions(backend: str, request: pytest.FixtureRequest, tmp_path: object) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    url = request.getfixturevalue("scratch_mariadb_url") if backend == "mariadb" else f"sqlite:///{tmp_path}/m.sqlite3"
+    migrate.upgrade(url)
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata)
+    engine.dispose()
+    assert diff == [], "tables.py and migrations/ disagree; add a migration"

@@ -1,0 +1,29 @@
+"""Prometheus metrics of the observer processes (SPEC §12)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+OUTBOX_ROWS = Gauge("outbox_rows", "Outbox rows by status", ["status"], registry=REGISTRY)
+OLDEST_PENDING_AGE = Gauge(
+    "outbox_oldest_pending_age_seconds", "Age of the oldest PENDING outbox row", registry=REGISTRY
+)
+COMMIT_TO_PUBLISH = Histogram(
+    "state_commit_to_publish_seconds",
+    "From the outbox row's commit to Centrifugo accepting the publication",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+PUBLISH_SECONDS = Histogram("relay_publish_seconds", "Duration of one Centrifugo batch call", registry=REGISTRY)
+PUBLISHED = Counter("relay_published_total", "Publications accepted by Centrifugo", registry=REGISTRY)
+COALESCED = Counter("relay_coalesced_total", "Superseded summaries skipped under backlog", registry=REGISTRY)
+DEAD = Counter("relay_dead_total", "Outbox rows that went DEAD", registry=REGISTRY)
+PUBLISH_ERRORS = Counter("relay_publish_errors_total", "Failed publications by class", ["kind"], registry=REGISTRY)
+PURGED = Counter("retention_purged_total", "Rows deleted by retention", ["table"], registry=REGISTRY)
+RECONCILER_TRANSITIONS = Counter(
+    "reconciler_transitions_total", "Health transitions committed by the reconciler", ["to"], registry=REGISTRY
+)
+PROJECTOR_FOLDS = Counter("projector_folds_total", "Workflow aggregates recomputed", registry=REGISTRY)
+LOOP_ERRORS = Counter("observer_loop_errors_total", "Errors in observer loops", ["loop"], registry=REGISTRY)

@@ -1,0 +1,132 @@
+"""Realtime credentials (SPEC §3, §7; seed §7): Centrifugo connection and subscription tokens.
+
+A connection token names only the user's own summary channel (subscribed
+server-side by Centrifugo).  Detail and workflow channels need a subscription
+token, issued only after an ACL check and within a per-session limit that the
+server keeps (``realtime_grant``), so a browser can neither pick another
+user's channel nor hold unbounded detail subscriptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app.service import StatusService
+from status.domain.auth import UserPrincipal
+from status.domain.errors import ErrorCode, Invalid, LimitExceeded, NotFound
+from status.domain.projections import detail_channel, iso, user_channel, workflow_channel
+from status.infra import tables as t
+from status.infra.tokens import RealtimeTokens
+
+
+@dataclass(frozen=True)
+class RealtimeEndpoints:
+    websocket: str
+    http_stream: str
+    sse: str
+    uni_sse: str
+
+    @classmethod
+    def from_websocket_url(cls, url: str) -> RealtimeEndpoints:
+        base = url.removesuffix("/connection/websocket")
+        http_base = base.replace("wss://", "https://").replace("ws://", "http://")
+        return cls(
+            websocket=url,
+            http_stream=f"{http_base}/connection/http_stream",
+            sse=f"{http_base}/connection/sse",
+            uni_sse=f"{http_base}/connection/uni_sse",
+        )
+
+
+class RealtimeService:
+    def __init__(
+        self,
+        status: StatusService,
+        tokens: RealtimeTokens,
+        endpoints: RealtimeEndpoints,
+        detail_limit: int,
+        token_ttl_seconds: int,
+    ) -> None:
+        self.status = status
+        self.tokens = tokens
+        self.endpoints = endpoints
+        self.detail_limit = detail_limit
+        self.ttl = timedelta(seconds=token_ttl_seconds)
+
+    def session(self, user: UserPrincipal) -> dict[str, Any]:
+        """A connection JWT for the user's summary channel only, plus where to connect."""
+        channel = user_channel(user.tenant_id, user.user_id)
+        token, exp = self.tokens.connection(user, [channel])
+        return {
+            "token": token,
+            "expiresAt": exp,
+            "user": user.subject,
+            "channels": {"summary": channel},
+            "endpoints": {
+                "websocket": self.endpoints.websocket,
+                "httpStream": self.endpoints.http_stream,
+                "sse": self.endpoints.sse,
+                "uniSse": self.endpoints.uni_sse,
+            },
+            "detailSubscriptionLimit": self.detail_limit,
+        }
+
+    def subscription_token(
+        self, user: UserPrincipal, session_id: str, *, task_id: str | None, workflow_id: str | None
+    ) -> dict[str, Any]:
+        """A subscription JWT for one detail/workflow channel after an ACL check (AC25, AC26)."""
+        if (task_id is None) == (workflow_id is None):
+            raise Invalid("send exactly one of taskId or workflowId")
+        with self.status.engine.connect() as conn:
+            if task_id is not None:
+                if not self.status.can_see_task(conn, user, task_id):
+                    raise NotFound("task not found", ErrorCode.NOT_FOUND)
+                channel = detail_channel(user.tenant_id, task_id)
+        if workflow_id is not None:
+            self.status.get_workflow(user, workflow_id, with_tasks=False)  # raises NOT_FOUND when not visible
+            channel = workflow_channel(user.tenant_id, workflow_id)
+        now = self.status.now()
+        expires = now + self.ttl
+
+        def work(conn: sa.Connection) -> None:
+            g = t.realtime_grant
+            conn.execute(sa.delete(g).where(g.c.session_id == session_id, g.c.expires_at <= now))
+            held = set(conn.scalars(sa.select(g.c.channel).where(g.c.session_id == session_id).with_for_update()))
+            if channel not in held and len(held) >= self.detail_limit:
+                raise LimitExceeded(
+                    f"this session already holds {len(held)} detail subscriptions (limit {self.detail_limit}); "
+                    "release one first",
+                    ErrorCode.RATE_LIMITED,
+                    retryable=False,
+                )
+            if channel in held:
+                conn.execute(
+                    sa.update(g).where(g.c.session_id == session_id, g.c.channel == channel).values(expires_at=expires)
+                )
+            else:
+                conn.execute(
+                    sa.insert(g).values(
+                        session_id=session_id,
+                        channel=channel,
+                        tenant_id=user.tenant_id,
+                        user_id=user.user_id,
+                        expires_at=expires,
+                        created_at=now,
+                    )
+                )
+
+        with self.status.engine.begin() as conn:
+            work(conn)
+        token, exp = self.tokens.subscription(user, channel)
+        return {"channel": channel, "token": token, "expiresAt": exp, "grantExpiresAt": iso(expires)}
+
+    def release(self, session_id: str, channel: str) -> dict[str, Any]:
+        """Give back a detail subscription slot (the client unsubscribed)."""
+        g = t.realtime_grant
+        with self.status.engine.begin() as conn:
+            released = conn.execute(sa.delete(g).where(g.c.session_id == session_id, g.c.channel == channel)).rowcount
+        return {"channel": channel, "released": bool(released)}
