@@ -32,14 +32,14 @@ class Recorder(ClientEventHandler):
     publications: asyncio.Queue[tuple[str, int, Any]] = field(default_factory=asyncio.Queue)
     subscribed: asyncio.Queue[ServerSubscribedContext] = field(default_factory=asyncio.Queue)
     connected: asyncio.Event = field(default_factory=asyncio.Event)
-    disconnects: list[DisconnectedContext] = field(default_factory=list)
+    disconnects: asyncio.Queue[DisconnectedContext] = field(default_factory=asyncio.Queue)
 
     async def on_connected(self, ctx: ConnectedContext) -> None:
         self.connected.set()
 
     async def on_disconnected(self, ctx: DisconnectedContext) -> None:
         self.connected.clear()
-        self.disconnects.append(ctx)
+        self.disconnects.put_nowait(ctx)
 
     async def on_subscribed(self, ctx: ServerSubscribedContext) -> None:
         self.subscribed.put_nowait(ctx)
@@ -49,6 +49,9 @@ class Recorder(ClientEventHandler):
 
     async def next_publication(self, timeout: float = 10) -> tuple[str, int, Any]:
         return await asyncio.wait_for(self.publications.get(), timeout)
+
+    async def next_disconnect(self, timeout: float = 10) -> DisconnectedContext:
+        return await asyncio.wait_for(self.disconnects.get(), timeout)
 
     async def next_subscribed(self, timeout: float = 10) -> ServerSubscribedContext:
         return await asyncio.wait_for(self.subscribed.get(), timeout)

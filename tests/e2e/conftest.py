@@ -1,0 +1,70 @@
+"""End-to-end harness: the HTTP API and the relay wired to a real Centrifugo on MariaDB."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from starlette.testclient import TestClient
+
+from observer.centrifugo import CentrifugoPublisher
+from observer.relay import OutboxRelay, RelayConfig
+from status.api.app import build_service, create_app
+from status.app.service import StatusService
+from status.infra.db import create_engine
+from status.infra.tokens import ServiceTokens, UserTokens
+from status.settings import Settings
+from tests.integration.conftest import Http
+from tests.support.processes import CentrifugoNode
+from tests.support.settings import make_settings
+
+
+@pytest.fixture(scope="session")
+def e2e_settings(mariadb_url: str, centrifugo: CentrifugoNode, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return make_settings(
+        mariadb_url,
+        Path(tmp_path_factory.mktemp("e2e")),
+        centrifugo_api_url=centrifugo.api_url,
+        centrifugo_api_key=centrifugo.api_key,
+        centrifugo_token_secret=centrifugo.token_secret,
+        centrifugo_public_url=centrifugo.ws_url,
+        detail_subscription_limit=3,
+    )
+
+
+@pytest.fixture(scope="session")
+def e2e_engine(e2e_settings: Settings) -> Iterator[sa.Engine]:
+    engine = create_engine(e2e_settings.database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def e2e_service(e2e_settings: Settings, e2e_engine: sa.Engine) -> StatusService:
+    service = build_service(e2e_settings, e2e_engine)
+    service.install_default_definitions()
+    return service
+
+
+@pytest.fixture(scope="session")
+def e2e_client(e2e_settings: Settings, e2e_engine: sa.Engine, e2e_service: StatusService) -> Iterator[TestClient]:
+    with TestClient(create_app(e2e_settings, e2e_engine, e2e_service), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def api(e2e_client: TestClient, e2e_settings: Settings) -> Http:
+    tenant = f"tenant-{secrets.token_hex(4)}"
+    return Http(
+        e2e_client, tenant, ServiceTokens(e2e_settings.service_token_secret), UserTokens(e2e_settings.user_token_secret)
+    )
+
+
+@pytest.fixture
+async def relay(e2e_engine: sa.Engine, e2e_settings: Settings) -> AsyncIterator[OutboxRelay]:
+    publisher = CentrifugoPublisher(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
+    yield OutboxRelay(e2e_engine, publisher, f"relay-{secrets.token_hex(3)}", RelayConfig(batch_size=1000))
+    await publisher.aclose()
