@@ -11,6 +11,7 @@ full state and its version, so clients converge whatever the duplicates.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -173,7 +174,8 @@ class OutboxRelay:
     async def run_once(self) -> PassResult:
         """One claim → publish → mark pass."""
         result = PassResult()
-        rows = self.claim()
+        # Database work runs in a thread so the publishing event loop never blocks on it.
+        rows = await asyncio.to_thread(self.claim)
         result.claimed = len(rows)
         if not rows:
             return result
@@ -198,7 +200,7 @@ class OutboxRelay:
             metrics.PUBLISH_ERRORS.labels(kind="unauthorized").inc(len(to_send))
             outcomes = [PublishResult(ok=False, error="unauthorized: check the Centrifugo API key")] * len(to_send)
         metrics.PUBLISH_SECONDS.observe(time.perf_counter() - started)
-        self._mark(rows, to_send, outcomes, skipped, result)
+        await asyncio.to_thread(self._mark, rows, to_send, outcomes, skipped, result)
         return result
 
     def _mark(

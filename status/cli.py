@@ -35,6 +35,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _observer(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from observer.runner import run_loops, run_temporal
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = Settings.from_env()
+    if args.mode == "loops":
+        asyncio.run(run_loops(settings))
+    else:
+        asyncio.run(run_temporal(settings))
+    return 0
+
+
 def _roles(values: list[str]) -> list[Role]:
     try:
         return [Role(v.upper()) for v in values]
@@ -109,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve = add("serve", _serve, "run the status API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+
+    observer = add("observer", _observer, "run the outbox relay, workflow projector, health reconciler and retention")
+    observer.add_argument(
+        "--mode",
+        choices=["temporal", "loops"],
+        default="temporal",
+        help="temporal: as long-running activities of a Temporal worker (default); loops: plain asyncio loops",
+    )
 
     token = add("service-token", _service_token, "print a service credential for the internal API")
     token.add_argument("--producer", required=True, help="producerId of the service")

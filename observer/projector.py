@@ -1,0 +1,170 @@
+"""Workflow projector (SPEC R15, seed §6.1.1): task changes → workflow aggregates.
+
+Task commits append to ``workflow_change`` (insert-only) and never lock the
+workflow.  A pass claims change rows with ``SKIP LOCKED``, recomputes each
+touched workflow's aggregate from its tasks' committed state, and when the
+aggregate changed bumps the workflow's own ``workflowVersion`` and writes
+outbox rows for the workflow channel and the workflow owner's summary channel
+— all in one transaction, so a crash re-folds the same changes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from observer import metrics
+from status.domain.lifecycle import Health, Lifecycle
+from status.domain.model import WorkflowState
+from status.domain.projections import Projection, user_channel, workflow_channel, workflow_summary
+from status.infra import repository as repo
+from status.infra import tables as t
+
+wc = t.workflow_change
+
+
+def fold(tasks: list[dict[str, Any]]) -> tuple[Lifecycle, Health, dict[str, Any]]:
+    """The aggregate of a workflow's tasks: counts per lifecycle, progress, health.
+
+    Purely descriptive: the workflow is SUCCEEDED only when every task is, and
+    a FAILED task with others still running leaves it RUNNING + DEGRADED; the
+    projector never decides what the work does next (SPEC §1).
+    """
+    counts = Counter(task["lifecycle_status"] for task in tasks)
+    total = len(tasks)
+    finished = sum(counts[s.value] for s in Lifecycle if s.terminal)
+    percent = round(100 * finished / total, 2) if total else None
+    if total == 0:
+        lifecycle = Lifecycle.PENDING
+    elif counts[Lifecycle.SUCCEEDED.value] == total:
+        lifecycle = Lifecycle.SUCCEEDED
+    elif finished == total:
+        lifecycle = Lifecycle.FAILED if counts[Lifecycle.FAILED.value] else Lifecycle.CANCELLED
+    elif counts[Lifecycle.PENDING.value] == total:
+        lifecycle = Lifecycle.PENDING
+    else:
+        lifecycle = Lifecycle.RUNNING
+    health = Health.HEALTHY
+    if any(task["health"] == Health.STALE.value for task in tasks if task["lifecycle_status"] == "RUNNING"):
+        health = Health.STALE
+    elif counts[Lifecycle.FAILED.value] or any(task["health"] == Health.DEGRADED.value for task in tasks):
+        health = Health.DEGRADED
+    aggregate = {
+        "taskCount": total,
+        "counts": {s.value: counts[s.value] for s in Lifecycle},
+        "finishedTasks": finished,
+        "percent": percent,
+    }
+    return lifecycle, health, aggregate
+
+
+class WorkflowProjector:
+    def __init__(self, engine: sa.Engine, clock: Callable[[], datetime] = repo.utcnow, batch_size: int = 500) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.batch_size = batch_size
+
+    def run_once(self) -> int:
+        """Fold one batch of changes; returns how many workflows got a new version."""
+        bumped = 0
+        with self.engine.begin() as conn:
+            changes = conn.execute(
+                sa.select(wc.c.id, wc.c.workflow_id)
+                .order_by(wc.c.id)
+                .limit(self.batch_size)
+                .with_for_update(skip_locked=True)
+            ).all()
+            if not changes:
+                return 0
+            for workflow_id in sorted({c.workflow_id for c in changes}):
+                if self._fold_workflow(conn, workflow_id):
+                    bumped += 1
+            conn.execute(sa.delete(wc).where(wc.c.id.in_([c.id for c in changes])))
+        metrics.PROJECTOR_FOLDS.inc(bumped)
+        return bumped
+
+    def _fold_workflow(self, conn: sa.Connection, workflow_id: str) -> bool:
+        row = (
+            conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id).with_for_update())
+            .mappings()
+            .first()
+        )
+        if row is None:
+            return False
+        tasks = [
+            dict(r)
+            for r in conn.execute(
+                sa.select(t.task.c.lifecycle_status, t.task.c.health, t.task.c.started_at, t.task.c.finished_at).where(
+                    t.task.c.workflow_id == workflow_id
+                )
+            ).mappings()
+        ]
+        lifecycle, health, aggregate = fold(tasks)
+        if (
+            aggregate == (row["aggregate"] or {})
+            and lifecycle.value == row["lifecycle_status"]
+            and health.value == row["health"]
+        ):
+            return False
+        now = repo.now_ms(self.clock())
+        started = row["started_at"] or (now if lifecycle is not Lifecycle.PENDING else None)
+        finished = now if lifecycle.terminal else None
+        version = int(row["version"]) + 1
+        conn.execute(
+            sa.update(t.workflow)
+            .where(t.workflow.c.id == workflow_id)
+            .values(
+                lifecycle_status=lifecycle.value,
+                health=health.value,
+                aggregate=aggregate,
+                version=version,
+                started_at=started,
+                finished_at=finished,
+                updated_at=now,
+            )
+        )
+        workflow = repo.workflow_from_row(
+            {
+                **row,
+                "lifecycle_status": lifecycle.value,
+                "health": health.value,
+                "aggregate": aggregate,
+                "version": version,
+                "started_at": started,
+                "finished_at": finished,
+                "updated_at": now,
+            }
+        )
+        self._outbox(conn, workflow, now)
+        return True
+
+    @staticmethod
+    def _outbox(conn: sa.Connection, workflow: WorkflowState, now: datetime) -> None:
+        payload = workflow_summary(workflow, now)
+        channels = [
+            workflow_channel(workflow.tenant_id, workflow.workflow_id),
+            user_channel(workflow.tenant_id, workflow.owner_id),
+        ]
+        repo.insert_outbox(
+            conn,
+            [
+                {
+                    "aggregate_type": "WORKFLOW",
+                    "aggregate_id": workflow.workflow_id,
+                    "aggregate_version": workflow.version,
+                    "channel": channel,
+                    "projection": Projection.WORKFLOW_SUMMARY,
+                    "must_deliver": workflow.lifecycle.terminal,
+                    "event_id": None,
+                    "payload": payload,
+                    "status": "PENDING",
+                    "available_at": now,
+                    "created_at": now,
+                }
+                for channel in channels
+            ],
+        )

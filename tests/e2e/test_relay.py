@@ -1,0 +1,195 @@
+"""Outbox relay against a real Centrifugo: at-least-once, no double claims, DEAD, backoff, coalescing (R14, AC29)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from cent import AsyncClient, HistoryRequest
+
+from observer.centrifugo import CentrifugoPublisher
+from observer.relay import OutboxRelay, RelayConfig
+from status.infra import tables as t
+from status.infra.repository import utcnow
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow, report
+from tests.support.processes import CentrifugoNode
+
+pytestmark = pytest.mark.centrifugo
+ot = t.task_outbox
+
+
+def _rows(engine: sa.Engine, task_id: str) -> list[sa.RowMapping]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(ot).where(ot.c.aggregate_id == task_id).order_by(ot.c.id)).mappings())
+
+
+def _task_with_events(api: Http, progress_events: int = 2) -> tuple[str, dict]:
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    ctx = activate(api, task_id)
+    assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
+    for seq in range(2, 2 + progress_events):
+        assert report(api, ctx, "STEP_PROGRESS", seq, progress={"current": seq, "total": 100}).status_code == 200
+    return task_id, ctx
+
+
+def _later(relay: OutboxRelay, seconds: float) -> OutboxRelay:
+    """The same relay type seen from a clock ahead (lease expiry, backoff) without sleeping."""
+    return OutboxRelay(
+        relay.engine,
+        relay.publisher,
+        f"relay-{uuid.uuid4().hex[:6]}",
+        relay.config,
+        clock=lambda: utcnow() + timedelta(seconds=seconds),
+    )
+
+
+async def _history(node_api: str, key: str, channel: str) -> list[dict]:
+    async with AsyncClient(node_api, key) as api:
+        result = await api.history(HistoryRequest(channel=channel, limit=100))
+    return [p.data for p in result.publications]
+
+
+async def _drain(relay: OutboxRelay) -> None:
+    while (await relay.run_once()).claimed:
+        pass
+
+
+async def test_ac29_relay_killed_between_publish_and_mark_redelivers_without_regress(
+    api: Http, relay: OutboxRelay, centrifugo: CentrifugoNode, e2e_engine: sa.Engine
+) -> None:
+    await _drain(relay)
+    task_id, _ = _task_with_events(api)
+    rows = relay.claim()
+    mine = [r for r in rows if r.aggregate_id == task_id]
+    assert mine and all(r.aggregate_id for r in rows)
+    from observer.centrifugo import Publication
+
+    # Publish, then "crash" before marking: the rows stay PROCESSING under our lease.
+    await relay.publisher.publish_batch([Publication(r.channel, r.payload, f"outbox-{r.id}") for r in rows])
+    assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PROCESSING"}
+    successor = _later(relay, relay.config.lease_seconds + 1)
+    assert successor.take_over_expired_leases() >= len(mine)
+    await _drain(successor)
+    assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PUBLISHED"}
+    detail = f"task_detail:{api.tenant}/{task_id}"
+    versions = [int(p["taskVersion"]) for p in await _history(centrifugo.api_url, centrifugo.api_key, detail)]
+    # At least once, never backwards: every version is there, and in commit order.
+    assert versions == sorted(versions) and set(versions) == {
+        r["aggregate_version"] for r in _rows(e2e_engine, task_id) if r["projection"] == "TASK_DETAIL"
+    }
+
+
+async def test_two_relays_never_claim_the_same_row(api: Http, relay: OutboxRelay, e2e_engine: sa.Engine) -> None:
+    await _drain(relay)
+    for _ in range(3):
+        _task_with_events(api, progress_events=5)
+    claimed: list[list[int]] = [[], []]
+    relays = [OutboxRelay(e2e_engine, relay.publisher, f"r{i}", RelayConfig(batch_size=7)) for i in range(2)]
+    barrier = threading.Barrier(2)
+
+    with e2e_engine.connect() as conn:
+        pending = conn.execute(sa.select(sa.func.count()).select_from(ot).where(ot.c.status == "PENDING")).scalar_one()
+    rounds = pending // 7 + 2
+
+    def work(i: int) -> None:
+        for _ in range(rounds):
+            barrier.wait()  # both claim at the same moment, round after round
+            claimed[i].extend(r.id for r in relays[i].claim())
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(claimed[0]) + len(claimed[1]) == pending
+    assert not set(claimed[0]) & set(claimed[1])
+    with e2e_engine.connect() as conn:
+        processing = set(conn.scalars(sa.select(ot.c.id).where(ot.c.status == "PROCESSING")))
+    assert set(claimed[0]) | set(claimed[1]) == processing
+    for r in relays:
+        await _drain(_later(r, r.config.lease_seconds + 1))
+
+
+async def test_permanent_errors_go_dead_and_stay_dead(relay: OutboxRelay, e2e_engine: sa.Engine) -> None:
+    await _drain(relay)
+    now = utcnow()
+    with e2e_engine.begin() as conn:
+        bad_id = conn.execute(
+            sa.insert(ot).values(
+                aggregate_type="TASK",
+                aggregate_id=f"tsk_bad_{uuid.uuid4().hex}",
+                aggregate_version=1,
+                channel="no_such_namespace:x",
+                projection="USER_SUMMARY",
+                payload={"kind": "task.summary"},
+                status="PENDING",
+                available_at=now,
+                created_at=now,
+            )
+        ).inserted_primary_key[0]
+    result = await relay.run_once()
+    assert result.dead == 1
+    with e2e_engine.connect() as conn:
+        row = conn.execute(sa.select(ot).where(ot.c.id == bad_id)).mappings().one()
+    assert row["status"] == "DEAD" and "102" in row["last_error"] and row["attempts"] == 1
+    assert (await relay.run_once()).claimed == 0  # never hot-loops
+
+
+async def test_retryable_failures_back_off_and_nothing_is_lost(
+    api: Http, relay: OutboxRelay, e2e_engine: sa.Engine, centrifugo_factory: type[CentrifugoNode]
+) -> None:
+    await _drain(relay)
+    node = centrifugo_factory().start()
+    down_publisher = CentrifugoPublisher(node.api_url, node.api_key, timeout=2)
+    flaky = OutboxRelay(e2e_engine, down_publisher, "flaky", RelayConfig(batch_size=1000))
+    node.stop()
+    task_id, _ = _task_with_events(api)
+    result = await flaky.run_once()
+    assert result.retried >= 1 and result.published == 0
+    rows = _rows(e2e_engine, task_id)
+    assert {r["status"] for r in rows} == {"PENDING"}
+    assert all(r["available_at"] > utcnow() - timedelta(seconds=1) and r["last_error"] for r in rows)
+    assert (await flaky.run_once()).claimed == 0  # backing off, not hot-looping
+    node.start()
+    later = OutboxRelay(
+        e2e_engine,
+        down_publisher,
+        "flaky",
+        RelayConfig(batch_size=1000),
+        clock=lambda: utcnow() + timedelta(seconds=120),
+    )
+    await _drain(later)
+    assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PUBLISHED"}
+    detail = f"task_detail:{api.tenant}/{task_id}"
+    assert [int(p["taskVersion"]) for p in await _history(node.api_url, node.api_key, detail)] == sorted(
+        r["aggregate_version"] for r in _rows(e2e_engine, task_id) if r["projection"] == "TASK_DETAIL"
+    )
+    await down_publisher.aclose()
+
+
+async def test_ac24_coalescing_under_backlog_never_drops_notices_or_terminal(
+    api: Http, e2e_engine: sa.Engine, relay: OutboxRelay, centrifugo: CentrifugoNode
+) -> None:
+    await _drain(relay)
+    task_id, ctx = _task_with_events(api, progress_events=8)
+    failed = report(api, ctx, "STEP_FAILED", 10, error={"category": "SYSTEM", "code": "BOOM", "message": "boom"})
+    assert failed.status_code == 200
+    more = [report(api, ctx, "STEP_PROGRESS", 11 + i) for i in range(1)]
+    assert all(r.status_code == 409 for r in more)  # a failed step takes no more progress
+    eager = OutboxRelay(e2e_engine, relay.publisher, "eager", RelayConfig(batch_size=1000, coalesce_backlog=1))
+    result = await eager.run_once()
+    assert result.coalesced > 0
+    summary = f"task_user:{api.tenant}/user-1"
+    delivered = [
+        p for p in await _history(centrifugo.api_url, centrifugo.api_key, summary) if p.get("taskId") == task_id
+    ]
+    kinds = [p["notice"]["kind"] for p in delivered if p.get("notice")]
+    assert "STEP_FAILED" in kinds  # the notice survived coalescing
+    final = max(int(r["aggregate_version"]) for r in _rows(e2e_engine, task_id))
+    assert int(delivered[-1]["taskVersion"]) == final
+    assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PUBLISHED"}
+    _ = datetime
