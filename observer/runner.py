@@ -11,6 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from prometheus_client import start_http_server
+
+from observer import metrics
 from observer.centrifugo import CentrifugoPublisher
 from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
@@ -47,6 +50,9 @@ class Observer:
 
 
 def build_observer(settings: Settings) -> Observer:
+    if settings.observer_metrics_port:
+        # /metrics of the observer: outbox gauges, commit->publish latency, relay errors, reconciler transitions.
+        start_http_server(settings.observer_metrics_port, addr="127.0.0.1", registry=metrics.REGISTRY)
     engine = create_engine(settings.database_url)
     service = build_service(settings, engine)
     publisher = CentrifugoPublisher(settings.centrifugo_api_url, settings.centrifugo_api_key)

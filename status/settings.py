@@ -92,6 +92,7 @@ class Settings:
     outbox_retention_seconds: int
     dedup_retention_seconds: int
     event_retention_seconds: int
+    observer_metrics_port: int = 0
 
     @property
     def is_production(self) -> bool:
@@ -140,4 +141,5 @@ class Settings:
             outbox_retention_seconds=_int("OUTBOX_RETENTION_SECONDS", 24 * 3600),
             dedup_retention_seconds=_int("DEDUP_RETENTION_SECONDS", 7 * 24 * 3600),
             event_retention_seconds=_int("EVENT_RETENTION_SECONDS", 30 * 24 * 3600),
+            observer_metrics_port=_int("OBSERVER_METRICS_PORT", 9108),
         )

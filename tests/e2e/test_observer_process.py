@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from temporalio.testing import WorkflowEnvironment
@@ -19,6 +20,7 @@ from status.settings import Settings
 from tests.e2e.test_realtime_delivery import connect_user, next_for_task
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.centrifugo
 CLI = Path(sys.executable).with_name("task-observer")
@@ -36,6 +38,7 @@ def _env(settings: Settings, **extra: str) -> dict[str, str]:
         "TASK_OBSERVER_SERVICE_TOKEN_SECRET": settings.service_token_secret,
         "TASK_OBSERVER_EXECUTION_TOKEN_SECRET": settings.execution_token_secret,
         "TASK_OBSERVER_USER_TOKEN_SECRET": settings.user_token_secret,
+        "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
         **extra,
     }
 

@@ -144,3 +144,29 @@ async def test_other_users_receive_nothing_and_get_no_tokens(api: Http, relay: O
     closed = await bob_events.next_disconnect()
     assert closed.code == 3500 and stolen.subscribed.empty()
     assert "token" in bob_session and bob_session["channels"]["summary"].endswith("/user-2")
+
+
+async def test_ac26_grant_publishes_the_summary_and_revoke_a_removal(api: Http, relay: OutboxRelay) -> None:
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    await drain(relay)
+    carol, carol_events, _ = await connect_user(api, "user-3")
+    granted = api.client.put(f"/internal/v1/tasks/{task_id}/acl/USER/user-3", json={}, headers=api.coordinator)
+    assert granted.status_code == 200
+    await drain(relay)
+    summary = await next_for_task(carol_events, task_id)
+    assert summary["kind"] == "task.summary" and summary["taskVersion"] == granted.json()["taskVersion"]
+    login = api.user("user-3")
+    assert (
+        api.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=login).status_code == 200
+    )
+    revoked = api.client.delete(f"/internal/v1/tasks/{task_id}/acl/USER/user-3", headers=api.coordinator)
+    assert revoked.status_code == 200
+    await drain(relay)
+    removal = await next_for_task(carol_events, task_id)
+    assert removal["kind"] == "task.removed" and removal["taskVersion"] == revoked.json()["taskVersion"]
+    # And the fact side refuses further reads and tokens.
+    assert api.client.get(f"/api/tasks/{task_id}", headers=login).status_code == 404
+    assert (
+        api.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=login).status_code == 404
+    )
+    await carol.disconnect()
