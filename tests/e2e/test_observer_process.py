@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import sqlalchemy as sa
 from temporalio.testing import WorkflowEnvironment
@@ -20,7 +19,6 @@ from status.settings import Settings
 from tests.e2e.test_realtime_delivery import connect_user, next_for_task
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.centrifugo
 CLI = Path(sys.executable).with_name("task-observer")
