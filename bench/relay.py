@@ -78,7 +78,7 @@ async def steady_latency(url: str, node, rate: float, seconds: float) -> None:
     coordinator = ServicePrincipal("bench", "bench-steady", "s", frozenset({Role.COORDINATOR}))
     producers = 8
     claims = []
-    for i in range(producers):
+    for _ in range(producers):
         created = service.create_workflow(
             coordinator,
             c.CreateWorkflow(
@@ -137,7 +137,8 @@ async def steady_latency(url: str, node, rate: float, seconds: float) -> None:
     events = len(rows) / 2
     print(
         f"steady         {events / seconds:,.0f} events/s ({len(rows)} publications): commit→publish "
-        f"p50 {percentile(lags, 0.5):.0f} ms  p99 {percentile(lags, 0.99):.0f} ms   (target p99 < 100 ms at 1,000 events/s)"
+        f"p50 {percentile(lags, 0.5):.0f} ms  p99 {percentile(lags, 0.99):.0f} ms"
+        "   (target p99 < 100 ms at 1,000 events/s)"
     )
     await publisher.aclose()
     engine.dispose()
