@@ -68,3 +68,30 @@ async def relay(e2e_engine: sa.Engine, e2e_settings: Settings) -> AsyncIterator[
     publisher = CentrifugoPublisher(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
     yield OutboxRelay(e2e_engine, publisher, f"relay-{secrets.token_hex(3)}", RelayConfig(batch_size=1000))
     await publisher.aclose()
+
+
+@pytest.fixture(scope="session")
+def live_api(e2e_settings: Settings, e2e_engine: sa.Engine, e2e_service: StatusService) -> Iterator[str]:
+    """The status API on a real socket (uvicorn in a thread), for clients that need a URL."""
+    import threading
+
+    import uvicorn
+
+    from tests.support.processes import free_port, wait_until
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(e2e_settings, e2e_engine, e2e_service),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 15, "status API")
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(15)

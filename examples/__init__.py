@@ -1,0 +1,1 @@
+"""Runnable examples of the Temporal plugin and the coordinator helper."""

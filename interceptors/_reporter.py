@@ -1,0 +1,511 @@
+"""The reporter: a durable local outbox (SQLite) and a sender that never blocks activities.
+
+Every event an activity produces is first written to a local SQLite file with
+a deterministic ``eventId`` (execution key + sequence + kind) and its
+per-execution ``sourceSeq``; a background sender then activates/registers the
+execution (idempotently) and posts the events in per-execution order.  If the
+status service is down, events wait in the file — across worker restarts —
+and are resent with their original ids (AC9).  Heartbeats are kept in memory
+(only the latest sequence matters) and sent in batches with jitter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from interceptors._context import StepBinding
+
+log = logging.getLogger("interceptors.reporter")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS execution (
+    key TEXT PRIMARY KEY,           -- workflow run id / activity id / attempt
+    binding TEXT NOT NULL,          -- StepBinding JSON
+    attempt INTEGER NOT NULL,
+    next_seq INTEGER NOT NULL,
+    execution_handle TEXT,
+    execution_id TEXT,
+    finished INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS event (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (execution_key, seq)
+);
+"""
+
+# Rejections that resending can never fix: the event is dropped (and logged).
+FINAL_REJECTIONS = frozenset(
+    {
+        "EVENT_ID_CONFLICT",
+        "STALE_EXECUTION",
+        "STALE_ATTEMPT",
+        "SOURCE_SEQ_REGRESSION",
+        "INVALID_TRANSITION",
+        "TERMINAL_STATE",
+        "SCHEMA_REJECTED",
+        "UNKNOWN_BUSINESS_STATUS",
+        "VALIDATION_FAILED",
+        "EVENT_TYPE_NOT_ALLOWED",
+        "OPERATION_MISMATCH",
+        "PRODUCER_MISMATCH",
+        "TOKEN_REVOKED",
+        "TOKEN_EXPIRED",
+        "UNKNOWN_TASK",
+        "UNKNOWN_STEP",
+        "PAYLOAD_TOO_LARGE",
+    }
+)
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class ReporterConfig:
+    status_url: str
+    service_token: str
+    producer_id: str
+    outbox_path: Path
+    heartbeat_interval: float = 5.0
+    progress_min_interval: float = 1.0
+    progress_max_interval: float = 5.0
+    progress_min_delta: float = 0.05
+    batch_size: int = 200
+    http_timeout: float = 5.0
+
+
+@dataclass
+class _Progress:
+    last_sent_at: float = 0.0
+    last_fraction: float | None = None
+    last_phase: str | None = None
+    pending: dict[str, Any] | None = None
+
+
+class ExecutionReporter:
+    """Reports for one activity execution (bound: no process-global "current task", seed §3.3.3)."""
+
+    def __init__(self, reporter: Reporter, key: str, binding: StepBinding) -> None:
+        self.reporter = reporter
+        self.key = key
+        self.binding = binding
+        self.started_at = time.monotonic()
+        self.heartbeat_seq = 0
+        self._progress = _Progress()
+        self._lock = threading.Lock()
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started_at) * 1000)
+
+    def heartbeat(self) -> None:
+        """Never blocks: only bumps the in-memory sequence the heartbeat loop sends."""
+        with self._lock:
+            self.heartbeat_seq += 1
+        self.reporter.heartbeats[self.key] = self.heartbeat_seq
+
+    def progress(
+        self,
+        current: float,
+        total: float | None = None,
+        unit: str | None = None,
+        *,
+        phase_code: str | None = None,
+        phase_label: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Throttled STEP_PROGRESS (R8): at most every 1 s, at least every 5 s while changing,
+        immediately on a phase change or a jump of 5 % or more."""
+        body: dict[str, Any] = {"eventType": "STEP_PROGRESS", "progress": {"current": current}}
+        if total is not None:
+            body["progress"]["total"] = total
+        if unit is not None:
+            body["progress"]["unit"] = unit
+        if phase_code is not None:
+            body["phaseCode"] = phase_code
+        if phase_label is not None:
+            body["phaseLabel"] = phase_label
+        if data is not None:
+            body["data"] = data
+        fraction = current / total if total else None
+        now = time.monotonic()
+        with self._lock:
+            state = self._progress
+            elapsed = now - state.last_sent_at
+            phase_changed = phase_code is not None and phase_code != state.last_phase
+            jumped = (
+                fraction is not None
+                and state.last_fraction is not None
+                and abs(fraction - state.last_fraction) >= self.reporter.config.progress_min_delta
+            )
+            send = (
+                state.last_sent_at == 0.0
+                or phase_changed
+                or (elapsed >= self.reporter.config.progress_min_interval and (jumped or fraction is None))
+                or elapsed >= self.reporter.config.progress_max_interval
+            )
+            if not send:
+                state.pending = body
+                return
+            state.pending = None
+            state.last_sent_at, state.last_fraction = now, fraction
+            state.last_phase = phase_code or state.last_phase
+        self.reporter.enqueue(self.key, body)
+
+    def _flush_progress(self) -> None:
+        with self._lock:
+            pending, self._progress.pending = self._progress.pending, None
+        if pending is not None:
+            self.reporter.enqueue(self.key, pending)
+
+    def completed(self, data: dict[str, Any] | None = None) -> None:
+        self._flush_progress()  # the last progress is never lost before the terminal event
+        body: dict[str, Any] = {"eventType": "STEP_COMPLETED", "durationMs": self.elapsed_ms()}
+        if data is not None:
+            body["data"] = data
+        self.reporter.enqueue(self.key, body, finished=True)
+
+    def failed(
+        self, category: str, code: str, message: str, retryable: bool | None, diagnostics_ref: str | None
+    ) -> None:
+        self._flush_progress()
+        error = {"category": category, "code": code, "message": message, "retryable": retryable}
+        if diagnostics_ref:
+            error["diagnosticsRef"] = diagnostics_ref
+        self.reporter.enqueue(
+            self.key, {"eventType": "STEP_FAILED", "durationMs": self.elapsed_ms(), "error": error}, finished=True
+        )
+
+    def cancelled(self) -> None:
+        self._flush_progress()
+        self.reporter.enqueue(self.key, {"eventType": "STEP_CANCELLED", "durationMs": self.elapsed_ms()}, finished=True)
+
+
+class Reporter:
+    """Owns the SQLite outbox, the sender loop and the heartbeat loop of one worker process."""
+
+    def __init__(self, config: ReporterConfig) -> None:
+        self.config = config
+        self.heartbeats: dict[str, int] = {}
+        self._sent_heartbeats: dict[str, int] = {}
+        self._db_lock = threading.Lock()
+        config.outbox_path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(config.outbox_path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._wake: asyncio.Event | None = None
+        self._idle: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._client: httpx.AsyncClient | None = None
+        self._backoff = 0.0
+        self.delivered = 0
+        self.dropped = 0
+
+    # ------------------------------------------------------------ writing (any thread)
+    def begin(self, key: str, binding: StepBinding, attempt: int) -> ExecutionReporter:
+        """Record the execution and its STEP_STARTED (idempotent for the same key)."""
+        with self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                existing = self._db.execute("SELECT 1 FROM execution WHERE key = ?", (key,)).fetchone()
+                if existing is None:
+                    self._db.execute(
+                        "INSERT INTO execution (key, binding, attempt, next_seq, created_at) VALUES (?, ?, ?, 1, ?)",
+                        (key, json.dumps(binding.to_json()), attempt, time.time()),
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        execution = ExecutionReporter(self, key, binding)
+        if existing is None:
+            self.enqueue(key, {"eventType": "STEP_STARTED"})
+        return execution
+
+    def enqueue(self, key: str, body: dict[str, Any], *, finished: bool = False) -> None:
+        """Persist one event with the next sequence of its execution; wake the sender."""
+        with self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                (seq,) = self._db.execute("SELECT next_seq FROM execution WHERE key = ?", (key,)).fetchone()
+                event = {
+                    **body,
+                    "eventId": f"{key}:{seq}:{body['eventType']}",
+                    "sourceSeq": seq,
+                    "occurredAt": _now_iso(),
+                }
+                self._db.execute(
+                    "INSERT INTO event (execution_key, seq, body) VALUES (?, ?, ?)", (key, seq, json.dumps(event))
+                )
+                self._db.execute(
+                    "UPDATE execution SET next_seq = ?, finished = MAX(finished, ?) WHERE key = ?",
+                    (seq + 1, int(finished), key),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        if finished:
+            self.heartbeats.pop(key, None)
+        self._signal()
+
+    def _signal(self) -> None:
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+            if self._idle is not None:
+                self._loop.call_soon_threadsafe(self._idle.clear)
+
+    async def drained(self, timeout: float = 30.0) -> None:
+        """Wait until every queued event has been delivered (or dropped); raises TimeoutError."""
+        assert self._idle is not None and self._wake is not None
+        self._wake.set()
+        async with asyncio.timeout(timeout):
+            while self.pending_events():
+                self._idle.clear()
+                self._wake.set()
+                await self._idle.wait()
+
+    def pending_events(self) -> int:
+        with self._db_lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM event").fetchone()[0])
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._wake.set()  # resume what a previous process left in the outbox
+        self._client = httpx.AsyncClient(
+            base_url=self.config.status_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {self.config.service_token}"},
+            timeout=self.config.http_timeout,
+        )
+        self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._heartbeat_loop())]
+
+    async def stop(self, flush_timeout: float = 5.0) -> None:
+        """Try to deliver what is queued (bounded), then stop; the rest stays in the file."""
+        deadline = time.monotonic() + flush_timeout
+        while self.pending_events() and time.monotonic() < deadline and self._backoff == 0.0:
+            await asyncio.sleep(0.05)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+        with self._db_lock:
+            self._db.close()
+
+    # ------------------------------------------------------------ sending
+    async def _send_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                more = await self.send_once()
+                self._backoff = 0.0
+            except (httpx.HTTPError, _Retry) as exc:
+                self._backoff = min(30.0, max(0.2, self._backoff * 2))
+                log.warning("status service unavailable (%s); retrying in %.1fs", type(exc).__name__, self._backoff)
+                await asyncio.sleep(self._backoff * random.uniform(0.5, 1.0))
+                more = True
+            except Exception:
+                log.exception("reporter send failed")
+                await asyncio.sleep(1.0)
+                more = True
+            if more:
+                self._wake.set()
+            elif self._idle is not None and not self.pending_events():
+                self._idle.set()
+
+    def _load_batch(self) -> tuple[list[tuple[int, str, dict[str, Any]]], dict[str, dict[str, Any]]]:
+        with self._db_lock:
+            rows = self._db.execute(
+                "SELECT id, execution_key, body FROM event ORDER BY id LIMIT ?", (self.config.batch_size,)
+            ).fetchall()
+            keys = {r[1] for r in rows}
+            executions = {}
+            for key in keys:
+                row = self._db.execute(
+                    "SELECT key, binding, attempt, execution_handle, execution_id FROM execution WHERE key = ?", (key,)
+                ).fetchone()
+                executions[key] = {
+                    "key": row[0],
+                    "binding": json.loads(row[1]),
+                    "attempt": row[2],
+                    "handle": row[3],
+                    "execution_id": row[4],
+                }
+        return [(r[0], r[1], json.loads(r[2])) for r in rows], executions
+
+    async def send_once(self) -> bool:
+        """Deliver one batch; returns whether more may be waiting."""
+        events, executions = self._load_batch()
+        if not events:
+            return False
+        for execution in executions.values():
+            if execution["handle"] is None and not await self._bind(execution):
+                return True  # its events were dropped; reload the batch
+        body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
+        assert self._client is not None
+        response = await self._client.post("/internal/v1/task-events:batch", json={"events": body})
+        if response.status_code >= 500 or response.status_code == 429:
+            raise _Retry(f"HTTP {response.status_code}")
+        if response.status_code != 200:
+            raise _Retry(f"HTTP {response.status_code}: {response.text[:200]}")
+        done, retry = [], False
+        for (event_id, key, event), result in zip(events, response.json()["results"], strict=True):
+            if result.get("accepted"):
+                done.append(event_id)
+                self.delivered += 1
+                continue
+            code = result.get("error", {}).get("code")
+            if code in FINAL_REJECTIONS:
+                log.warning("dropping event %s of %s: %s", event["eventId"], key, code)
+                done.append(event_id)
+                self.dropped += 1
+            else:
+                retry = True
+        self._forget(done)
+        if retry:
+            raise _Retry("retryable rejections")
+        return len(events) == self.config.batch_size
+
+    async def _bind(self, execution: dict[str, Any]) -> bool:
+        """Activate (known step) or register (dynamic step) the execution; idempotent per attempt."""
+        binding = StepBinding.from_json(execution["binding"])
+        assert self._client is not None
+        if binding.dynamic:
+            url = f"/internal/v1/tasks/{binding.task_id}/executions:register"
+            payload: dict[str, Any] = {
+                "clientStepKey": binding.client_step_key or execution["key"].replace("/", "_")[-128:],
+                "operationCode": binding.operation_code,
+                "producerId": self.config.producer_id,
+                "attempt": execution["attempt"],
+            }
+            if binding.parent_execution_id:
+                payload["parentExecutionId"] = binding.parent_execution_id
+            if binding.display_name:
+                payload["displayName"] = binding.display_name
+        else:
+            url = f"/internal/v1/tasks/{binding.task_id}/steps/{binding.step_id}:activate"
+            payload = {"attempt": execution["attempt"], "producerId": self.config.producer_id}
+        response = await self._client.post(url, json=payload)
+        refused_for_good = response.status_code < 500 and "DYNAMIC_STEP_LIMIT" in response.text
+        if (response.status_code >= 500 or response.status_code == 429) and not refused_for_good:
+            raise _Retry(f"HTTP {response.status_code}")
+        if response.status_code not in (200, 201):
+            # The step can't be bound (unknown task/step, policy refused): its events can never land.
+            log.warning("cannot bind %s (%s); dropping its events", execution["key"], response.text[:200])
+            self._drop_execution(execution["key"])
+            return False
+        context = response.json()
+        with self._db_lock:
+            self._db.execute(
+                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?",
+                (context["executionHandle"], context["executionId"], execution["key"]),
+            )
+        execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
+        return True
+
+    def _forget(self, event_ids: list[int]) -> None:
+        if not event_ids:
+            return
+        with self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
+            # A finished execution with nothing left to send is done.
+            self._db.execute(
+                "DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)"
+            )
+            self._db.execute("COMMIT")
+
+    def _drop_execution(self, key: str) -> None:
+        with self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            dropped = self._db.execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount
+            self._db.execute("DELETE FROM execution WHERE key = ?", (key,))
+            self._db.execute("COMMIT")
+        self.dropped += dropped
+        self.heartbeats.pop(key, None)
+
+    def handle_of(self, key: str) -> str | None:
+        with self._db_lock:
+            row = self._db.execute("SELECT execution_handle FROM execution WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    # ------------------------------------------------------------ heartbeats
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval * random.uniform(0.8, 1.2))
+            try:
+                await self.send_heartbeats()
+            except httpx.HTTPError as exc:
+                log.info("heartbeats not delivered (%s); next round", type(exc).__name__)
+            except Exception:
+                log.exception("heartbeat round failed")
+
+    async def send_heartbeats(self) -> int:
+        """Send the latest heartbeat sequence of every bound execution that beat since the last round."""
+        items: list[tuple[str, dict[str, Any]]] = []
+        for key, seq in list(self.heartbeats.items()):
+            if self._sent_heartbeats.get(key) == seq:
+                continue
+            handle = self.handle_of(key)
+            if handle is None:
+                continue  # not bound yet (its STARTED is still queued)
+            items.append((key, {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": _now_iso()}))
+        if not items:
+            return 0
+        assert self._client is not None
+        response = await self._client.post(
+            "/internal/v1/task-heartbeats:batch", json={"heartbeats": [item for _, item in items]}
+        )
+        if response.status_code != 200:
+            return 0
+        for (key, item), result in zip(items, response.json()["results"], strict=True):
+            self._sent_heartbeats[key] = int(item["heartbeatSeq"])
+            if not result["accepted"] and result["reason"] in ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED"):
+                self.heartbeats.pop(key, None)
+        return len(items)
+
+
+class _Retry(Exception):
+    """A transient failure: back off and try again."""
+
+
+def execution_key(workflow_run_id: str | None, activity_id: str, attempt: int, task_queue: str) -> str:
+    """A stable identity for one activity attempt (standalone activities use their task queue)."""
+    return f"{workflow_run_id or 'standalone-' + task_queue}/{activity_id}/{attempt}"
+
+
+def never_raises(fn: Callable[..., None]) -> Callable[..., None]:
+    """Reporting must never fail the user's activity (SPEC §10)."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception:
+            log.exception("task status reporting failed; the activity continues")
+
+    return wrapper

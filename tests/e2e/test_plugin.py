@@ -1,0 +1,97 @@
+"""The Temporal plugin against a real Temporal dev server and the real status service (SPEC §10, AC8, AC9)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from examples.document_processing import DocumentRequest, DocumentWorkflow, parse_document, prepare_file, store_result
+from interceptors import TaskStatusPlugin
+from status.infra import tables as t
+from tests.integration.conftest import Http
+
+pytestmark = [pytest.mark.temporal]
+
+
+def _plugin(api: Http, url: str, tmp_path: Path, **kwargs: Any) -> TaskStatusPlugin:
+    token = api.service_token("doc-worker", "WORKER", "COORDINATOR")
+    return TaskStatusPlugin(url, token, outbox_path=tmp_path / "outbox.sqlite3", heartbeat_interval=0.2, **kwargs)
+
+
+async def test_document_example_reports_every_step(
+    api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, e2e_engine: sa.Engine
+) -> None:
+    plugin = _plugin(api, live_api, tmp_path)
+    with concurrent.futures.ThreadPoolExecutor(4) as executor:
+        async with Worker(
+            temporal_env.client,
+            task_queue=task_queue,
+            workflows=[DocumentWorkflow],
+            activities=[prepare_file, parse_document, store_result],
+            activity_executor=executor,
+            plugins=[plugin],
+        ):
+            result = await temporal_env.client.execute_workflow(
+                DocumentWorkflow.run,
+                DocumentRequest("user-1", "contract.pdf", pages=4),
+                id=f"doc-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+            await plugin.reporter.drained()
+    task_id = result["taskId"]
+    snap = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()
+    assert snap["lifecycleStatus"] == "SUCCEEDED"
+    steps = {(s["stepId"], s["attempt"]): s for s in snap["steps"]}
+    assert steps[("01_prepare", 1)]["lifecycleStatus"] == "SUCCEEDED"
+    assert steps[("02_parse", 1)]["lifecycleStatus"] == "FAILED"
+    assert steps[("02_parse", 1)]["error"]["code"] == "OCR_BUSY" and steps[("02_parse", 1)]["error"]["retryable"]
+    assert steps[("02_parse", 2)]["lifecycleStatus"] == "SUCCEEDED"
+    assert steps[("02_parse", 2)]["executionId"] != steps[("02_parse", 1)]["executionId"]
+    assert steps[("02_parse", 2)]["progress"]["current"] == 4  # the last progress was flushed before COMPLETED
+    assert steps[("03_store", 1)]["lifecycleStatus"] == "SUCCEEDED"
+    assert all(s["durationMs"] is not None and s["durationMs"] >= 0 for s in steps.values())
+    with e2e_engine.connect() as conn:
+        events = conn.execute(
+            sa.select(
+                t.task_event_log.c.task_version,
+                t.task_event_log.c.event_type,
+                t.task_event_log.c.step_id,
+                t.task_event_log.c.step_attempt,
+            )
+            .where(t.task_event_log.c.task_id == task_id)
+            .order_by(t.task_event_log.c.task_version)
+        ).all()
+    assert [v for v, *_ in events] == list(range(1, len(events) + 1))  # gap-free
+    kinds = [(step, attempt, kind) for _, kind, step, attempt in events]
+    assert ("02_parse", 2, "STEP_PROGRESS") in kinds and ("02_parse", 1, "STEP_FAILED") in kinds
+    assert (None, None, "TASK_COMPLETED") in kinds
+    # A late event of the superseded attempt 1 changes nothing (STALE_ATTEMPT).
+    worker = api.auth(api.service_token("doc-worker", "WORKER", "COORDINATOR"))
+    old = api.client.post(
+        f"/internal/v1/tasks/{task_id}/steps/02_parse:activate",
+        headers=worker,
+        json={"attempt": 1, "producerId": "doc-worker"},
+    ).json()
+    assert old["created"] is False and old["executionId"] == steps[("02_parse", 1)]["executionId"]
+    late = api.client.post(
+        "/internal/v1/task-events",
+        headers=worker,
+        json={
+            "eventId": f"late-{uuid.uuid4()}",
+            "eventType": "STEP_PROGRESS",
+            "sourceSeq": 99,
+            "occurredAt": "2026-01-01T00:00:00Z",
+            "executionHandle": old["executionHandle"],
+        },
+    )
+    assert late.status_code == 409 and late.json()["error"]["code"] == "STALE_ATTEMPT"
+    assert (
+        api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["taskVersion"] == snap["taskVersion"]
+    )
