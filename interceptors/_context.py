@@ -51,6 +51,10 @@ def task_step(task_id: str, step_id: str) -> Iterator[StepBinding]:
     """Activities started inside this block report as ``step_id`` of ``task_id``.
 
     ``with task_step(task_id, "02_parse"): await workflow.execute_activity(parse, ...)``
+
+    The mark is read when the activity is *scheduled*: await ``execute_activity``
+    inside the block, or use ``workflow.start_activity`` there for concurrent
+    calls (an un-awaited ``execute_activity`` coroutine starts later, outside it).
     """
     binding = StepBinding(task_id=task_id, step_id=step_id)
     token = _current.set(binding)

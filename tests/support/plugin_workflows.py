@@ -1,0 +1,72 @@
+"""Workflows for plugin tests (own module: the sandbox re-imports workflow modules)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from interceptors import report_progress, task_step
+
+
+@activity.defn
+async def async_step(index: int) -> int:
+    for i in range(3):
+        activity.heartbeat(i)
+        report_progress(index, 1000, "item", phase_code=f"P{index}")
+        await asyncio.sleep(0.01)
+    return index
+
+
+@activity.defn
+def threaded_step(index: int) -> int:
+    for i in range(3):
+        activity.heartbeat(i)
+        report_progress(index, 1000, "item", phase_code=f"P{index}")
+        time.sleep(0.01)
+    return index
+
+
+@workflow.defn
+class FanOutWorkflow:
+    """Runs one activity per known step concurrently, half async and half in the thread pool."""
+
+    @workflow.run
+    async def run(self, task_id: str, count: int) -> list[int]:
+        calls = []
+        for i in range(count):
+            # start_activity schedules right away, inside the block; an un-awaited
+            # execute_activity() coroutine would only start later, outside it.
+            with task_step(task_id, f"s{i:02d}"):
+                calls.append(
+                    workflow.start_activity(
+                        async_step if i % 2 == 0 else threaded_step,
+                        i,
+                        start_to_close_timeout=timedelta(seconds=60),
+                        retry_policy=RetryPolicy(maximum_attempts=1),
+                    )
+                )
+        return list(await asyncio.gather(*calls))
+
+
+@activity.defn
+async def quick_step(index: int) -> int:
+    report_progress(index, 10, "item")
+    return index
+
+
+@workflow.defn
+class StepsWorkflow:
+    """Three steps of an existing task, no coordinator calls (status service may be down)."""
+
+    @workflow.run
+    async def run(self, task_id: str) -> int:
+        total = 0
+        for i, step in enumerate(["01_prepare", "02_parse", "03_store"]):
+            with task_step(task_id, step):
+                total += await workflow.execute_activity(quick_step, i, start_to_close_timeout=timedelta(seconds=30))
+        return total
