@@ -164,3 +164,116 @@ async def test_histories_replay_with_and_without_the_plugin(
     await Replayer(
         workflows=[DocumentWorkflow], plugins=[_plugin(api, live_api, tmp_path / "r.sqlite3")]
     ).replay_workflow(history)
+
+
+async def test_ac9_worker_killed_mid_run_resumes_its_outbox(
+    api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, e2e_engine: Any
+) -> None:
+    import asyncio
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+
+    from tests.support.plugin_workflows import LongStepWorkflow
+    from tests.support.processes import REPO_ROOT, wait_until
+
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    outbox = tmp_path / "outbox.sqlite3"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+        "TASK_QUEUE": task_queue,
+        "OUTBOX": str(outbox),
+        "STATUS_TOKEN": api.service_token("doc-worker", "WORKER", "COORDINATOR"),
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+
+    def spawn(status_url: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.worker_process"], env={**env, "STATUS_URL": status_url}, cwd=REPO_ROOT
+        )
+
+    def queued_progress() -> int:
+        if not outbox.exists():
+            return 0
+        with sqlite3.connect(outbox) as db:
+            return int(db.execute("SELECT COUNT(*) FROM event WHERE body LIKE '%STEP_PROGRESS%'").fetchone()[0])
+
+    first = spawn(f"http://127.0.0.1:{free_port()}")  # the status service is unreachable for this worker
+    handle = await temporal_env.client.start_workflow(
+        LongStepWorkflow.run, task_id, id=f"long-{uuid.uuid4()}", task_queue=task_queue
+    )
+    await asyncio.to_thread(wait_until, lambda: queued_progress() >= 2, 30, "queued progress")
+    with sqlite3.connect(outbox) as db:
+        before_kill = [r[0] for r in db.execute("SELECT json_extract(body, '$.eventId') FROM event ORDER BY id")]
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    second = spawn(live_api)
+    try:
+        assert await asyncio.wait_for(handle.result(), 60) == 20
+        with e2e_engine.connect() as conn:
+
+            def logged() -> set[str]:
+                return set(
+                    conn.scalars(sa.select(t.task_event_log.c.event_id).where(t.task_event_log.c.task_id == task_id))
+                )
+
+            def settled() -> bool:
+                conn.rollback()
+                snap = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()
+                return any(s["attempt"] >= 2 and s["lifecycleStatus"] == "SUCCEEDED" for s in snap["steps"])
+
+            await asyncio.to_thread(wait_until, settled, 30, "attempt 2 reported")
+            conn.rollback()
+            assert set(before_kill) <= logged()  # the killed worker's events, with their original ids
+    finally:
+        second.terminate()
+        second.wait(15)
+    snap = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()
+    attempts = {s["attempt"]: s for s in snap["steps"] if s["stepId"] == "02_parse"}
+    assert attempts[1]["lifecycleStatus"] in ("TIMED_OUT", "RUNNING") and attempts[1]["progress"] is not None
+    assert max(attempts) >= 2 and attempts[max(attempts)]["lifecycleStatus"] == "SUCCEEDED"
+
+
+async def test_activity_heartbeats_become_execution_heartbeats_without_versions(
+    api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, e2e_engine: Any
+) -> None:
+    from tests.support.plugin_workflows import HeartbeatWorkflow, heartbeat_only
+
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    plugin = TaskStatusPlugin(
+        live_api,
+        api.service_token("doc-worker", "WORKER", "COORDINATOR"),
+        outbox_path=tmp_path / "o.sqlite3",
+        heartbeat_interval=0.1,
+    )
+    async with Worker(
+        temporal_env.client,
+        task_queue=task_queue,
+        workflows=[HeartbeatWorkflow],
+        activities=[heartbeat_only],
+        plugins=[plugin],
+    ):
+        await temporal_env.client.execute_workflow(
+            HeartbeatWorkflow.run, task_id, id=f"hb-{uuid.uuid4()}", task_queue=task_queue
+        )
+        await plugin.reporter.drained()
+    with e2e_engine.connect() as conn:
+        step = (
+            conn.execute(
+                sa.select(t.task_step).where(t.task_step.c.task_id == task_id, t.task_step.c.step_id == "02_parse")
+            )
+            .mappings()
+            .one()
+        )
+        kinds = list(
+            conn.scalars(
+                sa.select(t.task_event_log.c.event_type)
+                .where(t.task_event_log.c.task_id == task_id, t.task_event_log.c.step_id == "02_parse")
+                .order_by(t.task_event_log.c.task_version)
+            )
+        )
+    assert step["last_heartbeat_seq"] >= 1  # heartbeats landed on the execution
+    assert kinds == ["STEP_ACTIVATED", "STEP_STARTED", "STEP_COMPLETED"]  # and created no versions or events

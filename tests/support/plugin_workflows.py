@@ -70,3 +70,46 @@ class StepsWorkflow:
             with task_step(task_id, step):
                 total += await workflow.execute_activity(quick_step, i, start_to_close_timeout=timedelta(seconds=30))
         return total
+
+
+@activity.defn
+async def long_step(pages: int) -> int:
+    """Slow on attempt 1 (so the worker can be killed mid-run), quick on a retry."""
+    delay = 0.5 if activity.info().attempt == 1 else 0.01
+    for page in range(1, pages + 1):
+        activity.heartbeat(page)
+        report_progress(page, pages, "page")
+        await asyncio.sleep(delay)
+    return pages
+
+
+@workflow.defn
+class LongStepWorkflow:
+    @workflow.run
+    async def run(self, task_id: str) -> int:
+        with task_step(task_id, "02_parse"):
+            return await workflow.execute_activity(
+                long_step,
+                20,
+                start_to_close_timeout=timedelta(seconds=120),
+                heartbeat_timeout=timedelta(seconds=2),
+                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=5),
+            )
+
+
+@activity.defn
+async def heartbeat_only(beats: int) -> int:
+    for i in range(beats):
+        activity.heartbeat(i)
+        await asyncio.sleep(0.05)
+    return beats
+
+
+@workflow.defn
+class HeartbeatWorkflow:
+    @workflow.run
+    async def run(self, task_id: str) -> int:
+        with task_step(task_id, "02_parse"):
+            return await workflow.execute_activity(
+                heartbeat_only, 20, start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=timedelta(seconds=5)
+            )
