@@ -1,0 +1,138 @@
+"""Plugin overhead: activity throughput of the same worker with and without TaskStatusPlugin (SPEC §16).
+
+    .venv/bin/python bench/plugin_overhead.py [--workflows 40] [--steps 20]
+
+Same workflow, same machine, one run: a real Temporal dev server, the status
+API as a separate process on MariaDB, and the plugin delivering to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from common import REPO, scratch_database  # type: ignore[import-not-found]
+from plugin_workflows import OverheadWorkflow, tiny  # type: ignore[import-not-found]
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from interceptors import TaskStatusPlugin
+from status.domain.auth import Role
+from status.infra.tokens import ServiceTokens
+from tests.support.processes import free_port, temporal_binary
+
+
+async def run_batch(env: WorkflowEnvironment, plugins: list, task_ids: list[str], steps: int) -> float:
+    queue = f"overhead-{uuid.uuid4().hex[:6]}"
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[OverheadWorkflow],
+        activities=[tiny],
+        plugins=plugins,
+        max_concurrent_activities=100,
+    ):
+        started = time.perf_counter()
+        await asyncio.gather(
+            *[
+                env.client.execute_workflow(
+                    OverheadWorkflow.run, args=[tid, steps], id=f"ov-{uuid.uuid4()}", task_queue=queue
+                )
+                for tid in task_ids
+            ]
+        )
+        elapsed = time.perf_counter() - started
+        if plugins:
+            await plugins[0].reporter.drained(120)
+    return len(task_ids) * steps / elapsed
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workflows", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    secrets_env = {
+        f"TASK_OBSERVER_{n}": secrets.token_hex(32)
+        for n in (
+            "CENTRIFUGO_API_KEY",
+            "CENTRIFUGO_TOKEN_SECRET",
+            "SERVICE_TOKEN_SECRET",
+            "EXECUTION_TOKEN_SECRET",
+            "USER_TOKEN_SECRET",
+        )
+    }
+    tokens = ServiceTokens(secrets_env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"])
+    worker_token = tokens.issue("bench-worker", "bench", "s", [Role.WORKER, Role.COORDINATOR])
+    with scratch_database() as url:
+        port = free_port()
+        api = subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "task-observer"), "serve", "--port", str(port)],
+            env={**os.environ, **secrets_env, "TASK_OBSERVER_ENV": "test", "TASK_OBSERVER_DATABASE_URL": url},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(300):
+                try:
+                    if httpx.get(f"{base}/readyz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.1)
+
+            def new_tasks(n: int) -> list[str]:
+                ids = []
+                with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {worker_token}"}) as c:
+                    for _ in range(n):
+                        r = c.post(
+                            "/internal/v1/workflows",
+                            json={
+                                "clientWorkflowKey": uuid.uuid4().hex,
+                                "ownerId": "u",
+                                "title": "bench",
+                                "initialTasks": [
+                                    {
+                                        "clientTaskKey": "t",
+                                        "title": "t",
+                                        "knownSteps": [
+                                            {"stepId": f"s{i:02d}", "operationCode": "FILE.PREPARE"}
+                                            for i in range(args.steps)
+                                        ],
+                                    }
+                                ],
+                            },
+                        )
+                        ids.append(r.json()["tasks"][0]["taskId"])
+                return ids
+
+            env = await WorkflowEnvironment.start_local(
+                dev_server_existing_path=str(temporal_binary()), dev_server_log_level="error"
+            )
+            try:
+                await run_batch(env, [], new_tasks(5), args.steps)  # warm-up
+                without = await run_batch(env, [], new_tasks(args.workflows), args.steps)
+                plugin = TaskStatusPlugin(base, worker_token, outbox_path=Path(tempfile.mkdtemp()) / "o.sqlite3")
+                with_plugin = await run_batch(env, [plugin], new_tasks(args.workflows), args.steps)
+            finally:
+                await env.shutdown()
+        finally:
+            api.terminate()
+            api.wait(10)
+    print(f"without plugin  {without:8.1f} activities/s")
+    print(f"with plugin     {with_plugin:8.1f} activities/s")
+    print(f"ratio           {with_plugin / without:8.2f}   (target >= 0.9)")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    asyncio.run(main())
