@@ -1,0 +1,94 @@
+"""Observer passes without Centrifugo: projector folds, reconciler grace, retention (R7, R15, R16)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from observer.loops import LoopConfig, Reconciler, Retention
+from observer.projector import WorkflowProjector, fold
+from observer.relay import OutboxRelay
+from status.app.service import StatusService
+from status.domain.auth import ServicePrincipal
+from status.infra import tables as t
+from status.infra.repository import utcnow
+from tests.support.factories import activate, create_task, event
+
+
+def test_fold_is_descriptive_and_never_decides() -> None:
+    running = {"lifecycle_status": "RUNNING", "health": "HEALTHY"}
+    failed = {"lifecycle_status": "FAILED", "health": "HEALTHY"}
+    done = {"lifecycle_status": "SUCCEEDED", "health": "HEALTHY"}
+    assert fold([])[0].value == "PENDING"
+    lifecycle, health, aggregate = fold([running, failed])
+    assert (lifecycle.value, health.value) == ("RUNNING", "DEGRADED")  # a failed task doesn't end the others
+    assert aggregate["counts"]["FAILED"] == 1 and aggregate["percent"] == 50.0
+    assert fold([done, done])[0].value == "SUCCEEDED"
+    assert fold([done, failed])[0].value == "FAILED"
+
+
+def test_projector_bumps_the_workflow_once_per_real_change(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    task_id = create_task(service, coordinator)
+    projector = WorkflowProjector(service.engine)
+    while projector.run_once():
+        pass
+    with service.engine.connect() as conn:
+        workflow_id = conn.execute(sa.select(t.task.c.workflow_id).where(t.task.c.id == task_id)).scalar_one()
+        before = conn.execute(sa.select(t.workflow.c.version).where(t.workflow.c.id == workflow_id)).scalar_one()
+    ctx = activate(service, coordinator, task_id)
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(claims, event("STEP_STARTED", 1))
+    service.report_event(claims, event("STEP_PROGRESS", 2))
+    assert projector.run_once() >= 1
+    assert projector.run_once() == 0  # the feed is consumed
+    with service.engine.connect() as conn:
+        after = conn.execute(
+            sa.select(t.workflow.c.version, t.workflow.c.lifecycle_status).where(t.workflow.c.id == workflow_id)
+        ).one()
+        left = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(t.workflow_change)
+            .where(t.workflow_change.c.workflow_id == workflow_id)
+        ).scalar_one()
+    assert after == (before + 1, "RUNNING") and left == 0
+
+
+def test_reconciler_waits_out_its_grace_period(service: StatusService) -> None:
+    quiet = Reconciler(service, LoopConfig(heartbeat_grace_seconds=3600))
+    assert quiet.run_once() == 0  # even if something is overdue, nothing turns STALE right after start
+    eager = Reconciler(service, LoopConfig(heartbeat_grace_seconds=0))
+    eager.database_failed()
+    assert eager.quiet_until > 0
+
+
+def test_retention_purges_old_rows_in_bounded_batches(service: StatusService, coordinator: ServicePrincipal) -> None:
+    task_id = create_task(service, coordinator)
+    relay = OutboxRelay(service.engine, None, "retention", clock=lambda: utcnow() + timedelta(days=60))  # type: ignore[arg-type]
+    with service.engine.begin() as conn:
+        conn.execute(
+            sa.update(t.task_outbox)
+            .where(t.task_outbox.c.aggregate_id == task_id)
+            .values(status="PUBLISHED", published_at=utcnow())
+        )
+    retention = Retention(
+        service.engine,
+        relay,
+        LoopConfig(
+            outbox_retention=timedelta(days=1),
+            dedup_retention=timedelta(days=7),
+            event_retention=timedelta(days=30),
+            retention_batch=1,
+        ),
+    )
+    purged = retention.run_once()
+    assert set(purged.values()) == {1}  # old rows exist in every table; each purge is bounded by the batch
+    retention.config.retention_batch = 100_000
+    retention.run_once()
+    with service.engine.connect() as conn:
+        remaining = conn.execute(
+            sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
+        ).scalar_one()
+    assert remaining == 0
