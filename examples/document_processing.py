@@ -16,7 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from interceptors import TaskStatus, report_progress, task_step
+    from interceptors import TaskStatus, dynamic_step, report_progress, task_step
 
 
 @dataclass
@@ -25,6 +25,7 @@ class DocumentRequest:
     file_name: str
     pages: int = 5
     fail_first_parse: bool = True
+    searches: tuple[str, ...] = ("contract law", "signatures")
 
 
 @activity.defn
@@ -81,6 +82,13 @@ class DocumentWorkflow:
                         {"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"},
                         {"stepId": "03_store", "operationCode": "RESULT.PERSIST"},
                     ],
+                    # Tool calls of an agent appear as dynamic steps, within limits.
+                    "dynamicRegistrationPolicy": {
+                        "allowedChildOperations": ["SEARCH.*"],
+                        "maxDynamicSteps": 10,
+                        "maxDepth": 1,
+                        "maxParallelExecutions": 5,
+                    },
                 }
             ],
         )
@@ -96,6 +104,10 @@ class DocumentWorkflow:
             pages = await workflow.execute_activity(
                 parse_document, args=[file_ref, request.pages, request.fail_first_parse], **options
             )
+        # An agent-like phase: search calls unknown in advance, registered as they happen.
+        for i, query in enumerate(request.searches):
+            with dynamic_step(task_id, "SEARCH.WEB", client_step_key=f"search-{i}", display_name=f"Search: {query}"):
+                await workflow.execute_activity(search_web, query, **options)
         with task_step(task_id, "03_store"):
             result = await workflow.execute_activity(store_result, args=[file_ref, pages], **options)
         await TaskStatus.complete_task(task_id)

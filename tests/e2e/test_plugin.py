@@ -12,7 +12,14 @@ import sqlalchemy as sa
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from examples.document_processing import DocumentRequest, DocumentWorkflow, parse_document, prepare_file, store_result
+from examples.document_processing import (
+    DocumentRequest,
+    DocumentWorkflow,
+    parse_document,
+    prepare_file,
+    search_web,
+    store_result,
+)
 from interceptors import TaskStatusPlugin
 from status.infra import tables as t
 from tests.integration.conftest import Http
@@ -34,7 +41,7 @@ async def test_document_example_reports_every_step(
             temporal_env.client,
             task_queue=task_queue,
             workflows=[DocumentWorkflow],
-            activities=[prepare_file, parse_document, store_result],
+            activities=[prepare_file, parse_document, store_result, search_web],
             activity_executor=executor,
             plugins=[plugin],
         ):
@@ -56,6 +63,11 @@ async def test_document_example_reports_every_step(
     assert steps[("02_parse", 2)]["executionId"] != steps[("02_parse", 1)]["executionId"]
     assert steps[("02_parse", 2)]["progress"]["current"] == 4  # the last progress was flushed before COMPLETED
     assert steps[("03_store", 1)]["lifecycleStatus"] == "SUCCEEDED"
+    dynamic = [s for s in snap["steps"] if s["kind"] == "DYNAMIC"]
+    assert [(s["stepId"], s["operationCode"], s["lifecycleStatus"]) for s in dynamic] == [
+        ("dyn_search-0", "SEARCH.WEB", "SUCCEEDED"),
+        ("dyn_search-1", "SEARCH.WEB", "SUCCEEDED"),
+    ]
     assert all(s["durationMs"] is not None and s["durationMs"] >= 0 for s in steps.values())
     with e2e_engine.connect() as conn:
         events = conn.execute(

@@ -13,7 +13,14 @@ from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from examples.document_processing import DocumentRequest, DocumentWorkflow, parse_document, prepare_file, store_result
+from examples.document_processing import (
+    DocumentRequest,
+    DocumentWorkflow,
+    parse_document,
+    prepare_file,
+    search_web,
+    store_result,
+)
 from interceptors import TaskStatusPlugin
 from status.infra import tables as t
 from tests.integration.conftest import Http
@@ -146,7 +153,7 @@ async def test_histories_replay_with_and_without_the_plugin(
             temporal_env.client,
             task_queue=task_queue,
             workflows=[DocumentWorkflow],
-            activities=[prepare_file, parse_document, store_result],
+            activities=[prepare_file, parse_document, store_result, search_web],
             activity_executor=executor,
             plugins=[plugin],
         ):
