@@ -93,6 +93,8 @@ class Settings:
     dedup_retention_seconds: int
     event_retention_seconds: int
     observer_metrics_port: int = 0
+    internal_rate_per_second: float = 0.0
+    internal_rate_burst: int = 0
 
     @property
     def is_production(self) -> bool:
@@ -142,4 +144,6 @@ class Settings:
             dedup_retention_seconds=_int("DEDUP_RETENTION_SECONDS", 7 * 24 * 3600),
             event_retention_seconds=_int("EVENT_RETENTION_SECONDS", 30 * 24 * 3600),
             observer_metrics_port=_int("OBSERVER_METRICS_PORT", 9108),
+            internal_rate_per_second=_int("INTERNAL_RATE_PER_SECOND", 2000),
+            internal_rate_burst=_int("INTERNAL_RATE_BURST", 4000),
         )

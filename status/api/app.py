@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from typing import Any, TypeVar
 
@@ -36,15 +37,41 @@ from status.api.models import (
 from status.api.openapi import build_openapi
 from status.app import commands as c
 from status.app.realtime import RealtimeEndpoints, RealtimeService
-from status.app.service import StatusService
+from status.app.service import EventCaller, StatusService
 from status.domain.auth import ServicePrincipal, UserPrincipal
-from status.domain.errors import DomainError, Invalid, TooLarge, Unauthenticated
+from status.domain.errors import DomainError, ErrorCode, Invalid, LimitExceeded, TooLarge, Unauthenticated
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens, RealtimeTokens, ServiceTokens, UserTokens
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class RateLimiter:
+    """A token bucket per producer for the internal API (AC26), per API process.
+
+    Limits protect the shared database from one misbehaving producer; they are
+    per replica, so the cluster-wide rate is the per-process rate times replicas.
+    """
+
+    def __init__(self, per_second: float, burst: int) -> None:
+        self.per_second = per_second
+        self.burst = burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, key: str) -> None:
+        if self.per_second <= 0:
+            return
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.per_second)
+            if tokens < 1.0:
+                self._buckets[key] = (tokens, now)
+                raise LimitExceeded("too many requests from this producer; slow down and retry", ErrorCode.RATE_LIMITED)
+            self._buckets[key] = (tokens - 1.0, now)
 
 
 class Api:
@@ -62,6 +89,7 @@ class Api:
         )
         self.service_tokens = ServiceTokens(settings.service_token_secret)
         self.user_tokens = UserTokens(settings.user_token_secret, settings.user_jwks_url)
+        self.rate_limiter = RateLimiter(settings.internal_rate_per_second, settings.internal_rate_burst)
 
     # ------------------------------------------------------------ parsing
     async def body(self, request: Request) -> Any:
@@ -100,7 +128,14 @@ class Api:
         return token.strip()
 
     def service_principal(self, request: Request) -> ServicePrincipal:
-        return self.service_tokens.verify(self.bearer(request))
+        principal = self.service_tokens.verify(self.bearer(request))
+        self.rate_limiter.check(f"{principal.tenant_id}/{principal.producer_id}")
+        return principal
+
+    def event_caller(self, request: Request) -> EventCaller:
+        caller = self.event_caller(request)
+        self.rate_limiter.check(f"{caller.tenant_id}/{caller.producer_id}")
+        return caller
 
     def user(self, request: Request) -> UserPrincipal:
         return self.user_tokens.verify(self.bearer(request))
@@ -133,7 +168,7 @@ class Api:
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
 
     async def register_execution(self, request: Request) -> JSONResponse:
-        caller = self.service.resolve_caller(self.bearer(request), self.service_tokens)
+        caller = self.event_caller(request)
         body = await self.parse(request, RegisterExecutionIn)
         cmd = c.RegisterExecution(task_id=request.path_params["task_id"], **body.model_dump())
         ctx = await run_in_threadpool(self.service.register_execution, caller, cmd)
@@ -141,7 +176,7 @@ class Api:
 
     async def report_event(self, request: Request) -> JSONResponse:
         started = time.perf_counter()
-        caller = self.service.resolve_caller(self.bearer(request), self.service_tokens)
+        caller = self.event_caller(request)
         cmd = (await self.parse(request, EventIn)).command()
         try:
             result = await run_in_threadpool(self.service.report_event, caller, cmd)
@@ -153,7 +188,7 @@ class Api:
         return JSONResponse(result)
 
     async def report_events(self, request: Request) -> JSONResponse:
-        caller = self.service.resolve_caller(self.bearer(request), self.service_tokens)
+        caller = self.event_caller(request)
         body = await self.parse(request, EventBatchIn)
         results = await run_in_threadpool(self.service.report_events, caller, [e.command() for e in body.events])
         for r in results:
