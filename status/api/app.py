@@ -133,7 +133,7 @@ class Api:
         return principal
 
     def event_caller(self, request: Request) -> EventCaller:
-        caller = self.event_caller(request)
+        caller = self.service.resolve_caller(self.bearer(request), self.service_tokens)
         self.rate_limiter.check(f"{caller.tenant_id}/{caller.producer_id}")
         return caller
 
