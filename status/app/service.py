@@ -331,6 +331,50 @@ class StatusService:
             ),
         )
 
+    def _service_event(
+        self,
+        conn: sa.Connection,
+        task: TaskState,
+        steps: Sequence[StepState],
+        event_type: EventType,
+        producer_id: str,
+        payload: dict[str, Any],
+        *,
+        step: StepState | None = None,
+        notice: Notice | None = None,
+        must_deliver: bool = True,
+        broadcast: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Log a change the service itself made (creation, activation, classification, access)
+        at the task's current version, and return its outbox rows."""
+        now = self.now()
+        event_id = f"sys:{task.task_id}:{task.version}"
+        self._log_event(
+            conn,
+            event_id=event_id,
+            task=task,
+            step=step,
+            event_type=event_type.value,
+            producer_id=producer_id,
+            source_seq=0,
+            occurred_at=now,
+            received_at=now,
+            payload=payload,
+        )
+        trigger: dict[str, Any] = {"eventId": event_id, "eventType": event_type.value, "committedAt": iso(now)}
+        if step is not None:
+            trigger |= {"stepId": step.step_id, "operationCode": step.operation_code}
+        return self._task_outbox(
+            conn,
+            task,
+            steps,
+            notice=notice,
+            trigger=trigger,
+            must_deliver=must_deliver,
+            event_id=event_id,
+            broadcast=broadcast,
+        )
+
     # ================================================================ workflows and tasks
     def create_workflow(self, caller: ServicePrincipal, cmd: c.CreateWorkflow) -> dict[str, Any]:
         """Create a workflow and its initial tasks idempotently, in one transaction (seed §3.1)."""
@@ -585,22 +629,8 @@ class StatusService:
             )
             repo.insert_step(conn, step)
             steps.append(step)
-        event_id = f"sys:{task.task_id}:1"
-        self._log_event(
-            conn,
-            event_id=event_id,
-            task=task,
-            step=None,
-            event_type=EventType.TASK_CREATED.value,
-            producer_id=caller.producer_id,
-            source_seq=0,
-            occurred_at=now,
-            received_at=now,
-            payload={"knownSteps": step_ids},
-        )
-        trigger = {"eventId": event_id, "eventType": EventType.TASK_CREATED.value, "committedAt": iso(now)}
-        outbox = self._task_outbox(
-            conn, task, steps, notice=None, trigger=trigger, must_deliver=True, event_id=event_id, broadcast=True
+        outbox = self._service_event(
+            conn, task, steps, EventType.TASK_CREATED, caller.producer_id, {"knownSteps": step_ids}, broadcast=True
         )
         return (
             {"clientTaskKey": new_task.client_task_key, "taskId": task.task_id, "taskVersion": "1", "created": True},
@@ -713,37 +743,17 @@ class StatusService:
                 s for s in steps if (s.step_id, s.attempt) not in {(x.step_id, x.attempt) for x in [*changed, step]}
             ]
             all_steps += [*changed, step]
-            event_id = f"sys:{task.task_id}:{task.version}"
-            self._log_event(
-                conn,
-                event_id=event_id,
-                task=task,
-                step=step,
-                event_type=EventType.STEP_ACTIVATED.value,
-                producer_id=caller.producer_id,
-                source_seq=0,
-                occurred_at=now,
-                received_at=now,
-                payload={"producerId": cmd.producer_id},
-            )
-            trigger = {
-                "eventId": event_id,
-                "eventType": EventType.STEP_ACTIVATED.value,
-                "stepId": step.step_id,
-                "operationCode": step.operation_code,
-                "committedAt": iso(now),
-            }
             repo.insert_outbox(
                 conn,
-                self._task_outbox(
+                self._service_event(
                     conn,
                     task,
                     all_steps,
+                    EventType.STEP_ACTIVATED,
+                    caller.producer_id,
+                    {"producerId": cmd.producer_id},
+                    step=step,
                     notice=notice,
-                    trigger=trigger,
-                    must_deliver=True,
-                    event_id=event_id,
-                    broadcast=False,
                 ),
             )
             return self._context(conn, task, step, created=True, now=now, uow=uow)
@@ -862,37 +872,16 @@ class StatusService:
             )
             repo.update_task(conn, task)
             self._freeze_operation(conn, op)
-            event_id = f"sys:{task.task_id}:{task.version}"
-            self._log_event(
-                conn,
-                event_id=event_id,
-                task=task,
-                step=step,
-                event_type=EventType.STEP_REGISTERED.value,
-                producer_id=registrar,
-                source_seq=0,
-                occurred_at=now,
-                received_at=now,
-                payload={"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
-            )
-            trigger = {
-                "eventId": event_id,
-                "eventType": EventType.STEP_REGISTERED.value,
-                "stepId": step.step_id,
-                "operationCode": step.operation_code,
-                "committedAt": iso(now),
-            }
             repo.insert_outbox(
                 conn,
-                self._task_outbox(
+                self._service_event(
                     conn,
                     task,
                     [*steps, step],
-                    notice=None,
-                    trigger=trigger,
-                    must_deliver=True,
-                    event_id=event_id,
-                    broadcast=False,
+                    EventType.STEP_REGISTERED,
+                    registrar,
+                    {"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
+                    step=step,
                 ),
             )
             return self._context(conn, task, step, created=True, now=now, uow=uow)
@@ -1803,39 +1792,21 @@ class StatusService:
             task = replace(task, **changes, version=task.version + 1, updated_at=now)
             repo.update_task(conn, task)
             self._freeze_statuses(conn, task)
-            event_id = f"sys:{task.task_id}:{task.version}"
-            self._log_event(
-                conn,
-                event_id=event_id,
-                task=task,
-                step=None,
-                event_type=EventType.TASK_CLASSIFIED.value,
-                producer_id=caller.producer_id,
-                source_seq=0,
-                occurred_at=now,
-                received_at=now,
-                payload={
-                    "before": before,
-                    "after": {
-                        "productId": task.product_id,
-                        "taskType": task.task_type,
-                        "statusDefinitionVersion": task.status_definition_version,
-                    },
-                },
-            )
-            steps = repo.steps_of(conn, task.task_id)
-            trigger = {"eventId": event_id, "eventType": EventType.TASK_CLASSIFIED.value, "committedAt": iso(now)}
+            after = {
+                "productId": task.product_id,
+                "taskType": task.task_type,
+                "statusDefinitionVersion": task.status_definition_version,
+            }
             repo.insert_outbox(
                 conn,
-                self._task_outbox(
+                self._service_event(
                     conn,
                     task,
-                    steps,
-                    notice=None,
-                    trigger=trigger,
+                    repo.steps_of(conn, task.task_id),
+                    EventType.TASK_CLASSIFIED,
+                    caller.producer_id,
+                    {"before": before, "after": after},
                     must_deliver=False,
-                    event_id=event_id,
-                    broadcast=False,
                 ),
             )
             uow.commit()
@@ -1917,28 +1888,14 @@ class StatusService:
                 conn.execute(sa.update(acl).where(*key).values(revoked_at=now))
             task = replace(task, version=task.version + 1, updated_at=now)
             repo.update_task(conn, task)
-            event_id = f"sys:{task.task_id}:{task.version}"
-            self._log_event(
-                conn,
-                event_id=event_id,
-                task=task,
-                step=None,
-                event_type=EventType.TASK_ACCESS_CHANGED.value,
-                producer_id=caller.producer_id,
-                source_seq=0,
-                occurred_at=now,
-                received_at=now,
-                payload={
-                    "principalType": principal_type,
-                    "principalId": principal_id,
-                    "change": "GRANT" if grant else "REVOKE",
-                    "permission": permission,
-                },
-            )
-            steps = repo.steps_of(conn, task.task_id)
-            trigger = {"eventId": event_id, "eventType": EventType.TASK_ACCESS_CHANGED.value, "committedAt": iso(now)}
-            rows = self._task_outbox(
-                conn, task, steps, notice=None, trigger=trigger, must_deliver=True, event_id=event_id, broadcast=False
+            change = {
+                "principalType": principal_type,
+                "principalId": principal_id,
+                "change": "GRANT" if grant else "REVOKE",
+                "permission": permission,
+            }
+            rows = self._service_event(
+                conn, task, repo.steps_of(conn, task.task_id), EventType.TASK_ACCESS_CHANGED, caller.producer_id, change
             )
             if not grant and principal_type == "USER" and principal_id != task.owner_id:
                 rows.append(
