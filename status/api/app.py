@@ -6,8 +6,10 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
+import httpx
 import sqlalchemy as sa
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
@@ -15,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from status.api import metrics
@@ -33,6 +35,7 @@ from status.api.models import (
     RegisterExecutionIn,
     ReleaseIn,
     SubscriptionIn,
+    WatchSetIn,
 )
 from status.api.openapi import build_openapi
 from status.app import commands as c
@@ -303,12 +306,92 @@ class Api:
         )
         return JSONResponse(result)
 
+    # ------------------------------------------------------------ native SSE
+    def stream_user(self, request: Request) -> UserPrincipal:
+        """EventSource can't send headers: the (short-lived) user token may come as ``access_token``."""
+        if "authorization" in request.headers:
+            return self.user(request)
+        token = request.query_params.get("access_token")
+        if not token:
+            raise Unauthenticated("a Bearer credential or access_token is required")
+        return self.user_tokens.verify(token)
+
+    async def task_stream(self, request: Request) -> Response:
+        """``text/event-stream`` of the user's summaries (and watched details), over Centrifugo's uni-SSE."""
+        user = self.stream_user(request)
+        token, channel = self.realtime.stream_channels(user)
+        upstream_url = self.settings.centrifugo_api_url.removesuffix("/api") + "/connection/uni_sse"
+        limit = self.settings.detail_subscription_limit
+
+        async def events() -> AsyncIterator[str]:
+            client_id = None
+            try:
+                async with (
+                    httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None)) as http,
+                    http.stream("POST", upstream_url, json={"token": token}) as upstream,
+                ):
+                    if upstream.status_code != 200:
+                        yield _sse("error", {"code": "UNAVAILABLE", "message": "realtime delivery is unavailable"})
+                        return
+                    async for line in upstream.aiter_lines():
+                        if not line.startswith("data: "):
+                            continue
+                        message = json.loads(line[6:])
+                        if "connect" in message:
+                            client_id = message["connect"]["client"]
+                            yield _sse(
+                                "session", {"sessionId": client_id, "summaryChannel": channel, "watchLimit": limit}
+                            )
+                        elif "pub" in message:
+                            yield _sse(
+                                "message", message["pub"]["data"], event_id=str(message["pub"].get("offset", ""))
+                            )
+                        elif "unsubscribe" in message:
+                            yield _sse("unwatched", {"channel": message.get("channel")})
+                        else:
+                            yield ": ping\n\n"
+            except httpx.HTTPError:
+                yield _sse("error", {"code": "UNAVAILABLE", "message": "realtime delivery was interrupted"})
+            finally:
+                if client_id is not None:
+                    await run_in_threadpool(self.realtime.end_stream, user, client_id)
+
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+
+    async def task_watch_set(self, request: Request) -> JSONResponse:
+        """Replace the detail streams of one SSE session (bounded, ACL per task, session-bound, expiring)."""
+        user = self.user(request)
+        body = await self.parse(request, WatchSetIn)
+        result = await run_in_threadpool(self.realtime.watch_set, user, body.sessionId, body.taskIds)
+        async with httpx.AsyncClient(
+            base_url=self.settings.centrifugo_api_url,
+            headers={"X-API-Key": self.settings.centrifugo_api_key},
+            timeout=5.0,
+        ) as http:
+            for method, channels in (
+                ("subscribe", result.pop("subscribe")),
+                ("unsubscribe", result.pop("unsubscribe")),
+            ):
+                for channel_name in channels:
+                    # Bound to this user's own client: another user's session id matches nothing.
+                    await http.post(
+                        f"/{method}", json={"user": user.subject, "channel": channel_name, "client": body.sessionId}
+                    )
+        return JSONResponse(result)
+
     async def release_subscription(self, request: Request) -> JSONResponse:
         user = self.user(request)
         body = await self.parse(request, ReleaseIn)
         return JSONResponse(
             await run_in_threadpool(self.realtime.release, self.session_id(request, user), body.channel)
         )
+
+
+def _sse(event: str, data: Any, event_id: str | None = None) -> str:
+    head = f"event: {event}\n" + (f"id: {event_id}\n" if event_id else "")
+    return head + f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 def _int_param(request: Request, name: str, default: int) -> int:
@@ -362,6 +445,8 @@ def routes(api: Api) -> list[Route]:
         Route("/api/realtime/session", api.realtime_session, methods=["GET"]),
         Route("/api/realtime/subscription-token", api.subscription_token, methods=["POST"]),
         Route("/api/realtime/subscription-token:release", api.release_subscription, methods=["POST"]),
+        Route("/api/v1/me/task-stream", api.task_stream, methods=["GET"]),
+        Route("/api/v1/me/task-watch-set", api.task_watch_set, methods=["PUT"]),
     ]
 
 

@@ -275,3 +275,10 @@ class ReleaseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     channel: Annotated[str, StringConstraints(min_length=3, max_length=255)]
+
+
+class WatchSetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sessionId: Annotated[str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
+    taskIds: list[Key] = Field(default_factory=list, max_length=100)

@@ -124,6 +124,61 @@ class RealtimeService:
         token, exp = self.tokens.subscription(user, channel)
         return {"channel": channel, "token": token, "expiresAt": exp, "grantExpiresAt": iso(expires)}
 
+    # ------------------------------------------------------------ native SSE (seed §6.7.2)
+    def stream_channels(self, user: UserPrincipal) -> tuple[str, str]:
+        """The connection token for an SSE session: the user's summary channel only."""
+        token, _ = self.tokens.connection(user, [user_channel(user.tenant_id, user.user_id)])
+        return token, user_channel(user.tenant_id, user.user_id)
+
+    def watch_set(self, user: UserPrincipal, client_id: str, task_ids: list[str]) -> dict[str, Any]:
+        """Replace the detail channels of one SSE session: bounded, ACL-checked per task, expiring.
+
+        Returns the channels to subscribe and unsubscribe; the HTTP adapter applies
+        them through Centrifugo's server-side subscribe API for that client only.
+        """
+        wanted = list(dict.fromkeys(task_ids))
+        if len(wanted) > self.detail_limit:
+            raise LimitExceeded(
+                f"at most {self.detail_limit} tasks per watch set", ErrorCode.RATE_LIMITED, retryable=False
+            )
+        session = f"sse:{user.subject}:{client_id}"
+        now = self.status.now()
+        expires = now + self.ttl
+        g = t.realtime_grant
+        with self.status.engine.connect() as conn:
+            visible = [task_id for task_id in wanted if self.status.can_see_task(conn, user, task_id)]
+        channels = {detail_channel(user.tenant_id, task_id) for task_id in visible}
+        with self.status.engine.begin() as conn:
+            held = set(conn.scalars(sa.select(g.c.channel).where(g.c.session_id == session)))
+            conn.execute(sa.delete(g).where(g.c.session_id == session))
+            if channels:
+                conn.execute(
+                    sa.insert(g),
+                    [
+                        {
+                            "session_id": session,
+                            "channel": ch,
+                            "tenant_id": user.tenant_id,
+                            "user_id": user.user_id,
+                            "expires_at": expires,
+                            "created_at": now,
+                        }
+                        for ch in sorted(channels)
+                    ],
+                )
+        return {
+            "watching": visible,
+            "notFound": [task_id for task_id in wanted if task_id not in visible],
+            "subscribe": sorted(channels - held),
+            "unsubscribe": sorted(held - channels),
+            "expiresAt": iso(expires),
+        }
+
+    def end_stream(self, user: UserPrincipal, client_id: str) -> None:
+        g = t.realtime_grant
+        with self.status.engine.begin() as conn:
+            conn.execute(sa.delete(g).where(g.c.session_id == f"sse:{user.subject}:{client_id}"))
+
     def release(self, session_id: str, channel: str) -> dict[str, Any]:
         """Give back a detail subscription slot (the client unsubscribed)."""
         g = t.realtime_grant

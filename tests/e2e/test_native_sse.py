@@ -1,0 +1,83 @@
+"""Native SSE (SPEC §7): the user's summary stream, and a bounded, ACL-checked watch set of details."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from observer.relay import OutboxRelay
+from tests.e2e.test_realtime_delivery import drain
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow, report
+
+pytestmark = pytest.mark.centrifugo
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+    event = "message"
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            yield event, json.loads(line[6:])
+            event = "message"
+
+
+async def next_event(stream: AsyncIterator[tuple[str, Any]], kind: str, timeout: float = 10) -> Any:
+    async def find() -> Any:
+        async for event, data in stream:
+            if event == kind:
+                return data
+        raise AssertionError("stream ended")
+
+    return await asyncio.wait_for(find(), timeout)
+
+
+async def test_sse_stream_with_a_watch_set(api: Http, live_api: str, relay: OutboxRelay) -> None:
+    mine = create_workflow(api)["tasks"][0]["taskId"]
+    theirs = create_workflow(api, owner="user-2")["tasks"][0]["taskId"]
+    await drain(relay)
+    login = api.user_tokens.issue(api.tenant, "user-1")
+    async with httpx.AsyncClient(base_url=live_api, timeout=httpx.Timeout(10, read=30)) as http:
+        assert (await http.get("/api/v1/me/task-stream")).status_code == 401
+        async with http.stream("GET", "/api/v1/me/task-stream", params={"access_token": login}) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            stream = sse_events(response)
+            session = await next_event(stream, "session")
+            assert session["summaryChannel"].endswith("/user-1")
+            watch = await http.put(
+                "/api/v1/me/task-watch-set",
+                headers={"Authorization": f"Bearer {login}"},
+                json={"sessionId": session["sessionId"], "taskIds": [mine, theirs]},
+            )
+            assert watch.status_code == 200, watch.text
+            assert watch.json()["watching"] == [mine] and watch.json()["notFound"] == [theirs]  # ACL per task
+            too_many = await http.put(
+                "/api/v1/me/task-watch-set",
+                headers={"Authorization": f"Bearer {login}"},
+                json={"sessionId": session["sessionId"], "taskIds": [f"t{i}" for i in range(4)]},
+            )
+            assert too_many.status_code == 429  # bounded by DETAIL_SUBSCRIPTION_LIMIT (3 here)
+            ctx = activate(api, mine)
+            assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
+            await drain(relay)
+            kinds = set()
+            while kinds != {"task.summary", "task.detail"}:
+                message = await next_event(stream, "message")
+                if message.get("taskId") == mine:
+                    kinds.add(message["kind"])
+            # Unwatching stops the detail stream for this session only.
+            cleared = await http.put(
+                "/api/v1/me/task-watch-set",
+                headers={"Authorization": f"Bearer {login}"},
+                json={"sessionId": session["sessionId"], "taskIds": []},
+            )
+            assert cleared.status_code == 200
+            unwatched = await next_event(stream, "unwatched")
+            assert unwatched["channel"].endswith(mine)
