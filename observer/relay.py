@@ -180,7 +180,8 @@ class OutboxRelay:
         if not rows:
             return result
         skipped = self.superseded(rows) if len(rows) >= self.config.coalesce_backlog else set()
-        to_send = [r for r in rows if r.id not in skipped]
+        fanouts = [r for r in rows if r.projection == "USER_FANOUT"]
+        to_send = [r for r in rows if r.id not in skipped and r.projection != "USER_FANOUT"]
         publications = [
             Publication(
                 channel=r.channel,
@@ -199,6 +200,18 @@ class OutboxRelay:
         except Unauthorized:
             metrics.PUBLISH_ERRORS.labels(kind="unauthorized").inc(len(to_send))
             outcomes = [PublishResult(ok=False, error="unauthorized: check the Centrifugo API key")] * len(to_send)
+        # One notice to many users: Centrifugo's broadcast, one call per batch row.
+        for row in fanouts:
+            try:
+                replies = await self.publisher.broadcast(
+                    row.payload["channels"], row.payload["data"], idempotency_key=f"outbox-{row.id}"
+                )
+                failed = [r for r in replies if not r.ok]
+                outcome = PublishResult(ok=not failed, error=failed[0].error if failed else None)
+            except TransportError as exc:
+                outcome = PublishResult(ok=False, error=f"transport: {exc}")
+            to_send.append(row)
+            outcomes = [*outcomes, outcome]
         metrics.PUBLISH_SECONDS.observe(time.perf_counter() - started)
         await asyncio.to_thread(self._mark, rows, to_send, outcomes, skipped, result)
         return result

@@ -26,6 +26,7 @@ from status.api.models import (
     AclIn,
     ActivateStepIn,
     BatchGetIn,
+    BroadcastIn,
     ClassifyIn,
     CreateWorkflowIn,
     EventBatchIn,
@@ -236,6 +237,22 @@ class Api:
             )
         return JSONResponse(result)
 
+    async def broadcast(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        body = await self.parse(request, BroadcastIn)
+        result = await run_in_threadpool(
+            lambda: self.service.broadcast(
+                caller,
+                broadcast_id=body.broadcast_id,
+                audience=body.audience,
+                level=body.level,
+                text=body.text,
+                project_id=body.project_id,
+                user_ids=body.user_ids,
+            )
+        )
+        return JSONResponse(result, status_code=200 if result["duplicate"] else 201)
+
     async def put_definitions(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)
         raw = await self.body(request)
@@ -297,6 +314,10 @@ class Api:
     async def subscription_token(self, request: Request) -> JSONResponse:
         user = self.user(request)
         body = await self.parse(request, SubscriptionIn)
+        if body.broadcast is not None or body.projectId is not None:
+            if body.taskId or body.workflowId or (body.broadcast and body.projectId):
+                raise Invalid("send exactly one of taskId, workflowId, projectId or broadcast")
+            return JSONResponse(self.realtime.broadcast_token(user, scope=body.broadcast, project_id=body.projectId))
         result = await run_in_threadpool(
             self.realtime.subscription_token,
             user,
@@ -436,6 +457,7 @@ def routes(api: Api) -> list[Route]:
         Route("/internal/v1/tasks/{task_id}/classification", api.classify, methods=["PATCH"]),
         Route("/internal/v1/tasks/{task_id}/acl/{principal_type}/{principal_id}", api.acl, methods=["PUT", "DELETE"]),
         Route("/internal/v1/definitions", api.put_definitions, methods=["PUT"]),
+        Route("/internal/v1/broadcasts", api.broadcast, methods=["POST"]),
         Route("/api/tasks/status:batchGet", api.batch_get, methods=["POST"]),
         Route("/api/tasks/{task_id}/events", api.task_events, methods=["GET"]),
         Route("/api/tasks/{task_id}", api.get_task, methods=["GET"]),

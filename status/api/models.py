@@ -269,6 +269,17 @@ class SubscriptionIn(BaseModel):
 
     taskId: Key | None = None
     workflowId: Key | None = None
+    projectId: ShortKey | None = None
+    broadcast: Literal["tenant", "system"] | None = None
+
+
+class BroadcastIn(Strict):
+    broadcast_id: Key
+    audience: Literal["SYSTEM", "TENANT", "PROJECT", "USERS"]
+    level: Literal["INFO", "WARNING", "ERROR"] = "INFO"
+    text: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+    project_id: ShortKey | None = None
+    user_ids: list[ShortKey] = Field(default_factory=list, max_length=100_000)
 
 
 class ReleaseIn(BaseModel):

@@ -93,6 +93,14 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "200",
     ),
     ("put", "/internal/v1/definitions", "Store versioned status and operation definitions", None, "service", "200"),
+    (
+        "post",
+        "/internal/v1/broadcasts",
+        "A notice to a project, tenant, the system, or many users (fan-out)",
+        m.BroadcastIn,
+        "service",
+        "201",
+    ),
     ("get", "/api/tasks/{taskId}", "Task snapshot (404 when not visible)", None, "user", "200"),
     ("get", "/api/tasks/{taskId}/events", "Committed timeline after afterTaskVersion", None, "user", "200"),
     (

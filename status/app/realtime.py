@@ -18,7 +18,15 @@ import sqlalchemy as sa
 from status.app.service import StatusService
 from status.domain.auth import UserPrincipal
 from status.domain.errors import ErrorCode, Invalid, LimitExceeded, NotFound
-from status.domain.projections import detail_channel, iso, user_channel, workflow_channel
+from status.domain.projections import (
+    SYSTEM_CHANNEL,
+    detail_channel,
+    iso,
+    project_channel,
+    tenant_channel,
+    user_channel,
+    workflow_channel,
+)
 from status.infra import tables as t
 from status.infra.tokens import RealtimeTokens
 
@@ -75,12 +83,25 @@ class RealtimeService:
             "detailSubscriptionLimit": self.detail_limit,
         }
 
+    def broadcast_token(self, user: UserPrincipal, *, scope: str | None, project_id: str | None) -> dict[str, Any]:
+        """Tokens for the broadcast channels the user belongs to (not counted against the detail limit)."""
+        if project_id is not None:
+            if project_id not in user.project_ids:
+                raise NotFound("project not found", ErrorCode.NOT_FOUND)
+            channel = project_channel(user.tenant_id, project_id)
+        elif scope == "tenant":
+            channel = tenant_channel(user.tenant_id)
+        else:
+            channel = SYSTEM_CHANNEL
+        token, exp = self.tokens.subscription(user, channel)
+        return {"channel": channel, "token": token, "expiresAt": exp}
+
     def subscription_token(
         self, user: UserPrincipal, session_id: str, *, task_id: str | None, workflow_id: str | None
     ) -> dict[str, Any]:
         """A subscription JWT for one detail/workflow channel after an ACL check (AC25, AC26)."""
         if (task_id is None) == (workflow_id is None):
-            raise Invalid("send exactly one of taskId or workflowId")
+            raise Invalid("send exactly one of taskId, workflowId, projectId or broadcast")
         with self.status.engine.connect() as conn:
             if task_id is not None:
                 if not self.status.can_see_task(conn, user, task_id):

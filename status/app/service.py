@@ -43,14 +43,17 @@ from status.domain.errors import (
 from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health, Lifecycle
 from status.domain.model import StepState, TaskState, WorkflowState
 from status.domain.projections import (
+    SYSTEM_CHANNEL,
     Projection,
     detail_channel,
     iso,
     project_broadcast,
     project_channel,
+    system_broadcast,
     task_detail,
     task_removed,
     task_snapshot,
+    tenant_channel,
     user_channel,
     user_summary,
     workflow_channel,
@@ -1904,6 +1907,87 @@ class StatusService:
             repo.insert_outbox(conn, rows)
             uow.commit()
             return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}
+
+        return run_in_transaction(self.engine, work)
+
+    # ================================================================ broadcasts (R12, seed §6.6)
+    def broadcast(
+        self,
+        caller: ServicePrincipal,
+        *,
+        broadcast_id: str,
+        audience: str,
+        level: str,
+        text: str,
+        project_id: str | None = None,
+        user_ids: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """A notice to a wider audience; the wider it goes, the smaller the payload (text only).
+
+        ``SYSTEM`` needs ADMIN; ``TENANT``/``PROJECT``/``USERS`` stay inside the caller's tenant.
+        ``USERS`` fans out to each user's summary channel in batches of 500 (one
+        Centrifugo broadcast call each).  Idempotent by ``broadcastId``.
+        """
+        _check_key("broadcastId", broadcast_id)
+        if audience == "SYSTEM" and not caller.has(Role.ADMIN):
+            raise Forbidden("system broadcasts need the ADMIN role")
+        if not (caller.has(Role.COORDINATOR) or caller.has(Role.ADMIN)):
+            raise Forbidden("broadcasts need the COORDINATOR or ADMIN role")
+        if level not in ("INFO", "WARNING", "ERROR") or not 0 < len(text) <= 500:
+            raise Invalid("level must be INFO, WARNING or ERROR and text 1–500 characters")
+        now = self.now()
+        payload = system_broadcast(broadcast_id, level, text, now)
+        if audience == "SYSTEM":
+            targets = [(SYSTEM_CHANNEL, Projection.SYSTEM_BROADCAST, payload)]
+        elif audience == "TENANT":
+            targets = [(tenant_channel(caller.tenant_id), Projection.TENANT_BROADCAST, payload)]
+        elif audience == "PROJECT" and project_id:
+            _check_key("projectId", project_id, 64)
+            targets = [(project_channel(caller.tenant_id, project_id), Projection.PROJECT_BROADCAST, payload)]
+        elif audience == "USERS" and user_ids:
+            if len(user_ids) > 100_000:
+                raise Invalid("at most 100000 users per broadcast")
+            for user_id in user_ids:
+                _check_key("userId", user_id, 64)
+            channels = [user_channel(caller.tenant_id, u) for u in dict.fromkeys(user_ids)]
+            targets = [
+                (
+                    f"fanout:{broadcast_id}:{i // 500}",
+                    Projection.USER_FANOUT,
+                    {"channels": channels[i : i + 500], "data": payload},
+                )
+                for i in range(0, len(channels), 500)
+            ]
+        else:
+            raise Invalid("audience must be SYSTEM, TENANT, PROJECT (with projectId) or USERS (with userIds)")
+        rows = [
+            {
+                "aggregate_type": "BROADCAST",
+                "aggregate_id": f"{caller.tenant_id}:{broadcast_id}",
+                "aggregate_version": 1,
+                "channel": channel,
+                "projection": projection,
+                "must_deliver": True,
+                "event_id": None,
+                "payload": body,
+                "status": "PENDING",
+                "available_at": now,
+                "created_at": now,
+            }
+            for channel, projection, body in targets
+        ]
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            ob = t.task_outbox
+            seen = uow.conn.execute(
+                sa.select(sa.func.count())
+                .select_from(ob)
+                .where(ob.c.aggregate_type == "BROADCAST", ob.c.aggregate_id == rows[0]["aggregate_id"])
+            ).scalar_one()
+            if not seen:
+                repo.insert_outbox(uow.conn, rows)
+            uow.commit()
+            return {"broadcastId": broadcast_id, "messages": len(rows), "duplicate": bool(seen)}
 
         return run_in_transaction(self.engine, work)
 

@@ -25,6 +25,7 @@ class Projection:
     PROJECT_BROADCAST = "PROJECT_BROADCAST"
     TENANT_BROADCAST = "TENANT_BROADCAST"
     SYSTEM_BROADCAST = "SYSTEM_BROADCAST"
+    USER_FANOUT = "USER_FANOUT"  # one notice to many users' summary channels (relay: Centrifugo broadcast)
 
 
 def iso(ts: datetime | None) -> str | None:
@@ -48,6 +49,13 @@ def workflow_channel(tenant_id: str, workflow_id: str) -> str:
 
 def project_channel(tenant_id: str, project_id: str) -> str:
     return f"task_project:{tenant_id}/{project_id}"
+
+
+def tenant_channel(tenant_id: str) -> str:
+    return f"task_tenant:{tenant_id}"
+
+
+SYSTEM_CHANNEL = "task_system:public"
 
 
 def _progress(progress: Progress | None) -> dict[str, Any] | None:
@@ -222,7 +230,7 @@ def workflow_summary(workflow: WorkflowState, now: datetime) -> dict[str, Any]:
 
 
 def system_broadcast(message_id: str, level: str, text: str, now: datetime) -> dict[str, Any]:
-    """SYSTEM_BROADCAST: service notices only; never any task data."""
+    """Broadcast notices (system, tenant, project, user fan-out): service text only, never task data."""
     return {
         "kind": "system.notice",
         "schemaVersion": SCHEMA_VERSION,
