@@ -45,6 +45,7 @@ from status.app.service import EventCaller, StatusService
 from status.domain.auth import ServicePrincipal, UserPrincipal
 from status.domain.errors import DomainError, ErrorCode, Invalid, LimitExceeded, TooLarge, Unauthenticated
 from status.infra.db import create_engine
+from status.infra.metrics import REGISTRY
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens, RealtimeTokens, ServiceTokens, UserTokens
 from status.settings import Settings
@@ -496,7 +497,7 @@ def create_app(settings: Settings, engine: sa.Engine | None = None, service: Sta
         return JSONResponse(openapi)
 
     async def metrics_endpoint(_: Request) -> Response:
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)

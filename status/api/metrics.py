@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import Counter, Histogram
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+from status.infra.metrics import REGISTRY
 
 EVENTS = Counter(
     "task_status_events_total", "Events by result and rejection code", ["result", "code"], registry=REGISTRY

@@ -11,12 +11,20 @@ from typing import TypeVar
 import sqlalchemy as sa
 
 from status.domain.errors import Unavailable
+from status.infra.metrics import DB_GIVE_UPS, DB_RETRIES
 
 T = TypeVar("T")
 
 # MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout, 2006/2013 connection lost
 # (failover). SQLite: "database is locked".
 _RETRYABLE_MYSQL = {1213, 1205, 2006, 2013}
+
+
+def _reason(exc: sa.exc.DBAPIError) -> str:
+    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    return {1213: "deadlock", 1205: "lock_wait_timeout", 2006: "connection_lost", 2013: "connection_lost"}.get(
+        code if isinstance(code, int) else -1, "busy"
+    )
 
 
 def is_retryable(exc: sa.exc.DBAPIError) -> bool:
@@ -66,7 +74,9 @@ def run_in_transaction(engine: sa.Engine, work: Callable[[UnitOfWork], T], attem
         except sa.exc.DBAPIError as exc:
             if not is_retryable(exc) or attempt == attempts - 1:
                 if is_retryable(exc):
+                    DB_GIVE_UPS.inc()
                     raise Unavailable("the database is busy; retry with the same request") from exc
                 raise
+            DB_RETRIES.labels(reason=_reason(exc)).inc()
             time.sleep(min(0.5, 0.005 * (2**attempt)) * random.uniform(0.5, 1.5))
     raise AssertionError("unreachable")

@@ -284,3 +284,17 @@ async def test_activity_heartbeats_become_execution_heartbeats_without_versions(
         )
     assert step["last_heartbeat_seq"] >= 1  # heartbeats landed on the execution
     assert kinds == ["STEP_ACTIVATED", "STEP_STARTED", "STEP_COMPLETED"]  # and created no versions or events
+
+
+async def test_histories_recorded_without_the_plugin_replay_with_it(
+    api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    async with Worker(temporal_env.client, task_queue=task_queue, workflows=[StepsWorkflow], activities=[quick_step]):
+        handle = await temporal_env.client.start_workflow(
+            StepsWorkflow.run, task_id, id=f"plain-{uuid.uuid4()}", task_queue=task_queue
+        )
+        assert await handle.result() == 3
+    history = await handle.fetch_history()
+    plugin = _plugin(api, live_api, tmp_path / "replay.sqlite3")
+    await Replayer(workflows=[StepsWorkflow], plugins=[plugin]).replay_workflow(history)

@@ -176,3 +176,22 @@ def test_openapi_served_matches_the_checked_in_file(http: Http) -> None:
     assert served == checked_in, "run: python -m status.api.openapi > docs/openapi.json"
     for path in ("/internal/v1/task-events", "/api/tasks/status:batchGet", "/internal/v1/task-heartbeats:batch"):
         assert path in served["paths"]
+
+
+def test_metrics_endpoint_exports_the_spec_counters(http: Http, ctx: dict) -> None:
+    assert (
+        http.client.post(
+            "/internal/v1/task-events", json=event_body("STEP_STARTED", 1), headers=http.auth(ctx["executionToken"])
+        ).status_code
+        == 200
+    )
+    assert (
+        http.client.post(
+            "/internal/v1/task-events", json=event_body("STEP_STARTED", 1), headers=http.auth(ctx["executionToken"])
+        ).status_code
+        == 409
+    )
+    text = http.client.get("/metrics").text
+    assert 'task_status_events_total{code="",result="accepted"}' in text
+    assert 'result="rejected"' in text and "task_status_ingest_seconds_bucket" in text
+    assert "db_transaction_retries_total" in text and "task_status_heartbeats_total" in text
