@@ -31,6 +31,8 @@ class TaskStatusPlugin(SimplePlugin):
         producer_id: defaults to the credential's producer.
         outbox_path: the durable local outbox (SQLite); keep it on a persistent disk.
         heartbeat_interval: seconds between heartbeat batches (jittered).
+        heartbeat_timeout_seconds: silence after which the status service marks an execution
+            STALE (default: the service's); at least two heartbeat intervals.
         progress_from_heartbeats: treat ``activity.heartbeat({"current":..,"total":..})`` as progress.
     """
 
@@ -42,6 +44,7 @@ class TaskStatusPlugin(SimplePlugin):
         producer_id: str | None = None,
         outbox_path: str | Path | None = None,
         heartbeat_interval: float = 5.0,
+        heartbeat_timeout_seconds: int | None = None,
         progress_from_heartbeats: bool = False,
     ) -> None:
         producer = producer_id or str(jwt.decode(service_token, options={"verify_signature": False})["sub"])
@@ -53,6 +56,7 @@ class TaskStatusPlugin(SimplePlugin):
                 producer_id=producer,
                 outbox_path=path,
                 heartbeat_interval=heartbeat_interval,
+                heartbeat_timeout_seconds=heartbeat_timeout_seconds,
             )
         )
         self.coordinator = CoordinatorActivities(status_url, service_token)

@@ -86,6 +86,9 @@ class ReporterConfig:
     producer_id: str
     outbox_path: Path
     heartbeat_interval: float = 5.0
+    # How long without heartbeats before the status service marks an execution STALE;
+    # None keeps the service default. At least two heartbeat intervals.
+    heartbeat_timeout_seconds: int | None = None
     progress_min_interval: float = 1.0
     progress_max_interval: float = 5.0
     progress_min_delta: float = 0.05
@@ -410,6 +413,9 @@ class Reporter:
         else:
             url = f"/internal/v1/tasks/{binding.task_id}/steps/{binding.step_id}:activate"
             payload = {"attempt": execution["attempt"], "producerId": self.config.producer_id}
+        if self.config.heartbeat_timeout_seconds:
+            payload["heartbeatIntervalSeconds"] = max(1, round(self.config.heartbeat_interval))
+            payload["heartbeatTimeoutSeconds"] = self.config.heartbeat_timeout_seconds
         response = await self._client.post(url, json=payload)
         refused_for_good = response.status_code < 500 and "DYNAMIC_STEP_LIMIT" in response.text
         if (response.status_code >= 500 or response.status_code == 429) and not refused_for_good:

@@ -298,3 +298,64 @@ async def test_histories_recorded_without_the_plugin_replay_with_it(
     history = await handle.fetch_history()
     plugin = _plugin(api, live_api, tmp_path / "replay.sqlite3")
     await Replayer(workflows=[StepsWorkflow], plugins=[plugin]).replay_workflow(history)
+
+
+async def test_silence_makes_the_step_stale_and_resumed_heartbeats_heal_it_once(
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_engine: Any,
+    e2e_service: Any,
+) -> None:
+    import asyncio
+
+    from tests.support.plugin_workflows import SilentWorkflow, silent_for_a_while
+    from tests.support.processes import wait_until
+
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    pause = tmp_path / "pause"
+    pause.write_text("silence")
+    plugin = TaskStatusPlugin(
+        live_api,
+        api.service_token("doc-worker", "WORKER", "COORDINATOR"),
+        outbox_path=tmp_path / "o.sqlite3",
+        heartbeat_interval=0.2,
+        heartbeat_timeout_seconds=2,
+    )
+
+    def step() -> dict[str, Any]:
+        snap = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()
+        return next(s for s in snap["steps"] if s["stepId"] == "02_parse")
+
+    def reconcile_until(health: str) -> bool:
+        e2e_service.mark_stale()  # the reconciler's pass, run by the test
+        return bool(step()["health"] == health)
+
+    async with Worker(
+        temporal_env.client,
+        task_queue=task_queue,
+        workflows=[SilentWorkflow],
+        activities=[silent_for_a_while],
+        plugins=[plugin],
+    ):
+        handle = await temporal_env.client.start_workflow(
+            SilentWorkflow.run, args=[task_id, str(pause)], id=f"silent-{uuid.uuid4()}", task_queue=task_queue
+        )
+        await asyncio.to_thread(wait_until, lambda: step()["lifecycleStatus"] == "RUNNING", 20, "step running")
+        await asyncio.to_thread(wait_until, lambda: reconcile_until("STALE"), 20, "STALE after silence")
+        assert step()["lifecycleStatus"] == "RUNNING"  # STALE never means FAILED
+        pause.unlink()  # heartbeats resume
+        await asyncio.to_thread(wait_until, lambda: step()["health"] == "HEALTHY", 20, "HEALTHY again")
+        assert await handle.result() == 1
+        await plugin.reporter.drained()
+    with e2e_engine.connect() as conn:
+        changes = list(
+            conn.scalars(
+                sa.select(t.task_event_log.c.health)
+                .where(t.task_event_log.c.task_id == task_id, t.task_event_log.c.event_type == "STEP_HEALTH_CHANGED")
+                .order_by(t.task_event_log.c.task_version)
+            )
+        )
+    assert changes == ["STALE", "HEALTHY"]  # exactly once each way

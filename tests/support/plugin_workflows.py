@@ -113,3 +113,32 @@ class HeartbeatWorkflow:
             return await workflow.execute_activity(
                 heartbeat_only, 20, start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=timedelta(seconds=5)
             )
+
+
+@activity.defn
+async def silent_for_a_while(pause_file: str) -> int:
+    """Heartbeats, goes silent until the test removes ``pause_file``, then heartbeats again."""
+    import os
+
+    for i in range(5):
+        activity.heartbeat(i)
+        await asyncio.sleep(0.1)
+    while os.path.exists(pause_file):  # the test decides how long the silence lasts
+        await asyncio.sleep(0.05)
+    for i in range(20):
+        activity.heartbeat(100 + i)
+        await asyncio.sleep(0.1)
+    return 1
+
+
+@workflow.defn
+class SilentWorkflow:
+    @workflow.run
+    async def run(self, task_id: str, pause_file: str) -> int:
+        with task_step(task_id, "02_parse"):
+            return await workflow.execute_activity(
+                silent_for_a_while,
+                pause_file,
+                start_to_close_timeout=timedelta(seconds=120),
+                heartbeat_timeout=timedelta(seconds=60),
+            )

@@ -1,0 +1,82 @@
+"""Video export: transcode (frame progress, a different data.schema) → package.
+
+Shows that each operation carries its own data contract: DOCUMENT.PARSE sends
+``document.parse.progress.v1``, VIDEO.TRANSCODE sends ``video.transcode.progress.v1``;
+the status service validates each against the operation's registered schemas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import activity, workflow
+
+with workflow.unsafe.imports_passed_through():
+    from interceptors import TaskStatus, report_progress, task_step
+
+
+@dataclass
+class ExportRequest:
+    owner_id: str
+    title: str
+    total_frames: int = 300
+    preset: str = "1080p-h264"
+
+
+@activity.defn
+async def transcode(total_frames: int, preset: str) -> str:
+    for frame in range(0, total_frames + 1, max(1, total_frames // 10)):
+        activity.heartbeat(frame)
+        report_progress(
+            frame,
+            total_frames,
+            "frame",
+            phase_code="ENCODE",
+            data={
+                "schema": "video.transcode.progress.v1",
+                "value": {"frame": frame, "totalFrames": total_frames, "fps": 48.0, "preset": preset},
+            },
+        )
+        await asyncio.sleep(0.02)
+    return "object://renders/out.mp4"
+
+
+@activity.defn
+async def package(render_ref: str) -> str:
+    report_progress(1, 1, "file", phase_code="MUX")
+    return render_ref.replace("renders", "exports")
+
+
+@workflow.defn
+class VideoExportWorkflow:
+    @workflow.run
+    async def run(self, request: ExportRequest) -> dict[str, str]:
+        created = await TaskStatus.create_workflow(
+            request.owner_id,
+            f"Export {request.title}",
+            [
+                {
+                    "clientTaskKey": "export",
+                    "title": request.title,
+                    "taskType": "VIDEO_EXPORT",
+                    "knownSteps": [
+                        {"stepId": "01_transcode", "operationCode": "VIDEO.TRANSCODE"},
+                        {"stepId": "02_package", "operationCode": "VIDEO.PACKAGE"},
+                    ],
+                }
+            ],
+        )
+        task_id = created["tasks"][0]["taskId"]
+        with task_step(task_id, "01_transcode"):
+            render = await workflow.execute_activity(
+                transcode,
+                args=[request.total_frames, request.preset],
+                start_to_close_timeout=timedelta(minutes=5),
+                heartbeat_timeout=timedelta(seconds=30),
+            )
+        with task_step(task_id, "02_package"):
+            result = await workflow.execute_activity(package, render, start_to_close_timeout=timedelta(minutes=1))
+        await TaskStatus.complete_task(task_id)
+        return {"taskId": task_id, "result": result}

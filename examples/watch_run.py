@@ -1,0 +1,93 @@
+"""Start a document run and print its live status as the user's browser would receive it.
+
+    python -m examples.watch_run   # with the worker of examples/worker.py running
+
+Uses the public API for a realtime session (connection token for the user's
+own summary channel) and centrifuge-python (the test/dev extra) to listen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from centrifuge import Client, ClientEventHandler, ServerPublicationContext
+from temporalio.client import Client as TemporalClient
+
+from examples.document_processing import DocumentRequest, DocumentWorkflow
+
+
+def describe(message: dict[str, Any]) -> str:
+    if message.get("kind") == "task.summary":
+        step = message.get("currentStep") or {}
+        progress = (message.get("progress") or {}).get("percent")
+        notice = message.get("notice") or {}
+        return (
+            f"v{message['taskVersion']:>3} {message['lifecycleStatus']:<9} {message['health']:<8} "
+            f"{progress if progress is not None else '-':>6}%  {step.get('phaseLabel') or step.get('stepId') or ''}"
+            + (f"  [{notice.get('kind')}: {notice.get('title')}]" if notice else "")
+        )
+    return f"{message.get('kind')}: {message.get('workflowVersion') or message.get('taskVersion')}"
+
+
+async def watch(
+    api_url: str,
+    user_token: str,
+    start_run: Callable[[], Any],
+    printer: Callable[[str], None] = print,
+    timeout: float = 120,
+) -> list[str]:
+    """Connect as the user, start the run, print summaries until the task is terminal."""
+    async with httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {user_token}"}) as http:
+        session = (await http.get("/api/realtime/session")).json()
+    lines: list[str] = []
+    done = asyncio.Event()
+    task_ids: set[str] = set()
+
+    class Printer(ClientEventHandler):
+        async def on_publication(self, ctx: ServerPublicationContext) -> None:
+            message = ctx.pub.data
+            if task_ids and message.get("taskId") not in task_ids and message.get("kind") == "task.summary":
+                return
+            line = describe(message)
+            lines.append(line)
+            printer(line)
+            if message.get("kind") == "task.summary" and message.get("lifecycleStatus") in (
+                "SUCCEEDED",
+                "FAILED",
+                "CANCELLED",
+                "TIMED_OUT",
+            ):
+                done.set()
+
+    client = Client(session["endpoints"]["websocket"], events=Printer(), token=session["token"])
+    await client.connect()
+    try:
+        result = await start_run()
+        task_ids.add(result["taskId"])
+        await asyncio.wait_for(done.wait(), timeout)
+    finally:
+        await client.disconnect()
+    return lines
+
+
+async def main() -> None:
+    temporal = await TemporalClient.connect(os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
+
+    async def start() -> Any:
+        return await temporal.execute_workflow(
+            DocumentWorkflow.run,
+            DocumentRequest(os.environ.get("DEMO_USER", "alice"), "contract.pdf"),
+            id=f"doc-{uuid.uuid4()}",
+            task_queue="documents",
+        )
+
+    await watch(os.environ.get("TASK_STATUS_URL", "http://127.0.0.1:8080"), os.environ["TASK_STATUS_USER_TOKEN"], start)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
