@@ -56,12 +56,24 @@ def test_projector_bumps_the_workflow_once_per_real_change(
     assert after == (before + 1, "RUNNING") and left == 0
 
 
-def test_reconciler_waits_out_its_grace_period(service: StatusService) -> None:
-    quiet = Reconciler(service, LoopConfig(heartbeat_grace_seconds=3600))
-    assert quiet.run_once() == 0  # even if something is overdue, nothing turns STALE right after start
-    eager = Reconciler(service, LoopConfig(heartbeat_grace_seconds=0))
-    eager.database_failed()
-    assert eager.quiet_until > 0
+def test_no_false_stale_burst_after_a_restart(service: StatusService, coordinator: ServicePrincipal) -> None:
+    """After the observer (re)starts or the database comes back, heartbeats that could not land must
+    not turn into STALE at once: the reconciler waits a grace period first (R7, AC23)."""
+    task_id = create_task(service, coordinator)
+    ctx = activate(service, coordinator, task_id, heartbeat_interval_seconds=5, heartbeat_timeout_seconds=20)
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(claims, event("STEP_STARTED", 1))
+    base = service.now()
+    later = StatusService(service.engine, execution_tokens=service._tokens, validator=service._validator,
+                          clock=lambda: base + timedelta(seconds=120))  # the step is overdue from here
+    restarted = Reconciler(later, LoopConfig(heartbeat_grace_seconds=3600))
+    assert restarted.run_once() == 0  # within the grace period: nothing turns STALE
+    settled = Reconciler(later, LoopConfig(heartbeat_grace_seconds=0))
+    assert settled.run_once() >= 1  # after it, the overdue execution does
+    settled.database_failed()
+    settled.config.heartbeat_grace_seconds = 3600
+    settled.database_failed()
+    assert settled.run_once() == 0  # and a database error starts a new grace period
 
 
 def test_retention_purges_old_rows_in_bounded_batches(service: StatusService, coordinator: ServicePrincipal) -> None:
