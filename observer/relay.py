@@ -12,7 +12,6 @@ full state and its version, so clients converge whatever the duplicates.
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -24,10 +23,11 @@ import sqlalchemy as sa
 
 from observer import metrics
 from observer.centrifugo import CentrifugoPublisher, Publication, PublishResult, TransportError, Unauthorized
+from status import logs
 from status.infra import tables as t
 from status.infra.repository import now_ms
 
-log = logging.getLogger("observer.relay")
+log = logs.get("observer.relay")
 ot = t.task_outbox
 
 # Per-aggregate channels carry one aggregate's versions, so Centrifugo can skip
@@ -148,7 +148,7 @@ class OutboxRelay:
                     .values(status="PENDING", locked_by=None, locked_at=None)
                 )
         if ids:
-            log.warning("took over %d outbox rows with expired leases", len(ids))
+            log.warning("took over outbox rows with expired leases", status=f"{len(ids)} rows")
         return len(ids)
 
     # ------------------------------------------------------------ publish
@@ -277,7 +277,14 @@ class OutboxRelay:
         metrics.COALESCED.inc(result.coalesced)
         if dead:
             metrics.DEAD.inc(len(dead))
-            log.error("outbox rows went DEAD: %s", [(r.id, reason) for r, reason in dead][:10])
+            for row, reason in dead:
+                log.error(
+                    "outbox row went DEAD",
+                    outboxId=row.id,
+                    channel=row.channel,
+                    taskVersion=row.aggregate_version,
+                    code=reason,
+                )
 
     def backoff(self, attempts: int) -> float:
         """Exponential backoff with full jitter, capped."""

@@ -24,9 +24,11 @@ def _migrate(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from status import logs
     from status.api.app import build_service, create_app
     from status.infra.db import create_engine
 
+    logs.configure()
     settings = Settings.from_env()
     engine = create_engine(settings.database_url)
     service = build_service(settings, engine)
@@ -40,8 +42,9 @@ def _observer(args: argparse.Namespace) -> int:
     import logging
 
     from observer.runner import run_loops, run_temporal
+    from status import logs
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(logging.INFO)
     settings = Settings.from_env()
     if args.mode == "loops":
         asyncio.run(run_loops(settings))

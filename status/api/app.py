@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from status import logs
 from status.api import metrics
 from status.api.errors import domain_error_handler, error_body, unexpected_error_handler
 from status.api.models import (
@@ -51,6 +52,7 @@ from status.infra.tokens import ExecutionTokens, RealtimeTokens, ServiceTokens, 
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
+log = logs.get("status.api")
 
 
 class RateLimiter:
@@ -187,6 +189,17 @@ class Api:
             result = await run_in_threadpool(self.service.report_event, caller, cmd)
         except DomainError as err:
             metrics.EVENTS.labels(result="rejected", code=err.code.value).inc()
+            log.info(
+                "event rejected",
+                eventId=cmd.event_id,
+                eventType=cmd.event_type,
+                taskId=cmd.task_id,
+                stepId=cmd.step_id,
+                sourceSeq=cmd.source_seq,
+                producerId=caller.producer_id,
+                code=err.code.value,
+                traceId=request.headers.get("traceparent"),
+            )
             raise
         metrics.EVENTS.labels(result="duplicate" if result["duplicate"] else "accepted", code="").inc()
         metrics.INGEST_SECONDS.observe(time.perf_counter() - started)

@@ -668,8 +668,9 @@ class StatusService:
                     f"attempt {cmd.attempt} is not the next attempt of {cmd.step_id} (current {current.attempt})",
                     ErrorCode.STALE_ATTEMPT,
                 )
-            if task.lifecycle.terminal:
-                raise Conflict(f"task is {task.lifecycle}", ErrorCode.TERMINAL_STATE)
+            # A finished task still takes late reports of work that ran before it finished
+            # (a worker's outbox may deliver after the coordinator's TASK_COMPLETED); its own
+            # lifecycle never changes again (R2).
             defs = self._definitions(conn, task.tenant_id, task.authority_scope)
             op = self._operation(defs, current.operation_code, task.task_type, current.operation_definition_version)
             op.check_producer(cmd.producer_id)
@@ -799,8 +800,6 @@ class StatusService:
                         "clientStepKey was registered with different content", ErrorCode.IDEMPOTENCY_CONFLICT
                     )
                 return self._context(conn, task, existing, created=False, now=now, uow=uow)
-            if task.lifecycle.terminal:
-                raise Conflict(f"task is {task.lifecycle}", ErrorCode.TERMINAL_STATE)
             policy_row = conn.execute(
                 sa.select(t.task.c.dynamic_registration_policy).where(t.task.c.id == task.task_id)
             ).scalar()

@@ -521,3 +521,21 @@ def test_workflow_read_endpoints_are_acl_trimmed(http: Http) -> None:
     tasks = http.client.get(f"/api/workflows/{wf}/tasks", headers=http.user("user-1")).json()
     assert [x["taskId"] for x in tasks["tasks"]] == [created["tasks"][0]["taskId"]]
     assert http.client.get(f"/api/workflows/{wf}", headers=http.user("user-2")).status_code == 404
+
+
+def test_late_reports_after_the_task_finished_never_change_its_lifecycle(http: Http) -> None:
+    task_id, _ = _task(http)
+    assert (
+        http.client.post(
+            "/internal/v1/task-events",
+            headers=http.coordinator,
+            json=event_body("TASK_COMPLETED", 1, taskId=task_id, taskAttempt=1),
+        ).status_code
+        == 200
+    )
+    # A worker's outbox delivers the last step's events after the coordinator's completion.
+    late = activate(http, task_id, "03_store", producer="store-service")
+    assert report(http, late, "STEP_STARTED", 1).status_code == 200
+    assert report(http, late, "STEP_COMPLETED", 2, durationMs=12).status_code == 200
+    snap = _snapshot(http, task_id)
+    assert snap["lifecycleStatus"] == "SUCCEEDED" and _step(snap, "03_store")["lifecycleStatus"] == "SUCCEEDED"

@@ -64,8 +64,12 @@ def test_no_false_stale_burst_after_a_restart(service: StatusService, coordinato
     claims = service._tokens.verify(ctx.execution_token, service.now())
     service.report_event(claims, event("STEP_STARTED", 1))
     base = service.now()
-    later = StatusService(service.engine, execution_tokens=service._tokens, validator=service._validator,
-                          clock=lambda: base + timedelta(seconds=120))  # the step is overdue from here
+    later = StatusService(
+        service.engine,
+        execution_tokens=service._tokens,
+        validator=service._validator,
+        clock=lambda: base + timedelta(seconds=120),
+    )  # the step is overdue from here
     restarted = Reconciler(later, LoopConfig(heartbeat_grace_seconds=3600))
     assert restarted.run_once() == 0  # within the grace period: nothing turns STALE
     settled = Reconciler(later, LoopConfig(heartbeat_grace_seconds=0))
