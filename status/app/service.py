@@ -1192,9 +1192,8 @@ class StatusService:
             statuses=statuses,
             now=received_at,
         )
-        # A finished task's executions may still report their own steps, but
-        # no one may start new work under it: revoke nothing here (the plugin's
-        # late STEP_COMPLETED must still land), the state machine guards it.
+        # Execution handles stay valid: a worker's outbox may still deliver the
+        # steps' own late events; the task's lifecycle is final either way.
         return self._commit_outcome(
             uow,
             outcome,

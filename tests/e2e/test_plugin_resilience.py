@@ -205,18 +205,23 @@ async def test_ac9_worker_killed_mid_run_resumes_its_outbox(
     def queued_progress() -> int:
         if not outbox.exists():
             return 0
-        with sqlite3.connect(outbox) as db:
-            return int(db.execute("SELECT COUNT(*) FROM event WHERE body LIKE '%STEP_PROGRESS%'").fetchone()[0])
+        try:
+            with sqlite3.connect(outbox) as db:
+                return int(db.execute("SELECT COUNT(*) FROM event WHERE body LIKE '%STEP_PROGRESS%'").fetchone()[0])
+        except sqlite3.OperationalError:  # the worker is still creating its outbox
+            return 0
 
     first = spawn(f"http://127.0.0.1:{free_port()}")  # the status service is unreachable for this worker
-    handle = await temporal_env.client.start_workflow(
-        LongStepWorkflow.run, task_id, id=f"long-{uuid.uuid4()}", task_queue=task_queue
-    )
-    await asyncio.to_thread(wait_until, lambda: queued_progress() >= 2, 30, "queued progress")
-    with sqlite3.connect(outbox) as db:
-        before_kill = [r[0] for r in db.execute("SELECT json_extract(body, '$.eventId') FROM event ORDER BY id")]
-    first.send_signal(signal.SIGKILL)
-    first.wait(10)
+    try:
+        handle = await temporal_env.client.start_workflow(
+            LongStepWorkflow.run, task_id, id=f"long-{uuid.uuid4()}", task_queue=task_queue
+        )
+        await asyncio.to_thread(wait_until, lambda: queued_progress() >= 2, 30, "queued progress")
+        with sqlite3.connect(outbox) as db:
+            before_kill = [r[0] for r in db.execute("SELECT json_extract(body, '$.eventId') FROM event ORDER BY id")]
+    finally:
+        first.send_signal(signal.SIGKILL)  # kill -9, mid-run
+        first.wait(10)
     second = spawn(live_api)
     try:
         assert await asyncio.wait_for(handle.result(), 60) == 20
