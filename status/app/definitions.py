@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from importlib import resources
 from typing import Any
 
@@ -132,9 +131,7 @@ def _operation_from_row(row: Mapping[Any, Any]) -> OperationDefinition:
     )
 
 
-def save_definitions(
-    conn: sa.Connection, document: Mapping[str, Any], tenant_id: str, scope: str, now: datetime
-) -> dict[str, int]:
+def save_definitions(conn: sa.Connection, document: Mapping[str, Any], tenant_id: str, scope: str) -> dict[str, int]:
     """Insert new definition versions; re-sending a stored version must be identical (frozen, AC16)."""
     if not isinstance(document, Mapping):
         raise Invalid("definitions must be an object with 'operations' and 'statuses'")

@@ -186,7 +186,7 @@ class StatusService:
         tenant, scope = (caller.tenant_id, caller.authority_scope) if caller else (ANY, ANY)
 
         def work(uow: UnitOfWork) -> dict[str, int]:
-            result = save_definitions(uow.conn, document, tenant, scope, self.now())
+            result = save_definitions(uow.conn, document, tenant, scope)
             uow.commit()
             return result
 

@@ -192,16 +192,6 @@ class DynamicRegistrationPolicy:
             registrations_per_minute=int(raw.get("registrationsPerMinute", 60)),
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "allowedParentOperations": sorted(self.allowed_parent_operations),
-            "allowedChildOperations": sorted(self.allowed_child_operations),
-            "maxDynamicSteps": self.max_dynamic_steps,
-            "maxDepth": self.max_depth,
-            "maxParallelExecutions": self.max_parallel_executions,
-            "registrationsPerMinute": self.registrations_per_minute,
-        }
-
     def check(
         self,
         *,

@@ -387,5 +387,3 @@ realtime_grant = sa.Table(
     sa.Index("realtime_grant_expiry_idx", "expires_at"),
     **MYSQL_TABLE_ARGS,
 )
-
-ALL_TABLES = tuple(metadata.sorted_tables)
