@@ -1,9 +1,10 @@
 """``task-observer dev``: the whole demo stack in one process tree, on an embedded SQLite database.
 
 Starts (or reuses, when something already answers on the port) Centrifugo and
-the Temporal dev server, migrates the database, and runs the status API, the
-observer loops and a worker with the plugin that runs the document example on
-a loop for the demo user.  Ctrl-C stops everything it started.
+the Temporal dev server, migrates the database, and runs the status API with
+the dashboard, the observer loops and a worker with the plugin that runs the
+document example on a loop for the demo user.  Ctrl-C stops everything it
+started.
 """
 
 from __future__ import annotations
@@ -214,6 +215,11 @@ class DevStack:
         client = await Client.connect(settings.temporal_address)
         user_token = UserTokens(settings.user_token_secret).issue(TENANT, DEMO_USER, ttl_seconds=7 * 24 * 3600)
         print(f"\nTask Status Observer is running (database: {settings.database_url})")
+        dashboard = settings.dashboard_dir
+        if dashboard is not None and (dashboard / "index.html").is_file():
+            print(f"  dashboard     http://127.0.0.1:{self.ports.api}/dashboard/#token={user_token}")
+        else:
+            print("  dashboard     not built: scripts/web build (scripts/dev does it)")
         print(f"  status API    http://127.0.0.1:{self.ports.api}  (OpenAPI: /openapi.json)")
         print(f"  centrifugo    ws://127.0.0.1:{self.ports.centrifugo}/connection/websocket")
         print(f"  temporal      {settings.temporal_address}")

@@ -68,6 +68,17 @@ def _dev_secrets(data_dir: Path) -> dict[str, str]:
     return values
 
 
+BUILT_DASHBOARD = Path(__file__).resolve().parents[1] / "web" / "dist"
+
+
+def _dashboard_dir() -> Path | None:
+    """TASK_OBSERVER_DASHBOARD_DIR, or the dashboard built in this checkout; an empty value turns it off."""
+    configured = os.environ.get(PREFIX + "DASHBOARD_DIR")
+    if configured is not None:
+        return Path(configured).resolve() if configured else None
+    return BUILT_DASHBOARD
+
+
 @dataclass(frozen=True)
 class Settings:
     environment: str
@@ -95,6 +106,8 @@ class Settings:
     observer_metrics_port: int = 0
     internal_rate_per_second: float = 0.0
     internal_rate_burst: int = 0
+    # Built dashboard (web/dist) served at /dashboard/; None serves none.
+    dashboard_dir: Path | None = None
 
     @property
     def is_production(self) -> bool:
@@ -146,4 +159,5 @@ class Settings:
             observer_metrics_port=_int("OBSERVER_METRICS_PORT", 9108),
             internal_rate_per_second=_int("INTERNAL_RATE_PER_SECOND", 2000),
             internal_rate_burst=_int("INTERNAL_RATE_BURST", 4000),
+            dashboard_dir=_dashboard_dir(),
         )

@@ -17,8 +17,9 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from status import logs
 from status.api import metrics
@@ -486,6 +487,26 @@ def routes(api: Api) -> list[Route]:
     ]
 
 
+def dashboard_routes(settings: Settings) -> list[BaseRoute]:
+    """The built dashboard (static files from web/dist) at /dashboard/, and / pointing at it."""
+    directory = settings.dashboard_dir
+    if directory is None:
+        return []
+
+    async def to_dashboard(_: Request) -> Response:
+        return RedirectResponse("/dashboard/", status_code=307)
+
+    if not (directory / "index.html").is_file():
+
+        async def not_built(_: Request) -> JSONResponse:
+            message = f"the dashboard is not built ({directory}); run: scripts/web build"
+            return JSONResponse(error_body("NOT_FOUND", message), status_code=404)
+
+        return [Route("/", to_dashboard), Route("/dashboard", not_built), Route("/dashboard/{path:path}", not_built)]
+    static = StaticFiles(directory=directory, html=True)
+    return [Route("/", to_dashboard), Mount("/dashboard", static, name="dashboard")]
+
+
 def create_app(settings: Settings, engine: sa.Engine | None = None, service: StatusService | None = None) -> Starlette:
     engine = engine or create_engine(settings.database_url)
     service = service or build_service(settings, engine)
@@ -524,6 +545,7 @@ def create_app(settings: Settings, engine: sa.Engine | None = None, service: Sta
             Route("/openapi.json", openapi_json),
             Route("/metrics", metrics_endpoint),
             *routes(api),
+            *dashboard_routes(settings),
         ],
         exception_handlers={
             DomainError: domain_error_handler,

@@ -69,6 +69,8 @@ class CentrifugoNode:
     api_key: str = field(default_factory=lambda: secrets.token_hex(16))
     token_secret: str = field(default_factory=lambda: secrets.token_hex(32))
     redis_address: str | None = None
+    # Browser origins allowed to connect (the dashboard's); None keeps the config file's list.
+    allowed_origins: list[str] | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -83,6 +85,8 @@ class CentrifugoNode:
         config = json.loads(CENTRIFUGO_CONFIG.read_text())
         if self.redis_address:
             config["engine"] = {"type": "redis", "redis": {"address": self.redis_address}}
+        if self.allowed_origins is not None:
+            config["client"]["allowed_origins"] = self.allowed_origins
         path = self.workdir / f"centrifugo-{self.port}.json"
         path.write_text(json.dumps(config))
         return path

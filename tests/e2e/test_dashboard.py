@@ -1,0 +1,347 @@
+"""The dashboard in headless Chromium against the real stack (SPEC §11, AC20–AC22, AC30, AC32).
+
+Status API on a real socket (MariaDB), a Centrifugo v6 process of its own (it
+gets restarted here), and the outbox relay pumping continuously in a thread —
+the browser sees exactly what a user would. Every test also checks, through a
+MutationObserver installed before the page's scripts, that no task card ever
+showed a lower version than it showed before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import uvicorn
+from playwright.sync_api import Browser, Page, expect
+from starlette.testclient import TestClient
+
+from observer.centrifugo import CentrifugoPublisher
+from observer.relay import OutboxRelay, RelayConfig
+from status.api.app import build_service, create_app
+from status.infra.db import create_engine
+from status.infra.tokens import ServiceTokens, UserTokens
+from tests.integration.conftest import Http
+from tests.support.browser import chromium, open_dashboard, require_dashboard, screenshot
+from tests.support.flows import activate, create_workflow, report
+from tests.support.processes import CentrifugoNode, free_port, wait_until
+from tests.support.settings import make_settings
+
+TIMEOUT_MS = 20_000
+
+
+class RelayPump:
+    """The outbox relay on its own event loop, passing continuously like the observer does."""
+
+    def __init__(self, engine: sa.Engine, api_url: str, api_key: str) -> None:
+        self.engine, self.api_url, self.api_key = engine, api_url, api_key
+        self.stopping = threading.Event()
+        # Held for every pass; pause() takes it so that nothing is published until resume().
+        self.passing = threading.Lock()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _run(self) -> None:
+        publisher = CentrifugoPublisher(self.api_url, self.api_key)
+        # Short back-off so a restarted Centrifugo is caught up quickly.
+        config = RelayConfig(batch_size=500, backoff_base_seconds=0.2, backoff_max_seconds=1.0)
+        relay = OutboxRelay(self.engine, publisher, f"browser-relay-{secrets.token_hex(3)}", config)
+        try:
+            while not self.stopping.is_set():
+                if not self.passing.acquire(timeout=0.05):
+                    continue
+                try:
+                    result = await relay.run_once()
+                finally:
+                    self.passing.release()
+                if result.claimed == 0:
+                    await asyncio.sleep(0.02)
+        finally:
+            await publisher.aclose()
+
+    def pause(self) -> None:
+        self.passing.acquire()
+
+    def resume(self) -> None:
+        self.passing.release()
+
+    def __enter__(self) -> RelayPump:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        self.thread.join(15)
+
+
+@dataclass
+class Stack:
+    base_url: str
+    http: Http
+    node: CentrifugoNode
+    relay: RelayPump
+    engine: sa.Engine
+
+    def outbox_pending(self, task_ids: list[str]) -> int:
+        """Outbox rows of these tasks not yet published."""
+        from status.infra.tables import task_outbox as ot
+
+        query = sa.select(sa.func.count()).where(ot.c.aggregate_id.in_(task_ids), ot.c.status != "PUBLISHED")
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def user_token(self, user_id: str) -> str:
+        return self.http.user_tokens.issue(self.http.tenant, user_id)
+
+    def task_version(self, user_id: str, task_id: str) -> str:
+        response = self.http.client.get(f"/api/tasks/{task_id}", headers=self.http.user(user_id))
+        assert response.status_code == 200, response.text
+        return str(response.json()["taskVersion"])
+
+
+@pytest.fixture(scope="module")
+def stack(mariadb_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    dashboard = require_dashboard()
+    workdir = Path(tmp_path_factory.mktemp("dashboard"))
+    port = free_port()
+    origins = [f"http://127.0.0.1:{port}"]
+    node = CentrifugoNode(workdir=workdir, allowed_origins=origins).start()
+    settings = make_settings(
+        mariadb_url,
+        workdir,
+        centrifugo_api_url=node.api_url,
+        centrifugo_api_key=node.api_key,
+        centrifugo_token_secret=node.token_secret,
+        centrifugo_public_url=node.ws_url,
+        dashboard_dir=dashboard,
+    )
+    engine = create_engine(settings.database_url)
+    service = build_service(settings, engine)
+    service.install_default_definitions()
+    app = create_app(settings, engine, service)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 15, "status API")
+    try:
+        with (
+            TestClient(app, raise_server_exceptions=False) as client,
+            RelayPump(engine, node.api_url, node.api_key) as pump,
+        ):
+            http = Http(
+                client,
+                f"tenant-{secrets.token_hex(4)}",
+                ServiceTokens(settings.service_token_secret),
+                UserTokens(settings.user_token_secret),
+            )
+            yield Stack(f"http://127.0.0.1:{port}", http, node, pump, engine)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        node.stop()
+        engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as (_, browser):
+        yield browser
+
+
+def card(page: Page, task_id: str) -> Any:
+    return page.locator(f'article.task[data-task-id="{task_id}"]')
+
+
+def wait_live(page: Page) -> None:
+    expect(page.locator("#connection")).to_have_attribute("data-state", "LIVE", timeout=TIMEOUT_MS)
+
+
+def assert_never_went_back(page: Page) -> None:
+    assert page.evaluate("window.__versionRegressions") == []
+
+
+def fail_task(stack: Stack, task_id: str, ctx: dict[str, Any], seq: int) -> None:
+    failed = report(
+        stack.http,
+        ctx,
+        "STEP_FAILED",
+        seq,
+        error={"category": "DEPENDENCY", "code": "OCR_DOWN", "message": "The OCR service is down"},
+    )
+    assert failed.status_code == 200, failed.text
+    response = stack.http.client.post(
+        "/internal/v1/task-events",
+        headers=stack.http.coordinator,
+        json={
+            "eventId": f"evt-fail-{task_id}",
+            "eventType": "TASK_FAILED",
+            "sourceSeq": 1,
+            "taskId": task_id,
+            "taskAttempt": 1,
+            "occurredAt": "2026-01-01T00:00:00Z",
+            "failure": {"code": "PARSE_FAILED", "message": "parsing failed"},
+        },
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_dashboard_shows_a_new_task_updates_live_and_shows_the_failure(stack: Stack, browser: Browser) -> None:
+    user = f"alice-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
+    expect(card(page, task_id).locator(".title")).to_have_text("Contract.pdf")
+
+    ctx = activate(stack.http, task_id)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    progress = report(
+        stack.http,
+        ctx,
+        "STEP_PROGRESS",
+        2,
+        progress={"current": 3, "total": 8, "unit": "page"},
+        data={"schema": "document.parse.progress.v1", "value": {"page": 3, "pageCount": 8}},
+    )
+    assert progress.status_code == 200, progress.text
+    version = stack.task_version(user, task_id)
+    expect(card(page, task_id)).to_have_attribute("data-version", version, timeout=TIMEOUT_MS)
+    expect(card(page, task_id)).to_have_attribute("data-status", "RUNNING")
+
+    # The elapsed time ticks locally between messages (one shared timer).
+    elapsed = card(page, task_id).locator(".elapsed")
+    expect(elapsed).not_to_have_text("", timeout=TIMEOUT_MS)
+    first = elapsed.inner_text()
+    expect(elapsed).not_to_have_text(first, timeout=TIMEOUT_MS)
+
+    # Detail view: step timeline with the operation-specific renderer for the progress schema.
+    card(page, task_id).click()
+    parse_step = page.locator('#detail .step[data-step-id="02_parse"]')
+    expect(parse_step).to_have_attribute("data-renderer", "document.parse.progress.v1", timeout=TIMEOUT_MS)
+    expect(parse_step).to_contain_text("3 of 8")
+    expect(page.locator('#detail .step[data-step-id="01_prepare"]')).to_have_attribute("data-status", "PENDING")
+
+    fail_task(stack, task_id, ctx, 3)
+    expect(card(page, task_id)).to_have_attribute("data-status", "FAILED", timeout=TIMEOUT_MS)
+    expect(page.locator(".toast").filter(has_text="The OCR service is down")).to_have_count(1, timeout=TIMEOUT_MS)
+    expect(parse_step).to_have_attribute("data-status", "FAILED", timeout=TIMEOUT_MS)
+    expect(card(page, task_id)).to_have_attribute("data-version", stack.task_version(user, task_id))
+    screenshot(page, "dashboard-live-failure")
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_dashboard_recovers_from_snapshots_after_a_centrifugo_restart(stack: Stack, browser: Browser) -> None:
+    """AC30: the restarted Centrifugo has no history (new epoch), so only snapshots can bring the page up to date."""
+    user = f"carol-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    task_ids = [create_workflow(stack.http, owner=user)["tasks"][0]["taskId"] for _ in range(2)]
+    for task_id in task_ids:
+        expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
+    card(page, task_ids[0]).click()
+    expect(page.locator("#detail .step")).to_have_count(3, timeout=TIMEOUT_MS)
+
+    # Nothing reaches the browser through Centrifugo until the page has recovered on its own.
+    stack.relay.pause()
+    try:
+        stack.node.stop()
+        expect(page.locator("#connection")).not_to_have_attribute("data-state", "LIVE", timeout=TIMEOUT_MS)
+        contexts = [activate(stack.http, task_id) for task_id in task_ids]
+        for ctx in contexts:
+            assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+            for seq, page_no in enumerate((2, 5, 8), start=2):
+                response = report(
+                    stack.http, ctx, "STEP_PROGRESS", seq, progress={"current": page_no, "total": 8, "unit": "page"}
+                )
+                assert response.status_code == 200
+        assert report(stack.http, contexts[0], "STEP_COMPLETED", 5).status_code == 200
+        assert stack.outbox_pending(task_ids) > 0
+
+        stack.node.start()
+        wait_live(page)
+        for task_id in task_ids:
+            expect(card(page, task_id)).to_have_attribute(
+                "data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS
+            )
+        expect(page.locator('#detail .step[data-step-id="02_parse"]')).to_have_attribute(
+            "data-status", "SUCCEEDED", timeout=TIMEOUT_MS
+        )
+        expect(page.locator("#detail")).to_have_attribute(
+            "data-version", stack.task_version(user, task_ids[0]), timeout=TIMEOUT_MS
+        )
+    finally:
+        stack.relay.resume()
+
+    # The relay now delivers the backlog: every message is older than or equal to what the page shows.
+    wait_until(lambda: stack.outbox_pending(task_ids) == 0, 30, "the outbox backlog to drain")
+    page.evaluate("() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)))")
+    for task_id in task_ids:
+        expect(card(page, task_id)).to_have_attribute("data-version", stack.task_version(user, task_id))
+    screenshot(page, "dashboard-after-centrifugo-restart")
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_a_second_user_never_sees_the_first_users_task(stack: Stack, browser: Browser) -> None:
+    alice, bob = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
+    alice_page = open_dashboard(browser, stack.base_url, stack.user_token(alice))
+    bob_page = open_dashboard(browser, stack.base_url, stack.user_token(bob))
+    wait_live(alice_page)
+    wait_live(bob_page)
+
+    alice_task = create_workflow(stack.http, owner=alice)["tasks"][0]["taskId"]
+    ctx = activate(stack.http, alice_task)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    expect(card(alice_page, alice_task)).to_have_attribute(
+        "data-version", stack.task_version(alice, alice_task), timeout=TIMEOUT_MS
+    )
+    # Bob's page is live (his own task arrives, after Alice's updates were published)…
+    bob_task = create_workflow(stack.http, owner=bob)["tasks"][0]["taskId"]
+    expect(card(bob_page, bob_task)).to_be_visible(timeout=TIMEOUT_MS)
+    # …and has never held Alice's task, in the DOM or in its client store.
+    expect(card(bob_page, alice_task)).to_have_count(0)
+    assert alice_task not in bob_page.evaluate("window.taskStatus.store.taskIds()")
+    assert bob_task not in alice_page.evaluate("window.taskStatus.store.taskIds()")
+    # Asking the API for it by id is refused like an unknown id.
+    status = bob_page.evaluate(
+        """async (taskId) => {
+            try { await window.taskStatus.api.task(taskId); return 200; } catch (e) { return e.status; }
+        }""",
+        alice_task,
+    )
+    assert status == 404
+    screenshot(bob_page, "dashboard-second-user")
+    for page in (alice_page, bob_page):
+        assert_never_went_back(page)
+        page.context.close()
+
+
+def test_dashboard_works_over_the_sse_fallback(stack: Stack, browser: Browser) -> None:
+    user = f"dave-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user), query="?transport=sse")
+    wait_live(page)
+    expect(page.locator("#connection")).to_have_attribute("data-transport", "sse")
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
+    ctx = activate(stack.http, task_id)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    expect(card(page, task_id)).to_have_attribute("data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS)
+    expect(card(page, task_id)).to_have_attribute("data-status", "RUNNING")
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_dashboard_is_served_and_the_root_points_to_it(stack: Stack) -> None:
+    root = stack.http.client.get("/", follow_redirects=False)
+    assert root.status_code == 307 and root.headers["location"] == "/dashboard/"
+    index = stack.http.client.get("/dashboard/")
+    assert index.status_code == 200 and "Task Status Observer" in index.text

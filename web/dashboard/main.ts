@@ -1,0 +1,347 @@
+/**
+ * The demo dashboard: the user's tasks grouped by workflow, a step timeline
+ * for the selected task, notices as toasts and the connection state. All
+ * state comes from the client library; this file only draws it.
+ *
+ * Login: the page takes a user token from `#token=…` once (then keeps it in
+ * sessionStorage and removes it from the address bar) or asks for one.
+ * `?transport=sse` (or `http_stream`) forces a fallback transport.
+ */
+
+import {
+  SharedTicker,
+  TaskStatusClient,
+  elapsedAt,
+  exampleRenderers,
+  formatDuration,
+  isTerminal,
+  type ConnectionState,
+  type NoticeSource,
+  type StepDetail,
+  type TaskView,
+  type TransportName,
+} from '../src/index';
+
+const TOKEN_KEY = 'task-status-observer.token';
+
+type Child = Node | string | null | undefined | false;
+
+/** Build an element; text always goes through textContent, never innerHTML (titles are user data). */
+function h(tag: string, attrs: Record<string, string | number | null | undefined> = {}, ...children: Child[]): HTMLElement {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined) continue;
+    if (name === 'class') el.className = String(value);
+    else el.setAttribute(name, String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(typeof child === 'string' ? document.createTextNode(child) : child);
+  }
+  return el;
+}
+
+function present(...children: Child[]): Array<Node | string> {
+  return children.filter((c): c is Node | string => c !== null && c !== undefined && c !== false);
+}
+
+function byId<T extends HTMLElement>(id: string): T {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`#${id} missing`);
+  return el as T;
+}
+
+function takeToken(): string | null {
+  const hash = new URLSearchParams(location.hash.slice(1));
+  const fromHash = hash.get('token');
+  if (fromHash) {
+    sessionStorage.setItem(TOKEN_KEY, fromHash);
+    history.replaceState(null, '', location.pathname + location.search);
+    return fromHash;
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+function subjectOf(token: string): string {
+  try {
+    const payload = JSON.parse(atob(token.split('.')[1]!.replace(/-/g, '+').replace(/_/g, '/'))) as { sub?: string; tenant?: string };
+    return payload.sub ?? '';
+  } catch {
+    return '';
+  }
+}
+
+function transportsFromQuery(): TransportName[] | undefined {
+  const forced = new URLSearchParams(location.search).get('transport');
+  if (forced === 'websocket' || forced === 'sse' || forced === 'http_stream') return [forced];
+  return undefined;
+}
+
+const renderers = exampleRenderers();
+const ticker = new SharedTicker(1000);
+
+class Dashboard {
+  private selected: string | null = null;
+  private frame = 0;
+  private stopTicker: (() => void) | null = null;
+
+  constructor(private readonly client: TaskStatusClient) {}
+
+  start(): void {
+    const store = this.client.store;
+    store.subscribe((change) => {
+      if (change.type === 'notice') this.toast(change.notice);
+      if (change.type === 'removed' && change.taskId === this.selected) this.select(null);
+      this.schedule();
+    });
+    this.client.onState((state) => this.showState(state));
+    this.showState(this.client.state);
+    byId('tasks').addEventListener('click', (event) => {
+      const card = (event.target as HTMLElement).closest<HTMLElement>('.task');
+      if (card?.dataset.taskId) this.select(card.dataset.taskId);
+    });
+  }
+
+  private select(taskId: string | null): void {
+    const previous = this.selected;
+    this.selected = taskId;
+    if (previous && previous !== taskId) this.client.closeDetail(previous);
+    if (taskId) {
+      this.client.openDetail(taskId).catch((error: unknown) => console.warn('detail', error));
+    }
+    this.schedule();
+  }
+
+  private showState(state: ConnectionState): void {
+    const el = byId('connection');
+    el.dataset.state = state;
+    const transport = this.client.transport;
+    el.dataset.transport = transport ?? '';
+    const label = el.querySelector('.label');
+    if (label) label.textContent = state === 'LIVE' ? `live${transport ? ` (${transport})` : ''}` : state === 'RECOVERING' ? 'reconnecting…' : 'offline — showing last known state';
+  }
+
+  /** Coalesce bursts of changes into one redraw per animation frame. */
+  private schedule(): void {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      this.render();
+    });
+  }
+
+  private render(): void {
+    const store = this.client.store;
+    const groups = store.tasksByWorkflow();
+    const list = byId('tasks');
+    list.replaceChildren(
+      ...(groups.length === 0
+        ? [h('p', { class: 'empty muted' }, 'No tasks yet.')]
+        : groups.map(({ workflowId, workflow, tasks }) =>
+            h(
+              'section',
+              { class: 'workflow', 'data-workflow-id': workflowId, 'data-workflow-version': workflow?.workflowVersion },
+              h(
+                'header',
+                {},
+                h('strong', {}, workflow?.title ?? 'Workflow'),
+                workflow ? h('span', { class: 'badge', 'data-status': workflow.lifecycleStatus }, workflow.lifecycleStatus) : null,
+                h('span', {}, workflowId),
+              ),
+              ...tasks.map((view) => this.taskCard(view)),
+            ),
+          )),
+    );
+    this.renderDetail();
+    this.updateTicker();
+    this.tick();
+  }
+
+  private taskCard(view: TaskView): HTMLElement {
+    const s = view.summary;
+    const percent = isTerminal(s) && s.lifecycleStatus === 'SUCCEEDED' ? 100 : (s.progress.percent ?? 0);
+    const current = s.currentStep;
+    return h(
+      'article',
+      {
+        class: `task${view.taskId === this.selected ? ' selected' : ''}`,
+        'data-task-id': view.taskId,
+        'data-version': view.summaryVersion.toString(),
+        'data-status': s.lifecycleStatus,
+        'data-health': s.health,
+        tabindex: 0,
+      },
+      h(
+        'div',
+        { class: 'row' },
+        h('span', { class: 'title' }, s.title ?? view.taskId),
+        h('span', { class: 'badge health', 'data-health': s.health }, s.health),
+        h('span', { class: 'badge status', 'data-status': s.lifecycleStatus }, s.lifecycleStatus),
+      ),
+      h('div', { class: 'progress', role: 'progressbar', 'aria-valuenow': percent }, h('span', { style: `width:${percent}%` })),
+      h(
+        'div',
+        { class: 'sub' },
+        h('span', { class: 'elapsed', 'data-task-id': view.taskId }, ''),
+        h('span', {}, `${s.progress.completedSteps}/${s.progress.totalSteps} steps`),
+        current ? h('span', { class: 'current-step' }, `${current.displayName ?? current.operationCode}${current.phaseLabel ? ` · ${current.phaseLabel}` : ''}`) : null,
+        h('span', { class: 'version muted' }, `v${view.summaryVersion}`),
+      ),
+      s.failure ? h('div', { class: 'failure' }, `${s.failure.code}${s.failure.message ? `: ${s.failure.message}` : ''}`) : null,
+    );
+  }
+
+  private renderDetail(): void {
+    const panel = byId('detail');
+    const main = byId('app');
+    const view = this.selected ? this.client.store.task(this.selected) : undefined;
+    if (!view) {
+      panel.hidden = true;
+      main.classList.add('single');
+      panel.replaceChildren();
+      return;
+    }
+    panel.hidden = false;
+    main.classList.remove('single');
+    const d = view.detail;
+    const s = view.summary;
+    panel.dataset.taskId = view.taskId;
+    panel.dataset.version = (view.detailVersion ?? view.summaryVersion).toString();
+    panel.dataset.status = s.lifecycleStatus;
+    const steps = d?.steps ?? [];
+    const start = Date.parse(s.createdAt ?? s.asOf);
+    const end = s.finishedAt ? Date.parse(s.finishedAt) : Math.max(Date.parse(d?.asOf ?? s.asOf), ...steps.map((st) => Date.parse(st.finishedAt ?? st.startedAt ?? '') || 0));
+    const span = Math.max(1, end - start);
+    panel.replaceChildren(
+      ...present(
+      h('h2', {}, s.title ?? view.taskId),
+      h(
+        'div',
+        { class: 'fields' },
+        h('span', {}, 'status ', h('b', { class: 'detail-status' }, s.lifecycleStatus)),
+        h('span', {}, 'health ', h('b', {}, s.health)),
+        h('span', {}, 'run ', h('b', {}, formatDuration(s.runDurationMs))),
+        h('span', {}, 'queued ', h('b', {}, formatDuration(s.queueDurationMs))),
+        h('span', {}, 'version ', h('b', {}, (view.detailVersion ?? view.summaryVersion).toString())),
+      ),
+      s.failure ? h('p', { class: 'failure' }, `${s.failure.code}${s.failure.message ? `: ${s.failure.message}` : ''}`) : null,
+      d === null ? h('p', { class: 'muted' }, 'Loading steps…') : null,
+      h('div', { class: 'timeline' }, ...steps.map((step) => this.stepRow(step, start, span))),
+      ),
+    );
+  }
+
+  private stepRow(step: StepDetail, start: number, span: number): HTMLElement {
+    const rendered = renderers.render(step);
+    // A bar only for the time the attempt actually ran (or has been running): a pending step has none.
+    const from = Date.parse(step.startedAt ?? '');
+    const to = Date.parse(step.finishedAt ?? '') || Math.max(from, Date.now());
+    const left = Math.min(100, Math.max(0, ((from - start) / span) * 100));
+    const width = Math.min(100 - left, Math.max(0.5, ((to - from) / span) * 100));
+    const bar = Number.isNaN(from) ? null : h('span', { style: `left:${left}%;width:${width}%` });
+    return h(
+      'div',
+      {
+        class: 'step',
+        'data-step-id': step.stepId,
+        'data-attempt': step.attempt,
+        'data-status': step.lifecycleStatus,
+        'data-health': step.health,
+        'data-renderer': rendered.renderer,
+      },
+      h(
+        'div',
+        { class: 'head' },
+        h('span', { class: 'name' }, rendered.title, step.attempt > 1 ? h('span', { class: 'muted' }, ` · attempt ${step.attempt}`) : null),
+        step.health === 'STALE' ? h('span', { class: 'badge health', 'data-health': 'STALE' }, 'STALE') : null,
+        h('span', { class: 'badge', 'data-status': step.lifecycleStatus }, step.lifecycleStatus),
+        h('span', { class: 'muted' }, step.durationMs !== null ? formatDuration(step.durationMs) : ''),
+      ),
+      h('div', { class: 'lane' }, bar),
+      h('div', { class: 'fields' }, ...rendered.fields.map((f) => h('span', {}, `${f.label} `, h('b', {}, f.value)))),
+    );
+  }
+
+  /** Elapsed timers: one shared ticker, running only while some visible task is not finished. */
+  private updateTicker(): void {
+    const running = this.client.store.nonTerminalTaskIds().length > 0;
+    if (running && !this.stopTicker) this.stopTicker = ticker.subscribe(() => this.tick());
+    if (!running && this.stopTicker) {
+      this.stopTicker();
+      this.stopTicker = null;
+    }
+  }
+
+  private tick(): void {
+    const now = performance.now();
+    for (const el of document.querySelectorAll<HTMLElement>('.elapsed')) {
+      const view = this.client.store.task(el.dataset.taskId ?? '');
+      if (!view) continue;
+      el.textContent = `elapsed ${formatDuration(elapsedAt(view.summary, view.summaryReceivedAt, now))}`;
+    }
+  }
+
+  private toast(source: NoticeSource): void {
+    const container = byId('toasts');
+    const id = source.kind === 'task' ? source.notice.id : source.message.id;
+    const severity = source.kind === 'task' ? source.notice.severity : source.message.level;
+    const title = source.kind === 'task' ? source.notice.title : 'Notice';
+    const text =
+      source.kind === 'task'
+        ? `${this.client.store.task(source.taskId)?.summary.title ?? source.taskId}: ${source.notice.message ?? source.notice.code ?? ''}`
+        : source.message.text;
+    const close = h('button', { class: 'close', type: 'button', 'aria-label': 'dismiss' }, '×');
+    const toast = h('div', { class: 'toast', 'data-notice-id': id, 'data-severity': severity, role: 'status' }, close, h('strong', {}, title), h('div', {}, text));
+    close.addEventListener('click', () => toast.remove());
+    container.append(toast);
+    const requiresAction = source.kind === 'task' && source.notice.requiresAction;
+    // Failures stay until dismissed; informational notices fade.
+    if (!requiresAction && severity !== 'ERROR' && severity !== 'CRITICAL') setTimeout(() => toast.remove(), 8000);
+  }
+}
+
+async function boot(token: string): Promise<void> {
+  byId('login').hidden = true;
+  byId('app').hidden = false;
+  byId('user').textContent = subjectOf(token);
+  const client = new TaskStatusClient({
+    getUserToken: () => token,
+    transports: transportsFromQuery(),
+    onError: (error, context) => console.warn(`[task-status] ${context}:`, error),
+  });
+  const dashboard = new Dashboard(client);
+  dashboard.start();
+  (window as unknown as { taskStatus: TaskStatusClient }).taskStatus = client;
+  await client.start();
+}
+
+function showLogin(message = ''): void {
+  byId('app').hidden = true;
+  const form = byId<HTMLFormElement>('login');
+  form.hidden = false;
+  byId('login-error').textContent = message;
+  form.addEventListener(
+    'submit',
+    (event) => {
+      event.preventDefault();
+      const value = (byId<HTMLInputElement>('login-token').value || '').trim();
+      if (!value) return;
+      sessionStorage.setItem(TOKEN_KEY, value);
+      boot(value).catch((error: unknown) => {
+        sessionStorage.removeItem(TOKEN_KEY);
+        showLogin(error instanceof Error ? error.message : String(error));
+      });
+    },
+    { once: true },
+  );
+}
+
+const token = takeToken();
+if (token) {
+  boot(token).catch((error: unknown) => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(error instanceof Error ? error.message : String(error));
+  });
+} else {
+  showLogin();
+}

@@ -1,0 +1,102 @@
+/** The user-facing HTTP API of the status service (SPEC §7), with typed errors. */
+
+import type {
+  BatchGetResult,
+  MyTasksPage,
+  RealtimeSession,
+  SubscriptionGrant,
+  TaskSnapshot,
+  WorkflowSummaryMessage,
+} from './types';
+
+export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
+
+/** An error answer of the status service: its stable `code` (SPEC §6) and HTTP status. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly retryable: boolean,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+export interface StatusApiOptions {
+  /** Base URL of the status service; '' means the page's own origin. */
+  baseUrl?: string;
+  /** The user's bearer token (from the application's login). Called per request so it can rotate. */
+  getUserToken: () => string | Promise<string>;
+  fetch?: FetchLike;
+}
+
+export class StatusApi {
+  private readonly baseUrl: string;
+  private readonly fetchImpl: FetchLike;
+
+  constructor(private readonly options: StatusApiOptions) {
+    this.baseUrl = (options.baseUrl ?? '').replace(/\/$/, '');
+    this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+  }
+
+  session(): Promise<RealtimeSession> {
+    return this.request('GET', '/api/realtime/session');
+  }
+
+  subscriptionToken(target: { taskId: string } | { workflowId: string }): Promise<SubscriptionGrant> {
+    return this.request('POST', '/api/realtime/subscription-token', target);
+  }
+
+  releaseSubscription(channel: string): Promise<{ channel: string; released: boolean }> {
+    return this.request('POST', '/api/realtime/subscription-token:release', { channel });
+  }
+
+  task(taskId: string): Promise<TaskSnapshot> {
+    return this.request('GET', `/api/tasks/${encodeURIComponent(taskId)}`);
+  }
+
+  workflow(workflowId: string): Promise<WorkflowSummaryMessage> {
+    return this.request('GET', `/api/workflows/${encodeURIComponent(workflowId)}`);
+  }
+
+  batchGet(taskIds: string[], knownVersions: Record<string, string>): Promise<BatchGetResult> {
+    return this.request('POST', '/api/tasks/status:batchGet', { taskIds, knownVersions });
+  }
+
+  myTasks(cursor: string | null, limit = 100): Promise<MyTasksPage> {
+    const query = new URLSearchParams({ limit: String(limit) });
+    if (cursor) query.set('cursor', cursor);
+    return this.request('GET', `/api/me/tasks?${query}`);
+  }
+
+  private async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const token = await this.options.getUserToken();
+    const headers: Record<string, string> = { Authorization: `Bearer ${token}`, Accept: 'application/json' };
+    if (body !== undefined) headers['Content-Type'] = 'application/json';
+    const response = await this.fetchImpl(`${this.baseUrl}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: 'same-origin',
+    });
+    const text = await response.text();
+    let parsed: unknown = null;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      parsed = null;
+    }
+    if (!response.ok) {
+      const error = (parsed as { error?: { code?: string; message?: string; retryable?: boolean } } | null)?.error;
+      throw new ApiError(
+        response.status,
+        error?.code ?? `HTTP_${response.status}`,
+        error?.message ?? response.statusText,
+        error?.retryable ?? response.status >= 500,
+      );
+    }
+    return parsed as T;
+  }
+}

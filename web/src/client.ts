@@ -1,0 +1,428 @@
+/**
+ * TaskStatusClient: connects a {@link TaskStore} to the status service and
+ * Centrifugo.
+ *
+ * - The user's summary channel is a server-side subscription carried by the
+ *   connection token; detail channels are client-side subscriptions whose
+ *   tokens come from `/api/realtime/subscription-token` after an ACL check.
+ * - Initialisation is subscribe-then-snapshot: publications that arrive while
+ *   the snapshot loads are buffered and replayed through the version gates
+ *   afterwards, so nothing that happened in between is lost or regresses.
+ * - Recovery has two levels: Centrifugo's history on reconnect; when it says
+ *   `recovered=false` (history too short, epoch changed), snapshots from
+ *   `status:batchGet`. Snapshots are also checked when the page becomes
+ *   visible again and on a slow jittered timer for running tasks.
+ * - The connection state is `LIVE`, `RECOVERING` or `STALE`; the task list is
+ *   never cleared on a disconnect, only marked as possibly out of date.
+ */
+
+import { Centrifuge, type Options as CentrifugeOptions, type Subscription, type TransportEndpoint } from 'centrifuge';
+
+import { ApiError, StatusApi, type FetchLike } from './api';
+import { LruSet } from './lru';
+import { TaskStore } from './store';
+import type { RealtimeSession, TaskSnapshot } from './types';
+
+export type ConnectionState = 'LIVE' | 'RECOVERING' | 'STALE';
+export type TransportName = 'websocket' | 'http_stream' | 'sse';
+
+export interface TaskStatusClientOptions {
+  /** Base URL of the status service; '' (default) is the page's origin. */
+  apiBaseUrl?: string;
+  /** Bearer token of the logged-in user for the status service (never a service token). */
+  getUserToken: () => string | Promise<string>;
+  /** Transports in order of preference; the SDK falls back along the list. */
+  transports?: TransportName[];
+  store?: TaskStore;
+  fetch?: FetchLike;
+  /** RECOVERING for longer than this becomes STALE (ms). */
+  staleAfterMs?: number;
+  /** Period of the background snapshot check of running tasks (ms, jittered ±25%); 0 turns it off. */
+  consistencyCheckMs?: number;
+  /** Upper bound for open detail subscriptions; the server's limit wins when lower. */
+  detailLimit?: number;
+  /** Reconnect back-off bounds handed to the SDK, which adds jitter (AC31). */
+  minReconnectDelayMs?: number;
+  maxReconnectDelayMs?: number;
+  /** For tests: build the realtime connection. */
+  createCentrifuge?: (endpoints: TransportEndpoint[], options: Partial<CentrifugeOptions>) => Centrifuge;
+  /** Page visibility source; defaults to `document` when there is one. */
+  visibility?: { readonly visibilityState: string; addEventListener(type: 'visibilitychange', fn: () => void): void; removeEventListener(type: 'visibilitychange', fn: () => void): void } | null;
+  random?: () => number;
+  onError?: (error: unknown, context: string) => void;
+}
+
+interface DetailEntry {
+  taskId: string;
+  channel: string;
+  subscription: Subscription;
+}
+
+const MAX_SNAPSHOT_PAGES = 10;
+const BATCH_GET_MAX = 100;
+const MAX_WORKFLOW_FETCH = 50;
+
+export class TaskStatusClient {
+  readonly store: TaskStore;
+  readonly api: StatusApi;
+  private centrifuge: Centrifuge | null = null;
+  private session: RealtimeSession | null = null;
+  private stateValue: ConnectionState = 'RECOVERING';
+  private readonly stateListeners = new Set<(state: ConnectionState) => void>();
+  private staleTimer: ReturnType<typeof setTimeout> | null = null;
+  private checkTimer: ReturnType<typeof setTimeout> | null = null;
+  private summaryReady = false;
+  private buffering = true;
+  private buffer: unknown[] = [];
+  private snapshotRun: Promise<void> | null = null;
+  private readonly details = new Map<string, DetailEntry>();
+  private readonly detailOrder: LruSet<string>;
+  private stopped = false;
+  private transportName: string | null = null;
+  private readonly onVisibility = (): void => {
+    if (this.options.visibility?.visibilityState === 'visible') void this.checkConsistency('visibility');
+  };
+
+  constructor(private readonly options: TaskStatusClientOptions) {
+    this.store = options.store ?? new TaskStore();
+    this.api = new StatusApi({ baseUrl: options.apiBaseUrl, getUserToken: options.getUserToken, fetch: options.fetch });
+    this.detailOrder = new LruSet<string>(options.detailLimit ?? 20);
+    if (options.visibility === undefined) {
+      this.options = { ...options, visibility: typeof document !== 'undefined' ? document : null };
+    }
+  }
+
+  // ------------------------------------------------------------------ lifecycle
+
+  get state(): ConnectionState {
+    return this.stateValue;
+  }
+
+  /** Listen to LIVE / RECOVERING / STALE changes; returns the unsubscribe function. */
+  onState(listener: (state: ConnectionState) => void): () => void {
+    this.stateListeners.add(listener);
+    return () => this.stateListeners.delete(listener);
+  }
+
+  /** The transport the SDK connected with (`websocket`, `http_stream`, `sse`), while connected. */
+  get transport(): string | null {
+    return this.transportName;
+  }
+
+  /** Fetch the realtime session and connect. Resolves once connecting has begun. */
+  async start(): Promise<void> {
+    this.stopped = false;
+    this.setState('RECOVERING');
+    this.armStaleTimer();
+    const session = await this.api.session();
+    this.session = session;
+    const limit = Math.min(this.options.detailLimit ?? session.detailSubscriptionLimit, session.detailSubscriptionLimit);
+    for (const evicted of this.detailOrder.resize(Math.max(1, limit))) this.closeDetail(evicted);
+
+    const endpoints = this.endpoints(session);
+    const emulation = session.endpoints.sse.replace(/\/connection\/sse$/, '/emulation');
+    const centrifugeOptions: Partial<CentrifugeOptions> = {
+      token: session.token,
+      // A fresh connection JWT comes from a fresh session: the server re-checks the login.
+      getToken: async () => {
+        const fresh = await this.api.session();
+        this.session = fresh;
+        return fresh.token;
+      },
+      emulationEndpoint: emulation,
+      minReconnectDelay: this.options.minReconnectDelayMs ?? 500,
+      maxReconnectDelay: this.options.maxReconnectDelayMs ?? 20000,
+      name: 'task-status-observer-web',
+    };
+    const centrifuge = this.options.createCentrifuge
+      ? this.options.createCentrifuge(endpoints, centrifugeOptions)
+      : new Centrifuge(endpoints, centrifugeOptions);
+    this.centrifuge = centrifuge;
+    const summaryChannel = session.channels.summary;
+
+    centrifuge.on('connecting', () => {
+      this.transportName = null;
+      this.summaryReady = false;
+      this.setState(this.stateValue === 'STALE' ? 'STALE' : 'RECOVERING');
+      this.armStaleTimer();
+    });
+    centrifuge.on('connected', (ctx) => {
+      this.transportName = ctx.transport;
+    });
+    centrifuge.on('disconnected', () => {
+      this.transportName = null;
+      this.summaryReady = false;
+      this.setState('STALE');
+    });
+    centrifuge.on('subscribing', (ctx) => {
+      if (ctx.channel === summaryChannel) {
+        this.summaryReady = false;
+        this.setState('RECOVERING');
+        this.armStaleTimer();
+      }
+    });
+    centrifuge.on('subscribed', (ctx) => {
+      if (ctx.channel !== summaryChannel) return;
+      // History recovered everything missed: the replayed publications follow this event.
+      if (ctx.wasRecovering && ctx.recovered && !this.buffering) {
+        this.markLive();
+        return;
+      }
+      // First subscribe, or history could not fill the gap: load snapshots, buffer live messages meanwhile.
+      this.buffering = true;
+      void this.loadSummarySnapshot(ctx.wasRecovering ? 'recovery' : 'initial');
+    });
+    centrifuge.on('publication', (ctx) => {
+      if (ctx.channel !== summaryChannel) return;
+      if (this.buffering) this.buffer.push(ctx.data);
+      else this.store.apply(ctx.data);
+    });
+    centrifuge.on('error', (ctx) => this.report(ctx.error, 'connection'));
+
+    this.options.visibility?.addEventListener('visibilitychange', this.onVisibility);
+    this.scheduleCheck();
+    centrifuge.connect();
+  }
+
+  /** Disconnect and stop every timer. The store keeps its contents. */
+  stop(): void {
+    this.stopped = true;
+    for (const taskId of [...this.details.keys()]) this.closeDetail(taskId);
+    this.options.visibility?.removeEventListener('visibilitychange', this.onVisibility);
+    if (this.staleTimer) clearTimeout(this.staleTimer);
+    if (this.checkTimer) clearTimeout(this.checkTimer);
+    this.staleTimer = this.checkTimer = null;
+    this.centrifuge?.disconnect();
+    this.centrifuge = null;
+  }
+
+  // ------------------------------------------------------------------ details
+
+  /** Task ids with an open detail subscription, least recently used first. */
+  openDetails(): string[] {
+    return this.detailOrder.keys();
+  }
+
+  /**
+   * Follow a task's full state (steps, data). Opens a detail subscription, or
+   * marks an open one as most recently used; the least recently used beyond
+   * the limit is closed (its summary keeps updating on the user channel).
+   */
+  async openDetail(taskId: string): Promise<void> {
+    const centrifuge = this.centrifuge;
+    if (!centrifuge) throw new Error('start() the client first');
+    for (const evicted of this.detailOrder.touch(taskId)) this.closeDetail(evicted);
+    if (this.details.has(taskId)) return;
+    this.store.wantDetail(taskId);
+    let grant;
+    try {
+      grant = await this.api.subscriptionToken({ taskId });
+    } catch (error) {
+      // The server's per-session budget may still count a subscription another tab or an earlier page
+      // left behind; give back our oldest and try once more.
+      if (error instanceof ApiError && error.code === 'RATE_LIMITED' && this.detailOrder.size > 1) {
+        const oldest = this.detailOrder.keys()[0];
+        if (oldest !== undefined && oldest !== taskId) {
+          this.detailOrder.delete(oldest);
+          await this.closeDetailAndRelease(oldest);
+        }
+        grant = await this.api.subscriptionToken({ taskId });
+      } else {
+        this.detailOrder.delete(taskId);
+        this.store.releaseDetail(taskId);
+        if (error instanceof ApiError && error.status === 404) this.store.applyNotFound(taskId);
+        throw error;
+      }
+    }
+    if (!this.detailOrder.has(taskId) || this.stopped) {
+      void this.api.releaseSubscription(grant.channel).catch(() => undefined);
+      return; // closed while the token was on its way
+    }
+    const existing = centrifuge.getSubscription(grant.channel);
+    if (existing) centrifuge.removeSubscription(existing);
+    const subscription = centrifuge.newSubscription(grant.channel, {
+      token: grant.token,
+      // Detail tokens are short-lived; the server re-checks the ACL on every refresh.
+      getToken: async () => (await this.api.subscriptionToken({ taskId })).token,
+    });
+    subscription.on('subscribed', (ctx) => {
+      if (ctx.wasRecovering && ctx.recovered) return;
+      void this.loadDetailSnapshot(taskId);
+    });
+    subscription.on('publication', (ctx) => {
+      this.store.apply(ctx.data);
+    });
+    subscription.on('error', (ctx) => this.report(ctx.error, `detail ${taskId}`));
+    subscription.on('unsubscribed', (ctx) => {
+      // Unsubscribed by the server (ACL revoked, token refused): drop the detail, keep the summary.
+      if (ctx.code >= 100 && this.details.get(taskId)?.subscription === subscription) {
+        this.report(new Error(`detail subscription ended: ${ctx.reason} (${ctx.code})`), `detail ${taskId}`);
+        this.closeDetail(taskId);
+      }
+    });
+    this.details.set(taskId, { taskId, channel: grant.channel, subscription });
+    subscription.subscribe();
+  }
+
+  /** Stop following a task's details; its summary and other details are untouched (AC32). */
+  closeDetail(taskId: string): void {
+    void this.closeDetailAndRelease(taskId);
+  }
+
+  private async closeDetailAndRelease(taskId: string): Promise<void> {
+    this.detailOrder.delete(taskId);
+    const entry = this.details.get(taskId);
+    this.details.delete(taskId);
+    this.store.releaseDetail(taskId);
+    if (!entry) return;
+    entry.subscription.unsubscribe();
+    entry.subscription.removeAllListeners();
+    this.centrifuge?.removeSubscription(entry.subscription);
+    try {
+      await this.api.releaseSubscription(entry.channel);
+    } catch (error) {
+      this.report(error, `release ${taskId}`);
+    }
+  }
+
+  // ------------------------------------------------------------------ snapshots
+
+  /**
+   * Compare what the page shows with the database for running tasks (and all
+   * tasks after a failed recovery); apply whatever changed.
+   */
+  async checkConsistency(reason: string, taskIds: string[] = this.store.nonTerminalTaskIds()): Promise<void> {
+    try {
+      for (let i = 0; i < taskIds.length; i += BATCH_GET_MAX) {
+        const chunk = taskIds.slice(i, i + BATCH_GET_MAX);
+        const result = await this.api.batchGet(chunk, this.store.knownVersions(chunk));
+        for (const snapshot of result.tasks) this.store.applySnapshot(snapshot);
+        for (const taskId of result.notFound) this.store.applyNotFound(taskId);
+      }
+    } catch (error) {
+      this.report(error, `consistency check (${reason})`);
+    }
+  }
+
+  private loadSummarySnapshot(reason: 'initial' | 'recovery'): Promise<void> {
+    if (this.snapshotRun) return this.snapshotRun;
+    const run = (async () => {
+      let delay = 500;
+      for (;;) {
+        if (this.stopped) return;
+        try {
+          const known = this.store.taskIds();
+          // New tasks (and every task when starting) from the list; tasks we already show, by version.
+          const listed = new Set<string>();
+          let cursor: string | null = null;
+          for (let page = 0; page < MAX_SNAPSHOT_PAGES; page++) {
+            const result = await this.api.myTasks(cursor, 100);
+            for (const summary of result.tasks) {
+              listed.add(summary.taskId);
+              this.store.applySummary(summary);
+            }
+            cursor = result.nextCursor;
+            if (!cursor) break;
+          }
+          const rest = known.filter((taskId) => !listed.has(taskId));
+          if (reason === 'recovery' || rest.length > 0) await this.checkConsistency(reason, rest);
+          for (const [taskId] of this.details) void this.loadDetailSnapshot(taskId);
+          await this.loadMissingWorkflows();
+          return;
+        } catch (error) {
+          this.report(error, `snapshot (${reason})`);
+          await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + this.random())));
+          delay = Math.min(delay * 2, 15000);
+        }
+      }
+    })().finally(() => {
+      this.snapshotRun = null;
+      // Replay what arrived meanwhile; the gates drop whatever the snapshot already covered.
+      const buffered = this.buffer;
+      this.buffer = [];
+      this.buffering = false;
+      for (const message of buffered) this.store.apply(message);
+      if (!this.stopped) this.markLive();
+    });
+    this.snapshotRun = run;
+    return run;
+  }
+
+  /** Workflow summaries are published when they change; after a snapshot, fetch the ones not seen yet. */
+  private async loadMissingWorkflows(): Promise<void> {
+    const missing = [...new Set(this.store.allTasks().map((v) => v.workflowId))].filter((id) => !this.store.workflow(id));
+    await Promise.all(
+      missing.slice(0, MAX_WORKFLOW_FETCH).map(async (workflowId) => {
+        try {
+          this.store.applyWorkflow(await this.api.workflow(workflowId));
+        } catch (error) {
+          this.report(error, `workflow ${workflowId}`);
+        }
+      }),
+    );
+  }
+
+  private async loadDetailSnapshot(taskId: string): Promise<void> {
+    try {
+      const snapshot: TaskSnapshot = await this.api.task(taskId);
+      if (this.details.has(taskId)) this.store.applySnapshot(snapshot, { detail: true });
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 404) {
+        this.closeDetail(taskId);
+        this.store.applyNotFound(taskId);
+      }
+      this.report(error, `detail snapshot ${taskId}`);
+    }
+  }
+
+  // ------------------------------------------------------------------ internals
+
+  private endpoints(session: RealtimeSession): TransportEndpoint[] {
+    const urls: Record<TransportName, string> = {
+      websocket: session.endpoints.websocket,
+      http_stream: session.endpoints.httpStream,
+      sse: session.endpoints.sse,
+    };
+    const order = this.options.transports ?? ['websocket', 'http_stream', 'sse'];
+    return order.map((transport) => ({ transport, endpoint: urls[transport] }));
+  }
+
+  private markLive(): void {
+    if (this.centrifuge?.state !== 'connected') return;
+    this.summaryReady = true;
+    if (this.staleTimer) clearTimeout(this.staleTimer);
+    this.staleTimer = null;
+    this.setState('LIVE');
+  }
+
+  private armStaleTimer(): void {
+    if (this.staleTimer) clearTimeout(this.staleTimer);
+    this.staleTimer = setTimeout(() => {
+      this.staleTimer = null;
+      if (!this.summaryReady) this.setState('STALE');
+    }, this.options.staleAfterMs ?? 10000);
+  }
+
+  private scheduleCheck(): void {
+    const period = this.options.consistencyCheckMs ?? 60000;
+    if (period <= 0 || this.stopped) return;
+    const jittered = period * (0.75 + 0.5 * this.random());
+    this.checkTimer = setTimeout(() => {
+      void this.checkConsistency('periodic').finally(() => this.scheduleCheck());
+    }, jittered);
+  }
+
+  private random(): number {
+    return (this.options.random ?? Math.random)();
+  }
+
+  private setState(state: ConnectionState): void {
+    if (state === this.stateValue) return;
+    this.stateValue = state;
+    for (const listener of [...this.stateListeners]) listener(state);
+  }
+
+  private report(error: unknown, context: string): void {
+    this.options.onError?.(error, context);
+  }
+}

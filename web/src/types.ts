@@ -1,0 +1,211 @@
+/**
+ * Wire types of the Task Status Observer realtime and HTTP APIs (SPEC §7, §9).
+ *
+ * Versions travel as decimal strings; compare them with {@link compareVersions}
+ * (BigInt), never as JavaScript numbers.
+ */
+
+export type Lifecycle = 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT';
+export type Health = 'HEALTHY' | 'DEGRADED' | 'STALE';
+
+export const TERMINAL_LIFECYCLES: ReadonlySet<Lifecycle> = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT']);
+
+export interface Progress {
+  current: number | null;
+  total: number | null;
+  unit: string | null;
+  percent: number | null;
+}
+
+export interface TaskProgress {
+  completedSteps: number;
+  totalSteps: number;
+  percent: number | null;
+}
+
+export interface Notice {
+  id: string;
+  kind: string;
+  severity: string;
+  title: string;
+  stepId: string | null;
+  code: string | null;
+  message: string | null;
+  requiresAction: boolean;
+}
+
+export interface TaskFailure {
+  code: string;
+  message: string | null;
+  stepId: string | null;
+}
+
+/** Fields shared by the list-level summary and the full snapshot. */
+export interface TaskCore {
+  workflowId: string;
+  taskId: string;
+  taskVersion: string;
+  title: string | null;
+  productId: string | null;
+  taskType: string | null;
+  lifecycleStatus: Lifecycle;
+  businessStatus: string | null;
+  health: Health;
+  createdAt: string | null;
+  startedAt: string | null;
+  finishedAt: string | null;
+  /** Server time the state was computed at. */
+  asOf: string;
+  queueDurationMs: number | null;
+  runDurationMs: number | null;
+  totalDurationMs: number | null;
+  durationSource: string;
+  /** Elapsed time at `asOf`; clients tick it forward locally while the task runs. */
+  elapsedMs: number | null;
+  failure: TaskFailure | null;
+  progress: TaskProgress;
+}
+
+export interface CurrentStep {
+  stepId: string;
+  operationCode: string;
+  displayName: string | null;
+  phaseLabel: string | null;
+  progress: Progress | null;
+}
+
+/** `task.summary` on the user channel (USER_SUMMARY projection). */
+export interface TaskSummaryMessage extends TaskCore {
+  kind: 'task.summary';
+  schemaVersion: number;
+  currentStep: CurrentStep | null;
+  notice: Notice | null;
+}
+
+export interface StepError {
+  category: string | null;
+  code: string;
+  message: string | null;
+  retryable: boolean | null;
+}
+
+export interface StepData {
+  schema: string;
+  value: unknown;
+}
+
+export interface StepDetail {
+  stepId: string;
+  attempt: number;
+  executionId: string | null;
+  operationCode: string;
+  displayName: string | null;
+  kind: 'KNOWN' | 'DYNAMIC' | string;
+  parentExecutionId: string | null;
+  lifecycleStatus: Lifecycle;
+  businessStatus: string | null;
+  health: Health;
+  stepVersion: string;
+  activatedAt: string | null;
+  startedAt: string | null;
+  finishedAt: string | null;
+  durationMs: number | null;
+  progress: Progress | null;
+  phaseCode: string | null;
+  phaseLabel: string | null;
+  data: StepData | null;
+  error: StepError | null;
+  failurePolicy: string | null;
+}
+
+/** Full task state: `GET /api/tasks/{id}`, `status:batchGet` entries and `task.detail`'s `state`. */
+export interface TaskSnapshot extends TaskCore {
+  summary: StepData | null;
+  steps: StepDetail[];
+}
+
+/** `task.detail` on a task's detail channel (TASK_DETAIL projection). */
+export interface TaskDetailMessage {
+  kind: 'task.detail';
+  schemaVersion: number;
+  workflowId: string;
+  taskId: string;
+  taskVersion: string;
+  triggerEvent: Record<string, unknown> | null;
+  state: TaskSnapshot;
+}
+
+/** Tombstone: the user no longer sees the task (ACL revoked). */
+export interface TaskRemovedMessage {
+  kind: 'task.removed';
+  schemaVersion: number;
+  workflowId: string;
+  taskId: string;
+  taskVersion: string;
+}
+
+/** `workflow.summary`: the aggregate, with a workflowVersion never compared to task versions. */
+export interface WorkflowSummaryMessage {
+  kind: 'workflow.summary';
+  schemaVersion: number;
+  workflowId: string;
+  taskId: null;
+  workflowVersion: string;
+  title: string | null;
+  workflowType: string | null;
+  lifecycleStatus: Lifecycle;
+  health: Health;
+  taskCount: number;
+  aggregate: Record<string, unknown> | null;
+  createdAt: string | null;
+  startedAt: string | null;
+  finishedAt: string | null;
+  asOf: string;
+}
+
+/** Broadcast notices (system, tenant, project, user fan-out). */
+export interface SystemNoticeMessage {
+  kind: 'system.notice';
+  schemaVersion: number;
+  workflowId: null;
+  taskId: null;
+  id: string;
+  level: string;
+  text: string;
+  [extra: string]: unknown;
+}
+
+export type ChannelMessage =
+  | TaskSummaryMessage
+  | TaskDetailMessage
+  | TaskRemovedMessage
+  | WorkflowSummaryMessage
+  | SystemNoticeMessage;
+
+export interface RealtimeSession {
+  token: string;
+  expiresAt: number;
+  user: string;
+  channels: { summary: string };
+  endpoints: { websocket: string; httpStream: string; sse: string; uniSse: string };
+  detailSubscriptionLimit: number;
+}
+
+export interface SubscriptionGrant {
+  channel: string;
+  token: string;
+  expiresAt: number;
+  grantExpiresAt: string;
+}
+
+export interface BatchGetResult {
+  tasks: TaskSnapshot[];
+  unchanged: string[];
+  notFound: string[];
+  asOf: string;
+}
+
+export interface MyTasksPage {
+  tasks: TaskSummaryMessage[];
+  nextCursor: string | null;
+}

@@ -1,0 +1,282 @@
+/**
+ * TaskStatusClient against a scripted realtime connection and HTTP API: the
+ * orchestration (buffering, recovery levels, detail LRU, state) without a
+ * network. The real thing is covered by the headless-Chromium tests.
+ */
+import { describe, expect, it, vi } from 'vitest';
+import type { Centrifuge } from 'centrifuge';
+
+import { TaskStatusClient, type ConnectionState } from '../src/client';
+import type { RealtimeSession } from '../src/types';
+import { snapshot, summary } from './fixtures';
+
+type Handler = (ctx: any) => void;
+
+class Emitter {
+  private handlers = new Map<string, Handler[]>();
+  on(event: string, fn: Handler): this {
+    this.handlers.set(event, [...(this.handlers.get(event) ?? []), fn]);
+    return this;
+  }
+  emit(event: string, ctx: unknown): void {
+    for (const fn of this.handlers.get(event) ?? []) fn(ctx);
+  }
+  removeAllListeners(): this {
+    this.handlers.clear();
+    return this;
+  }
+}
+
+class FakeSubscription extends Emitter {
+  subscribed = false;
+  constructor(readonly channel: string, readonly options: { token?: string; getToken?: () => Promise<string> }) {
+    super();
+  }
+  subscribe(): void {
+    this.subscribed = true;
+  }
+  unsubscribe(): void {
+    this.subscribed = false;
+  }
+}
+
+class FakeCentrifuge extends Emitter {
+  state = 'disconnected';
+  subs = new Map<string, FakeSubscription>();
+  removed: string[] = [];
+  constructor(readonly endpoints: unknown, readonly options: any) {
+    super();
+  }
+  connect(): void {
+    this.state = 'connecting';
+    this.emit('connecting', { code: 0, reason: 'connect called' });
+  }
+  disconnect(): void {
+    this.state = 'disconnected';
+    this.emit('disconnected', { code: 0, reason: 'disconnect called' });
+  }
+  /** Simulate the server: connected, then the server-side summary subscription. */
+  serverSubscribed(channel: string, recovery: { wasRecovering: boolean; recovered: boolean }): void {
+    this.state = 'connected';
+    this.emit('connected', { client: 'c1', transport: 'websocket' });
+    this.emit('subscribed', { channel, recoverable: true, positioned: true, hasRecoveredPublications: false, ...recovery });
+  }
+  newSubscription(channel: string, options: any): FakeSubscription {
+    const sub = new FakeSubscription(channel, options);
+    this.subs.set(channel, sub);
+    return sub;
+  }
+  getSubscription(channel: string): FakeSubscription | null {
+    return this.subs.get(channel) ?? null;
+  }
+  removeSubscription(sub: FakeSubscription): void {
+    this.subs.delete(sub.channel);
+    this.removed.push(sub.channel);
+  }
+}
+
+const SESSION: RealtimeSession = {
+  token: 'conn-jwt',
+  expiresAt: 0,
+  user: 'demo/alice',
+  channels: { summary: 'task_user:demo/alice' },
+  endpoints: {
+    websocket: 'ws://rt/connection/websocket',
+    httpStream: 'http://rt/connection/http_stream',
+    sse: 'http://rt/connection/sse',
+    uniSse: 'http://rt/connection/uni_sse',
+  },
+  detailSubscriptionLimit: 2,
+};
+
+interface Call {
+  method: string;
+  path: string;
+  body: any;
+}
+
+function harness(routes: Record<string, (body: any) => unknown | Promise<unknown>>) {
+  const calls: Call[] = [];
+  const fetch = vi.fn(async (url: string, init?: RequestInit) => {
+    const path = url.replace(/^https?:\/\/[^/]+/, '');
+    const body = init?.body ? JSON.parse(String(init.body)) : null;
+    calls.push({ method: init?.method ?? 'GET', path, body });
+    const key = Object.keys(routes).find((k) => `${init?.method ?? 'GET'} ${path}`.startsWith(k));
+    if (!key) return new Response(JSON.stringify({ error: { code: 'NOT_FOUND', message: path, retryable: false } }), { status: 404 });
+    const result = await routes[key]!(body);
+    if (result instanceof Response) return result;
+    return new Response(JSON.stringify(result), { status: 200 });
+  });
+  let centrifuge!: FakeCentrifuge;
+  const states: ConnectionState[] = [];
+  const client = new TaskStatusClient({
+    apiBaseUrl: 'http://api',
+    getUserToken: () => 'user-jwt',
+    fetch,
+    visibility: null,
+    consistencyCheckMs: 0,
+    random: () => 0.5,
+    createCentrifuge: (endpoints, options) => {
+      centrifuge = new FakeCentrifuge(endpoints, options);
+      return centrifuge as unknown as Centrifuge;
+    },
+  });
+  client.onState((s) => states.push(s));
+  return { client, calls, states, get centrifuge() { return centrifuge; } };
+}
+
+function deferred<T>() {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+const flush = () => new Promise((resolve) => setTimeout(resolve, 0));
+
+describe('TaskStatusClient', () => {
+  it('subscribes, then loads the snapshot, replaying publications buffered meanwhile through the gates', async () => {
+    const page = deferred<unknown>();
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => page.promise,
+    });
+    await h.client.start();
+    expect(h.centrifuge.endpoints).toEqual([
+      { transport: 'websocket', endpoint: SESSION.endpoints.websocket },
+      { transport: 'http_stream', endpoint: SESSION.endpoints.httpStream },
+      { transport: 'sse', endpoint: SESSION.endpoints.sse },
+    ]);
+    expect(h.centrifuge.options.emulationEndpoint).toBe('http://rt/emulation');
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    // Live messages while the snapshot is in flight: one newer than the snapshot, one older.
+    h.centrifuge.emit('publication', { channel: SESSION.channels.summary, data: summary('t1', 6, { businessStatus: 'live-6' }) });
+    h.centrifuge.emit('publication', { channel: SESSION.channels.summary, data: summary('t2', 1, { businessStatus: 'live-1' }) });
+    expect(h.client.store.task('t1')).toBeUndefined(); // buffered, not applied yet
+    expect(h.client.state).toBe('RECOVERING');
+    page.resolve({ tasks: [summary('t1', 5, { businessStatus: 'snap-5' }), summary('t2', 3, { businessStatus: 'snap-3' })], nextCursor: null });
+    await flush();
+    await flush();
+    expect(h.client.store.task('t1')?.summary.businessStatus).toBe('live-6');
+    expect(h.client.store.task('t2')?.summary.businessStatus).toBe('snap-3');
+    expect(h.client.state).toBe('LIVE');
+    h.client.stop();
+  });
+
+  it('recovered=true after a reconnect needs no snapshot; recovered=false reloads the snapshot', async () => {
+    const batchBodies: any[] = [];
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => ({ tasks: [summary('t1', 2)], nextCursor: null }),
+      'POST /api/tasks/status:batchGet': (body) => {
+        batchBodies.push(body);
+        return { tasks: [snapshot('t1', 9, 'SUCCEEDED')], unchanged: [], notFound: [], asOf: '' };
+      },
+    });
+    await h.client.start();
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    await flush();
+    await flush();
+    expect(h.client.state).toBe('LIVE');
+    const listCalls = () => h.calls.filter((c) => c.path.startsWith('/api/me/tasks')).length;
+    expect(listCalls()).toBe(1);
+
+    // Connection lost: the list stays, the state says so.
+    h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
+    expect(h.client.state).toBe('RECOVERING');
+    expect(h.client.store.task('t1')).toBeDefined();
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: true, recovered: true });
+    expect(h.client.state).toBe('LIVE');
+    expect(listCalls()).toBe(1);
+
+    // History could not cover the gap: list + batchGet of what we show, with our versions.
+    h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: true, recovered: false });
+    await flush();
+    await flush();
+    await flush();
+    expect(listCalls()).toBe(2);
+    expect(batchBodies).toHaveLength(0); // t1 came back with the list, so nothing is left to ask for by version
+    expect(h.client.state).toBe('LIVE');
+    h.client.stop();
+  });
+
+  it('asks batchGet for shown tasks that the list no longer returns and drops the ones not found', async () => {
+    let listed = [summary('t1', 1), summary('t2', 1)];
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => ({ tasks: listed, nextCursor: null }),
+      'POST /api/tasks/status:batchGet': (body) => ({
+        tasks: [],
+        unchanged: [],
+        notFound: body.taskIds,
+        asOf: '',
+      }),
+    });
+    await h.client.start();
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    await flush();
+    await flush();
+    listed = [summary('t1', 2)];
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: true, recovered: false });
+    await flush();
+    await flush();
+    await flush();
+    const batch = h.calls.filter((c) => c.path === '/api/tasks/status:batchGet').at(-1);
+    expect(batch?.body).toEqual({ taskIds: ['t2'], knownVersions: { t2: '1' } });
+    expect(h.client.store.taskIds()).toEqual(['t1']);
+    h.client.stop();
+  });
+
+  it('bounds detail subscriptions by the server limit, closing and releasing the least recently used', async () => {
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => ({ tasks: [summary('a', 1), summary('b', 1), summary('c', 1)], nextCursor: null }),
+      'POST /api/realtime/subscription-token:release': (body) => ({ channel: body.channel, released: true }),
+      'POST /api/realtime/subscription-token': (body) => ({ channel: `task_detail:demo/${body.taskId}`, token: `sub-${body.taskId}`, expiresAt: 0, grantExpiresAt: '' }),
+      'GET /api/tasks/': () => snapshot('a', 1),
+    });
+    await h.client.start();
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    await flush();
+    await h.client.openDetail('a');
+    await h.client.openDetail('b');
+    await h.client.openDetail('a'); // a is most recent again
+    await h.client.openDetail('c'); // evicts b
+    await flush();
+    expect(h.client.openDetails()).toEqual(['a', 'c']);
+    expect(h.centrifuge.removed).toEqual(['task_detail:demo/b']);
+    expect(h.calls.filter((c) => c.path === '/api/realtime/subscription-token:release').map((c) => c.body.channel)).toEqual(['task_detail:demo/b']);
+    // Token refresh goes back to the status service (ACL re-checked there).
+    const sub = h.centrifuge.subs.get('task_detail:demo/c')!;
+    expect(sub.options.token).toBe('sub-c');
+    await expect(sub.options.getToken!()).resolves.toBe('sub-c');
+    // The summary channel is untouched by detail churn (AC32).
+    expect(h.client.store.taskIds().sort()).toEqual(['a', 'b', 'c']);
+    expect(h.client.state).toBe('LIVE');
+    h.client.stop();
+  });
+
+  it('becomes STALE when it cannot get back to LIVE in time, and keeps the list', async () => {
+    vi.useFakeTimers();
+    try {
+      const h = harness({
+        'GET /api/realtime/session': () => SESSION,
+        'GET /api/me/tasks': () => ({ tasks: [summary('t1', 1)], nextCursor: null }),
+      });
+      await h.client.start();
+      h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+      await vi.advanceTimersByTimeAsync(1);
+      expect(h.client.state).toBe('LIVE');
+      h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
+      await vi.advanceTimersByTimeAsync(9_000);
+      expect(h.client.state).toBe('RECOVERING');
+      await vi.advanceTimersByTimeAsync(2_000);
+      expect(h.client.state).toBe('STALE');
+      expect(h.client.store.task('t1')).toBeDefined();
+      expect(h.states).toEqual(['LIVE', 'RECOVERING', 'STALE']);
+      h.client.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});

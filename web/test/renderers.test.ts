@@ -1,0 +1,40 @@
+import { describe, expect, it } from 'vitest';
+
+import { RendererRegistry, exampleRenderers, genericCard } from '../src/renderers';
+import { step } from './fixtures';
+
+describe('renderer registry (AC21)', () => {
+  it('falls back to the generic card for an unknown operation and schema, still showing lifecycle', () => {
+    const registry = exampleRenderers();
+    const rendered = registry.render(
+      step('x', { operationCode: 'SOMETHING.NEW', lifecycleStatus: 'FAILED', data: { schema: 'new.v9', value: { a: 1 } }, error: { category: 'BUSINESS', code: 'E1', message: 'boom', retryable: false } }),
+    );
+    expect(rendered.renderer).toBe('generic');
+    expect(rendered.fields).toContainEqual({ label: 'status', value: 'FAILED' });
+    expect(rendered.fields).toContainEqual({ label: 'error', value: 'E1: boom' });
+  });
+
+  it('picks the most specific renderer: operation+schema, then schema, then operation', () => {
+    const registry = new RendererRegistry()
+      .register({ operationCode: 'OP' }, () => ({ renderer: 'op', title: '', fields: [] }))
+      .register({ schema: 's.v1' }, () => ({ renderer: 'schema', title: '', fields: [] }))
+      .register({ operationCode: 'OP', schema: 's.v1' }, () => ({ renderer: 'both', title: '', fields: [] }));
+    expect(registry.render(step('a', { operationCode: 'OP', data: { schema: 's.v1', value: {} } })).renderer).toBe('both');
+    expect(registry.render(step('a', { operationCode: 'OTHER', data: { schema: 's.v1', value: {} } })).renderer).toBe('schema');
+    expect(registry.render(step('a', { operationCode: 'OP', data: { schema: 's.v2', value: {} } })).renderer).toBe('op');
+    expect(registry.render(step('a', { operationCode: 'OTHER' })).renderer).toBe('generic');
+  });
+
+  it('uses the generic card when a renderer throws on data it did not expect', () => {
+    const registry = new RendererRegistry().register({ schema: 's.v1' }, () => {
+      throw new Error('unexpected shape');
+    });
+    expect(registry.render(step('a', { data: { schema: 's.v1', value: 3 } }))).toEqual(genericCard(step('a', { data: { schema: 's.v1', value: 3 } })));
+  });
+
+  it('renders the example document progress schema', () => {
+    const rendered = exampleRenderers().render(step('parse', { data: { schema: 'document.parse.progress.v1', value: { page: 3, pageCount: 8 } } }));
+    expect(rendered.renderer).toBe('document.parse.progress.v1');
+    expect(rendered.fields).toContainEqual({ label: 'page', value: '3 of 8' });
+  });
+});
