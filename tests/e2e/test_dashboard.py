@@ -9,7 +9,6 @@ showed a lower version than it showed before.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import threading
 import uuid
@@ -24,8 +23,6 @@ import uvicorn
 from playwright.sync_api import Browser, Page, expect
 from starlette.testclient import TestClient
 
-from observer.centrifugo import CentrifugoPublisher
-from observer.relay import OutboxRelay, RelayConfig
 from status.api.app import build_service, create_app
 from status.infra.db import create_engine
 from status.infra.tokens import ServiceTokens, UserTokens
@@ -33,52 +30,10 @@ from tests.integration.conftest import Http
 from tests.support.browser import chromium, open_dashboard, require_dashboard, screenshot
 from tests.support.flows import activate, create_workflow, report
 from tests.support.processes import CentrifugoNode, free_port, wait_until
+from tests.support.relay_pump import RelayPump
 from tests.support.settings import make_settings
 
 TIMEOUT_MS = 20_000
-
-
-class RelayPump:
-    """The outbox relay on its own event loop, passing continuously like the observer does."""
-
-    def __init__(self, engine: sa.Engine, api_url: str, api_key: str) -> None:
-        self.engine, self.api_url, self.api_key = engine, api_url, api_key
-        self.stopping = threading.Event()
-        # Held for every pass; pause() takes it so that nothing is published until resume().
-        self.passing = threading.Lock()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    async def _run(self) -> None:
-        publisher = CentrifugoPublisher(self.api_url, self.api_key)
-        # Short back-off so a restarted Centrifugo is caught up quickly.
-        config = RelayConfig(batch_size=500, backoff_base_seconds=0.2, backoff_max_seconds=1.0)
-        relay = OutboxRelay(self.engine, publisher, f"browser-relay-{secrets.token_hex(3)}", config)
-        try:
-            while not self.stopping.is_set():
-                if not self.passing.acquire(timeout=0.05):
-                    continue
-                try:
-                    result = await relay.run_once()
-                finally:
-                    self.passing.release()
-                if result.claimed == 0:
-                    await asyncio.sleep(0.02)
-        finally:
-            await publisher.aclose()
-
-    def pause(self) -> None:
-        self.passing.acquire()
-
-    def resume(self) -> None:
-        self.passing.release()
-
-    def __enter__(self) -> RelayPump:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stopping.set()
-        self.thread.join(15)
 
 
 @dataclass

@@ -1,0 +1,125 @@
+"""Commit → rendered in a real browser page, p50/p99 (SPEC §16: p99 < 150 ms).
+
+    .venv/bin/python bench/e2e_browser.py [--rate 20] [--seconds 15]
+
+The status API (serving the dashboard) and the outbox relay (same idle sleep as
+the observer) run on threads of this process, Centrifugo is its own process,
+and the dashboard runs in headless Chromium. A producer thread commits
+progress events through StatusService at a fixed rate; a MutationObserver in
+the page records the wall-clock time at which each task version appeared in
+the DOM. Latency = that time − the time the commit returned (same machine
+clock). The page redraws once per animation frame, so versions that arrive in
+the same frame are rendered together; only rendered versions are counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from common import percentile, scratch_database  # type: ignore[import-not-found]
+
+from status.api.app import build_service, create_app
+from status.app import commands as c
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.model import Progress
+from status.infra.db import create_engine
+from status.infra.repository import utcnow
+from status.infra.tokens import UserTokens
+from tests.support.browser import DASHBOARD_DIR, chromium, open_dashboard, require_dashboard
+from tests.support.processes import CentrifugoNode, free_port, wait_until
+from tests.support.relay_pump import RelayPump
+from tests.support.settings import make_settings
+
+
+def run(rate: float, seconds: float) -> None:
+    import uvicorn
+
+    require_dashboard()
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp, scratch_database() as url:
+        node = CentrifugoNode(workdir=Path(tmp), allowed_origins=[f"http://127.0.0.1:{port}"]).start()
+        settings = make_settings(
+            url,
+            Path(tmp),
+            centrifugo_api_url=node.api_url,
+            centrifugo_api_key=node.api_key,
+            centrifugo_token_secret=node.token_secret,
+            centrifugo_public_url=node.ws_url,
+            dashboard_dir=DASHBOARD_DIR,
+        )
+        engine = create_engine(url)
+        service = build_service(settings, engine)
+        service.install_default_definitions()
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(settings, engine, service), host="127.0.0.1", port=port, log_level="warning")
+        )
+        threading.Thread(target=server.run, daemon=True).start()
+        wait_until(lambda: server.started, 15, "status API")
+        coordinator = ServicePrincipal("bench", "bench", "s", frozenset({Role.COORDINATOR}))
+        created = service.create_workflow(
+            coordinator,
+            c.CreateWorkflow(
+                client_workflow_key=uuid.uuid4().hex,
+                owner_id="alice",
+                title="browser latency",
+                initial_tasks=(c.NewTask("t", "Report.pdf", known_steps=(c.KnownStep("s", "DOCUMENT.PARSE"),)),),
+            ),
+        )
+        task_id = created["tasks"][0]["taskId"]
+        ctx = service.activate_step(coordinator, c.ActivateStep(task_id, "s", 1, "p"))
+        claims = service._tokens.verify(ctx.execution_token, service.now())
+        service.report_event(claims, c.ReportEvent(uuid.uuid4().hex, "STEP_STARTED", 1, utcnow()))
+        token = UserTokens(settings.user_token_secret).issue("bench", "alice")
+        committed: dict[int, float] = {}
+        try:
+            with RelayPump(engine, node.api_url, node.api_key), chromium() as (_, browser):
+                page = open_dashboard(browser, f"http://127.0.0.1:{port}", token)
+                page.wait_for_selector('#connection[data-state="LIVE"]', timeout=30_000)
+                page.wait_for_selector(f'article.task[data-task-id="{task_id}"]', timeout=30_000)
+
+                seq, next_at, end = 1, time.perf_counter(), time.perf_counter() + seconds
+                while time.perf_counter() < end:
+                    seq += 1
+                    result = service.report_event(
+                        claims,
+                        c.ReportEvent(
+                            uuid.uuid4().hex, "STEP_PROGRESS", seq, utcnow(), progress=Progress(seq % 100, 100)
+                        ),
+                    )
+                    committed[int(result["taskVersion"])] = time.time() * 1000
+                    next_at += 1 / rate
+                    time.sleep(max(0.0, next_at - time.perf_counter()))
+                last = max(committed)
+                page.wait_for_selector(f'article.task[data-task-id="{task_id}"][data-version="{last}"]', timeout=30_000)
+                changes = page.evaluate("window.__versionChanges")
+                regressions = page.evaluate("window.__versionRegressions")
+                page.context.close()
+        finally:
+            server.should_exit = True
+            node.stop()
+            engine.dispose()
+    rendered = {int(ch["version"]): float(ch["at"]) for ch in changes if ch["id"] == task_id}
+    latencies = [rendered[v] - committed[v] for v in committed if v in rendered]
+    print(
+        f"commit→rendered in Chromium  {len(latencies)}/{len(committed)} versions rendered "
+        f"({len(committed) / seconds:.0f} events/s): p50 {percentile(latencies, 0.5):.0f} ms  "
+        f"p99 {percentile(latencies, 0.99):.0f} ms  max {max(latencies or [0]):.0f} ms   (target p99 < 150 ms)"
+    )
+    print(f"versions shown out of order: {len(regressions)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=20)
+    parser.add_argument("--seconds", type=float, default=15)
+    args = parser.parse_args()
+    run(args.rate, args.seconds)
+
+
+if __name__ == "__main__":
+    main()

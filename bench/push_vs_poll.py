@@ -1,0 +1,346 @@
+"""Push (this project) vs. polling Temporal's describe API every second (SPEC §16).
+
+    .venv/bin/python bench/push_vs_poll.py [--workflows 20] [--steps 3] [--step-seconds 6]
+
+The same workload runs three times on one Temporal dev server: K workflows
+whose visible state changes every ``step-seconds`` (one activity per step,
+heartbeating every 2 s).
+
+* baseline: no observer at all (measures what the workload itself costs Temporal);
+* poll: a separate poller process calls ``describe`` on every workflow each
+  second and notices when a new step starts — what a backend would do to feed
+  a live view without this project;
+* push: the worker has TaskStatusPlugin; the status API and the observer run
+  as separate processes on MariaDB, Centrifugo delivers to a WebSocket client.
+
+Latency to see an update = when the viewer first sees a step as started − when
+the step's activity started. Server CPU per update = CPU of the processes that
+make the view (poll: poller + Temporal's extra CPU over the baseline; push:
+status API + observer + Centrifugo + Temporal's extra CPU), from /proc, divided
+by the number of step starts. One run; figures and ratios are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+from common import REPO, percentile, scratch_database  # type: ignore[import-not-found]
+from push_poll_workflows import STEP_STARTED_AT, SteppedWorkflow, slow_step  # type: ignore[import-not-found]
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from interceptors import TaskStatusPlugin
+from status.domain.auth import Role, UserPrincipal
+from status.infra.tokens import RealtimeTokens, ServiceTokens
+from tests.support.processes import CentrifugoNode, free_port, temporal_binary, wait_until
+from tests.support.realtime import recording_client
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (and its waited-for children), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(fields[i]) for i in (11, 12, 13, 14))
+    return (utime + stime + cutime + cstime) / TICK
+
+
+# ---------------------------------------------------------------------------- poller process
+
+
+async def poll_forever(address: str, workflow_ids: list[str], seconds: float) -> None:
+    """Describe every workflow each second; print when a new activity is seen running."""
+    client = await Client.connect(address)
+    cpu_at_start = time.process_time()  # leave interpreter start-up and imports out
+    seen: set[tuple[str, str]] = set()
+    done: set[str] = set()
+    end = time.monotonic() + seconds
+    next_round = time.monotonic()
+    while time.monotonic() < end and len(done) < len(workflow_ids):
+        for wf in workflow_ids:
+            if wf in done:
+                continue
+            description = await client.get_workflow_handle(wf).describe()
+            for pending in description.raw_description.pending_activities:
+                key = (wf, pending.activity_id)
+                # PENDING_ACTIVITY_STATE_STARTED == 2
+                if pending.state == 2 and key not in seen:
+                    seen.add(key)
+                    print(json.dumps({"wf": wf, "activityId": pending.activity_id, "seen": time.time()}), flush=True)
+            if description.status is not None and description.status.name != "RUNNING":
+                done.add(wf)
+        next_round += 1.0
+        await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+    # The whole process, all threads (the SDK's Rust runtime included).
+    print(json.dumps({"cpu": time.process_time() - cpu_at_start}), flush=True)
+
+
+# ---------------------------------------------------------------------------- benchmark
+
+
+class Phase:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.latencies_ms: list[float] = []
+        self.cpu_seconds = 0.0
+        self.changes = 0
+        self.temporal_cpu = 0.0
+
+
+async def run_workload(
+    client: Client, plugins: list[Any], task_ids: list[str], steps: int, step_seconds: float
+) -> list[str]:
+    queue = f"pvp-{uuid.uuid4().hex[:6]}"
+    ids = [f"pvp-{uuid.uuid4().hex[:10]}" for _ in task_ids]
+    async with Worker(client, task_queue=queue, workflows=[SteppedWorkflow], activities=[slow_step], plugins=plugins):
+        await asyncio.gather(
+            *[
+                client.execute_workflow(SteppedWorkflow.run, args=[tid, steps, step_seconds], id=wid, task_queue=queue)
+                for wid, tid in zip(ids, task_ids, strict=True)
+            ]
+        )
+        if plugins:
+            await plugins[0].reporter.drained(60)
+    return ids
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workflows", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--step-seconds", type=float, default=6.0)
+    parser.add_argument("--poll-worker", nargs=3, metavar=("ADDRESS", "IDS_FILE", "SECONDS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.poll_worker:
+        address, ids_file, seconds = args.poll_worker
+        await poll_forever(address, json.loads(Path(ids_file).read_text()), float(seconds))
+        return
+
+    k, steps, step_seconds = args.workflows, args.steps, args.step_seconds
+    tmp = Path(tempfile.mkdtemp())
+    temporal_port = free_port()
+    temporal = subprocess.Popen(
+        [
+            str(temporal_binary()),
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(temporal_port),
+            "--ui-port",
+            str(free_port()),
+            "--log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    address = f"127.0.0.1:{temporal_port}"
+    processes: list[subprocess.Popen[bytes]] = [temporal]
+    node = CentrifugoNode(workdir=tmp).start()
+    try:
+        client = None
+        for _ in range(300):
+            try:
+                client = await Client.connect(address)
+                break
+            except Exception:
+                await asyncio.sleep(0.2)
+        assert client is not None, "Temporal dev server did not start"
+
+        # Warm-up, then the baseline: the workload alone.
+        await run_workload(client, [], [""] * 2, 1, 0.1)
+        baseline = Phase("baseline")
+        before = cpu_seconds(temporal.pid)
+        await run_workload(client, [], [""] * k, steps, step_seconds)
+        baseline.temporal_cpu = cpu_seconds(temporal.pid) - before
+
+        # Poll: a separate poller process describing every workflow each second.
+        poll = Phase("poll (describe every 1 s)")
+        ids_file = tmp / "ids.json"
+        ids = [f"pvp-{uuid.uuid4().hex[:10]}" for _ in range(k)]
+        ids_file.write_text(json.dumps(ids))
+        STEP_STARTED_AT.clear()
+        before = cpu_seconds(temporal.pid)
+        queue = f"pvp-{uuid.uuid4().hex[:6]}"
+        async with Worker(client, task_queue=queue, workflows=[SteppedWorkflow], activities=[slow_step]):
+            handles = [
+                await client.start_workflow(
+                    SteppedWorkflow.run, args=["", steps, step_seconds], id=wid, task_queue=queue
+                )
+                for wid in ids
+            ]
+            poller = subprocess.Popen(
+                [sys.executable, __file__, "--poll-worker", address, str(ids_file), str(steps * step_seconds + 60)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            await asyncio.gather(*[h.result() for h in handles])
+            out, _ = await asyncio.to_thread(poller.communicate)
+        poll.temporal_cpu = cpu_seconds(temporal.pid) - before
+        poller_cpu = 0.0
+        for line in out.decode().splitlines():
+            record = json.loads(line)
+            if "cpu" in record:
+                poller_cpu = float(record["cpu"])
+                continue
+            started = STEP_STARTED_AT.get((record["wf"], int(record["activityId"]) - 1))
+            if started is not None:
+                poll.latencies_ms.append((record["seen"] - started) * 1000)
+        poll.changes = len(poll.latencies_ms)
+        poll.cpu_seconds = poller_cpu + max(0.0, poll.temporal_cpu - baseline.temporal_cpu)
+
+        # Push: plugin → status API → outbox → observer → Centrifugo → WebSocket client.
+        push = Phase("push (this project)")
+        with scratch_database() as url:
+            secrets_env = {
+                "TASK_OBSERVER_ENV": "test",
+                "TASK_OBSERVER_DATABASE_URL": url,
+                "TASK_OBSERVER_CENTRIFUGO_API_URL": node.api_url,
+                "TASK_OBSERVER_CENTRIFUGO_API_KEY": node.api_key,
+                "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node.token_secret,
+                "TASK_OBSERVER_CENTRIFUGO_PUBLIC_URL": node.ws_url,
+                "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
+                "TASK_OBSERVER_DATA_DIR": str(tmp),
+                **{
+                    f"TASK_OBSERVER_{n}": secrets.token_hex(32)
+                    for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
+                },
+            }
+            env = {**os.environ, **secrets_env}
+            cli = str(REPO / ".venv" / "bin" / "task-observer")
+            port = free_port()
+            api = subprocess.Popen(
+                [cli, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            observer = subprocess.Popen(
+                [cli, "observer", "--mode", "loops"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            processes += [api, observer]
+            base = f"http://127.0.0.1:{port}"
+            wait_until(lambda: _ready(base), 60, "status API")
+            token = ServiceTokens(secrets_env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
+                "pvp-worker", "bench", "s", [Role.WORKER, Role.COORDINATOR]
+            )
+            user = UserPrincipal("bench", "viewer")
+            conn_token, _ = RealtimeTokens(node.token_secret, 600).connection(user, ["task_user:bench/viewer"])
+            ws, recorder = recording_client(node.ws_url, conn_token)
+            await ws.connect()
+            await recorder.next_subscribed()
+
+            task_ids = _create_tasks(base, token, k, steps)
+            seen: dict[tuple[str, str], float] = {}
+
+            async def watch() -> None:
+                while True:
+                    _, _, data = await recorder.publications.get()
+                    current = (data.get("currentStep") or {}).get("stepId")
+                    if data.get("kind") == "task.summary" and current:
+                        seen.setdefault((data["taskId"], current), time.time())
+
+            watcher = asyncio.create_task(watch())
+            cpu_before = {p.pid: cpu_seconds(p.pid) for p in (api, observer, node.process) if p}
+            before = cpu_seconds(temporal.pid)
+            STEP_STARTED_AT.clear()
+            plugin = TaskStatusPlugin(base, token, outbox_path=tmp / "pvp-outbox.sqlite3", heartbeat_interval=2.0)
+            wf_ids = await run_workload(client, [plugin], task_ids, steps, step_seconds)
+            # Let the last messages through before reading the meters.
+            wait_deadline = time.monotonic() + 15
+            while len(seen) < k * steps and time.monotonic() < wait_deadline:
+                await asyncio.sleep(0.1)
+            push.temporal_cpu = cpu_seconds(temporal.pid) - before
+            push_cpu = sum(cpu_seconds(pid) - cpu for pid, cpu in cpu_before.items())
+            watcher.cancel()
+            await ws.disconnect()
+            for wf, tid in zip(wf_ids, task_ids, strict=True):
+                for i in range(steps):
+                    started = STEP_STARTED_AT.get((wf, i))
+                    shown = seen.get((tid, f"s{i:02d}"))
+                    if started is not None and shown is not None:
+                        push.latencies_ms.append((shown - started) * 1000)
+            push.changes = len(push.latencies_ms)
+            push.cpu_seconds = push_cpu + max(0.0, push.temporal_cpu - baseline.temporal_cpu)
+            for p in (api, observer):
+                p.terminate()
+                p.wait(15)
+    finally:
+        node.stop()
+        for p in processes:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+    expected = k * steps
+    print(f"workload: {k} workflows x {steps} steps, one change every {step_seconds:g} s per task; {expected} changes")
+    print(f"temporal CPU for the workload alone: {baseline.temporal_cpu:.2f} s")
+    for phase in (poll, push):
+        per_change = phase.cpu_seconds / max(1, phase.changes) * 1000
+        p50 = percentile(phase.latencies_ms, 0.5)
+        print(
+            f"{phase.name:28s} seen {phase.changes}/{expected}  latency p50 {p50:6.0f} ms"
+            f"  p99 {percentile(phase.latencies_ms, 0.99):6.0f} ms   server CPU {phase.cpu_seconds:6.2f} s"
+            f" = {per_change:6.2f} ms per change"
+        )
+    poll_cpu = poll.cpu_seconds / max(1, poll.changes)
+    push_cpu_per = push.cpu_seconds / max(1, push.changes)
+    latency_ratio = percentile(poll.latencies_ms, 0.5) / max(1e-9, percentile(push.latencies_ms, 0.5))
+    print(
+        f"ratios (poll / push): latency p50 {latency_ratio:.1f}x"
+        f"   CPU per change {poll_cpu / max(1e-9, push_cpu_per):.1f}x"
+        f"   (target: push <= 2.6 ms per change)"
+    )
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _create_tasks(base: str, token: str, k: int, steps: int) -> list[str]:
+    ids = []
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as c:
+        for _ in range(k):
+            r = c.post(
+                "/internal/v1/workflows",
+                json={
+                    "clientWorkflowKey": uuid.uuid4().hex,
+                    "ownerId": "viewer",
+                    "title": "push vs poll",
+                    "initialTasks": [
+                        {
+                            "clientTaskKey": "t",
+                            "title": "t",
+                            "knownSteps": [
+                                {"stepId": f"s{i:02d}", "operationCode": "FILE.PREPARE"} for i in range(steps)
+                            ],
+                        }
+                    ],
+                },
+            )
+            r.raise_for_status()
+            ids.append(r.json()["tasks"][0]["taskId"])
+    return ids
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    asyncio.run(main())
