@@ -4,7 +4,8 @@
 
 The same workload runs three times on one Temporal dev server: K workflows
 whose visible state changes every ``step-seconds`` (one activity per step,
-heartbeating every 2 s).
+heartbeating every 2 s), started one after another over one step interval
+so that changes arrive at a steady rate, as they do for independent tasks.
 
 * baseline: no observer at all (measures what the workload itself costs Temporal);
 * poll: a separate poller process calls ``describe`` on every workflow each
@@ -39,6 +40,7 @@ import httpx
 from common import REPO, percentile, scratch_database  # type: ignore[import-not-found]
 from push_poll_workflows import STEP_STARTED_AT, SteppedWorkflow, slow_step  # type: ignore[import-not-found]
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from interceptors import TaskStatusPlugin
@@ -64,6 +66,7 @@ async def poll_forever(address: str, workflow_ids: list[str], seconds: float) ->
     """Describe every workflow each second; print when a new activity is seen running."""
     client = await Client.connect(address)
     cpu_at_start = time.process_time()  # leave interpreter start-up and imports out
+    print(json.dumps({"ready": True}), flush=True)
     seen: set[tuple[str, str]] = set()
     done: set[str] = set()
     end = time.monotonic() + seconds
@@ -72,7 +75,12 @@ async def poll_forever(address: str, workflow_ids: list[str], seconds: float) ->
         for wf in workflow_ids:
             if wf in done:
                 continue
-            description = await client.get_workflow_handle(wf).describe()
+            try:
+                description = await client.get_workflow_handle(wf).describe()
+            except RPCError as error:
+                if error.status == RPCStatusCode.NOT_FOUND:
+                    continue  # not started yet
+                raise
             for pending in description.raw_description.pending_activities:
                 key = (wf, pending.activity_id)
                 # PENDING_ACTIVITY_STATE_STARTED == 2
@@ -99,18 +107,28 @@ class Phase:
         self.temporal_cpu = 0.0
 
 
+async def start_staggered(
+    client: Client, queue: str, ids: list[str], task_ids: list[str], steps: int, step_seconds: float
+) -> list[Any]:
+    """Start the workflows spread over one step interval: independent tasks change at a steady rate."""
+    handles = []
+    for i, (wid, tid) in enumerate(zip(ids, task_ids, strict=True)):
+        handles.append(
+            await client.start_workflow(SteppedWorkflow.run, args=[tid, steps, step_seconds], id=wid, task_queue=queue)
+        )
+        if i < len(ids) - 1:
+            await asyncio.sleep(step_seconds / len(ids))
+    return handles
+
+
 async def run_workload(
     client: Client, plugins: list[Any], task_ids: list[str], steps: int, step_seconds: float
 ) -> list[str]:
     queue = f"pvp-{uuid.uuid4().hex[:6]}"
     ids = [f"pvp-{uuid.uuid4().hex[:10]}" for _ in task_ids]
     async with Worker(client, task_queue=queue, workflows=[SteppedWorkflow], activities=[slow_step], plugins=plugins):
-        await asyncio.gather(
-            *[
-                client.execute_workflow(SteppedWorkflow.run, args=[tid, steps, step_seconds], id=wid, task_queue=queue)
-                for wid, tid in zip(ids, task_ids, strict=True)
-            ]
-        )
+        handles = await start_staggered(client, queue, ids, task_ids, steps, step_seconds)
+        await asyncio.gather(*[h.result() for h in handles])
         if plugins:
             await plugins[0].reporter.drained(60)
     return ids
@@ -129,6 +147,7 @@ async def main() -> None:
         return
 
     k, steps, step_seconds = args.workflows, args.steps, args.step_seconds
+    breakdown = ""
     tmp = Path(tempfile.mkdtemp())
     temporal_port = free_port()
     temporal = subprocess.Popen(
@@ -178,23 +197,22 @@ async def main() -> None:
         before = cpu_seconds(temporal.pid)
         queue = f"pvp-{uuid.uuid4().hex[:6]}"
         async with Worker(client, task_queue=queue, workflows=[SteppedWorkflow], activities=[slow_step]):
-            handles = [
-                await client.start_workflow(
-                    SteppedWorkflow.run, args=["", steps, step_seconds], id=wid, task_queue=queue
-                )
-                for wid in ids
-            ]
             poller = subprocess.Popen(
-                [sys.executable, __file__, "--poll-worker", address, str(ids_file), str(steps * step_seconds + 60)],
+                [sys.executable, __file__, "--poll-worker", address, str(ids_file), str(2 * steps * step_seconds + 60)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )
+            assert poller.stdout is not None
+            await asyncio.to_thread(poller.stdout.readline)  # connected and polling
+            handles = await start_staggered(client, queue, ids, [""] * k, steps, step_seconds)
             await asyncio.gather(*[h.result() for h in handles])
             out, _ = await asyncio.to_thread(poller.communicate)
         poll.temporal_cpu = cpu_seconds(temporal.pid) - before
         poller_cpu = 0.0
         for line in out.decode().splitlines():
             record = json.loads(line)
+            if "ready" in record:
+                continue
             if "cpu" in record:
                 poller_cpu = float(record["cpu"])
                 continue
@@ -263,7 +281,14 @@ async def main() -> None:
             while len(seen) < k * steps and time.monotonic() < wait_deadline:
                 await asyncio.sleep(0.1)
             push.temporal_cpu = cpu_seconds(temporal.pid) - before
-            push_cpu = sum(cpu_seconds(pid) - cpu for pid, cpu in cpu_before.items())
+            spent = {pid: cpu_seconds(pid) - cpu for pid, cpu in cpu_before.items()}
+            push_cpu = sum(spent.values())
+            names = {
+                api.pid: "status API",
+                observer.pid: "observer",
+                node.process.pid if node.process else 0: "Centrifugo",
+            }
+            breakdown = ", ".join(f"{names.get(pid, pid)} {cpu:.2f} s" for pid, cpu in spent.items())
             watcher.cancel()
             await ws.disconnect()
             for wf, tid in zip(wf_ids, task_ids, strict=True):
@@ -288,6 +313,7 @@ async def main() -> None:
                     p.kill()
 
     expected = k * steps
+    print(f"push-path CPU by process: {breakdown}, Temporal extra {push.temporal_cpu - baseline.temporal_cpu:.2f} s")
     print(f"workload: {k} workflows x {steps} steps, one change every {step_seconds:g} s per task; {expected} changes")
     print(f"temporal CPU for the workload alone: {baseline.temporal_cpu:.2f} s")
     for phase in (poll, push):

@@ -366,9 +366,14 @@ class Reporter:
         events, executions = self._load_batch()
         if not events:
             return False
-        for execution in executions.values():
-            if execution["handle"] is None and not await self._bind(execution):
-                return True  # its events were dropped; reload the batch
+        # Bind new executions concurrently: activities tend to start in bursts (fan-out, many
+        # workflows on one schedule), and binding them one after another delays all their events.
+        # Children naming a parent execution go in a second wave, after any parent in this batch.
+        unbound = [e for e in executions.values() if e["handle"] is None]
+        children = [e for e in unbound if e["binding"].get("parent_execution_id")]
+        for wave in ([e for e in unbound if e not in children], children):
+            if wave and not all(await asyncio.gather(*(self._bind(e) for e in wave))):
+                return True  # some events were dropped; reload the batch
         body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
         assert self._client is not None
         response = await self._client.post("/internal/v1/task-events:batch", json={"events": body})

@@ -82,6 +82,7 @@ async def run_loops(settings: Settings) -> None:
         await loops.run()
     finally:
         await observer.publisher.aclose()
+        observer.relay.close()
 
 
 async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
@@ -122,6 +123,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
         log.info("observer running as Temporal activities on task queue %s", TASK_QUEUE)
         await stop.wait()
     await observer.publisher.aclose()
+    observer.relay.close()
 
 
 def _on_signals(callback: Callable[[], None]) -> None:

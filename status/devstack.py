@@ -263,6 +263,7 @@ class DevStack:
         loops.stop()
         await observer_task
         await observer.publisher.aclose()
+        observer.relay.close()
         server.should_exit = True
         await asyncio.to_thread(api_thread.join, 15)
         engine.dispose()

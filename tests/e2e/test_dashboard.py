@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import uvicorn
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, WebSocketRoute, expect
 from starlette.testclient import TestClient
 
 from status.api.app import build_service, create_app
 from status.infra.db import create_engine
 from status.infra.tokens import ServiceTokens, UserTokens
 from tests.integration.conftest import Http
-from tests.support.browser import chromium, open_dashboard, require_dashboard, screenshot
+from tests.support.browser import VERSION_WATCH, chromium, open_dashboard, require_dashboard, screenshot
 from tests.support.flows import activate, create_workflow, report
 from tests.support.processes import CentrifugoNode, free_port, wait_until
 from tests.support.relay_pump import RelayPump
@@ -293,6 +293,29 @@ def test_dashboard_works_over_the_sse_fallback(stack: Stack, browser: Browser) -
     expect(card(page, task_id)).to_have_attribute("data-status", "RUNNING")
     assert_never_went_back(page)
     page.context.close()
+
+
+def test_dashboard_falls_back_when_websockets_are_blocked(stack: Stack, browser: Browser) -> None:
+    """A proxy that refuses WebSocket upgrades: the SDK moves on to HTTP streaming and the page stays live."""
+    user = f"erin-{uuid.uuid4().hex[:6]}"
+    context = browser.new_context()
+    context.add_init_script(VERSION_WATCH)
+    refused: list[str] = []
+
+    def refuse(ws: WebSocketRoute) -> None:
+        refused.append(ws.url)
+        ws.close(code=1011, reason="blocked by proxy")
+
+    context.route_web_socket("**/connection/websocket", refuse)
+    page = context.new_page()
+    page.goto(f"{stack.base_url}/dashboard/#token={stack.user_token(user)}")
+    wait_live(page)
+    assert refused, "the page never tried WebSocket first"
+    expect(page.locator("#connection")).to_have_attribute("data-transport", "http_stream")
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
+    assert_never_went_back(page)
+    context.close()
 
 
 def test_dashboard_is_served_and_the_root_points_to_it(stack: Stack) -> None:

@@ -40,6 +40,7 @@ class RelayPump:
                     await asyncio.sleep(self.idle_sleep)
         finally:
             await publisher.aclose()
+            relay.close()
 
     def pause(self) -> None:
         self.passing.acquire()

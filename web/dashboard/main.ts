@@ -20,7 +20,7 @@ import {
   type StepDetail,
   type TaskView,
   type TransportName,
-} from '../src/index';
+} from '../src/index.js';
 
 const TOKEN_KEY = 'task-status-observer.token';
 

@@ -7,7 +7,7 @@ import type {
   SubscriptionGrant,
   TaskSnapshot,
   WorkflowSummaryMessage,
-} from './types';
+} from './types.js';
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 

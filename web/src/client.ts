@@ -18,10 +18,10 @@
 
 import { Centrifuge, type Options as CentrifugeOptions, type Subscription, type TransportEndpoint } from 'centrifuge';
 
-import { ApiError, StatusApi, type FetchLike } from './api';
-import { LruSet } from './lru';
-import { TaskStore } from './store';
-import type { RealtimeSession, TaskSnapshot } from './types';
+import { ApiError, StatusApi, type FetchLike } from './api.js';
+import { LruSet } from './lru.js';
+import { TaskStore } from './store.js';
+import type { RealtimeSession, TaskSnapshot } from './types.js';
 
 export type ConnectionState = 'LIVE' | 'RECOVERING' | 'STALE';
 export type TransportName = 'websocket' | 'http_stream' | 'sse';

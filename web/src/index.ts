@@ -10,9 +10,9 @@
  * ```
  */
 
-export { ApiError, StatusApi, type FetchLike, type StatusApiOptions } from './api';
-export { TaskStatusClient, type ConnectionState, type TaskStatusClientOptions, type TransportName } from './client';
-export { LruSet } from './lru';
+export { ApiError, StatusApi, type FetchLike, type StatusApiOptions } from './api.js';
+export { TaskStatusClient, type ConnectionState, type TaskStatusClientOptions, type TransportName } from './client.js';
+export { LruSet } from './lru.js';
 export {
   RendererRegistry,
   exampleRenderers,
@@ -21,7 +21,7 @@ export {
   type RenderedStep,
   type RendererKey,
   type StepRenderer,
-} from './renderers';
+} from './renderers.js';
 export {
   TaskStore,
   currentStepOf,
@@ -32,7 +32,7 @@ export {
   type StoreOptions,
   type TaskSummaryState,
   type TaskView,
-} from './store';
-export { SharedTicker, elapsedAt, formatDuration, type ElapsedInput, type TickerScheduler } from './timers';
-export * from './types';
-export { VersionGate, compareVersions, parseVersion } from './versions';
+} from './store.js';
+export { SharedTicker, elapsedAt, formatDuration, type ElapsedInput, type TickerScheduler } from './timers.js';
+export * from './types.js';
+export { VersionGate, compareVersions, parseVersion } from './versions.js';

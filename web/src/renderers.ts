@@ -5,7 +5,7 @@
  * so a client older than a new operation still shows an honest status (AC21).
  */
 
-import type { StepDetail } from './types';
+import type { StepDetail } from './types.js';
 
 export interface RenderedField {
   label: string;

@@ -19,8 +19,8 @@ import {
   type TaskSnapshot,
   type TaskSummaryMessage,
   type WorkflowSummaryMessage,
-} from './types';
-import { parseVersion, VersionGate } from './versions';
+} from './types.js';
+import { parseVersion, VersionGate } from './versions.js';
 
 /** List-level state of a task: the summary fields plus the step currently running. */
 export interface TaskSummaryState extends TaskCore {

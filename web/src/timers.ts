@@ -6,7 +6,7 @@
  * is minutes off never shows negative or jumping durations.
  */
 
-import { isTerminal } from './store';
+import { isTerminal } from './store.js';
 
 export interface ElapsedInput {
   elapsedMs: number | null;

@@ -6,9 +6,9 @@
 import { describe, expect, it, vi } from 'vitest';
 import type { Centrifuge } from 'centrifuge';
 
-import { TaskStatusClient, type ConnectionState } from '../src/client';
-import type { RealtimeSession } from '../src/types';
-import { snapshot, summary } from './fixtures';
+import { TaskStatusClient, type ConnectionState } from '../src/client.js';
+import type { RealtimeSession } from '../src/types.js';
+import { snapshot, summary } from './fixtures.js';
 
 type Handler = (ctx: any) => void;
 

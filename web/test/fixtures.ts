@@ -6,7 +6,7 @@ import type {
   TaskSnapshot,
   TaskSummaryMessage,
   WorkflowSummaryMessage,
-} from '../src/types';
+} from '../src/types.js';
 
 type Lifecycle = TaskSummaryMessage['lifecycleStatus'];
 

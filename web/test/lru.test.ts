@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { LruSet } from '../src/lru';
+import { LruSet } from '../src/lru.js';
 
 describe('LruSet', () => {
   it('evicts the least recently used beyond capacity', () => {

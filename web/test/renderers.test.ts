@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
-import { RendererRegistry, exampleRenderers, genericCard } from '../src/renderers';
-import { step } from './fixtures';
+import { RendererRegistry, exampleRenderers, genericCard } from '../src/renderers.js';
+import { step } from './fixtures.js';
 
 describe('renderer registry (AC21)', () => {
   it('falls back to the generic card for an unknown operation and schema, still showing lifecycle', () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
-import { TaskStore, type StoreChange } from '../src/store';
-import { detail, notice, removed, snapshot, step, summary, workflow } from './fixtures';
+import { TaskStore, type StoreChange } from '../src/store.js';
+import { detail, notice, removed, snapshot, step, summary, workflow } from './fixtures.js';
 
 function storeWithLog(): { store: TaskStore; changes: StoreChange[] } {
   let clock = 0;

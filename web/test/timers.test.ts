@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 
-import { SharedTicker, elapsedAt, formatDuration } from '../src/timers';
+import { SharedTicker, elapsedAt, formatDuration } from '../src/timers.js';
 
 describe('elapsedAt', () => {
   it('ticks a running task forward from the local receive time', () => {
