@@ -280,6 +280,31 @@ def test_a_second_user_never_sees_the_first_users_task(stack: Stack, browser: Br
         page.context.close()
 
 
+def test_shared_then_revoked_task_appears_and_disappears(stack: Stack, browser: Browser) -> None:
+    """Grant → the task arrives on the new viewer's channel; revoke → task.removed takes it off the page."""
+    owner, viewer = f"frank-{uuid.uuid4().hex[:6]}", f"grace-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(viewer))
+    wait_live(page)
+    task_id = create_workflow(stack.http, owner=owner)["tasks"][0]["taskId"]
+    acl = f"/internal/v1/tasks/{task_id}/acl/USER/{viewer}"
+    assert stack.http.client.put(acl, json={}, headers=stack.http.coordinator).status_code == 200
+    expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
+    card(page, task_id).click()
+    expect(page.locator("#detail .step")).to_have_count(3, timeout=TIMEOUT_MS)
+
+    assert stack.http.client.delete(acl, headers=stack.http.coordinator).status_code == 200
+    expect(card(page, task_id)).to_have_count(0, timeout=TIMEOUT_MS)
+    expect(page.locator("#detail")).to_be_hidden()
+    assert task_id not in page.evaluate("window.taskStatus.store.taskIds()")
+    # Further updates of the task never bring it back.
+    ctx = activate(stack.http, task_id)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    wait_until(lambda: stack.outbox_pending([task_id]) == 0, 30, "the task's messages to be published")
+    page.evaluate("() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)))")
+    expect(card(page, task_id)).to_have_count(0)
+    page.context.close()
+
+
 def test_dashboard_works_over_the_sse_fallback(stack: Stack, browser: Browser) -> None:
     user = f"dave-{uuid.uuid4().hex[:6]}"
     page = open_dashboard(browser, stack.base_url, stack.user_token(user), query="?transport=sse")

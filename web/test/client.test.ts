@@ -95,7 +95,10 @@ interface Call {
   body: any;
 }
 
-function harness(routes: Record<string, (body: any) => unknown | Promise<unknown>>) {
+function harness(
+  routes: Record<string, (body: any) => unknown | Promise<unknown>>,
+  overrides: Partial<ConstructorParameters<typeof TaskStatusClient>[0]> = {},
+) {
   const calls: Call[] = [];
   const fetch = vi.fn(async (url: string, init?: RequestInit) => {
     const path = url.replace(/^https?:\/\/[^/]+/, '');
@@ -120,6 +123,7 @@ function harness(routes: Record<string, (body: any) => unknown | Promise<unknown
       centrifuge = new FakeCentrifuge(endpoints, options);
       return centrifuge as unknown as Centrifuge;
     },
+    ...overrides,
   });
   client.onState((s) => states.push(s));
   return { client, calls, states, get centrifuge() { return centrifuge; } };
@@ -275,6 +279,85 @@ describe('TaskStatusClient', () => {
       expect(h.client.store.task('t1')).toBeDefined();
       expect(h.states).toEqual(['LIVE', 'RECOVERING', 'STALE']);
       h.client.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('hands the SDK bounded reconnect back-off (the SDK adds jitter), so reconnect storms spread out (AC31)', async () => {
+    const h = harness({ 'GET /api/realtime/session': () => SESSION });
+    await h.client.start();
+    expect(h.centrifuge.options.minReconnectDelay).toBe(500);
+    expect(h.centrifuge.options.maxReconnectDelay).toBe(20000);
+    // A new connection token comes from a fresh session (the login is re-checked), not from the old one.
+    const token = await h.centrifuge.options.getToken({});
+    expect(token).toBe('conn-jwt');
+    expect(h.calls.filter((c) => c.path === '/api/realtime/session')).toHaveLength(2);
+    h.client.stop();
+  });
+
+  it('checks running tasks by snapshot when the page becomes visible again', async () => {
+    const target = new EventTarget() as EventTarget & { visibilityState: string };
+    target.visibilityState = 'hidden';
+    const batches: any[] = [];
+    const h = harness(
+      {
+        'GET /api/realtime/session': () => SESSION,
+        'GET /api/me/tasks': () => ({ tasks: [summary('run', 3), summary('done', 9, { lifecycleStatus: 'SUCCEEDED' })], nextCursor: null }),
+        'POST /api/tasks/status:batchGet': (body) => {
+          batches.push(body);
+          return { tasks: [snapshot('run', 5)], unchanged: [], notFound: [], asOf: '' };
+        },
+      },
+      { visibility: target as never },
+    );
+    await h.client.start();
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    await flush();
+    await flush();
+    target.dispatchEvent(new Event('visibilitychange')); // still hidden: nothing to do
+    expect(batches).toHaveLength(0);
+    target.visibilityState = 'visible';
+    target.dispatchEvent(new Event('visibilitychange'));
+    await flush();
+    await flush();
+    expect(batches).toEqual([{ taskIds: ['run'], knownVersions: { run: '3' } }]); // terminal tasks are not asked for
+    expect(h.client.store.task('run')?.summaryVersion).toBe(5n);
+    h.client.stop();
+  });
+
+  it('runs a low-frequency jittered snapshot check of running tasks', async () => {
+    vi.useFakeTimers();
+    try {
+      const batches: number[] = [];
+      let randomValue = 0; // the lowest jitter: 0.75 × period
+      const h = harness(
+        {
+          'GET /api/realtime/session': () => SESSION,
+          'GET /api/me/tasks': () => ({ tasks: [summary('run', 1)], nextCursor: null }),
+          'POST /api/tasks/status:batchGet': () => {
+            batches.push(Date.now());
+            return { tasks: [], unchanged: ['run'], notFound: [], asOf: '' };
+          },
+        },
+        { consistencyCheckMs: 60_000, random: () => randomValue },
+      );
+      const started = Date.now();
+      await h.client.start();
+      h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+      await vi.advanceTimersByTimeAsync(44_000);
+      expect(batches).toHaveLength(0);
+      randomValue = 1; // next one at the highest jitter: 1.25 × period
+      await vi.advanceTimersByTimeAsync(2_000);
+      expect(batches).toHaveLength(1);
+      expect(batches[0]! - started).toBe(45_000);
+      await vi.advanceTimersByTimeAsync(73_000); // t = 119 s; the next is due at 45 + 75 = 120 s
+      expect(batches).toHaveLength(1);
+      await vi.advanceTimersByTimeAsync(2_000);
+      expect(batches).toHaveLength(2);
+      h.client.stop();
+      await vi.advanceTimersByTimeAsync(200_000);
+      expect(batches).toHaveLength(2); // stopped means stopped
     } finally {
       vi.useRealTimers();
     }
