@@ -14,7 +14,7 @@ from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 
 with workflow.unsafe.imports_passed_through():
     from interceptors import TaskStatus, dynamic_step, report_progress, task_step
@@ -25,8 +25,11 @@ class DocumentRequest:
     owner_id: str
     file_name: str
     pages: int = 5
-    fail_first_parse: bool = True
+    # How many parse attempts fail first (the retry policy allows 3): 1 shows a retry, 3 a failed task.
+    failing_parse_attempts: int = 1
     searches: tuple[str, ...] = ("contract law", "signatures")
+    # Time spent on each page; the demo slows down so that a person can watch it.
+    page_seconds: float = 0.02
 
 
 @activity.defn
@@ -36,12 +39,13 @@ async def prepare_file(name: str) -> str:
 
 
 @activity.defn
-async def parse_document(file_ref: str, pages: int, fail_first: bool) -> int:
-    if fail_first and activity.info().attempt == 1:
+async def parse_document(file_ref: str, pages: int, failing_attempts: int, page_seconds: float = 0.02) -> int:
+    if activity.info().attempt <= failing_attempts:
         # A dependency hiccup: Temporal retries, the status shows attempt 1 FAILED, attempt 2 running.
-        raise ApplicationError("OCR backend busy", type="OCR_BUSY")
+        # BENIGN: an expected failure, so the worker logs it quietly (it is still a failed attempt).
+        raise ApplicationError("OCR backend busy", type="OCR_BUSY", category=ApplicationErrorCategory.BENIGN)
     for page in range(1, pages + 1):
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(page_seconds)
         activity.heartbeat(page)
         report_progress(
             page,
@@ -99,17 +103,34 @@ class DocumentWorkflow:
             "heartbeat_timeout": timedelta(seconds=10),
             "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3),
         }
-        with task_step(task_id, "01_prepare"):
-            file_ref = await workflow.execute_activity(prepare_file, request.file_name, **options)
-        with task_step(task_id, "02_parse"):
-            pages = await workflow.execute_activity(
-                parse_document, args=[file_ref, request.pages, request.fail_first_parse], **options
+        step = "01_prepare"
+        try:
+            with task_step(task_id, step):
+                file_ref = await workflow.execute_activity(prepare_file, request.file_name, **options)
+            step = "02_parse"
+            with task_step(task_id, step):
+                pages = await workflow.execute_activity(
+                    parse_document,
+                    args=[file_ref, request.pages, request.failing_parse_attempts, request.page_seconds],
+                    **options,
+                )
+            # An agent-like phase: search calls unknown in advance, registered as they happen.
+            step = "searches"
+            for i, query in enumerate(request.searches):
+                label = f"Search: {query}"
+                with dynamic_step(task_id, "SEARCH.WEB", client_step_key=f"search-{i}", display_name=label):
+                    await workflow.execute_activity(search_web, query, **options)
+            step = "03_store"
+            with task_step(task_id, step):
+                result = await workflow.execute_activity(store_result, args=[file_ref, pages], **options)
+        except ActivityError as error:
+            # Only the coordinator ends a task: without this, a run that gives up leaves it RUNNING.
+            await TaskStatus.fail_task(
+                task_id,
+                "PROCESSING_FAILED",
+                "The document could not be processed.",
+                failed_step_id=step if step.startswith("0") else None,
             )
-        # An agent-like phase: search calls unknown in advance, registered as they happen.
-        for i, query in enumerate(request.searches):
-            with dynamic_step(task_id, "SEARCH.WEB", client_step_key=f"search-{i}", display_name=f"Search: {query}"):
-                await workflow.execute_activity(search_web, query, **options)
-        with task_step(task_id, "03_store"):
-            result = await workflow.execute_activity(store_result, args=[file_ref, pages], **options)
+            raise ApplicationError(f"step {step} failed", non_retryable=True) from error
         await TaskStatus.complete_task(task_id)
         return {"taskId": task_id, "workflowId": created["workflowId"], "result": result}

@@ -229,6 +229,7 @@ class DevStack:
             f'                curl -H "Authorization: Bearer $TASK_STATUS_USER_TOKEN" '
             f"http://127.0.0.1:{self.ports.api}/api/me/tasks"
         )
+        print("  the example   runs every few seconds; its first parse attempt fails on purpose (Temporal retries it)")
         print("Press Ctrl-C to stop.", flush=True)
 
         async def demo_loop() -> None:
@@ -238,7 +239,7 @@ class DevStack:
                 with contextlib.suppress(Exception):
                     await client.execute_workflow(
                         DocumentWorkflow.run,
-                        DocumentRequest(DEMO_USER, f"document-{n}.pdf", pages=8),
+                        DocumentRequest(DEMO_USER, f"document-{n}.pdf", pages=8, page_seconds=0.75),
                         id=f"demo-{uuid.uuid4()}",
                         task_queue="documents",
                     )

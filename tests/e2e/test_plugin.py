@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -30,6 +31,50 @@ pytestmark = [pytest.mark.temporal]
 def _plugin(api: Http, url: str, tmp_path: Path, **kwargs: Any) -> TaskStatusPlugin:
     token = api.service_token("doc-worker", "WORKER", "COORDINATOR")
     return TaskStatusPlugin(url, token, outbox_path=tmp_path / "outbox.sqlite3", heartbeat_interval=0.2, **kwargs)
+
+
+async def _run_failing(
+    plugin: TaskStatusPlugin,
+    env: WorkflowEnvironment,
+    task_queue: str,
+    executor: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    async with Worker(
+        env.client,
+        task_queue=task_queue,
+        workflows=[DocumentWorkflow],
+        activities=[prepare_file, parse_document, store_result, search_web],
+        activity_executor=executor,
+        plugins=[plugin],
+    ):
+        with pytest.raises(WorkflowFailureError):
+            await env.client.execute_workflow(
+                DocumentWorkflow.run,
+                DocumentRequest("user-1", "broken.pdf", pages=2, failing_parse_attempts=3),
+                id=f"doc-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+        await plugin.reporter.drained()
+
+
+async def test_a_run_that_gives_up_fails_its_task(
+    api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """Every parse attempt fails: the coordinator submits TASK_FAILED, so the task never stays RUNNING."""
+    plugin = _plugin(api, live_api, tmp_path)
+    with concurrent.futures.ThreadPoolExecutor(2) as executor:
+        await _run_failing(plugin, temporal_env, task_queue, executor)
+    listed = api.client.get("/api/me/tasks", headers=api.user("user-1")).json()["tasks"]
+    task = next(t for t in listed if t["title"] == "broken.pdf")
+    snap = api.client.get(f"/api/tasks/{task['taskId']}", headers=api.user("user-1")).json()
+    assert snap["lifecycleStatus"] == "FAILED"
+    assert snap["failure"] == {
+        "code": "PROCESSING_FAILED",
+        "message": "The document could not be processed.",
+        "stepId": "02_parse",
+    }
+    attempts = [(s["attempt"], s["lifecycleStatus"]) for s in snap["steps"] if s["stepId"] == "02_parse"]
+    assert attempts == [(1, "FAILED"), (2, "FAILED"), (3, "FAILED")]
 
 
 async def test_document_example_reports_every_step(

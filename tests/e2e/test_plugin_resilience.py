@@ -159,7 +159,7 @@ async def test_histories_replay_with_and_without_the_plugin(
         ):
             handle = await temporal_env.client.start_workflow(
                 DocumentWorkflow.run,
-                DocumentRequest("user-1", "a.pdf", pages=2, fail_first_parse=False),
+                DocumentRequest("user-1", "a.pdf", pages=2, failing_parse_attempts=0),
                 id=f"doc-{uuid.uuid4()}",
                 task_queue=task_queue,
             )
