@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -49,3 +50,55 @@ def centrifugo_node() -> Iterator[CentrifugoNode]:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values) or [0.0]
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def running_task(service: Any, owner: str, title: str = "bench") -> tuple[str, Any]:
+    """A task with one DOCUMENT.PARSE step, activated and STARTED, committed through the service.
+
+    Returns the task id and the execution claims to report further events with.
+    """
+    import uuid
+
+    from status.app import commands as c
+    from status.domain.auth import Role, ServicePrincipal
+    from status.infra.repository import utcnow
+
+    coordinator = ServicePrincipal("bench", "bench", "s", frozenset({Role.COORDINATOR}))
+    created = service.create_workflow(
+        coordinator,
+        c.CreateWorkflow(
+            client_workflow_key=uuid.uuid4().hex,
+            owner_id=owner,
+            title=title,
+            initial_tasks=(c.NewTask("t", title, known_steps=(c.KnownStep("s", "DOCUMENT.PARSE"),)),),
+        ),
+    )
+    task_id = created["tasks"][0]["taskId"]
+    ctx = service.activate_step(coordinator, c.ActivateStep(task_id, "s", 1, "p"))
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(claims, c.ReportEvent(uuid.uuid4().hex, "STEP_STARTED", 1, utcnow()))
+    return task_id, claims
+
+
+def create_tasks_http(base_url: str, token: str, count: int, steps: int, owner: str) -> list[str]:
+    """``count`` tasks of ``steps`` FILE.PREPARE steps each, created through the internal API."""
+    import uuid
+
+    import httpx
+
+    ids = []
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}) as client:
+        for _ in range(count):
+            known = [{"stepId": f"s{i:02d}", "operationCode": "FILE.PREPARE"} for i in range(steps)]
+            response = client.post(
+                "/internal/v1/workflows",
+                json={
+                    "clientWorkflowKey": uuid.uuid4().hex,
+                    "ownerId": owner,
+                    "title": "bench",
+                    "initialTasks": [{"clientTaskKey": "t", "title": "t", "knownSteps": known}],
+                },
+            )
+            response.raise_for_status()
+            ids.append(response.json()["tasks"][0]["taskId"])
+    return ids

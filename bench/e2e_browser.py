@@ -21,11 +21,10 @@ import time
 import uuid
 from pathlib import Path
 
-from common import percentile, scratch_database  # type: ignore[import-not-found]
+from common import percentile, running_task, scratch_database  # type: ignore[import-not-found]
 
 from status.api.app import build_service, create_app
 from status.app import commands as c
-from status.domain.auth import Role, ServicePrincipal
 from status.domain.model import Progress
 from status.infra.db import create_engine
 from status.infra.repository import utcnow
@@ -60,20 +59,7 @@ def run(rate: float, seconds: float) -> None:
         )
         threading.Thread(target=server.run, daemon=True).start()
         wait_until(lambda: server.started, 15, "status API")
-        coordinator = ServicePrincipal("bench", "bench", "s", frozenset({Role.COORDINATOR}))
-        created = service.create_workflow(
-            coordinator,
-            c.CreateWorkflow(
-                client_workflow_key=uuid.uuid4().hex,
-                owner_id="alice",
-                title="browser latency",
-                initial_tasks=(c.NewTask("t", "Report.pdf", known_steps=(c.KnownStep("s", "DOCUMENT.PARSE"),)),),
-            ),
-        )
-        task_id = created["tasks"][0]["taskId"]
-        ctx = service.activate_step(coordinator, c.ActivateStep(task_id, "s", 1, "p"))
-        claims = service._tokens.verify(ctx.execution_token, service.now())
-        service.report_event(claims, c.ReportEvent(uuid.uuid4().hex, "STEP_STARTED", 1, utcnow()))
+        task_id, claims = running_task(service, "alice", "Report.pdf")
         token = UserTokens(settings.user_token_secret).issue("bench", "alice")
         committed: dict[int, float] = {}
         try:

@@ -17,13 +17,13 @@ import time
 import uuid
 from pathlib import Path
 
-from common import centrifugo_node, percentile, scratch_database  # type: ignore[import-not-found]
+from common import centrifugo_node, percentile, running_task, scratch_database  # type: ignore[import-not-found]
 
 from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
 from status.api.app import build_service
 from status.app import commands as c
-from status.domain.auth import Role, ServicePrincipal, UserPrincipal
+from status.domain.auth import UserPrincipal
 from status.domain.model import Progress
 from status.infra.db import create_engine
 from status.infra.repository import utcnow
@@ -44,20 +44,7 @@ async def run(rate: float, seconds: float) -> None:
         engine = create_engine(url)
         service = build_service(settings, engine)
         service.install_default_definitions()
-        coordinator = ServicePrincipal("bench", "bench", "s", frozenset({Role.COORDINATOR}))
-        created = service.create_workflow(
-            coordinator,
-            c.CreateWorkflow(
-                client_workflow_key=uuid.uuid4().hex,
-                owner_id="alice",
-                title="latency",
-                initial_tasks=(c.NewTask("t", "t", known_steps=(c.KnownStep("s", "DOCUMENT.PARSE"),)),),
-            ),
-        )
-        task_id = created["tasks"][0]["taskId"]
-        ctx = service.activate_step(coordinator, c.ActivateStep(task_id, "s", 1, "p"))
-        claims = service._tokens.verify(ctx.execution_token, service.now())
-        service.report_event(claims, c.ReportEvent(uuid.uuid4().hex, "STEP_STARTED", 1, utcnow()))
+        task_id, claims = running_task(service, "alice", "latency")
 
         publisher = CentrifugoPublisher(node.api_url, node.api_key)
         relay = OutboxRelay(engine, publisher, "latency", RelayConfig(batch_size=500))

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from common import REPO, scratch_database  # type: ignore[import-not-found]
+from common import REPO, create_tasks_http, scratch_database  # type: ignore[import-not-found]
 from plugin_workflows import OverheadWorkflow, tiny  # type: ignore[import-not-found]
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -91,29 +91,7 @@ async def main() -> None:
                     await asyncio.sleep(0.1)
 
             def new_tasks(n: int) -> list[str]:
-                ids = []
-                with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {worker_token}"}) as c:
-                    for _ in range(n):
-                        r = c.post(
-                            "/internal/v1/workflows",
-                            json={
-                                "clientWorkflowKey": uuid.uuid4().hex,
-                                "ownerId": "u",
-                                "title": "bench",
-                                "initialTasks": [
-                                    {
-                                        "clientTaskKey": "t",
-                                        "title": "t",
-                                        "knownSteps": [
-                                            {"stepId": f"s{i:02d}", "operationCode": "FILE.PREPARE"}
-                                            for i in range(args.steps)
-                                        ],
-                                    }
-                                ],
-                            },
-                        )
-                        ids.append(r.json()["tasks"][0]["taskId"])
-                return ids
+                return create_tasks_http(base, worker_token, n, args.steps, owner="u")
 
             env = await WorkflowEnvironment.start_local(
                 dev_server_existing_path=str(temporal_binary()), dev_server_log_level="error"

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import REPO, percentile, scratch_database  # type: ignore[import-not-found]
+from common import REPO, create_tasks_http, percentile, scratch_database  # type: ignore[import-not-found]
 from push_poll_workflows import STEP_STARTED_AT, SteppedWorkflow, slow_step  # type: ignore[import-not-found]
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -260,7 +260,7 @@ async def main() -> None:
             await ws.connect()
             await recorder.next_subscribed()
 
-            task_ids = _create_tasks(base, token, k, steps)
+            task_ids = create_tasks_http(base, token, k, steps, owner="viewer")
             seen: dict[tuple[str, str], float] = {}
 
             async def watch() -> None:
@@ -339,32 +339,6 @@ def _ready(base: str) -> bool:
         return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def _create_tasks(base: str, token: str, k: int, steps: int) -> list[str]:
-    ids = []
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as c:
-        for _ in range(k):
-            r = c.post(
-                "/internal/v1/workflows",
-                json={
-                    "clientWorkflowKey": uuid.uuid4().hex,
-                    "ownerId": "viewer",
-                    "title": "push vs poll",
-                    "initialTasks": [
-                        {
-                            "clientTaskKey": "t",
-                            "title": "t",
-                            "knownSteps": [
-                                {"stepId": f"s{i:02d}", "operationCode": "FILE.PREPARE"} for i in range(steps)
-                            ],
-                        }
-                    ],
-                },
-            )
-            r.raise_for_status()
-            ids.append(r.json()["tasks"][0]["taskId"])
-    return ids
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from status.infra.tokens import ServiceTokens, UserTokens
 from tests.integration.conftest import Http
 from tests.support.browser import VERSION_WATCH, chromium, open_dashboard, require_dashboard, screenshot
 from tests.support.flows import activate, create_workflow, report
+from tests.support.flows import fail_task as coordinator_fail
 from tests.support.processes import CentrifugoNode, free_port, wait_until
 from tests.support.relay_pump import RelayPump
 from tests.support.settings import make_settings
@@ -131,19 +132,7 @@ def fail_task(stack: Stack, task_id: str, ctx: dict[str, Any], seq: int) -> None
         error={"category": "DEPENDENCY", "code": "OCR_DOWN", "message": "The OCR service is down"},
     )
     assert failed.status_code == 200, failed.text
-    response = stack.http.client.post(
-        "/internal/v1/task-events",
-        headers=stack.http.coordinator,
-        json={
-            "eventId": f"evt-fail-{task_id}",
-            "eventType": "TASK_FAILED",
-            "sourceSeq": 1,
-            "taskId": task_id,
-            "taskAttempt": 1,
-            "occurredAt": "2026-01-01T00:00:00Z",
-            "failure": {"code": "PARSE_FAILED", "message": "parsing failed"},
-        },
-    )
+    response = coordinator_fail(stack.http, task_id, "PARSE_FAILED", "parsing failed")
     assert response.status_code == 200, response.text
 
 

@@ -11,7 +11,7 @@ from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
 from tests.e2e.test_realtime_delivery import DetailRecorder, connect_user, drain, next_for_task
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, report
+from tests.support.flows import activate, create_workflow, fail_task, report
 from tests.support.processes import CentrifugoNode
 from tests.support.realtime import recording_client
 
@@ -89,19 +89,7 @@ async def test_ac22_failure_notices_reach_summary_only_clients(api: Http, relay:
         ).status_code
         == 200
     )
-    failed = api.client.post(
-        "/internal/v1/task-events",
-        headers=api.coordinator,
-        json={
-            "eventId": f"evt-fail-{task_id}",
-            "eventType": "TASK_FAILED",
-            "sourceSeq": 1,
-            "taskId": task_id,
-            "taskAttempt": 1,
-            "occurredAt": "2026-01-01T00:00:00Z",
-            "failure": {"code": "PARSE_FAILED"},
-        },
-    )
+    failed = fail_task(api, task_id, "PARSE_FAILED")
     assert failed.status_code == 200
     await drain(relay)
     notices = []

@@ -59,3 +59,21 @@ def report(http: Http, ctx: dict[str, Any], event_type: str, seq: int, **fields:
     return http.client.post(
         "/internal/v1/task-events", json=event_body(event_type, seq, **fields), headers=http.auth(ctx["executionToken"])
     )
+
+
+def fail_task(http: Http, task_id: str, code: str, message: str | None = None) -> Any:
+    """The coordinator ends the task as FAILED (TASK_FAILED, attempt 1)."""
+    failure = {"code": code, **({"message": message} if message else {})}
+    return http.client.post(
+        "/internal/v1/task-events",
+        headers=http.coordinator,
+        json={
+            "eventId": f"evt-fail-{task_id}",
+            "eventType": "TASK_FAILED",
+            "sourceSeq": 1,
+            "taskId": task_id,
+            "taskAttempt": 1,
+            "occurredAt": "2026-01-01T00:00:00Z",
+            "failure": failure,
+        },
+    )

@@ -9,6 +9,7 @@
  */
 
 import {
+  ApiError,
   SharedTicker,
   TaskStatusClient,
   elapsedAt,
@@ -304,10 +305,18 @@ async function boot(token: string): Promise<void> {
   byId('login').hidden = true;
   byId('app').hidden = false;
   byId('user').textContent = subjectOf(token);
-  const client = new TaskStatusClient({
+  const client: TaskStatusClient = new TaskStatusClient({
     getUserToken: () => token,
     transports: transportsFromQuery(),
-    onError: (error, context) => console.warn(`[task-status] ${context}:`, error),
+    onError: (error, context) => {
+      console.warn(`[task-status] ${context}:`, error);
+      // The login is gone (expired, revoked): stop retrying with it and ask for a new one.
+      if (error instanceof ApiError && error.status === 401) {
+        client.stop();
+        sessionStorage.removeItem(TOKEN_KEY);
+        showLogin('Your login has expired; paste a new token.');
+      }
+    },
   });
   const dashboard = new Dashboard(client);
   dashboard.start();

@@ -16,7 +16,13 @@
  *   never cleared on a disconnect, only marked as possibly out of date.
  */
 
-import { Centrifuge, type Options as CentrifugeOptions, type Subscription, type TransportEndpoint } from 'centrifuge';
+import {
+  Centrifuge,
+  UnauthorizedError,
+  type Options as CentrifugeOptions,
+  type Subscription,
+  type TransportEndpoint,
+} from 'centrifuge';
 
 import { ApiError, StatusApi, type FetchLike } from './api.js';
 import { LruSet } from './lru.js';
@@ -125,9 +131,13 @@ export class TaskStatusClient {
       token: session.token,
       // A fresh connection JWT comes from a fresh session: the server re-checks the login.
       getToken: async () => {
-        const fresh = await this.api.session();
-        this.session = fresh;
-        return fresh.token;
+        try {
+          const fresh = await this.api.session();
+          this.session = fresh;
+          return fresh.token;
+        } catch (error) {
+          throw this.tokenError(error, 'connection token');
+        }
       },
       emulationEndpoint: emulation,
       minReconnectDelay: this.options.minReconnectDelayMs ?? 500,
@@ -243,7 +253,13 @@ export class TaskStatusClient {
     const subscription = centrifuge.newSubscription(grant.channel, {
       token: grant.token,
       // Detail tokens are short-lived; the server re-checks the ACL on every refresh.
-      getToken: async () => (await this.api.subscriptionToken({ taskId })).token,
+      getToken: async () => {
+        try {
+          return (await this.api.subscriptionToken({ taskId })).token;
+        } catch (error) {
+          throw this.tokenError(error, `detail token ${taskId}`);
+        }
+      },
     });
     subscription.on('subscribed', (ctx) => {
       if (ctx.wasRecovering && ctx.recovered) return;
@@ -420,6 +436,16 @@ export class TaskStatusClient {
     if (state === this.stateValue) return;
     this.stateValue = state;
     for (const listener of [...this.stateListeners]) listener(state);
+  }
+
+  /**
+   * A refused login or ACL (401/403/404) is final: the SDK must stop retrying with it, which it does
+   * for UnauthorizedError. Anything else (network, 5xx) is retried with back-off.
+   */
+  private tokenError(error: unknown, context: string): unknown {
+    this.report(error, context);
+    if (error instanceof ApiError && [401, 403, 404].includes(error.status)) return new UnauthorizedError(error.code);
+    return error;
   }
 
   private report(error: unknown, context: string): void {

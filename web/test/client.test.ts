@@ -4,8 +4,9 @@
  * network. The real thing is covered by the headless-Chromium tests.
  */
 import { describe, expect, it, vi } from 'vitest';
-import type { Centrifuge } from 'centrifuge';
+import { UnauthorizedError, type Centrifuge } from 'centrifuge';
 
+import { ApiError } from '../src/api.js';
 import { TaskStatusClient, type ConnectionState } from '../src/client.js';
 import type { RealtimeSession } from '../src/types.js';
 import { snapshot, summary } from './fixtures.js';
@@ -361,5 +362,39 @@ describe('TaskStatusClient', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+
+  it('stops retrying when the login is refused while refreshing the connection token', async () => {
+    let refuse = false;
+    const errors: unknown[] = [];
+    const h = harness(
+      {
+        'GET /api/realtime/session': () =>
+          refuse
+            ? new Response(JSON.stringify({ error: { code: 'UNAUTHENTICATED', message: 'expired', retryable: false } }), { status: 401 })
+            : SESSION,
+      },
+      { onError: (error) => errors.push(error) },
+    );
+    await h.client.start();
+    refuse = true;
+    await expect(h.centrifuge.options.getToken({})).rejects.toBeInstanceOf(UnauthorizedError);
+    expect(errors.at(-1)).toBeInstanceOf(ApiError);
+    expect((errors.at(-1) as ApiError).status).toBe(401);
+    h.client.stop();
+  });
+
+  it('retries (does not give up) when the status service is down while refreshing a token', async () => {
+    let down = false;
+    const h = harness({
+      'GET /api/realtime/session': () =>
+        down ? new Response(JSON.stringify({ error: { code: 'UNAVAILABLE', message: 'db', retryable: true } }), { status: 503 }) : SESSION,
+    });
+    await h.client.start();
+    down = true;
+    const failure = await h.centrifuge.options.getToken({}).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(ApiError);
+    expect(failure).not.toBeInstanceOf(UnauthorizedError);
+    h.client.stop();
   });
 });
