@@ -57,6 +57,7 @@ def build_observer(settings: Settings) -> Observer:
     service = build_service(settings, engine)
     publisher = CentrifugoPublisher(settings.centrifugo_api_url, settings.centrifugo_api_key)
     config = LoopConfig(
+        relay_idle_sleep=settings.relay_idle_ms / 1000,
         heartbeat_grace_seconds=settings.heartbeat_grace_seconds,
         outbox_retention=timedelta(seconds=settings.outbox_retention_seconds),
         dedup_retention=timedelta(seconds=settings.dedup_retention_seconds),

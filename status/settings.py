@@ -108,6 +108,8 @@ class Settings:
     internal_rate_burst: int = 0
     # Built dashboard (web/dist) served at /dashboard/; None serves none.
     dashboard_dir: Path | None = None
+    # How long an idle outbox relay waits before looking again: lower is fresher, higher costs less idle CPU.
+    relay_idle_ms: int = 20
 
     @property
     def is_production(self) -> bool:
@@ -160,4 +162,5 @@ class Settings:
             internal_rate_per_second=_int("INTERNAL_RATE_PER_SECOND", 2000),
             internal_rate_burst=_int("INTERNAL_RATE_BURST", 4000),
             dashboard_dir=_dashboard_dir(),
+            relay_idle_ms=max(1, _int("RELAY_IDLE_MS", 20)),
         )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,18 @@ def test_production_refuses_dev_secrets(clean_env: Path, monkeypatch: pytest.Mon
 def test_secrets_never_appear_in_repr(clean_env: Path) -> None:
     settings = Settings.from_env()
     assert settings.service_token_secret not in repr(settings)
+
+
+def test_relay_idle_interval_reaches_the_observer(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from observer.runner import build_observer
+
+    monkeypatch.setenv("TASK_OBSERVER_RELAY_IDLE_MS", "150")
+    monkeypatch.setenv("TASK_OBSERVER_OBSERVER_METRICS_PORT", "0")
+    settings = Settings.from_env()
+    assert settings.relay_idle_ms == 150
+    observer = build_observer(settings)
+    try:
+        assert observer.config.relay_idle_sleep == 0.15
+    finally:
+        asyncio.run(observer.publisher.aclose())
+        observer.relay.engine.dispose()
