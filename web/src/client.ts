@@ -19,6 +19,7 @@
 import {
   Centrifuge,
   UnauthorizedError,
+  unsubscribedCodes,
   type Options as CentrifugeOptions,
   type Subscription,
   type TransportEndpoint,
@@ -270,8 +271,9 @@ export class TaskStatusClient {
     });
     subscription.on('error', (ctx) => this.report(ctx.error, `detail ${taskId}`));
     subscription.on('unsubscribed', (ctx) => {
-      // Unsubscribed by the server (ACL revoked, token refused): drop the detail, keep the summary.
-      if (ctx.code >= 100 && this.details.get(taskId)?.subscription === subscription) {
+      // Ended by anything but our own unsubscribe() (token refused, ACL revoked, server-side
+      // unsubscribe): drop the detail and give its grant back; the summary stays.
+      if (ctx.code !== unsubscribedCodes.unsubscribeCalled && this.details.get(taskId)?.subscription === subscription) {
         this.report(new Error(`detail subscription ended: ${ctx.reason} (${ctx.code})`), `detail ${taskId}`);
         this.closeDetail(taskId);
       }
@@ -342,7 +344,6 @@ export class TaskStatusClient {
           }
           const rest = known.filter((taskId) => !listed.has(taskId));
           if (reason === 'recovery' || rest.length > 0) await this.checkConsistency(reason, rest);
-          for (const [taskId] of this.details) void this.loadDetailSnapshot(taskId);
           await this.loadMissingWorkflows();
           return;
         } catch (error) {

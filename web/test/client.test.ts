@@ -397,4 +397,33 @@ describe('TaskStatusClient', () => {
     expect(failure).not.toBeInstanceOf(UnauthorizedError);
     h.client.stop();
   });
+
+  it('drops a detail whose token is refused on refresh (ACL revoked) and releases it; the summary stays', async () => {
+    let revoked = false;
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => ({ tasks: [summary('a', 1)], nextCursor: null }),
+      'POST /api/realtime/subscription-token:release': (body) => ({ channel: body.channel, released: true }),
+      'POST /api/realtime/subscription-token': (body) =>
+        revoked
+          ? new Response(JSON.stringify({ error: { code: 'NOT_FOUND', message: 'task not found', retryable: false } }), { status: 404 })
+          : { channel: `task_detail:demo/${body.taskId}`, token: 'sub', expiresAt: 0, grantExpiresAt: '' },
+      'GET /api/tasks/': () => snapshot('a', 1),
+    });
+    await h.client.start();
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    await flush();
+    await h.client.openDetail('a');
+    const sub = h.centrifuge.subs.get('task_detail:demo/a')!;
+    revoked = true;
+    await expect(sub.options.getToken!()).rejects.toBeInstanceOf(UnauthorizedError);
+    // What the SDK does with an UnauthorizedError from getToken:
+    sub.emit('unsubscribed', { channel: sub.channel, code: 1, reason: 'unauthorized' });
+    await flush();
+    expect(h.client.openDetails()).toEqual([]);
+    expect(h.centrifuge.removed).toEqual(['task_detail:demo/a']);
+    expect(h.calls.some((c) => c.path === '/api/realtime/subscription-token:release')).toBe(true);
+    expect(h.client.store.task('a')).toBeDefined();
+    h.client.stop();
+  });
 });
