@@ -372,7 +372,11 @@ class Reporter:
         unbound = [e for e in executions.values() if e["handle"] is None]
         children = [e for e in unbound if e["binding"].get("parent_execution_id")]
         for wave in ([e for e in unbound if e not in children], children):
-            if wave and not all(await asyncio.gather(*(self._bind(e) for e in wave))):
+            outcomes = await asyncio.gather(*(self._bind(e) for e in wave), return_exceptions=True)
+            for outcome in outcomes:  # every bind has finished; the first error decides the retry
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            if not all(outcomes):
                 return True  # some events were dropped; reload the batch
         body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
         assert self._client is not None
