@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from observer import metrics
+from observer.probe import RowProbe
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import WorkflowState
 from status.domain.projections import Projection, user_channel, workflow_channel, workflow_summary
@@ -67,10 +68,17 @@ class WorkflowProjector:
         self.engine = engine
         self.clock = clock
         self.batch_size = batch_size
+        self._changes = RowProbe(engine, "SELECT 1 FROM workflow_change LIMIT 1")
+
+    def close(self) -> None:
+        """Release the probe connection."""
+        self._changes.close()
 
     def run_once(self) -> int:
         """Fold one batch of changes; returns how many workflows got a new version."""
         bumped = 0
+        if not self._changes():
+            return 0
         with self.engine.begin() as conn:
             changes = conn.execute(
                 sa.select(wc.c.id, wc.c.workflow_id)

@@ -12,7 +12,6 @@ full state and its version, so clients converge whatever the duplicates.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ import sqlalchemy as sa
 
 from observer import metrics
 from observer.centrifugo import CentrifugoPublisher, Publication, PublishResult, TransportError, Unauthorized
+from observer.probe import RowProbe
 from status import logs
 from status.infra import tables as t
 from status.infra.repository import now_ms
@@ -90,42 +90,19 @@ class OutboxRelay:
         self.relay_id = relay_id
         self.config = config or RelayConfig()
         self._clock = clock or (lambda: datetime.utcnow())
-        self._probe_connection: Any = None
+        self._pending = RowProbe(engine, _PENDING_PROBE)
 
     def now(self) -> datetime:
         return now_ms(self._clock())
 
     # ------------------------------------------------------------ claim
     def has_pending(self) -> bool:
-        """A cheap look for PENDING rows before a claim transaction.
-
-        An idle relay otherwise spends most of its CPU on empty claim transactions
-        (checkout, BEGIN, locking SELECT, COMMIT) dozens of times a second; this is
-        one indexed lookup on a connection the relay keeps. Rows still in back-off
-        also count, which only costs an empty claim while such rows exist. Any
-        error says "yes" so that the claim itself reports it.
-        """
-        try:
-            if self._probe_connection is None:
-                self._probe_connection = self.engine.raw_connection()
-            cursor = self._probe_connection.cursor()
-            try:
-                cursor.execute(_PENDING_PROBE)
-                found = cursor.fetchone() is not None
-            finally:
-                cursor.close()
-            self._probe_connection.rollback()  # never keep a snapshot or transaction open
-            return found
-        except Exception:
-            self.close()
-            return True
+        """Any PENDING row? Rows still in back-off count too, which costs an empty claim while they wait."""
+        return self._pending()
 
     def close(self) -> None:
         """Release the probe connection."""
-        connection, self._probe_connection = self._probe_connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.close()
+        self._pending.close()
 
     def claim(self) -> list[ClaimedRow]:
         """Take up to ``batch_size`` due rows in id order; rows other relays hold are skipped."""

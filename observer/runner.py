@@ -84,6 +84,7 @@ async def run_loops(settings: Settings) -> None:
     finally:
         await observer.publisher.aclose()
         observer.relay.close()
+        observer.projector.close()
 
 
 async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
@@ -125,6 +126,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
         await stop.wait()
     await observer.publisher.aclose()
     observer.relay.close()
+    observer.projector.close()
 
 
 def _on_signals(callback: Callable[[], None]) -> None:

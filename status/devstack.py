@@ -265,6 +265,7 @@ class DevStack:
         await observer_task
         await observer.publisher.aclose()
         observer.relay.close()
+        observer.projector.close()
         server.should_exit = True
         await asyncio.to_thread(api_thread.join, 15)
         engine.dispose()
