@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import uvicorn
-from playwright.sync_api import Browser, Page, WebSocketRoute, expect
+from playwright.sync_api import Browser, Page, Route, WebSocketRoute, expect
 from starlette.testclient import TestClient
 
 from status.api.app import build_service, create_app
@@ -309,23 +309,37 @@ def test_dashboard_works_over_the_sse_fallback(stack: Stack, browser: Browser) -
     page.context.close()
 
 
-def test_dashboard_falls_back_when_websockets_are_blocked(stack: Stack, browser: Browser) -> None:
-    """A proxy that refuses WebSocket upgrades: the SDK moves on to HTTP streaming and the page stays live."""
+@pytest.mark.parametrize(
+    ("blocked", "expected"),
+    [(("websocket",), "http_stream"), (("websocket", "http_stream"), "sse")],
+    ids=["no-websocket", "no-websocket-no-http-stream"],
+)
+def test_dashboard_falls_back_when_transports_are_blocked(
+    stack: Stack, browser: Browser, blocked: tuple[str, ...], expected: str
+) -> None:
+    """A proxy refuses WebSocket upgrades (and HTTP streaming): the SDK moves down the list and stays live."""
     user = f"erin-{uuid.uuid4().hex[:6]}"
     context = browser.new_context()
     context.add_init_script(VERSION_WATCH)
     refused: list[str] = []
 
-    def refuse(ws: WebSocketRoute) -> None:
+    def refuse_ws(ws: WebSocketRoute) -> None:
         refused.append(ws.url)
         ws.close(code=1011, reason="blocked by proxy")
 
-    context.route_web_socket("**/connection/websocket", refuse)
+    def refuse_http(route: Route) -> None:
+        refused.append(route.request.url)
+        route.abort("connectionrefused")
+
+    if "websocket" in blocked:
+        context.route_web_socket("**/connection/websocket", refuse_ws)
+    if "http_stream" in blocked:
+        context.route("**/connection/http_stream", refuse_http)
     page = context.new_page()
     page.goto(f"{stack.base_url}/dashboard/#token={stack.user_token(user)}")
     wait_live(page)
-    assert refused, "the page never tried WebSocket first"
-    expect(page.locator("#connection")).to_have_attribute("data-transport", "http_stream")
+    assert {url.rsplit("/", 1)[-1] for url in refused} == set(blocked)
+    expect(page.locator("#connection")).to_have_attribute("data-transport", expected)
     task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
     expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
     assert_never_went_back(page)
