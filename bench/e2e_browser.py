@@ -23,8 +23,9 @@ from pathlib import Path
 
 from common import percentile, running_task, scratch_database  # type: ignore[import-not-found]
 
-from status.api.app import build_service, create_app
+from status.api.app import create_app
 from status.app import commands as c
+from status.bootstrap import build_service
 from status.domain.model import Progress
 from status.infra.db import create_engine
 from status.infra.repository import utcnow

@@ -21,8 +21,8 @@ from common import centrifugo_node, percentile, running_task, scratch_database  
 
 from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
-from status.api.app import build_service
 from status.app import commands as c
+from status.bootstrap import build_service
 from status.domain.auth import UserPrincipal
 from status.domain.model import Progress
 from status.infra.db import create_engine

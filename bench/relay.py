@@ -20,8 +20,8 @@ from common import centrifugo_node, percentile, scratch_database  # type: ignore
 
 from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
-from status.api.app import build_service
 from status.app import commands as c
+from status.bootstrap import build_service
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.model import Progress
 from status.infra import tables as t

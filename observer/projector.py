@@ -10,57 +10,21 @@ outbox rows for the workflow channel and the workflow owner's summary channel
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
 from observer import metrics
 from observer.probe import RowProbe
-from status.domain.lifecycle import Health, Lifecycle
+from status.app import outbox
+from status.domain.aggregate import fold
+from status.domain.lifecycle import Lifecycle
 from status.domain.model import WorkflowState
-from status.domain.projections import Projection, user_channel, workflow_channel, workflow_summary
 from status.infra import repository as repo
 from status.infra import tables as t
 
 wc = t.workflow_change
-
-
-def fold(tasks: list[dict[str, Any]]) -> tuple[Lifecycle, Health, dict[str, Any]]:
-    """The aggregate of a workflow's tasks: counts per lifecycle, progress, health.
-
-    Purely descriptive: the workflow is SUCCEEDED only when every task is, and
-    a FAILED task with others still running leaves it RUNNING + DEGRADED; the
-    projector never decides what the work does next (SPEC §1).
-    """
-    counts = Counter(task["lifecycle_status"] for task in tasks)
-    total = len(tasks)
-    finished = sum(counts[s.value] for s in Lifecycle if s.terminal)
-    percent = round(100 * finished / total, 2) if total else None
-    if total == 0:
-        lifecycle = Lifecycle.PENDING
-    elif counts[Lifecycle.SUCCEEDED.value] == total:
-        lifecycle = Lifecycle.SUCCEEDED
-    elif finished == total:
-        lifecycle = Lifecycle.FAILED if counts[Lifecycle.FAILED.value] else Lifecycle.CANCELLED
-    elif counts[Lifecycle.PENDING.value] == total:
-        lifecycle = Lifecycle.PENDING
-    else:
-        lifecycle = Lifecycle.RUNNING
-    health = Health.HEALTHY
-    if any(task["health"] == Health.STALE.value for task in tasks if task["lifecycle_status"] == "RUNNING"):
-        health = Health.STALE
-    elif counts[Lifecycle.FAILED.value] or any(task["health"] == Health.DEGRADED.value for task in tasks):
-        health = Health.DEGRADED
-    aggregate = {
-        "taskCount": total,
-        "counts": {s.value: counts[s.value] for s in Lifecycle},
-        "finishedTasks": finished,
-        "percent": percent,
-    }
-    return lifecycle, health, aggregate
 
 
 class WorkflowProjector:
@@ -152,27 +116,5 @@ class WorkflowProjector:
 
     @staticmethod
     def _outbox(conn: sa.Connection, workflow: WorkflowState, now: datetime) -> None:
-        payload = workflow_summary(workflow, now)
-        channels = [
-            workflow_channel(workflow.tenant_id, workflow.workflow_id),
-            user_channel(workflow.tenant_id, workflow.owner_id),
-        ]
-        repo.insert_outbox(
-            conn,
-            [
-                {
-                    "aggregate_type": "WORKFLOW",
-                    "aggregate_id": workflow.workflow_id,
-                    "aggregate_version": workflow.version,
-                    "channel": channel,
-                    "projection": Projection.WORKFLOW_SUMMARY,
-                    "must_deliver": workflow.lifecycle.terminal,
-                    "event_id": None,
-                    "payload": payload,
-                    "status": "PENDING",
-                    "available_at": now,
-                    "created_at": now,
-                }
-                for channel in channels
-            ],
-        )
+        rows = outbox.workflow_rows(workflow, [workflow.owner_id], now, must_deliver=workflow.lifecycle.terminal)
+        repo.insert_outbox(conn, rows)

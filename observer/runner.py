@@ -18,7 +18,7 @@ from observer.centrifugo import CentrifugoPublisher
 from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
-from status.api.app import build_service
+from status.bootstrap import build_service
 from status.infra.db import create_engine
 from status.settings import Settings
 

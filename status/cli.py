@@ -25,7 +25,8 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from status import logs
-    from status.api.app import build_service, create_app
+    from status.api.app import create_app
+    from status.bootstrap import build_service
     from status.infra.db import create_engine
 
     logs.configure()
@@ -100,7 +101,7 @@ def _user_token(args: argparse.Namespace) -> int:
 def _definitions_load(args: argparse.Namespace) -> int:
     import json
 
-    from status.api.app import build_service
+    from status.bootstrap import build_service
     from status.domain.auth import ServicePrincipal
     from status.domain.errors import DomainError
     from status.infra.db import create_engine

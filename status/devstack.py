@@ -175,7 +175,8 @@ class DevStack:
         )
         from interceptors import TaskStatusPlugin
         from observer.runner import build_observer
-        from status.api.app import build_service, create_app
+        from status.api.app import create_app
+        from status.bootstrap import build_service
         from status.domain.auth import Role
         from status.infra import migrate
         from status.infra.db import create_engine

@@ -110,6 +110,10 @@ class Settings:
     dashboard_dir: Path | None = None
     # How long an idle outbox relay waits before looking again: lower is fresher, higher costs less idle CPU.
     relay_idle_ms: int = 20
+    # Group commit: at most this many single-event requests share a transaction, and at most
+    # this many such transactions run at once per API process (more queue for the next group).
+    group_commit_max_events: int = 64
+    group_commit_in_flight: int = 2
 
     @property
     def is_production(self) -> bool:
@@ -163,4 +167,6 @@ class Settings:
             internal_rate_burst=_int("INTERNAL_RATE_BURST", 4000),
             dashboard_dir=_dashboard_dir(),
             relay_idle_ms=max(1, _int("RELAY_IDLE_MS", 20)),
+            group_commit_max_events=max(1, _int("GROUP_COMMIT_MAX_EVENTS", 64)),
+            group_commit_in_flight=max(1, _int("GROUP_COMMIT_IN_FLIGHT", 2)),
         )

@@ -42,14 +42,15 @@ from status.api.models import (
 )
 from status.api.openapi import build_openapi
 from status.app import commands as c
+from status.app.group_commit import GroupCommitter
 from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import EventCaller, StatusService
+from status.bootstrap import build_service
 from status.domain.auth import ServicePrincipal, UserPrincipal
 from status.domain.errors import DomainError, ErrorCode, Invalid, LimitExceeded, TooLarge, Unauthenticated
 from status.infra.db import create_engine
 from status.infra.metrics import REGISTRY
-from status.infra.schemas import JsonSchemaValidator
-from status.infra.tokens import ExecutionTokens, RealtimeTokens, ServiceTokens, UserTokens
+from status.infra.tokens import RealtimeTokens, ServiceTokens, UserTokens
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -98,6 +99,11 @@ class Api:
         self.service_tokens = ServiceTokens(settings.service_token_secret)
         self.user_tokens = UserTokens(settings.user_token_secret, settings.user_jwks_url)
         self.rate_limiter = RateLimiter(settings.internal_rate_per_second, settings.internal_rate_burst)
+        self.committer = GroupCommitter(
+            service.report_group,
+            max_group=settings.group_commit_max_events,
+            max_in_flight=settings.group_commit_in_flight,
+        )
 
     # ------------------------------------------------------------ parsing
     async def body(self, request: Request) -> Any:
@@ -187,7 +193,7 @@ class Api:
         caller = self.event_caller(request)
         cmd = (await self.parse(request, EventIn)).command()
         try:
-            result = await run_in_threadpool(self.service.report_event, caller, cmd)
+            result = await self.committer.submit(caller, cmd)
         except DomainError as err:
             metrics.EVENTS.labels(result="rejected", code=err.code.value).inc()
             log.info(
@@ -448,16 +454,6 @@ def _if_match_version(header: str | None) -> int | None:
     if not value.startswith(prefix) or not value[len(prefix) :].isdigit():
         raise Invalid('If-Match must look like "task-version-N"')
     return int(value[len(prefix) :])
-
-
-def build_service(settings: Settings, engine: sa.Engine) -> StatusService:
-    return StatusService(
-        engine,
-        execution_tokens=ExecutionTokens(settings.execution_token_secret),
-        validator=JsonSchemaValidator(),
-        execution_token_ttl_seconds=settings.execution_token_ttl_seconds,
-        max_data_bytes=settings.max_data_bytes,
-    )
 
 
 def routes(api: Api) -> list[Route]:

@@ -213,6 +213,15 @@ _LOCK_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id")).with_fo
 _LOAD_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id"))
 _STEPS = sa.select(t.task_step).where(t.task_step.c.task_id == sa.bindparam("_task_id"))
 _LOCK_STEPS = _STEPS.with_for_update()
+_LOCK_STEP = (
+    sa.select(t.task_step)
+    .where(
+        t.task_step.c.task_id == sa.bindparam("_task_id"),
+        t.task_step.c.step_id == sa.bindparam("_step_id"),
+        t.task_step.c.attempt == sa.bindparam("_attempt"),
+    )
+    .with_for_update()
+)
 _UPDATE_TASK = sa.update(t.task).where(t.task.c.id == sa.bindparam("_id"))
 _UPDATE_STEP = sa.update(t.task_step).where(
     t.task_step.c.task_id == sa.bindparam("_task_id"),
@@ -248,15 +257,41 @@ def steps_of(conn: sa.Connection, task_id: str, *, lock: bool = False) -> list[S
     return [step_from_row(r) for r in conn.execute(query, {"_task_id": task_id}).mappings()]
 
 
-def update_task(conn: sa.Connection, task: TaskState) -> None:
-    conn.execute(_UPDATE_TASK, {"_id": task.task_id, **task_values(task)})
+def steps_of_tasks(conn: sa.Connection, task_ids: Sequence[str]) -> dict[str, list[StepState]]:
+    """The steps of several tasks in one read (lists and batch snapshots)."""
+    steps: dict[str, list[StepState]] = {task_id: [] for task_id in task_ids}
+    if steps:
+        for r in conn.execute(sa.select(t.task_step).where(t.task_step.c.task_id.in_(list(steps)))).mappings():
+            steps[r["task_id"]].append(step_from_row(r))
+    return steps
 
 
-def update_step(conn: sa.Connection, step: StepState) -> None:
-    conn.execute(
-        _UPDATE_STEP,
-        {"_task_id": step.task_id, "_step_id": step.step_id, "_attempt": step.attempt, **step_values(step)},
-    )
+def update_task(conn: sa.Connection, task: TaskState, before: TaskState | None = None) -> None:
+    """Write a task's mutable columns; with ``before``, only the ones that changed."""
+    values = task_values(task)
+    if before is not None:
+        old = task_values(before)
+        values = {k: v for k, v in values.items() if old[k] != v}
+        if not values:
+            return
+    conn.execute(_UPDATE_TASK, {"_id": task.task_id, **values})
+
+
+def update_step(conn: sa.Connection, step: StepState, before: StepState | None = None) -> None:
+    """Write a step's mutable columns; with ``before``, only the ones that changed."""
+    values = step_values(step)
+    if before is not None:
+        old = step_values(before)
+        values = {k: v for k, v in values.items() if old[k] != v}
+        if not values:
+            return
+    conn.execute(_UPDATE_STEP, {"_task_id": step.task_id, "_step_id": step.step_id, "_attempt": step.attempt, **values})
+
+
+def lock_step(conn: sa.Connection, task_id: str, step_id: str, attempt: int) -> StepState | None:
+    """One step attempt, locked (the task row is already locked by the caller)."""
+    row = conn.execute(_LOCK_STEP, {"_task_id": task_id, "_step_id": step_id, "_attempt": attempt}).mappings().first()
+    return step_from_row(row) if row else None
 
 
 def insert_step(conn: sa.Connection, step: StepState) -> None:
@@ -271,12 +306,26 @@ def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> Non
 
 
 _INSERT_CHANGE = sa.insert(t.workflow_change)
+_INSERT_EVENT = sa.insert(t.task_event_log)
+_INSERT_DEDUP = sa.insert(t.task_event_dedup)
 
 
-def record_task_change(conn: sa.Connection, workflow_id: str, task_id: str, version: int, now: datetime) -> None:
-    conn.execute(
-        _INSERT_CHANGE, {"workflow_id": workflow_id, "task_id": task_id, "task_version": version, "created_at": now}
-    )
+def insert_changes(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Workflow projector feed rows (one multi-row INSERT)."""
+    if rows:
+        conn.execute(_INSERT_CHANGE, list(rows))
+
+
+def insert_events(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Event-log rows (one multi-row INSERT)."""
+    if rows:
+        conn.execute(_INSERT_EVENT, list(rows))
+
+
+def insert_dedups(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Idempotency results (one multi-row INSERT)."""
+    if rows:
+        conn.execute(_INSERT_DEDUP, list(rows))
 
 
 def acl_users(conn: sa.Connection, task_id: str) -> list[str]:

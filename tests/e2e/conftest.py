@@ -12,8 +12,9 @@ from starlette.testclient import TestClient
 
 from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
-from status.api.app import build_service, create_app
+from status.api.app import create_app
 from status.app.service import StatusService
+from status.bootstrap import build_service
 from status.infra.db import create_engine
 from status.infra.tokens import ServiceTokens, UserTokens
 from status.settings import Settings

@@ -23,7 +23,8 @@ import uvicorn
 from playwright.sync_api import Browser, Page, Route, WebSocketRoute, expect
 from starlette.testclient import TestClient
 
-from status.api.app import build_service, create_app
+from status.api.app import create_app
+from status.bootstrap import build_service
 from status.infra.db import create_engine
 from status.infra.tokens import ServiceTokens, UserTokens
 from tests.integration.conftest import Http

@@ -7,9 +7,10 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from observer.loops import LoopConfig, Reconciler, Retention
-from observer.projector import WorkflowProjector, fold
+from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
 from status.app.service import StatusService
+from status.domain.aggregate import fold
 from status.domain.auth import ServicePrincipal
 from status.infra import tables as t
 from status.infra.repository import utcnow

@@ -121,7 +121,9 @@ def _crash_after(monkeypatch: pytest.MonkeyPatch, target: Any, name: str) -> Non
     monkeypatch.setattr(target, name, crashing)
 
 
-@pytest.mark.parametrize("point", ["update_step", "update_task", "_log_event", "insert_outbox"])
+@pytest.mark.parametrize(
+    "point", ["lock_step", "update_step", "update_task", "insert_events", "insert_dedups", "insert_outbox"]
+)
 def test_ac17_a_crash_between_statements_leaves_nothing(
     service: StatusService, coordinator: ServicePrincipal, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
@@ -131,8 +133,7 @@ def test_ac17_a_crash_between_statements_leaves_nothing(
     ctx = activate(service, coordinator, task_id)
     claims = service._tokens.verify(ctx.execution_token, service.now())
     before = _counts(service.engine, task_id)
-    target = StatusService if point == "_log_event" else repo
-    _crash_after(monkeypatch, target, point)
+    _crash_after(monkeypatch, repo, point)
     the_event = event("STEP_STARTED", 1)
     with pytest.raises(RuntimeError, match="injected crash"):
         service.report_event(claims, the_event)

@@ -1,0 +1,105 @@
+"""Access to tasks (SPEC §3, AC26): grants and revocations, each a new task version.
+
+A grant sends the current summary to the new viewer; revoking a USER grant
+sends that user a ``task.removed`` tombstone.  Reads and subscription tokens
+check ``task_acl`` at the time of asking, so a revocation also blocks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app import outbox
+from status.app.context import AppContext, check_key, lock_task_for
+from status.app.events import load_view
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.errors import Forbidden, Invalid
+from status.domain.lifecycle import EventType
+from status.infra import repository as repo
+from status.infra import tables as t
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+
+class AccessCommands:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    def grant_access(
+        self, caller: ServicePrincipal, task_id: str, principal_type: str, principal_id: str, permission: str = "VIEW"
+    ) -> dict[str, Any]:
+        """Grant a principal access; the new user's summary channel gets the current state (seed §5)."""
+        return self._change_access(caller, task_id, principal_type, principal_id, permission, grant=True)
+
+    def revoke_access(
+        self, caller: ServicePrincipal, task_id: str, principal_type: str, principal_id: str
+    ) -> dict[str, Any]:
+        """Revoke access; the user's summary channel gets a ``task.removed`` tombstone (AC26)."""
+        return self._change_access(caller, task_id, principal_type, principal_id, "VIEW", grant=False)
+
+    def _change_access(
+        self,
+        caller: ServicePrincipal,
+        task_id: str,
+        principal_type: str,
+        principal_id: str,
+        permission: str,
+        *,
+        grant: bool,
+    ) -> dict[str, Any]:
+        if not (caller.has(Role.COORDINATOR) or caller.has(Role.ADMIN)):
+            raise Forbidden("changing access needs the COORDINATOR or ADMIN role")
+        if principal_type not in ("USER", "PROJECT", "ROLE"):
+            raise Invalid("principalType must be USER, PROJECT or ROLE")
+        if permission not in ("VIEW", "OPERATE", "ADMIN"):
+            raise Invalid("permission must be VIEW, OPERATE or ADMIN")
+        check_key("principalId", principal_id, 64)
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            conn, now = uow.conn, self.ctx.now()
+            task = lock_task_for(conn, caller.tenant_id, caller.authority_scope, task_id)
+            acl = t.task_acl
+            key = (acl.c.task_id == task_id, acl.c.principal_type == principal_type, acl.c.principal_id == principal_id)
+            row = conn.execute(sa.select(acl).where(*key)).mappings().first()
+            active = row is not None and row["revoked_at"] is None
+            if grant and active and row is not None and row["permission"] == permission:
+                uow.commit()
+                return {"taskId": task_id, "taskVersion": str(task.version), "changed": False}
+            if not grant and not active:
+                uow.commit()
+                return {"taskId": task_id, "taskVersion": str(task.version), "changed": False}
+            if grant and row is None:
+                conn.execute(
+                    sa.insert(acl).values(
+                        task_id=task_id,
+                        principal_type=principal_type,
+                        principal_id=principal_id,
+                        tenant_id=task.tenant_id,
+                        permission=permission,
+                        created_at=now,
+                    )
+                )
+            elif grant:
+                conn.execute(sa.update(acl).where(*key).values(permission=permission, revoked_at=None))
+            else:
+                conn.execute(sa.update(acl).where(*key).values(revoked_at=now))
+            task = replace(task, version=task.version + 1, updated_at=now)
+            repo.update_task(conn, task)
+            change = {
+                "principalType": principal_type,
+                "principalId": principal_id,
+                "change": "GRANT" if grant else "REVOKE",
+                "permission": permission,
+            }
+            rows = outbox.service_event(
+                conn, task, load_view(conn, task), EventType.TASK_ACCESS_CHANGED, caller.producer_id, change, now
+            )
+            if not grant and principal_type == "USER" and principal_id != task.owner_id:
+                rows.append(outbox.removal_row(task, principal_id, rows[0]["event_id"], now))
+            repo.insert_outbox(conn, rows)
+            uow.commit()
+            return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}
+
+        return run_in_transaction(self.ctx.engine, work)

@@ -1,0 +1,99 @@
+"""What every capability of the application layer shares: the engine, the clock,
+credentials, limits and caches, plus the small checks they all apply.
+
+One ``AppContext`` is built by the composition root (``status.bootstrap``) and
+handed to each capability (workflows, executions, events, health, access,
+broadcasts, queries), so they agree on time, definitions and cached state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app.definitions import DefinitionCache, Definitions
+from status.app.step_cache import StepCache
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.definitions import OperationDefinition, SchemaValidator, find_operation
+from status.domain.errors import ErrorCode, Forbidden, Invalid, NotFound
+from status.domain.model import TaskState
+from status.infra import repository as repo
+from status.infra.tokens import ExecutionTokens
+
+HEALTH_PRODUCER = "task-status/health"
+MAX_TITLE = 255
+KEY_LIMIT = 128
+
+# Who may report an event: an execution (its token's claims) or a service (its principal).
+EventCaller = ExecutionClaims | ServicePrincipal
+
+
+@dataclass
+class AppContext:
+    engine: sa.Engine
+    tokens: ExecutionTokens
+    validator: SchemaValidator
+    clock: Callable[[], datetime] = repo.utcnow
+    token_ttl: timedelta = timedelta(hours=24)
+    max_data_bytes: int = 16 * 1024
+    heartbeat_interval_seconds: int = 15
+    heartbeat_timeout_seconds: int = 60
+    definitions: DefinitionCache = field(default_factory=DefinitionCache)
+    steps: StepCache = field(default_factory=StepCache)
+
+    def now(self) -> datetime:
+        return repo.now_ms(self.clock())
+
+    def definitions_for(self, conn: sa.Connection, tenant_id: str, scope: str) -> Definitions:
+        return self.definitions.get(conn, tenant_id, scope)
+
+
+def content_hash(content: Any) -> str:
+    """The fingerprint that tells a retry (same content) from a conflicting reuse of a key."""
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def check_key(name: str, value: str, limit: int = KEY_LIMIT) -> None:
+    if not value or len(value) > limit or any(ch.isspace() or ord(ch) < 32 for ch in value):
+        raise Invalid(f"{name} must be 1–{limit} printable characters without spaces")
+
+
+def check_title(title: str) -> None:
+    if not title or len(title) > MAX_TITLE:
+        raise Invalid(f"title must be 1–{MAX_TITLE} characters")
+
+
+def check_heartbeat_settings(interval: int | None, timeout: int | None) -> None:
+    if interval is not None and not 1 <= interval <= 3600:
+        raise Invalid("heartbeatIntervalSeconds must be 1–3600")
+    if timeout is not None and not 2 <= timeout <= 86400:
+        raise Invalid("heartbeatTimeoutSeconds must be 2–86400")
+    if interval is not None and timeout is not None and timeout < 2 * interval:
+        raise Invalid("heartbeatTimeoutSeconds must cover at least two intervals")
+
+
+def require(caller: ServicePrincipal, role: Role) -> None:
+    if not caller.has(role):
+        raise Forbidden(f"this needs the {role} role")
+
+
+def operation(defs: Definitions, code: str, task_type: str | None, version: int | None = None) -> OperationDefinition:
+    candidates = defs.operations if version is None else [d for d in defs.operations if d.version == version]
+    op = find_operation(candidates, code, task_type)
+    if op is None:
+        raise Invalid(f"operation {code!r} has no definition", ErrorCode.OPERATION_MISMATCH)
+    return op
+
+
+def lock_task_for(conn: sa.Connection, tenant_id: str, scope: str, task_id: str) -> TaskState:
+    """Lock a task of the caller's tenant and scope; any other task does not exist for the caller."""
+    task = repo.lock_task(conn, task_id)
+    if task is None or (task.tenant_id, task.authority_scope) != (tenant_id, scope):
+        raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+    return task

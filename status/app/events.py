@@ -1,0 +1,600 @@
+"""Events (SPEC R1): one pass per event, many events per transaction.
+
+Every event — REST single, REST batch, the reconciler's health changes —
+goes through ``report_group``: one transaction for the group, tasks locked in
+id order, each event decided by the domain and staged; the event log, dedup
+results, projector feed and outbox rows of the whole group are then written
+with one multi-row INSERT each and committed together (AC11, AC17).
+
+Per event the database sees: the task row locked, the one step row locked,
+a dedup lookup, the step and task UPDATEs of the changed columns — never
+every step of the task (their projected state comes from ``StepCache`` at the
+locked task version).  A rejected event writes nothing, so its neighbours in
+the group are unaffected; a database failure of the group re-runs each event
+in a transaction of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app import outbox
+from status.app.context import HEALTH_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
+from status.app.step_cache import TaskView, view_of
+from status.domain import ids
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound, TooLarge
+from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health
+from status.domain.model import StepState, TaskState
+from status.domain.projections import iso
+from status.domain.rules import Outcome, StepEvent, TaskEvent, apply_step_event, apply_task_event, bound_fields_match
+from status.infra import repository as repo
+from status.infra import tables as t
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+_HANDLE_COLUMNS = (
+    t.task_execution_handle.c.handle_hash,
+    t.task_execution_handle.c.task_id,
+    t.task_execution_handle.c.step_id,
+    t.task_execution_handle.c.step_attempt,
+    t.task_execution_handle.c.execution_id,
+    t.task_execution_handle.c.producer_id,
+    t.task_execution_handle.c.expires_at,
+    t.task_execution_handle.c.revoked_at,
+    t.task_execution_handle.c.revoke_reason,
+)
+_HANDLES = sa.select(*_HANDLE_COLUMNS).where(
+    t.task_execution_handle.c.handle_hash.in_(sa.bindparam("_hashes", expanding=True))
+)
+_REVOKE = (
+    sa.update(t.task_execution_handle)
+    .where(
+        t.task_execution_handle.c.execution_id == sa.bindparam("_execution_id"),
+        t.task_execution_handle.c.revoked_at.is_(None),
+    )
+    .values(revoked_at=sa.bindparam("_now"), revoke_reason=sa.bindparam("_reason"))
+)
+Outcomes = list[dict[str, Any] | BaseException]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The execution an event is bound to, and any credential problem found (raised after dedup)."""
+
+    task_id: str
+    step_id: str | None
+    step_attempt: int | None
+    execution_id: str | None
+    producer_id: str
+    operation_code: str | None
+    tenant_id: str
+    authority_scope: str
+    allowed_event_types: frozenset[str] | None
+    credential_problem: DomainError | None = None
+
+
+@dataclass
+class Group:
+    """What a group of events has staged in its open transaction."""
+
+    handles: dict[str, Any] = field(default_factory=dict)  # handle hash -> row
+    revoked: dict[str, str] = field(default_factory=dict)  # execution id -> reason, revoked in this group
+    seen: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # event id -> (hash, result)
+    views: dict[str, TaskView] = field(default_factory=dict)  # task id -> view after this group's changes
+    events: list[dict[str, Any]] = field(default_factory=list)
+    dedups: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+
+    def flush(self, conn: sa.Connection) -> None:
+        repo.insert_events(conn, self.events)
+        repo.insert_dedups(conn, self.dedups)
+        repo.insert_changes(conn, self.changes)
+        repo.insert_outbox(conn, self.outbox)
+
+
+def rejection(cmd: c.ReportEvent, err: DomainError) -> dict[str, Any]:
+    return {
+        "eventId": cmd.event_id,
+        "accepted": False,
+        "error": {"code": err.code.value, "message": err.message, "retryable": err.retryable},
+    }
+
+
+class EventCommands:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    # ------------------------------------------------------------ entry points
+    def report_event(self, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
+        """One event through R1; raises its rejection."""
+        (outcome,) = self.report_group([(caller, cmd)])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def report_events(self, caller: EventCaller, cmds: Sequence[c.ReportEvent]) -> list[dict[str, Any]]:
+        """Many events, one result each: what each would get alone (AC11)."""
+        outcomes = self.report_group([(caller, cmd) for cmd in cmds])
+        results = []
+        for cmd, outcome in zip(cmds, outcomes, strict=True):
+            if isinstance(outcome, DomainError):
+                results.append(rejection(cmd, outcome))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                results.append(outcome)
+        return results
+
+    def report_group(self, items: Sequence[tuple[EventCaller, c.ReportEvent]]) -> Outcomes:
+        """Events of any callers in one transaction; each item gets its result or its error.
+
+        Items are applied grouped by task (their order within a task kept), so
+        task locks are taken in one fixed order and concurrent groups never
+        deadlock-loop.  If the group's transaction fails for a reason that is
+        not one event's rejection, each event runs again in a transaction of
+        its own, so one poison item can't take its neighbours down.
+        """
+
+        def work(uow: UnitOfWork) -> tuple[Outcomes, Group]:
+            group = Group()
+            hashes = {ids.handle_hash(cmd.execution_handle) for _, cmd in items if cmd.execution_handle}
+            if hashes:
+                rows = uow.conn.execute(_HANDLES, {"_hashes": sorted(hashes)}).mappings()
+                group.handles = {r["handle_hash"]: r for r in rows}
+            order = sorted(range(len(items)), key=lambda i: (self._lock_key(group, *items[i]), i))
+            outcomes: Outcomes = [RuntimeError("not applied")] * len(items)
+            for i in order:
+                try:
+                    outcomes[i] = self._apply(uow.conn, group, *items[i])
+                except DomainError as err:
+                    outcomes[i] = err
+            group.flush(uow.conn)
+            uow.commit()
+            return outcomes, group
+
+        if len(items) == 1:
+            outcomes, group = run_in_transaction(self.ctx.engine, work)
+            self.publish(group)
+            return outcomes
+        try:
+            outcomes, group = run_in_transaction(self.ctx.engine, work)
+        except Exception:
+            return [self._alone(item) for item in items]
+        self.publish(group)
+        return outcomes
+
+    def apply_locked(self, uow: UnitOfWork, caller: EventCaller, cmd: c.ReportEvent) -> tuple[dict[str, Any], Group]:
+        """Apply one event inside the caller's transaction (the reconciler's re-check under lock) and commit."""
+        group = Group()
+        result = self._apply(uow.conn, group, caller, cmd)
+        group.flush(uow.conn)
+        uow.commit()
+        return result, group
+
+    def _alone(self, item: tuple[EventCaller, c.ReportEvent]) -> dict[str, Any] | BaseException:
+        try:
+            return self.report_group([item])[0]
+        except Exception as exc:  # one item's own failure stays that item's
+            return exc
+
+    def publish(self, group: Group) -> None:
+        """After COMMIT only: the group's task views become what the cache serves."""
+        for task_id, view in group.views.items():
+            self.ctx.steps.put(task_id, view)
+
+    # ------------------------------------------------------------ one event
+    @staticmethod
+    def _lock_key(group: Group, caller: EventCaller, cmd: c.ReportEvent) -> str:
+        """The task an event will lock (for the fixed lock order)."""
+        if isinstance(caller, ExecutionClaims):
+            return caller.task_id
+        if cmd.execution_handle:
+            row = group.handles.get(ids.handle_hash(cmd.execution_handle))
+            return row["task_id"] if row else ""
+        return cmd.task_id or ""
+
+    def _apply(self, conn: sa.Connection, group: Group, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
+        try:
+            event_type = EventType(cmd.event_type)
+        except ValueError as exc:
+            raise Invalid(f"unknown eventType {cmd.event_type!r}") from exc
+        check_key("eventId", cmd.event_id)
+        if cmd.source_seq < 1 and event_type is not EventType.STEP_HEALTH_CHANGED:
+            raise Invalid("sourceSeq must be >= 1")
+        self._check_data_size(cmd)
+        received_at = self.ctx.now()
+        if event_type in TASK_EVENT_TYPES:
+            return self._task_event(conn, group, caller, cmd, event_type, received_at)
+        if event_type not in {*WORKER_EVENT_TYPES, EventType.STEP_HEALTH_CHANGED}:
+            raise Invalid(f"{event_type} cannot be reported")
+        bound = self._resolve(group, caller, cmd, event_type, received_at)
+        task = repo.lock_task(conn, bound.task_id)
+        if task is None or (task.tenant_id, task.authority_scope) != (bound.tenant_id, bound.authority_scope):
+            raise NotFound(f"task {bound.task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+        assert bound.step_id is not None and bound.step_attempt is not None
+        step = repo.lock_step(conn, task.task_id, bound.step_id, bound.step_attempt)
+        if step is None:
+            raise NotFound(f"step {bound.step_id} attempt {bound.step_attempt} does not exist", ErrorCode.UNKNOWN_STEP)
+        fingerprint = content_hash(
+            {"task": task.task_id, "step": step.step_id, "attempt": step.attempt, "execution": bound.execution_id}
+            | cmd.content()
+        )
+        duplicate = self._dedup(conn, group, cmd.event_id, fingerprint)
+        if duplicate is not None:
+            return duplicate
+        if bound.credential_problem is not None:
+            raise bound.credential_problem
+        # Execution and attempt must be current (R2: old attempts never change anything).
+        if step.execution_id != bound.execution_id:
+            raise Conflict("the execution is not the current one for this step", ErrorCode.STALE_EXECUTION)
+        if step.superseded:
+            raise Conflict("a newer attempt of this step exists", ErrorCode.STALE_ATTEMPT)
+        if event_type is not EventType.STEP_HEALTH_CHANGED:
+            if step.producer_id != bound.producer_id:
+                raise Forbidden("the producer does not own this execution", ErrorCode.PRODUCER_MISMATCH)
+            if bound.operation_code is not None and step.operation_code != bound.operation_code:
+                raise Forbidden("the operation does not match the step", ErrorCode.OPERATION_MISMATCH)
+            if bound.allowed_event_types is not None and event_type.value not in bound.allowed_event_types:
+                raise Forbidden(f"{event_type} is not allowed by the execution token", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
+        view = self._view(conn, group, task)
+        defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+        op = operation(defs, step.operation_code, task.task_type, step.operation_definition_version)
+        others_stale = any(
+            s.health is Health.STALE and not s.lifecycle.terminal
+            for key, s in view.steps.items()
+            if key != (step.step_id, step.attempt)
+        )
+        source_seq = cmd.source_seq if event_type is not EventType.STEP_HEALTH_CHANGED else step.version + 1
+        outcome = apply_step_event(
+            task,
+            step,
+            StepEvent(
+                event_id=cmd.event_id,
+                event_type=event_type,
+                source_seq=source_seq,
+                producer_id=bound.producer_id,
+                occurred_at=cmd.occurred_at,
+                business_status=cmd.business_status,
+                phase_code=cmd.phase_code,
+                phase_label=cmd.phase_label,
+                progress=cmd.progress,
+                duration_ms=cmd.duration_ms,
+                data=cmd.data,
+                error=cmd.error,
+                health=Health(cmd.health) if cmd.health in {h.value for h in Health} else None,
+                reason=cmd.reason,
+            ),
+            operation=op,
+            statuses=defs.status_set(task.task_type, task.status_definition_version),
+            validator=self.ctx.validator,
+            other_steps_stale=others_stale,
+            now=received_at,
+        )
+        return self._stage(
+            conn,
+            group,
+            task,
+            step,
+            view,
+            outcome,
+            event_type,
+            cmd,
+            bound.producer_id,
+            source_seq,
+            fingerprint,
+            received_at,
+            lifecycle_changed=outcome.task.lifecycle is not task.lifecycle,
+        )
+
+    def _task_event(
+        self,
+        conn: sa.Connection,
+        group: Group,
+        caller: EventCaller,
+        cmd: c.ReportEvent,
+        event_type: EventType,
+        received_at: datetime,
+    ) -> dict[str, Any]:
+        # R4: only the Coordinator submits task-level events, with its service token.
+        if not isinstance(caller, ServicePrincipal) or not caller.has(Role.COORDINATOR):
+            raise Forbidden(f"{event_type} needs the COORDINATOR role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
+        if cmd.task_id is None or cmd.task_attempt is None:
+            raise Invalid("task events need taskId and taskAttempt")
+        if cmd.producer_id is not None and cmd.producer_id != caller.producer_id:
+            raise Forbidden("producerId does not match the credential", ErrorCode.PRODUCER_MISMATCH)
+        task = repo.lock_task(conn, cmd.task_id)
+        if task is None or (task.tenant_id, task.authority_scope) != (caller.tenant_id, caller.authority_scope):
+            raise NotFound(f"task {cmd.task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+        if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
+            raise NotFound(f"task {cmd.task_id} is not in workflow {cmd.workflow_id}", ErrorCode.UNKNOWN_TASK)
+        fingerprint = content_hash({"task": task.task_id} | cmd.content())
+        duplicate = self._dedup(conn, group, cmd.event_id, fingerprint)
+        if duplicate is not None:
+            return duplicate
+        view = self._view(conn, group, task)
+        defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+        if cmd.summary is not None:
+            raise Invalid("summary data is not accepted on task events yet", ErrorCode.SCHEMA_REJECTED)
+        outcome = apply_task_event(
+            task,
+            TaskEvent(
+                event_id=cmd.event_id,
+                event_type=event_type,
+                task_attempt=cmd.task_attempt,
+                source_seq=cmd.source_seq,
+                producer_id=caller.producer_id,
+                occurred_at=cmd.occurred_at,
+                business_status=cmd.business_status,
+                duration_ms=cmd.duration_ms,
+                failure_code=cmd.failure_code,
+                failure_message=cmd.failure_message,
+                failed_step_id=cmd.failed_step_id,
+            ),
+            statuses=defs.status_set(task.task_type, task.status_definition_version),
+            now=received_at,
+        )
+        # Execution handles stay valid: a worker's outbox may still deliver the
+        # steps' own late events; the task's lifecycle is final either way.
+        return self._stage(
+            conn,
+            group,
+            task,
+            None,
+            view,
+            outcome,
+            event_type,
+            cmd,
+            caller.producer_id,
+            cmd.source_seq,
+            fingerprint,
+            received_at,
+            lifecycle_changed=True,
+        )
+
+    def _stage(
+        self,
+        conn: sa.Connection,
+        group: Group,
+        before_task: TaskState,
+        before_step: StepState | None,
+        view: TaskView,
+        outcome: Outcome,
+        event_type: EventType,
+        cmd: c.ReportEvent,
+        producer_id: str,
+        source_seq: int,
+        fingerprint: str,
+        received_at: datetime,
+        *,
+        lifecycle_changed: bool,
+    ) -> dict[str, Any]:
+        """Write the decided change: rows updated now, inserts staged for the group's flush."""
+        task, step = outcome.task, outcome.step
+        if step is not None:
+            repo.update_step(conn, step, before_step)
+            if step.lifecycle.terminal:
+                self._revoke(conn, group, step.execution_id, "STEP_TERMINAL", received_at)
+            view = view.with_step(task.version, step)
+        else:
+            view = TaskView(task.version, view.steps, view.viewers)
+        repo.update_task(conn, task, before_task)
+        committed_at = self.ctx.now()
+        data = cmd.data
+        group.events.append(
+            outbox.event_row(
+                event_id=cmd.event_id,
+                task=task,
+                step=step,
+                event_type=event_type.value,
+                producer_id=producer_id,
+                source_seq=source_seq,
+                occurred_at=cmd.occurred_at,
+                received_at=received_at,
+                committed_at=committed_at,
+                duration_ms=cmd.duration_ms,
+                data_schema=data.schema if data else None,
+                error_code=(cmd.error.code if cmd.error else cmd.failure_code),
+                payload={k: v for k, v in cmd.content().items() if v is not None},
+            )
+        )
+        result = {
+            "eventId": cmd.event_id,
+            "accepted": True,
+            "duplicate": False,
+            "stale": False,
+            "taskId": task.task_id,
+            "stepId": step.step_id if step else None,
+            "operationCode": step.operation_code if step else None,
+            "taskVersion": str(task.version),
+            "stepVersion": str(step.version) if step else None,
+            "lifecycleStatus": (step or task).lifecycle.value,
+            "businessStatus": (step or task).business_status,
+            "taskLifecycleStatus": task.lifecycle.value,
+            "committedAt": iso(committed_at),
+        }
+        group.dedups.append(
+            {
+                "event_id": cmd.event_id,
+                "task_id": task.task_id,
+                "payload_hash": fingerprint,
+                "result": result,
+                "created_at": committed_at,
+            }
+        )
+        group.seen[cmd.event_id] = (fingerprint, result)
+        group.views[task.task_id] = view
+        group.changes.append(outbox.change_row(task, committed_at))
+        trigger = {
+            "eventId": cmd.event_id,
+            "eventType": event_type.value,
+            "stepId": step.step_id if step else None,
+            "operationCode": step.operation_code if step else None,
+            "durationMs": cmd.duration_ms,
+            "data": {"schema": step.data_schema, "value": step.state_data} if step and data else None,
+            "committedAt": iso(committed_at),
+        }
+        group.outbox += outbox.task_rows(
+            task,
+            list(view.steps.values()),
+            view.viewers,
+            notice=outcome.notice,
+            trigger=trigger,
+            must_deliver=outcome.must_deliver,
+            event_id=cmd.event_id,
+            broadcast=lifecycle_changed or outcome.must_deliver,
+            now=committed_at,
+        )
+        return result
+
+    # ------------------------------------------------------------ helpers
+    def _view(self, conn: sa.Connection, group: Group, task: TaskState) -> TaskView:
+        """The task's steps and viewers at the locked version: this group's, the cache's, or read once."""
+        staged = group.views.get(task.task_id)
+        if staged is not None and staged.version == task.version:
+            return staged
+        cached = self.ctx.steps.get(task.task_id, task.version)
+        if cached is not None:
+            return cached
+        return load_view(conn, task)
+
+    @staticmethod
+    def _dedup(conn: sa.Connection, group: Group, event_id: str, fingerprint: str) -> dict[str, Any] | None:
+        staged = group.seen.get(event_id)
+        if staged is not None:
+            found_hash, found_result = staged
+        else:
+            found = repo.dedup_lookup(conn, event_id)
+            if found is None:
+                return None
+            found_hash, found_result = found["payload_hash"], found["result"]
+        if found_hash != fingerprint:
+            raise Conflict("eventId was already used with different content", ErrorCode.EVENT_ID_CONFLICT)
+        return {**dict(found_result), "duplicate": True}
+
+    @staticmethod
+    def _revoke(conn: sa.Connection, group: Group, execution_id: str | None, reason: str, now: datetime) -> None:
+        if execution_id is not None:
+            conn.execute(_REVOKE, {"_execution_id": execution_id, "_now": now, "_reason": reason})
+            group.revoked[execution_id] = reason
+
+    def _check_data_size(self, cmd: c.ReportEvent) -> None:
+        limit = self.ctx.max_data_bytes
+        for body in (cmd.data, cmd.summary):
+            if body is not None and len(json.dumps(body.value, default=str)) > limit:
+                raise TooLarge(f"data is larger than {limit} bytes; send a resultRef instead")
+
+    def _resolve(
+        self, group: Group, caller: EventCaller, cmd: c.ReportEvent, event_type: EventType, now: datetime
+    ) -> Bound:
+        claimed = {
+            "taskId": cmd.task_id,
+            "workflowId": cmd.workflow_id,
+            "stepId": cmd.step_id,
+            "stepAttempt": cmd.step_attempt,
+            "executionId": cmd.execution_id,
+            "operationCode": cmd.operation_code,
+            "producerId": cmd.producer_id,
+        }
+        if isinstance(caller, ExecutionClaims):
+            if event_type is EventType.STEP_HEALTH_CHANGED:
+                raise Forbidden("health changes come from the health role only", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
+            if cmd.execution_handle is not None:
+                raise Invalid("send either an execution token or an executionHandle, not both")
+            _match(
+                {
+                    "taskId": caller.task_id,
+                    "workflowId": caller.workflow_id,
+                    "stepId": caller.step_id,
+                    "stepAttempt": caller.step_attempt,
+                    "executionId": caller.execution_id,
+                    "operationCode": caller.operation_code,
+                    "producerId": caller.producer_id,
+                },
+                claimed,
+            )
+            return Bound(
+                task_id=caller.task_id,
+                step_id=caller.step_id,
+                step_attempt=caller.step_attempt,
+                execution_id=caller.execution_id,
+                producer_id=caller.producer_id,
+                operation_code=caller.operation_code,
+                tenant_id=caller.tenant_id,
+                authority_scope=caller.authority_scope,
+                allowed_event_types=caller.allowed_event_types,
+            )
+        if event_type is EventType.STEP_HEALTH_CHANGED:
+            if not caller.has(Role.HEALTH):
+                raise Forbidden("STEP_HEALTH_CHANGED needs the HEALTH role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
+            if None in (cmd.task_id, cmd.step_id, cmd.step_attempt, cmd.execution_id):
+                raise Invalid("health events name taskId, stepId, stepAttempt and executionId")
+            assert cmd.task_id is not None
+            return Bound(
+                task_id=cmd.task_id,
+                step_id=cmd.step_id,
+                step_attempt=cmd.step_attempt,
+                execution_id=cmd.execution_id,
+                producer_id=HEALTH_PRODUCER,
+                operation_code=None,
+                tenant_id=caller.tenant_id,
+                authority_scope=caller.authority_scope,
+                allowed_event_types=None,
+            )
+        if cmd.execution_handle is None:
+            raise Invalid("step events need an execution token or an executionHandle")
+        handle = group.handles.get(ids.handle_hash(cmd.execution_handle))
+        if handle is None:
+            raise Forbidden("the execution handle is not valid", ErrorCode.TOKEN_REVOKED)
+        if handle["producer_id"] != caller.producer_id:
+            raise Forbidden("the handle belongs to another producer", ErrorCode.PRODUCER_MISMATCH)
+        _match(
+            {
+                "taskId": handle["task_id"],
+                "stepId": handle["step_id"],
+                "stepAttempt": handle["step_attempt"],
+                "executionId": handle["execution_id"],
+                "producerId": handle["producer_id"],
+            },
+            claimed,
+        )
+        problem: DomainError | None = None
+        revoked = handle["revoke_reason"] if handle["revoked_at"] is not None else None
+        revoked = revoked or group.revoked.get(handle["execution_id"])
+        if revoked is not None:
+            problem = Forbidden(f"the execution handle was revoked ({revoked})", ErrorCode.TOKEN_REVOKED)
+        elif handle["expires_at"] <= now:
+            problem = Forbidden("the execution handle has expired", ErrorCode.TOKEN_EXPIRED)
+        return Bound(
+            task_id=handle["task_id"],
+            step_id=handle["step_id"],
+            step_attempt=handle["step_attempt"],
+            execution_id=handle["execution_id"],
+            producer_id=handle["producer_id"],
+            operation_code=None,
+            tenant_id=caller.tenant_id,
+            authority_scope=caller.authority_scope,
+            allowed_event_types=None,
+            credential_problem=problem,
+        )
+
+
+def load_view(conn: sa.Connection, task: TaskState) -> TaskView:
+    """Every step and USER viewer of a locked task, read once (a cache miss)."""
+    viewers = outbox.viewers_of(task, repo.acl_users(conn, task.task_id))
+    return view_of(task.version, repo.steps_of(conn, task.task_id), viewers)
+
+
+def _match(bound: dict[str, Any], claimed: dict[str, Any]) -> None:
+    if claimed.get("taskId") is not None and claimed["taskId"] != bound.get("taskId"):
+        raise Forbidden("taskId does not match the execution context", ErrorCode.PERMISSION_DENIED)
+    if claimed.get("stepId") is not None and claimed["stepId"] != bound.get("stepId"):
+        raise Forbidden("stepId does not match the execution context", ErrorCode.PERMISSION_DENIED)
+    bound_fields_match(bound, {k: v for k, v in claimed.items() if k not in ("taskId", "stepId")})

@@ -1,0 +1,428 @@
+"""Executions: activating attempts of known steps and registering dynamic steps (seed §3.1.1, §3.3, R9).
+
+Each returns the Execution Context with a signed token and a fresh handle; a
+newer attempt supersedes the previous one, whose handles are revoked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app import outbox
+from status.app.context import (
+    AppContext,
+    EventCaller,
+    check_heartbeat_settings,
+    check_key,
+    lock_task_for,
+    operation,
+    require,
+)
+from status.app.step_cache import TaskView, view_of
+from status.domain import ids
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
+from status.domain.errors import Conflict, ErrorCode, Forbidden, Invalid, NotFound
+from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Health, Lifecycle
+from status.domain.model import StepState, TaskState
+from status.domain.projections import iso
+from status.domain.rules import Notice
+from status.infra import repository as repo
+from status.infra import tables as t
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+
+@dataclass(frozen=True)
+class ExecutionContext:
+    """What activation/registration returns (seed §3.3)."""
+
+    workflow_id: str
+    task_id: str
+    step_id: str
+    operation_code: str
+    step_attempt: int
+    execution_id: str
+    producer_id: str
+    heartbeat_interval_seconds: int | None
+    heartbeat_timeout_seconds: int | None
+    execution_token: str
+    execution_handle: str
+    task_version: int
+    step_version: int
+    created: bool
+    expires_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workflowId": self.workflow_id,
+            "taskId": self.task_id,
+            "stepId": self.step_id,
+            "operationCode": self.operation_code,
+            "stepAttempt": self.step_attempt,
+            "executionId": self.execution_id,
+            "producerId": self.producer_id,
+            "heartbeatIntervalSeconds": self.heartbeat_interval_seconds,
+            "heartbeatTimeoutSeconds": self.heartbeat_timeout_seconds,
+            "executionToken": self.execution_token,
+            "executionHandle": self.execution_handle,
+            "taskVersion": str(self.task_version),
+            "stepVersion": str(self.step_version),
+            "created": self.created,
+            "expiresAt": iso(self.expires_at),
+        }
+
+
+Activated = tuple[ExecutionContext, TaskView | None]
+
+
+class ExecutionCommands:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    def _run(self, work: Callable[[UnitOfWork], Activated]) -> ExecutionContext:
+        """Run an activation; once committed, its task view serves the events that follow."""
+        context, view = run_in_transaction(self.ctx.engine, work)
+        if view is not None:
+            self.ctx.steps.put(context.task_id, view)
+        return context
+
+    def _view(self, conn: sa.Connection, task: TaskState, steps: list[StepState]) -> TaskView:
+        return view_of(task.version, steps, outbox.viewers_of(task, repo.acl_users(conn, task.task_id)))
+
+    def activate_step(self, caller: ServicePrincipal, cmd: c.ActivateStep) -> ExecutionContext:
+        """Create attempt N of a known step and bind an execution (idempotent per attempt)."""
+        require(caller, Role.COORDINATOR)
+        check_key("producerId", cmd.producer_id)
+        if cmd.attempt < 1:
+            raise Invalid("attempt must be >= 1")
+        check_heartbeat_settings(cmd.heartbeat_interval_seconds, cmd.heartbeat_timeout_seconds)
+
+        def work(uow: UnitOfWork) -> Activated:
+            conn, now = uow.conn, self.ctx.now()
+            task = lock_task_for(conn, caller.tenant_id, caller.authority_scope, cmd.task_id)
+            steps = repo.steps_of(conn, task.task_id, lock=True)
+            attempts = sorted((s for s in steps if s.step_id == cmd.step_id), key=lambda s: s.attempt)
+            if not attempts or attempts[0].step_kind != "KNOWN":
+                raise NotFound(f"step {cmd.step_id} is not a known step of this task", ErrorCode.UNKNOWN_STEP)
+            current = attempts[-1]
+            existing = next((s for s in attempts if s.attempt == cmd.attempt), None)
+            if existing is not None and existing.execution_id is not None:
+                if existing.producer_id != cmd.producer_id:
+                    raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
+                return self._context(conn, task, existing, created=False, now=now, uow=uow), None
+            if cmd.attempt < current.attempt or (existing is None and cmd.attempt != current.attempt + 1):
+                raise Conflict(
+                    f"attempt {cmd.attempt} is not the next attempt of {cmd.step_id} (current {current.attempt})",
+                    ErrorCode.STALE_ATTEMPT,
+                )
+            # A finished task still takes late reports of work that ran before it finished
+            # (a worker's outbox may deliver after the coordinator's TASK_COMPLETED); its own
+            # lifecycle never changes again (R2).
+            defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+            op = operation(defs, current.operation_code, task.task_type, current.operation_definition_version)
+            op.check_producer(cmd.producer_id)
+            statuses = defs.status_set(task.task_type, task.status_definition_version)
+            execution_id = ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000))
+            changed: list[StepState] = []
+            notice = None
+            if existing is None:
+                # A newer attempt supersedes the previous one: its late events become STALE_ATTEMPT.
+                previous = replace(current, superseded=True)
+                if not previous.lifecycle.terminal:
+                    previous = replace(
+                        previous,
+                        lifecycle=Lifecycle.TIMED_OUT,
+                        business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
+                        health=Health.HEALTHY,
+                        finished_at=now,
+                        version=previous.version + 1,
+                        updated_at=now,
+                    )
+                changed.append(previous)
+                step = replace(
+                    current,
+                    attempt=cmd.attempt,
+                    lifecycle=Lifecycle.PENDING,
+                    business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
+                    health=Health.HEALTHY,
+                    version=1,
+                    source_seq=0,
+                    last_heartbeat_seq=0,
+                    last_heartbeat_at=None,
+                    stale_since=None,
+                    progress=None,
+                    phase_code=None,
+                    phase_label=None,
+                    data_schema=None,
+                    state_data=None,
+                    started_at=None,
+                    finished_at=None,
+                    duration_ms=None,
+                    error=None,
+                )
+                notice = Notice(
+                    id=f"{task.task_id}:{task.version + 1}",
+                    kind="RETRYING",
+                    severity=Severity.INFO,
+                    title=f"{step.display_name or step.operation_code} is being retried (attempt {cmd.attempt})",
+                    step_id=step.step_id,
+                )
+            else:
+                step = existing
+            step = replace(
+                step,
+                execution_id=execution_id,
+                producer_id=cmd.producer_id,
+                operation_definition_version=op.version,
+                heartbeat_interval_seconds=cmd.heartbeat_interval_seconds or self.ctx.heartbeat_interval_seconds,
+                heartbeat_timeout_seconds=cmd.heartbeat_timeout_seconds or self.ctx.heartbeat_timeout_seconds,
+                activated_at=now,
+                version=step.version + (1 if existing is not None else 0),
+                updated_at=now,
+            )
+            task = replace(task, version=task.version + 1, updated_at=now)
+            for prev in changed:
+                repo.update_step(conn, prev)  # superseded: no heartbeat deadline any more
+                self._revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
+            if existing is None:
+                repo.insert_step(conn, step)
+            else:
+                repo.update_step(conn, step)
+            repo.update_task(conn, task)
+            self._freeze_operation(conn, op)
+            all_steps = [
+                s for s in steps if (s.step_id, s.attempt) not in {(x.step_id, x.attempt) for x in [*changed, step]}
+            ]
+            all_steps += [*changed, step]
+            view = self._view(conn, task, all_steps)
+            repo.insert_outbox(
+                conn,
+                outbox.service_event(
+                    conn,
+                    task,
+                    view,
+                    EventType.STEP_ACTIVATED,
+                    caller.producer_id,
+                    {"producerId": cmd.producer_id},
+                    now,
+                    step=step,
+                    notice=notice,
+                ),
+            )
+            return self._context(conn, task, step, created=True, now=now, uow=uow), view
+
+        return self._run(work)
+
+    def register_execution(self, caller: EventCaller, cmd: c.RegisterExecution) -> ExecutionContext:
+        """Register a dynamic step execution (seed §3.1.1, R9), idempotent per clientStepKey+attempt."""
+        check_key("clientStepKey", cmd.client_step_key)
+        check_key("producerId", cmd.producer_id)
+        check_heartbeat_settings(cmd.heartbeat_interval_seconds, cmd.heartbeat_timeout_seconds)
+        if cmd.attempt < 1:
+            raise Invalid("attempt must be >= 1")
+        if isinstance(caller, ServicePrincipal):
+            require(caller, Role.COORDINATOR)
+            tenant, scope = caller.tenant_id, caller.authority_scope
+            registrar = caller.producer_id
+        else:
+            # A parent execution may register children of itself only.
+            if cmd.parent_execution_id != caller.execution_id or cmd.task_id != caller.task_id:
+                raise Forbidden("an execution may only register its own children", ErrorCode.PERMISSION_DENIED)
+            tenant, scope, registrar = caller.tenant_id, caller.authority_scope, caller.producer_id
+
+        def work(uow: UnitOfWork) -> Activated:
+            conn, now = uow.conn, self.ctx.now()
+            task = repo.lock_task(conn, cmd.task_id)
+            if task is None or (task.tenant_id, task.authority_scope) != (tenant, scope):
+                raise NotFound(f"task {cmd.task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+            steps = repo.steps_of(conn, task.task_id, lock=True)
+            existing = next(
+                (s for s in steps if s.client_step_key == cmd.client_step_key and s.attempt == cmd.attempt), None
+            )
+            if existing is not None:
+                if (existing.operation_code, existing.producer_id, existing.parent_execution_id) != (
+                    cmd.operation_code,
+                    cmd.producer_id,
+                    cmd.parent_execution_id,
+                ):
+                    raise Conflict(
+                        "clientStepKey was registered with different content", ErrorCode.IDEMPOTENCY_CONFLICT
+                    )
+                return self._context(conn, task, existing, created=False, now=now, uow=uow), None
+            policy_row = conn.execute(
+                sa.select(t.task.c.dynamic_registration_policy).where(t.task.c.id == task.task_id)
+            ).scalar()
+            policy = DynamicRegistrationPolicy.from_json(policy_row)
+            parent = None
+            if cmd.parent_execution_id is not None:
+                parent = next((s for s in steps if s.execution_id == cmd.parent_execution_id), None)
+                if parent is None:
+                    raise NotFound("parentExecutionId is not an execution of this task", ErrorCode.UNKNOWN_STEP)
+                if parent.lifecycle.terminal:
+                    raise Conflict("the parent execution has finished", ErrorCode.TERMINAL_STATE)
+            dynamic = [s for s in steps if s.step_kind == "DYNAMIC"]
+            minute_ago = now - timedelta(minutes=1)
+            policy.check(
+                operation_code=cmd.operation_code,
+                parent_operation=parent.operation_code if parent else None,
+                depth=(parent.depth + 1) if parent else 1,
+                dynamic_steps=len({s.step_id for s in dynamic}),
+                running_dynamic=sum(1 for s in dynamic if not s.lifecycle.terminal),
+                registered_last_minute=sum(1 for s in dynamic if s.activated_at and s.activated_at >= minute_ago),
+            )
+            defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+            op = operation(defs, cmd.operation_code, task.task_type)
+            op.check_producer(cmd.producer_id)
+            policy_name = cmd.failure_policy or op.failure_policy.value
+            try:
+                FailurePolicy(policy_name)
+            except ValueError as exc:
+                raise Invalid(f"unknown failurePolicy {policy_name!r}") from exc
+            statuses = defs.status_set(task.task_type, task.status_definition_version)
+            step_id = f"dyn_{cmd.client_step_key}"
+            if any(s.step_id == step_id and s.attempt >= cmd.attempt for s in steps):
+                raise Conflict(f"attempt {cmd.attempt} of {step_id} is not new", ErrorCode.STALE_ATTEMPT)
+            for prev in (s for s in steps if s.step_id == step_id and not s.superseded):
+                conn.execute(
+                    sa.update(t.task_step)
+                    .where(
+                        t.task_step.c.task_id == prev.task_id,
+                        t.task_step.c.step_id == prev.step_id,
+                        t.task_step.c.attempt == prev.attempt,
+                    )
+                    .values(superseded=True, heartbeat_deadline_at=None)
+                )
+                self._revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
+            step = StepState(
+                task_id=task.task_id,
+                step_id=step_id,
+                attempt=cmd.attempt,
+                client_step_key=cmd.client_step_key,
+                operation_code=cmd.operation_code,
+                operation_definition_version=op.version,
+                service_name=cmd.producer_id,
+                lifecycle=Lifecycle.PENDING,
+                business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
+                version=1,
+                step_kind="DYNAMIC",
+                display_name=cmd.display_name or op.display_name,
+                step_order=10_000 + len(dynamic),
+                parent_execution_id=cmd.parent_execution_id,
+                depth=(parent.depth + 1) if parent else 1,
+                producer_id=cmd.producer_id,
+                execution_id=ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000)),
+                heartbeat_interval_seconds=cmd.heartbeat_interval_seconds or self.ctx.heartbeat_interval_seconds,
+                heartbeat_timeout_seconds=cmd.heartbeat_timeout_seconds or self.ctx.heartbeat_timeout_seconds,
+                activated_at=now,
+                failure_policy=policy_name,
+                updated_at=now,
+            )
+            repo.insert_step(conn, step)
+            task = replace(
+                task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now
+            )
+            repo.update_task(conn, task)
+            self._freeze_operation(conn, op)
+            # The previous attempts were marked superseded just above.
+            current = [replace(s, superseded=True) if s.step_id == step_id else s for s in steps]
+            view = self._view(conn, task, [*current, step])
+            repo.insert_outbox(
+                conn,
+                outbox.service_event(
+                    conn,
+                    task,
+                    view,
+                    EventType.STEP_REGISTERED,
+                    registrar,
+                    {"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
+                    now,
+                    step=step,
+                ),
+            )
+            return self._context(conn, task, step, created=True, now=now, uow=uow), view
+
+        return self._run(work)
+
+    def _context(
+        self, conn: sa.Connection, task: TaskState, step: StepState, *, created: bool, now: datetime, uow: UnitOfWork
+    ) -> ExecutionContext:
+        """Issue a token and a fresh handle for the execution, then commit."""
+        assert step.execution_id is not None and step.producer_id is not None
+        expires_at = now + self.ctx.token_ttl
+        claims = ExecutionClaims(
+            workflow_id=task.workflow_id,
+            task_id=task.task_id,
+            step_id=step.step_id,
+            step_attempt=step.attempt,
+            execution_id=step.execution_id,
+            operation_code=step.operation_code,
+            producer_id=step.producer_id,
+            tenant_id=task.tenant_id,
+            authority_scope=task.authority_scope,
+            bucket_id=task.bucket_id,
+            expires_at=expires_at,
+            allowed_event_types=frozenset(e.value for e in WORKER_EVENT_TYPES),
+        )
+        handle = ids.new_execution_handle()
+        conn.execute(
+            sa.insert(t.task_execution_handle).values(
+                handle_hash=ids.handle_hash(handle),
+                execution_id=step.execution_id,
+                task_id=task.task_id,
+                step_id=step.step_id,
+                step_attempt=step.attempt,
+                producer_id=step.producer_id,
+                expires_at=expires_at,
+                created_at=now,
+            )
+        )
+        uow.commit()
+        return ExecutionContext(
+            workflow_id=task.workflow_id,
+            task_id=task.task_id,
+            step_id=step.step_id,
+            operation_code=step.operation_code,
+            step_attempt=step.attempt,
+            execution_id=step.execution_id,
+            producer_id=step.producer_id,
+            heartbeat_interval_seconds=step.heartbeat_interval_seconds,
+            heartbeat_timeout_seconds=step.heartbeat_timeout_seconds,
+            execution_token=self.ctx.tokens.issue(claims),
+            execution_handle=handle,
+            task_version=task.version,
+            step_version=step.version,
+            created=created,
+            expires_at=expires_at,
+        )
+
+    def _revoke_handles(self, conn: sa.Connection, execution_id: str | None, reason: str, now: datetime) -> None:
+        if execution_id is None:
+            return
+        conn.execute(
+            sa.update(t.task_execution_handle)
+            .where(
+                t.task_execution_handle.c.execution_id == execution_id, t.task_execution_handle.c.revoked_at.is_(None)
+            )
+            .values(revoked_at=now, revoke_reason=reason)
+        )
+
+    def _freeze_operation(self, conn: sa.Connection, op: OperationDefinition) -> None:
+        od = t.task_operation_definition
+        conn.execute(
+            sa.update(od)
+            .where(
+                od.c.tenant_id == op.tenant_id,
+                od.c.authority_scope == op.authority_scope,
+                od.c.task_type_pattern == op.task_type_pattern,
+                od.c.definition_version == op.version,
+                od.c.operation_code == op.operation_code,
+                od.c.frozen_at.is_(None),
+            )
+            .values(frozen_at=self.ctx.now())
+        )

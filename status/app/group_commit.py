@@ -1,0 +1,63 @@
+"""Group commit for single-event requests (SPEC §16).
+
+Concurrent ``POST /internal/v1/task-events`` requests in one API process
+share transactions: while ``max_in_flight`` groups are being committed, new
+events queue; when a group finishes, the next one takes everything queued
+(up to ``max_group``).  An idle service therefore commits each event at once
+(no timer, no added latency), and a busy one commits many per transaction —
+one fsync, one multi-row INSERT per table — without any caller waiting for a
+clock.  Each request still gets its own result or its own rejection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio.to_thread
+
+from status.app import commands as c
+from status.app.context import EventCaller
+
+Item = tuple[EventCaller, c.ReportEvent]
+RunGroup = Callable[[Sequence[Item]], list[dict[str, Any] | BaseException]]
+
+
+class GroupCommitter:
+    def __init__(self, run_group: RunGroup, *, max_group: int = 64, max_in_flight: int = 2) -> None:
+        self._run_group = run_group
+        self._max_group = max(1, max_group)
+        self._max_in_flight = max(1, max_in_flight)
+        self._queue: deque[tuple[Item, asyncio.Future[dict[str, Any]]]] = deque()
+        self._in_flight = 0
+
+    async def submit(self, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
+        """The event's result once its group committed; raises the event's own rejection."""
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._queue.append(((caller, cmd), future))
+        self._start_groups()
+        return await future
+
+    def _start_groups(self) -> None:
+        while self._queue and self._in_flight < self._max_in_flight:
+            batch = [self._queue.popleft() for _ in range(min(self._max_group, len(self._queue)))]
+            self._in_flight += 1
+            asyncio.get_running_loop().create_task(self._commit(batch))
+
+    async def _commit(self, batch: list[tuple[Item, asyncio.Future[dict[str, Any]]]]) -> None:
+        try:
+            outcomes = await anyio.to_thread.run_sync(self._run_group, [item for item, _ in batch])
+        except BaseException as exc:  # the group as a whole failed: each caller gets that error
+            outcomes = [exc] * len(batch)
+        finally:
+            self._in_flight -= 1
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if future.cancelled():
+                continue  # the client went away; the event is committed (or not) all the same
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+        self._start_groups()

@@ -1,0 +1,324 @@
+"""Heartbeats and health (SPEC R6, R7; seed §3.5.1, §5.2).
+
+Plain heartbeats take a light path: they touch only ``last_heartbeat_*`` and
+the deadline of their step row, creating no version, event or message.  A
+STALE execution that heartbeats again, and an execution whose deadline
+passed, change health through the full event transaction exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app.context import HEALTH_PRODUCER, AppContext, require
+from status.app.events import EventCommands, Group
+from status.domain import ids
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.errors import DomainError, ErrorCode
+from status.domain.lifecycle import EventType, Health, Lifecycle
+from status.domain.projections import iso
+from status.infra import tables as t
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+
+class HealthCommands:
+    def __init__(self, ctx: AppContext, events: EventCommands) -> None:
+        self.ctx = ctx
+        self.events = events
+
+    def record_heartbeats(self, caller: ServicePrincipal, items: Sequence[c.Heartbeat]) -> dict[str, Any]:
+        """R6: plain heartbeats touch only last_heartbeat_*; no version, event or message."""
+        require(caller, Role.WORKER)
+        now = self.ctx.now()
+        results: list[dict[str, Any] | None] = [None] * len(items)
+        recover: list[tuple[int, str, str, int, str]] = []
+
+        def work(uow: UnitOfWork) -> None:
+            conn = uow.conn
+            resolved = self._resolve_heartbeats(conn, caller, items, now, results)
+            # Fixed lock order (task, step, attempt) so concurrent batches never deadlock-loop.
+            for index, (task_id, step_id, attempt, execution_id) in sorted(resolved.items(), key=lambda kv: kv[1]):
+                hb = items[index]
+                ts = t.task_step
+                updated = conn.execute(
+                    sa.update(ts)
+                    .where(
+                        ts.c.task_id == task_id,
+                        ts.c.step_id == step_id,
+                        ts.c.attempt == attempt,
+                        ts.c.execution_id == execution_id,
+                        ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                        ts.c.health == Health.HEALTHY.value,
+                        ts.c.superseded.is_(sa.false()),
+                        ts.c.last_heartbeat_seq < hb.heartbeat_seq,
+                    )
+                    .values(
+                        last_heartbeat_seq=hb.heartbeat_seq,
+                        last_heartbeat_at=now,
+                        heartbeat_deadline_at=self._deadline_expr(now),
+                    )
+                ).rowcount
+                if updated:
+                    results[index] = {
+                        "executionId": execution_id,
+                        "accepted": True,
+                        "health": "HEALTHY",
+                        "reason": None,
+                    }
+                    continue
+                row = (
+                    conn.execute(
+                        sa.select(ts.c.lifecycle_status, ts.c.health, ts.c.superseded, ts.c.last_heartbeat_seq).where(
+                            ts.c.task_id == task_id, ts.c.step_id == step_id, ts.c.attempt == attempt
+                        )
+                    )
+                    .mappings()
+                    .first()
+                )
+                results[index] = self._heartbeat_rejection(execution_id, hb, row)
+                if row is not None and row["health"] == Health.STALE.value and results[index] is None:
+                    recover.append((index, task_id, step_id, attempt, execution_id))
+            uow.commit()
+
+        run_in_transaction(self.ctx.engine, work)
+        # STALE -> HEALTHY goes through the full event transaction, exactly once (R6).
+        for index, task_id, step_id, attempt, execution_id in recover:
+            results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
+        return {"results": results, "receivedAt": iso(now)}
+
+    def _deadline_expr(self, now: datetime) -> Any:
+        ts = t.task_step
+        if self.ctx.engine.dialect.name == "sqlite":
+            return sa.func.strftime(
+                "%Y-%m-%d %H:%M:%f",
+                now.isoformat(sep=" "),
+                "+" + sa.cast(ts.c.heartbeat_timeout_seconds, sa.String) + " seconds",
+            )
+        return sa.func.timestampadd(sa.literal_column("SECOND"), ts.c.heartbeat_timeout_seconds, now)
+
+    def _resolve_heartbeats(
+        self,
+        conn: sa.Connection,
+        caller: ServicePrincipal,
+        items: Sequence[c.Heartbeat],
+        now: datetime,
+        results: list[dict[str, Any] | None],
+    ) -> dict[int, tuple[str, str, int, str]]:
+        resolved: dict[int, tuple[str, str, int, str]] = {}
+        hashes = {ids.handle_hash(h.execution_handle) for h in items if h.execution_handle}
+        handles = {}
+        if hashes:
+            for row in conn.execute(
+                sa.select(t.task_execution_handle).where(t.task_execution_handle.c.handle_hash.in_(hashes))
+            ).mappings():
+                handles[row["handle_hash"]] = row
+        tenant_of: dict[str, tuple[str, str]] = {}
+        for index, hb in enumerate(items):
+
+            def reject(code: ErrorCode, execution_id: str | None = hb.execution_id, _i: int = index) -> None:
+                results[_i] = {"executionId": execution_id, "accepted": False, "health": None, "reason": code.value}
+
+            if hb.heartbeat_seq < 1:
+                reject(ErrorCode.VALIDATION_FAILED)
+                continue
+            if hb.execution_handle:
+                handle = handles.get(ids.handle_hash(hb.execution_handle))
+                if handle is None:
+                    reject(ErrorCode.TOKEN_REVOKED)
+                    continue
+                if handle["producer_id"] != caller.producer_id:
+                    reject(ErrorCode.PRODUCER_MISMATCH, handle["execution_id"])
+                    continue
+                if handle["expires_at"] <= now:
+                    reject(ErrorCode.TOKEN_EXPIRED, handle["execution_id"])
+                    continue
+                key = (handle["task_id"], handle["step_id"], handle["step_attempt"], handle["execution_id"])
+            elif hb.execution_token:
+                try:
+                    claims = self.ctx.tokens.verify(hb.execution_token, now)
+                except DomainError as err:
+                    reject(err.code)
+                    continue
+                if claims.producer_id != caller.producer_id:
+                    reject(ErrorCode.PRODUCER_MISMATCH, claims.execution_id)
+                    continue
+                if (claims.tenant_id, claims.authority_scope) != (caller.tenant_id, caller.authority_scope):
+                    reject(ErrorCode.UNKNOWN_TASK, claims.execution_id)
+                    continue
+                key = (claims.task_id, claims.step_id, claims.step_attempt, claims.execution_id)
+            else:
+                reject(ErrorCode.UNAUTHENTICATED)
+                continue
+            if hb.execution_id is not None and hb.execution_id != key[3]:
+                reject(ErrorCode.STALE_EXECUTION, hb.execution_id)
+                continue
+            if key[0] not in tenant_of:
+                owner = conn.execute(
+                    sa.select(t.task.c.tenant_id, t.task.c.authority_scope).where(t.task.c.id == key[0])
+                ).first()
+                tenant_of[key[0]] = (owner[0], owner[1]) if owner else ("", "")
+            if tenant_of[key[0]] != (caller.tenant_id, caller.authority_scope):
+                reject(ErrorCode.UNKNOWN_TASK, key[3])
+                continue
+            resolved[index] = key
+        return resolved
+
+    @staticmethod
+    def _heartbeat_rejection(execution_id: str, hb: c.Heartbeat, row: Any) -> dict[str, Any] | None:
+        """Why the light update touched nothing; None means "STALE: recover through an event"."""
+
+        def no(code: ErrorCode, health: str | None = None) -> dict[str, Any]:
+            return {"executionId": execution_id, "accepted": False, "health": health, "reason": code.value}
+
+        if row is None:
+            return no(ErrorCode.UNKNOWN_STEP)
+        if row["superseded"]:
+            return no(ErrorCode.STALE_ATTEMPT)
+        if Lifecycle(row["lifecycle_status"]).terminal:
+            return no(ErrorCode.TERMINAL_STATE)
+        if row["lifecycle_status"] != Lifecycle.RUNNING.value:
+            return no(ErrorCode.INVALID_TRANSITION)
+        if hb.heartbeat_seq == row["last_heartbeat_seq"]:
+            # A duplicate seq is an idempotent success (R6).
+            return {"executionId": execution_id, "accepted": True, "health": row["health"], "reason": "DUPLICATE"}
+        if hb.heartbeat_seq < row["last_heartbeat_seq"]:
+            return no(ErrorCode.SOURCE_SEQ_REGRESSION, row["health"])
+        if row["health"] == Health.STALE.value:
+            return None
+        return no(ErrorCode.INVALID_TRANSITION, row["health"])
+
+    def _recover_health(
+        self, task_id: str, step_id: str, attempt: int, execution_id: str, hb: c.Heartbeat, caller: ServicePrincipal
+    ) -> dict[str, Any]:
+        cmd = c.ReportEvent(
+            event_id=f"health:{execution_id}:hb:{hb.heartbeat_seq}",
+            event_type=EventType.STEP_HEALTH_CHANGED.value,
+            source_seq=0,
+            occurred_at=self.ctx.now(),
+            task_id=task_id,
+            step_id=step_id,
+            step_attempt=attempt,
+            execution_id=execution_id,
+            health=Health.HEALTHY.value,
+            reason="HEARTBEAT_RESUMED",
+        )
+        health_caller = ServicePrincipal(
+            HEALTH_PRODUCER, caller.tenant_id, caller.authority_scope, frozenset({Role.HEALTH})
+        )
+        try:
+            self.events.report_event(health_caller, cmd)
+        except DomainError as err:
+            if err.code is not ErrorCode.INVALID_TRANSITION:  # someone else recovered it first
+                return {"executionId": execution_id, "accepted": False, "health": None, "reason": err.code.value}
+        # The heartbeat itself now lands on the light path.
+        ts = t.task_step
+
+        def work(uow: UnitOfWork) -> None:
+            uow.conn.execute(
+                sa.update(ts)
+                .where(
+                    ts.c.task_id == task_id,
+                    ts.c.step_id == step_id,
+                    ts.c.attempt == attempt,
+                    ts.c.last_heartbeat_seq < hb.heartbeat_seq,
+                )
+                .values(
+                    last_heartbeat_seq=hb.heartbeat_seq,
+                    last_heartbeat_at=self.ctx.now(),
+                    heartbeat_deadline_at=self._deadline_expr(self.ctx.now()),
+                )
+            )
+            uow.commit()
+
+        run_in_transaction(self.ctx.engine, work)
+        return {"executionId": execution_id, "accepted": True, "health": "HEALTHY", "reason": "RECOVERED"}
+
+    def mark_stale(self, *, tenant_scope: tuple[str, str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """R7: overdue RUNNING+HEALTHY executions become STALE through the event transaction.
+
+        Candidates are read without locks; each is re-checked under the task
+        lock taken with SKIP LOCKED, so several reconcilers never collide and a
+        reporter holding the task wins.
+        """
+        now = self.ctx.now()
+        ts = t.task_step
+        with self.ctx.engine.connect() as conn:
+            candidates = conn.execute(
+                sa.select(
+                    ts.c.task_id,
+                    ts.c.step_id,
+                    ts.c.attempt,
+                    ts.c.execution_id,
+                    t.task.c.tenant_id,
+                    t.task.c.authority_scope,
+                )
+                .join(t.task, t.task.c.id == ts.c.task_id)
+                .where(
+                    ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                    ts.c.health == Health.HEALTHY.value,
+                    ts.c.heartbeat_deadline_at <= now,
+                    ts.c.superseded.is_(sa.false()),
+                )
+                .order_by(ts.c.heartbeat_deadline_at)
+                .limit(limit)
+            ).all()
+        results = []
+        for task_id, step_id, attempt, execution_id, tenant, scope in candidates:
+            if tenant_scope is not None and (tenant, scope) != tenant_scope:
+                continue
+            caller = ServicePrincipal(HEALTH_PRODUCER, tenant, scope, frozenset({Role.HEALTH}))
+            deadline = self.ctx.now()
+            cmd = c.ReportEvent(
+                event_id=f"health:{execution_id}:stale:{deadline.isoformat()}",
+                event_type=EventType.STEP_HEALTH_CHANGED.value,
+                source_seq=0,
+                occurred_at=deadline,
+                task_id=task_id,
+                step_id=step_id,
+                step_attempt=attempt,
+                execution_id=execution_id,
+                health=Health.STALE.value,
+                reason="HEARTBEAT_TIMEOUT",
+            )
+
+            def work(
+                uow: UnitOfWork,
+                cmd: c.ReportEvent = cmd,
+                caller: ServicePrincipal = caller,
+                task_id: str = task_id,
+                step_id: str = step_id,
+                attempt: int = attempt,
+            ) -> tuple[dict[str, Any], Group] | None:
+                locked = uow.conn.execute(
+                    sa.select(t.task.c.id).where(t.task.c.id == task_id).with_for_update(skip_locked=True)
+                ).first()
+                if locked is None:
+                    return None  # another reconciler or a reporter has it; next pass re-checks
+                still_overdue = uow.conn.execute(
+                    sa.select(ts.c.task_id).where(
+                        ts.c.task_id == task_id,
+                        ts.c.step_id == step_id,
+                        ts.c.attempt == attempt,
+                        ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                        ts.c.health == Health.HEALTHY.value,
+                        ts.c.heartbeat_deadline_at <= self.ctx.now(),
+                    )
+                ).first()
+                if still_overdue is None:
+                    return None
+                return self.events.apply_locked(uow, caller, cmd)
+
+            try:
+                outcome = run_in_transaction(self.ctx.engine, work)
+            except DomainError:
+                continue
+            if outcome is not None:
+                result, group = outcome
+                self.events.publish(group)
+                results.append(result)
+        return results

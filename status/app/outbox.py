@@ -1,0 +1,254 @@
+"""The one place that turns a committed-to-be change into event-log and outbox rows.
+
+Every writer of the service (events, activations, classification, access,
+workflows, broadcasts) and the observer's workflow projector builds its rows
+here, so a row's shape (channels, projections, delivery flags) is defined
+once.  The builders are pure; the caller writes the rows inside its
+transaction (SPEC R1, AC17) — ``service_event`` writes its event-log and
+projector-feed rows itself and returns the outbox rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app.step_cache import TaskView
+from status.domain.lifecycle import EventType
+from status.domain.model import StepState, TaskState, WorkflowState
+from status.domain.projections import (
+    Projection,
+    detail_channel,
+    iso,
+    project_broadcast,
+    project_channel,
+    task_detail,
+    task_removed,
+    user_channel,
+    user_summary,
+    workflow_channel,
+    workflow_summary,
+)
+from status.domain.rules import Notice
+from status.infra import repository as repo
+
+
+def _row(
+    aggregate_type: str,
+    aggregate_id: str,
+    version: int,
+    channel: str,
+    projection: str,
+    payload: dict[str, Any],
+    *,
+    must_deliver: bool,
+    event_id: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    return {
+        "aggregate_type": aggregate_type,
+        "aggregate_id": aggregate_id,
+        "aggregate_version": version,
+        "channel": channel,
+        "projection": projection,
+        "must_deliver": must_deliver,
+        "event_id": event_id,
+        "payload": payload,
+        "status": "PENDING",
+        "available_at": now,
+        "created_at": now,
+    }
+
+
+def viewers_of(task: TaskState, granted: Sequence[str]) -> list[str]:
+    """The owner first, then every other user holding an unrevoked USER grant."""
+    return [task.owner_id, *[u for u in granted if u != task.owner_id]]
+
+
+def task_rows(
+    task: TaskState,
+    steps: Sequence[StepState],
+    viewers: Sequence[str],
+    *,
+    notice: Notice | None,
+    trigger: dict[str, Any] | None,
+    must_deliver: bool,
+    event_id: str,
+    broadcast: bool,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """One row per channel of a task change, each with the projection's full state and version."""
+    summary = user_summary(task, steps, now, notice)
+
+    def row(channel: str, projection: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return _row(
+            "TASK",
+            task.task_id,
+            task.version,
+            channel,
+            projection,
+            payload,
+            must_deliver=must_deliver,
+            event_id=event_id,
+            now=now,
+        )
+
+    rows = [row(user_channel(task.tenant_id, user), Projection.USER_SUMMARY, summary) for user in viewers]
+    detail = task_detail(task, steps, now, trigger)
+    rows.append(row(detail_channel(task.tenant_id, task.task_id), Projection.TASK_DETAIL, detail))
+    if broadcast and task.project_id:
+        rows.append(
+            row(
+                project_channel(task.tenant_id, task.project_id),
+                Projection.PROJECT_BROADCAST,
+                project_broadcast(task, steps, now),
+            )
+        )
+    return rows
+
+
+def removal_row(task: TaskState, user_id: str, event_id: str, now: datetime) -> dict[str, Any]:
+    """The tombstone telling a user who lost access to drop the task (must be delivered)."""
+    return _row(
+        "TASK",
+        task.task_id,
+        task.version,
+        user_channel(task.tenant_id, user_id),
+        Projection.USER_SUMMARY,
+        task_removed(task),
+        must_deliver=True,
+        event_id=event_id,
+        now=now,
+    )
+
+
+def workflow_rows(
+    workflow: WorkflowState, users: Sequence[str], now: datetime, *, must_deliver: bool = True
+) -> list[dict[str, Any]]:
+    """The workflow summary on its own channel and on each listed user's summary channel."""
+    payload = workflow_summary(workflow, now)
+    channels = [workflow_channel(workflow.tenant_id, workflow.workflow_id)]
+    channels += [user_channel(workflow.tenant_id, u) for u in dict.fromkeys(users)]
+    return [
+        _row(
+            "WORKFLOW",
+            workflow.workflow_id,
+            workflow.version,
+            channel,
+            Projection.WORKFLOW_SUMMARY,
+            payload,
+            must_deliver=must_deliver,
+            event_id=None,
+            now=now,
+        )
+        for channel in channels
+    ]
+
+
+def broadcast_row(
+    aggregate_id: str, channel: str, projection: str, payload: dict[str, Any], now: datetime
+) -> dict[str, Any]:
+    return _row("BROADCAST", aggregate_id, 1, channel, projection, payload, must_deliver=True, event_id=None, now=now)
+
+
+def event_row(
+    *,
+    event_id: str,
+    task: TaskState,
+    step: StepState | None,
+    event_type: str,
+    producer_id: str,
+    source_seq: int,
+    occurred_at: datetime,
+    received_at: datetime,
+    committed_at: datetime,
+    duration_ms: int | None = None,
+    data_schema: str | None = None,
+    error_code: str | None = None,
+    payload: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The immutable event-log record of a change, at the versions it produced."""
+    return dict(
+        event_id=event_id,
+        workflow_id=task.workflow_id,
+        task_id=task.task_id,
+        task_version=task.version,
+        step_id=step.step_id if step else None,
+        operation_code=step.operation_code if step else None,
+        execution_id=step.execution_id if step else None,
+        step_version=step.version if step else None,
+        task_attempt=task.attempt,
+        step_attempt=step.attempt if step else None,
+        producer_id=producer_id,
+        source_seq=source_seq,
+        event_type=event_type,
+        lifecycle_status=(step.lifecycle if step else task.lifecycle).value,
+        business_status=step.business_status if step else task.business_status,
+        health=(step.health if step else task.health).value,
+        data_schema=data_schema,
+        error_code=error_code,
+        occurred_at=occurred_at,
+        received_at=received_at,
+        committed_at=committed_at,
+        duration_ms=duration_ms,
+        payload=payload,
+    )
+
+
+def change_row(task: TaskState, now: datetime) -> dict[str, Any]:
+    """The workflow projector's feed entry (R15): insert-only, so task commits never lock the workflow."""
+    return {"workflow_id": task.workflow_id, "task_id": task.task_id, "task_version": task.version, "created_at": now}
+
+
+def service_event(
+    conn: sa.Connection,
+    task: TaskState,
+    view: TaskView,
+    event_type: EventType,
+    producer_id: str,
+    payload: dict[str, Any],
+    now: datetime,
+    *,
+    step: StepState | None = None,
+    notice: Notice | None = None,
+    must_deliver: bool = True,
+    broadcast: bool = False,
+) -> list[dict[str, Any]]:
+    """Log a change the service itself made (creation, activation, classification, access)
+    at the task's current version; returns its outbox rows for the caller to add to."""
+    event_id = f"sys:{task.task_id}:{task.version}"
+    repo.insert_events(
+        conn,
+        [
+            event_row(
+                event_id=event_id,
+                task=task,
+                step=step,
+                event_type=event_type.value,
+                producer_id=producer_id,
+                source_seq=0,
+                occurred_at=now,
+                received_at=now,
+                committed_at=now,
+                payload=payload,
+            )
+        ],
+    )
+    repo.insert_changes(conn, [change_row(task, now)])
+    trigger: dict[str, Any] = {"eventId": event_id, "eventType": event_type.value, "committedAt": iso(now)}
+    if step is not None:
+        trigger |= {"stepId": step.step_id, "operationCode": step.operation_code}
+    return task_rows(
+        task,
+        list(view.steps.values()),
+        view.viewers,
+        notice=notice,
+        trigger=trigger,
+        must_deliver=must_deliver,
+        event_id=event_id,
+        broadcast=broadcast,
+        now=now,
+    )

@@ -1,0 +1,175 @@
+"""Reads of the public API (SPEC §7): snapshots, timelines, lists — always ACL-checked.
+
+A task the user can't see answers exactly like a task that does not exist
+(no probing by id).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app.context import AppContext
+from status.domain.auth import UserPrincipal
+from status.domain.errors import ErrorCode, Invalid, NotFound
+from status.domain.projections import iso, task_snapshot, user_summary, workflow_summary
+from status.infra import repository as repo
+from status.infra import tables as t
+
+
+class Queries:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    def _visible(self, user: UserPrincipal) -> Any:
+        return repo.visible_task_filter(user.tenant_id, user.user_id, user.project_ids, user.role_ids)
+
+    def can_see_task(self, conn: sa.Connection, user: UserPrincipal, task_id: str) -> bool:
+        return (
+            conn.execute(sa.select(t.task.c.id).where(t.task.c.id == task_id, self._visible(user))).first() is not None
+        )
+
+    def get_task(self, user: UserPrincipal, task_id: str) -> dict[str, Any]:
+        """The snapshot, or NOT_FOUND when the task doesn't exist *or* isn't visible (no probing)."""
+        with self.ctx.engine.connect() as conn:
+            row = conn.execute(sa.select(t.task).where(t.task.c.id == task_id, self._visible(user))).mappings().first()
+            if row is None:
+                raise NotFound("task not found", ErrorCode.NOT_FOUND)
+            task = repo.task_from_row(row)
+            return task_snapshot(task, repo.steps_of(conn, task_id), self.ctx.now())
+
+    def task_events(self, user: UserPrincipal, task_id: str, after_version: int, limit: int) -> dict[str, Any]:
+        """The committed timeline after ``after_version`` (AC18); says when history was purged."""
+        limit = max(1, min(limit, 500))
+        with self.ctx.engine.connect() as conn:
+            if not self.can_see_task(conn, user, task_id):
+                raise NotFound("task not found", ErrorCode.NOT_FOUND)
+            log = t.task_event_log
+            rows = (
+                conn.execute(
+                    sa.select(log)
+                    .where(log.c.task_id == task_id, log.c.task_version > after_version)
+                    .order_by(log.c.task_version)
+                    .limit(limit + 1)
+                )
+                .mappings()
+                .all()
+            )
+            oldest = conn.execute(sa.select(sa.func.min(log.c.task_version)).where(log.c.task_id == task_id)).scalar()
+        truncated = oldest is not None and oldest > after_version + 1
+        events = [
+            {
+                "eventId": r["event_id"],
+                "eventType": r["event_type"],
+                "taskVersion": str(r["task_version"]),
+                "stepId": r["step_id"],
+                "stepAttempt": r["step_attempt"],
+                "operationCode": r["operation_code"],
+                "stepVersion": str(r["step_version"]) if r["step_version"] is not None else None,
+                "lifecycleStatus": r["lifecycle_status"],
+                "businessStatus": r["business_status"],
+                "health": r["health"],
+                "dataSchema": r["data_schema"],
+                "errorCode": r["error_code"],
+                "durationMs": r["duration_ms"],
+                "occurredAt": iso(r["occurred_at"]),
+                "committedAt": iso(r["committed_at"]),
+            }
+            for r in rows[:limit]
+        ]
+        return {
+            "taskId": task_id,
+            "events": events,
+            "historyTruncated": truncated,
+            "oldestAvailableVersion": str(oldest) if oldest is not None else None,
+            "hasMore": len(rows) > limit,
+        }
+
+    def batch_get(self, user: UserPrincipal, task_ids: Sequence[str], known: dict[str, int]) -> dict[str, Any]:
+        """Snapshots of the tasks whose version is newer than the caller's (two-level recovery)."""
+        wanted = list(dict.fromkeys(task_ids))
+        if len(wanted) > 100:
+            raise Invalid("at most 100 taskIds per request")
+        with self.ctx.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.task).where(t.task.c.id.in_(wanted), self._visible(user))).mappings().all()
+            tasks = {r["id"]: repo.task_from_row(r) for r in rows}
+            changed = [tid for tid, task in tasks.items() if task.version > known.get(tid, 0)]
+            steps = repo.steps_of_tasks(conn, changed)
+        now = self.ctx.now()
+        return {
+            "tasks": [task_snapshot(tasks[tid], steps[tid], now) for tid in changed],
+            "unchanged": [tid for tid in tasks if tid not in changed],
+            "notFound": [tid for tid in wanted if tid not in tasks],
+            "asOf": iso(now),
+        }
+
+    def my_tasks(self, user: UserPrincipal, cursor: str | None, limit: int) -> dict[str, Any]:
+        """The user's visible tasks, newest first, keyset-paginated."""
+        limit = max(1, min(limit, 100))
+        query = sa.select(t.task).where(self._visible(user))
+        if cursor:
+            created, task_id = _decode_cursor(cursor)
+            query = query.where(
+                sa.or_(t.task.c.created_at < created, sa.and_(t.task.c.created_at == created, t.task.c.id < task_id))
+            )
+        query = query.order_by(t.task.c.created_at.desc(), t.task.c.id.desc()).limit(limit + 1)
+        with self.ctx.engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+            tasks = [repo.task_from_row(r) for r in rows[:limit]]
+            steps = repo.steps_of_tasks(conn, [task.task_id for task in tasks])
+        now = self.ctx.now()
+        next_cursor = _encode_cursor(tasks[-1].created_at, tasks[-1].task_id) if len(rows) > limit else None
+        return {"tasks": [user_summary(task, steps[task.task_id], now) for task in tasks], "nextCursor": next_cursor}
+
+    def get_workflow(self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool) -> dict[str, Any]:
+        """The workflow summary and its ACL-trimmed tasks; NOT_FOUND unless the user sees it."""
+        with self.ctx.engine.connect() as conn:
+            row = conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id)).mappings().first()
+            if row is None or row["tenant_id"] != user.tenant_id:
+                raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
+            task_rows = (
+                conn.execute(
+                    sa.select(t.task)
+                    .where(t.task.c.workflow_id == workflow_id, self._visible(user))
+                    .order_by(t.task.c.created_at, t.task.c.id)
+                )
+                .mappings()
+                .all()
+            )
+            if row["owner_id"] != user.user_id and not task_rows:
+                raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
+            workflow = repo.workflow_from_row(row)
+            result = workflow_summary(workflow, self.ctx.now())
+            if with_tasks:
+                tasks = [repo.task_from_row(r) for r in task_rows]
+                steps = repo.steps_of_tasks(conn, [task.task_id for task in tasks])
+                now = self.ctx.now()
+                result = {"workflow": result, "tasks": [user_summary(x, steps[x.task_id], now) for x in tasks]}
+            return result
+
+    def snapshot(self, task_id: str) -> dict[str, Any] | None:
+        """The current detail state of a task (no access check: callers check visibility)."""
+        with self.ctx.engine.connect() as conn:
+            task = repo.load_task(conn, task_id)
+            if task is None:
+                return None
+            return task_snapshot(task, repo.steps_of(conn, task_id), self.ctx.now())
+
+
+def _encode_cursor(created_at: datetime, task_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), task_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, task_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(task_id)
+    except (ValueError, TypeError) as exc:
+        raise Invalid("cursor is not valid") from exc

@@ -1,0 +1,75 @@
+"""A version-validated cache of each task's step states and viewers.
+
+Projections need every step of a task (progress, current step, the detail
+list) and the users who see it, but an event changes one step.  Reading and
+locking all step rows on every event made its cost grow with the task; instead
+the event path locks the task row, and when the cache holds the task *at that
+version* it reads only the step the event is about.
+
+Why a version is enough: every change to a step's projected fields, to the
+set of steps or to the task's USER grants goes through a transaction that
+holds the task row lock and bumps ``task.version``.  Plain heartbeats change
+step rows without a version, but only heartbeat columns, which no projection
+shows and which the event path re-reads fresh for the step it writes.  So an
+entry whose version equals the locked row's is exactly what a full read would
+return.  Entries are written only after their transaction committed, so a
+rollback never leaves a version behind that the database does not hold; other
+processes writing the same task just make the entry miss.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from status.domain.model import StepState
+
+StepKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """The steps and USER viewers of one task at one ``task.version``."""
+
+    version: int
+    steps: dict[StepKey, StepState]
+    viewers: tuple[str, ...]
+
+    def with_step(self, version: int, step: StepState) -> TaskView:
+        return TaskView(version, {**self.steps, (step.step_id, step.attempt): step}, self.viewers)
+
+
+def view_of(version: int, steps: Iterable[StepState], viewers: Iterable[str]) -> TaskView:
+    return TaskView(version, {(s.step_id, s.attempt): s for s in steps}, tuple(viewers))
+
+
+class StepCache:
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, TaskView] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, task_id: str, version: int) -> TaskView | None:
+        with self._lock:
+            view = self._entries.get(task_id)
+            if view is None or view.version != version:
+                return None
+            self._entries.move_to_end(task_id)
+            return view
+
+    def put(self, task_id: str, view: TaskView) -> None:
+        """Remember a committed view (never one of an open transaction)."""
+        with self._lock:
+            current = self._entries.get(task_id)
+            if current is not None and current.version > view.version:
+                return  # a later commit already stored a newer view
+            self._entries[task_id] = view
+            self._entries.move_to_end(task_id)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+    def drop(self, task_id: str) -> None:
+        with self._lock:
+            self._entries.pop(task_id, None)

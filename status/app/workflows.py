@@ -1,0 +1,400 @@
+"""Workflows and tasks: idempotent creation (seed §3.1, AC3) and classification (R11)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app import outbox
+from status.app.context import (
+    AppContext,
+    check_key,
+    check_title,
+    content_hash,
+    lock_task_for,
+    operation,
+    require,
+)
+from status.app.events import load_view
+from status.app.step_cache import view_of
+from status.domain import ids
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy
+from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
+from status.domain.lifecycle import EventType, Lifecycle
+from status.domain.model import StepState, TaskState, WorkflowState
+from status.infra import repository as repo
+from status.infra import tables as t
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+
+class WorkflowCommands:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    def create_workflow(self, caller: ServicePrincipal, cmd: c.CreateWorkflow) -> dict[str, Any]:
+        """Create a workflow and its initial tasks idempotently, in one transaction (seed §3.1)."""
+        require(caller, Role.COORDINATOR)
+        check_key("clientWorkflowKey", cmd.client_workflow_key)
+        check_key("ownerId", cmd.owner_id, 64)
+        check_title(cmd.title)
+        keys = [nt.client_task_key for nt in cmd.initial_tasks]
+        if len(keys) != len(set(keys)):
+            raise Invalid("initialTasks have duplicate clientTaskKeys")
+        request_hash = content_hash(
+            {
+                "owner": cmd.owner_id,
+                "title": cmd.title,
+                "type": cmd.workflow_type,
+                "policy": cmd.dynamic_registration_policy,
+            }
+        )
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            conn, now = uow.conn, self.ctx.now()
+            wf = t.workflow
+            existing = (
+                conn.execute(
+                    sa.select(wf)
+                    .where(
+                        wf.c.tenant_id == caller.tenant_id,
+                        wf.c.authority_scope == caller.authority_scope,
+                        wf.c.client_workflow_key == cmd.client_workflow_key,
+                    )
+                    .with_for_update()
+                )
+                .mappings()
+                .first()
+            )
+            if existing is not None:
+                if existing["request_hash"] != request_hash:
+                    raise Conflict("clientWorkflowKey was used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
+                workflow = repo.workflow_from_row(existing)
+                created = False
+            else:
+                workflow = WorkflowState(
+                    workflow_id=ids.new_workflow_id(int(now.replace(tzinfo=UTC).timestamp() * 1000)),
+                    tenant_id=caller.tenant_id,
+                    owner_id=cmd.owner_id,
+                    authority_scope=caller.authority_scope,
+                    client_workflow_key=cmd.client_workflow_key,
+                    title=cmd.title,
+                    lifecycle=Lifecycle.PENDING,
+                    version=1,
+                    created_at=now,
+                    updated_at=now,
+                    workflow_type=cmd.workflow_type,
+                )
+                conn.execute(
+                    sa.insert(wf).values(
+                        id=workflow.workflow_id,
+                        tenant_id=workflow.tenant_id,
+                        owner_id=workflow.owner_id,
+                        authority_scope=workflow.authority_scope,
+                        coordinator_id=caller.producer_id,
+                        client_workflow_key=workflow.client_workflow_key,
+                        workflow_type=workflow.workflow_type,
+                        title=workflow.title,
+                        lifecycle_status=workflow.lifecycle.value,
+                        version=1,
+                        task_count=0,
+                        aggregate={},
+                        dynamic_registration_policy=cmd.dynamic_registration_policy,
+                        request_hash=request_hash,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+                created = True
+            results, rows_out = [], []
+            for new_task in cmd.initial_tasks:
+                result, rows, added = self._add_task(conn, caller, workflow, new_task, cmd.dynamic_registration_policy)
+                results.append(result)
+                rows_out += rows
+                if added:
+                    workflow = replace(workflow, task_count=workflow.task_count + 1)
+            if created or any(r["created"] for r in results):
+                if not created:
+                    workflow = replace(workflow, version=workflow.version + 1, updated_at=now)
+                conn.execute(
+                    sa.update(wf)
+                    .where(wf.c.id == workflow.workflow_id)
+                    .values(version=workflow.version, task_count=workflow.task_count, updated_at=now)
+                )
+                rows_out += outbox.workflow_rows(workflow, [workflow.owner_id], self.ctx.now())
+            repo.insert_outbox(conn, rows_out)
+            uow.commit()
+            return {
+                "workflowId": workflow.workflow_id,
+                "workflowVersion": str(workflow.version),
+                "created": created,
+                "tasks": results,
+            }
+
+        return run_in_transaction(self.ctx.engine, work)
+
+    def add_task(self, caller: ServicePrincipal, workflow_id: str, new_task: c.NewTask) -> dict[str, Any]:
+        """Add a task to a workflow idempotently by ``clientTaskKey``."""
+        require(caller, Role.COORDINATOR)
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            conn = uow.conn
+            row = (
+                conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id).with_for_update())
+                .mappings()
+                .first()
+            )
+            if row is None or (row["tenant_id"], row["authority_scope"]) != (caller.tenant_id, caller.authority_scope):
+                raise NotFound(f"workflow {workflow_id} does not exist", ErrorCode.UNKNOWN_WORKFLOW)
+            workflow = repo.workflow_from_row(row)
+            policy = row["dynamic_registration_policy"]
+            result, rows_out, added = self._add_task(conn, caller, workflow, new_task, policy)
+            if added:
+                now = self.ctx.now()
+                workflow = replace(
+                    workflow, version=workflow.version + 1, task_count=workflow.task_count + 1, updated_at=now
+                )
+                conn.execute(
+                    sa.update(t.workflow)
+                    .where(t.workflow.c.id == workflow_id)
+                    .values(version=workflow.version, task_count=workflow.task_count, updated_at=now)
+                )
+                rows_out += outbox.workflow_rows(workflow, [workflow.owner_id], self.ctx.now())
+            repo.insert_outbox(conn, rows_out)
+            uow.commit()
+            return {**result, "workflowId": workflow.workflow_id, "workflowVersion": str(workflow.version)}
+
+        return run_in_transaction(self.ctx.engine, work)
+
+    def _add_task(
+        self,
+        conn: sa.Connection,
+        caller: ServicePrincipal,
+        workflow: WorkflowState,
+        new_task: c.NewTask,
+        workflow_policy: dict[str, Any] | None,
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+        check_key("clientTaskKey", new_task.client_task_key)
+        check_title(new_task.title)
+        owner = new_task.owner_id or workflow.owner_id
+        check_key("ownerId", owner, 64)
+        for name, value, limit in (
+            ("productId", new_task.product_id, 64),
+            ("taskType", new_task.task_type, 128),
+            ("projectId", new_task.project_id, 64),
+        ):
+            if value is not None:
+                check_key(name, value, limit)
+        step_ids = [s.step_id for s in new_task.known_steps]
+        if len(step_ids) != len(set(step_ids)):
+            raise Invalid("knownSteps have duplicate stepIds")
+        policy = new_task.dynamic_registration_policy or workflow_policy
+        DynamicRegistrationPolicy.from_json(policy)  # validates the shape
+        request_hash = content_hash(
+            {
+                "title": new_task.title,
+                "owner": owner,
+                "type": new_task.task_type,
+                "product": new_task.product_id,
+                "project": new_task.project_id,
+                "steps": [vars(s) for s in new_task.known_steps],
+                "policy": policy,
+            }
+        )
+        existing = (
+            conn.execute(
+                sa.select(t.task.c.id, t.task.c.version, t.task.c.request_hash).where(
+                    t.task.c.workflow_id == workflow.workflow_id, t.task.c.client_task_key == new_task.client_task_key
+                )
+            )
+            .mappings()
+            .first()
+        )
+        if existing is not None:
+            if existing["request_hash"] != request_hash:
+                raise Conflict("clientTaskKey was used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
+            return (
+                {
+                    "clientTaskKey": new_task.client_task_key,
+                    "taskId": existing["id"],
+                    "taskVersion": str(existing["version"]),
+                    "created": False,
+                },
+                [],
+                False,
+            )
+        now = self.ctx.now()
+        defs = self.ctx.definitions_for(conn, caller.tenant_id, caller.authority_scope)
+        status_version = defs.latest_status_version(new_task.task_type) if new_task.task_type else None
+        statuses = defs.status_set(new_task.task_type, status_version)
+        task = TaskState(
+            task_id=ids.new_task_id(caller.tenant_id, owner, int(now.replace(tzinfo=UTC).timestamp() * 1000)),
+            workflow_id=workflow.workflow_id,
+            client_task_key=new_task.client_task_key,
+            tenant_id=caller.tenant_id,
+            owner_id=owner,
+            authority_scope=caller.authority_scope,
+            bucket_id=0,
+            title=new_task.title,
+            lifecycle=Lifecycle.PENDING,
+            business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
+            version=1,
+            created_at=now,
+            updated_at=now,
+            product_id=new_task.product_id,
+            task_type=new_task.task_type,
+            project_id=new_task.project_id,
+            status_definition_version=status_version,
+        )
+        task = replace(task, bucket_id=ids.bucket_hint(task.task_id) or 0)
+        conn.execute(
+            sa.insert(t.task).values(
+                id=task.task_id,
+                workflow_id=task.workflow_id,
+                client_task_key=task.client_task_key,
+                tenant_id=task.tenant_id,
+                owner_id=task.owner_id,
+                authority_scope=task.authority_scope,
+                bucket_id=task.bucket_id,
+                request_hash=request_hash,
+                created_at=now,
+                dynamic_registration_policy=policy,
+                **{k: v for k, v in repo.task_values(task).items()},
+            )
+        )
+        steps = []
+        for order, known in enumerate(new_task.known_steps):
+            check_key("stepId", known.step_id)
+            op = operation(defs, known.operation_code, task.task_type)
+            policy_name = known.failure_policy or op.failure_policy.value
+            FailurePolicy(policy_name)
+            step = StepState(
+                task_id=task.task_id,
+                step_id=known.step_id,
+                attempt=1,
+                client_step_key=known.step_id,
+                operation_code=known.operation_code,
+                operation_definition_version=op.version,
+                service_name=known.expected_producer or "*",
+                lifecycle=Lifecycle.PENDING,
+                business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
+                version=1,
+                display_name=known.display_name or op.display_name,
+                step_order=order,
+                failure_policy=policy_name,
+                updated_at=now,
+            )
+            repo.insert_step(conn, step)
+            steps.append(step)
+        rows = outbox.service_event(
+            conn,
+            task,
+            view_of(task.version, steps, [task.owner_id]),
+            EventType.TASK_CREATED,
+            caller.producer_id,
+            {"knownSteps": step_ids},
+            now,
+            broadcast=True,
+        )
+        return (
+            {"clientTaskKey": new_task.client_task_key, "taskId": task.task_id, "taskVersion": "1", "created": True},
+            rows,
+            True,
+        )
+
+    def classify(self, caller: ServicePrincipal, cmd: c.Classify) -> dict[str, Any]:
+        """Bind productId / taskType / definition version (R11); each change is an event."""
+        require(caller, Role.COORDINATOR)
+        for name, value, limit in (("productId", cmd.product_id, 64), ("taskType", cmd.task_type, 128)):
+            if value is not None:
+                check_key(name, value, limit)
+        if not cmd.fields:
+            raise Invalid("send at least one of productId, taskType, statusDefinitionVersion")
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            conn, now = uow.conn, self.ctx.now()
+            task = lock_task_for(conn, caller.tenant_id, caller.authority_scope, cmd.task_id)
+            if cmd.expected_version is not None and cmd.expected_version != task.version:
+                raise Conflict(
+                    f"the task is at version {task.version}, not {cmd.expected_version}",
+                    ErrorCode.VERSION_PRECONDITION_FAILED,
+                )
+            defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+            changes: dict[str, Any] = {}
+            if "productId" in cmd.fields and cmd.product_id != task.product_id:
+                changes["product_id"] = cmd.product_id  # a label: changes freely, audited by the event
+            new_type = task.task_type
+            if "taskType" in cmd.fields and cmd.task_type != task.task_type:
+                if task.task_type is not None:
+                    raise Conflict("taskType is frozen once set", ErrorCode.DEFINITION_FROZEN)
+                new_type = cmd.task_type
+                changes["task_type"] = new_type
+            version = task.status_definition_version
+            if "statusDefinitionVersion" in cmd.fields and cmd.status_definition_version != version:
+                if version is not None:
+                    raise Conflict("the status definition version is frozen once bound", ErrorCode.DEFINITION_FROZEN)
+                version = cmd.status_definition_version
+            elif version is None and new_type is not None and "taskType" in changes:
+                version = defs.latest_status_version(new_type)
+            if version != task.status_definition_version:
+                if new_type is None or (new_type, version) not in defs.statuses:
+                    raise Invalid(f"no status definition {new_type} v{version}", ErrorCode.UNKNOWN_BUSINESS_STATUS)
+                statuses = defs.status_set(new_type, version)
+                # The current business status must exist in the bound definition.
+                if task.business_status not in statuses.statuses:
+                    raise Invalid(
+                        f"business status {task.business_status} is not in {new_type} v{version}",
+                        ErrorCode.UNKNOWN_BUSINESS_STATUS,
+                    )
+                changes["status_definition_version"] = version
+            if not changes:
+                uow.commit()
+                return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": False}
+            before = {
+                "productId": task.product_id,
+                "taskType": task.task_type,
+                "statusDefinitionVersion": task.status_definition_version,
+            }
+            task = replace(task, **changes, version=task.version + 1, updated_at=now)
+            repo.update_task(conn, task)
+            self._freeze_statuses(conn, task)
+            after = {
+                "productId": task.product_id,
+                "taskType": task.task_type,
+                "statusDefinitionVersion": task.status_definition_version,
+            }
+            repo.insert_outbox(
+                conn,
+                outbox.service_event(
+                    conn,
+                    task,
+                    load_view(conn, task),
+                    EventType.TASK_CLASSIFIED,
+                    caller.producer_id,
+                    {"before": before, "after": after},
+                    now,
+                    must_deliver=False,
+                ),
+            )
+            uow.commit()
+            return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": True}
+
+        return run_in_transaction(self.ctx.engine, work)
+
+    def _freeze_statuses(self, conn: sa.Connection, task: TaskState) -> None:
+        if task.task_type is None or task.status_definition_version is None:
+            return
+        sd = t.task_status_definition
+        conn.execute(
+            sa.update(sd)
+            .where(
+                sd.c.task_type == task.task_type,
+                sd.c.definition_version == task.status_definition_version,
+                sd.c.frozen_at.is_(None),
+            )
+            .values(frozen_at=self.ctx.now())
+        )

@@ -1,0 +1,264 @@
+"""Group commit and the one-pass event path (SPEC R1, AC1, AC2, AC11, AC15, AC17; §16 cost growth)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app.group_commit import GroupCommitter
+from status.app.service import StatusService
+from status.domain.auth import ExecutionClaims, ServicePrincipal
+from status.domain.errors import DomainError, ErrorCode
+from status.domain.model import Progress
+from status.infra import repository as repo
+from status.infra import tables as t
+from status.infra.schemas import JsonSchemaValidator
+from tests.support.factories import activate, event
+
+
+def _task(service: StatusService, coordinator: ServicePrincipal, steps: int) -> str:
+    created = service.create_workflow(
+        coordinator,
+        c.CreateWorkflow(
+            client_workflow_key=f"wf-{uuid.uuid4().hex}",
+            owner_id="user-1",
+            title="Wide",
+            initial_tasks=(
+                c.NewTask("t", "Wide", known_steps=tuple(c.KnownStep(f"s{i}", "FILE.PREPARE") for i in range(steps))),
+            ),
+        ),
+    )
+    return str(created["tasks"][0]["taskId"])
+
+
+def _claims(service: StatusService, coordinator: ServicePrincipal, task_id: str, step: str) -> ExecutionClaims:
+    ctx = activate(service, coordinator, task_id, step, producer=f"producer-{step}")
+    return service._tokens.verify(ctx.execution_token, service.now())
+
+
+def _counts(engine: sa.Engine, task_id: str) -> tuple[int, int, int, int]:
+    with engine.connect() as conn:
+
+        def count(table: sa.Table, column: sa.Column[Any]) -> int:
+            return int(
+                conn.execute(sa.select(sa.func.count()).select_from(table).where(column == task_id)).scalar_one()
+            )
+
+        version = int(conn.execute(sa.select(t.task.c.version).where(t.task.c.id == task_id)).scalar_one())
+        return (
+            version,
+            count(t.task_event_log, t.task_event_log.c.task_id),
+            count(t.task_event_dedup, t.task_event_dedup.c.task_id),
+            count(t.task_outbox, t.task_outbox.c.aggregate_id),
+        )
+
+
+def test_a_bad_event_among_good_ones_fails_alone(service: StatusService, coordinator: ServicePrincipal) -> None:
+    task_id = _task(service, coordinator, 2)
+    a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
+    before = _counts(service.engine, task_id)
+    outcomes = service.report_group(
+        [
+            (a, event("STEP_STARTED", 1)),
+            (b, event("STEP_PROGRESS", 1, progress=Progress(2, 10))),  # not started yet: decided under lock
+            (b, event("STEP_STARTED", 0)),  # sourceSeq must be >= 1
+            (b, event("STEP_STARTED", 2)),
+        ]
+    )
+    assert isinstance(outcomes[1], DomainError) and outcomes[1].code is ErrorCode.INVALID_TRANSITION
+    assert isinstance(outcomes[2], DomainError) and outcomes[2].code is ErrorCode.VALIDATION_FAILED
+    good = [o for o in outcomes if isinstance(o, dict)]
+    assert len(good) == 2 and all(o["accepted"] for o in good)
+    # Gap-free: the two good events took exactly the next two versions, and nothing else was written.
+    assert sorted(int(o["taskVersion"]) for o in good) == [before[0] + 1, before[0] + 2]
+    version, events, dedups, outbox = _counts(service.engine, task_id)
+    assert (version, events - before[1], dedups - before[2]) == (before[0] + 2, 2, 2)
+    assert outbox - before[3] == 4  # owner summary + detail per good event
+
+
+def test_the_same_event_id_twice_in_one_group(service: StatusService, coordinator: ServicePrincipal) -> None:
+    task_id = _task(service, coordinator, 1)
+    claims = _claims(service, coordinator, task_id, "s0")
+    started = event("STEP_STARTED", 1)
+    reused = c.ReportEvent(**{**started.__dict__, "source_seq": 2})  # same id, other content
+    first, again, conflict = service.report_group([(claims, started), (claims, started), (claims, reused)])
+    assert isinstance(first, dict) and isinstance(again, dict)
+    assert first["duplicate"] is False and again["duplicate"] is True
+    assert {k: v for k, v in again.items() if k != "duplicate"} == {k: v for k, v in first.items() if k != "duplicate"}
+    assert isinstance(conflict, DomainError) and conflict.code is ErrorCode.EVENT_ID_CONFLICT
+    # Outside the group, the retry gets the same first result (AC1).
+    assert service.report_event(claims, started)["taskVersion"] == first["taskVersion"]
+
+
+def _crash(monkeypatch: pytest.MonkeyPatch, name: str, when: Any = lambda *a, **k: True) -> None:
+    original = getattr(repo, name)
+
+    def crashing(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if when(*args, **kwargs):
+            raise RuntimeError(f"injected crash after {name}")
+        return result
+
+    monkeypatch.setattr(repo, name, crashing)
+
+
+@pytest.mark.parametrize("point", ["update_task", "insert_events", "insert_outbox"])
+def test_a_crash_mid_group_leaves_nothing(
+    service: StatusService, coordinator: ServicePrincipal, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    task_id = _task(service, coordinator, 3)
+    claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
+    before = _counts(service.engine, task_id)
+    items = [(cl, event("STEP_STARTED", 1)) for cl in claims]
+    _crash(monkeypatch, point)
+    outcomes = service.report_group(items)
+    assert all(isinstance(o, RuntimeError) for o in outcomes)
+    assert _counts(service.engine, task_id) == before
+    monkeypatch.undo()
+    # The producers' retries with the same eventIds then land exactly once each.
+    retried = service.report_group(items)
+    assert all(isinstance(o, dict) and not o["duplicate"] for o in retried)
+    assert _counts(service.engine, task_id)[0] == before[0] + 3
+
+
+def test_a_poison_item_does_not_take_its_neighbours_down(
+    service: StatusService, coordinator: ServicePrincipal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task_id = _task(service, coordinator, 3)
+    claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
+    before = _counts(service.engine, task_id)
+    # A failure that is not a rejection, for one step only: the group rolls back, then each event runs alone.
+    _crash(monkeypatch, "update_step", lambda conn, step, before=None: step.step_id == "s1")
+    outcomes = service.report_group([(cl, event("STEP_STARTED", 1)) for cl in claims])
+    assert isinstance(outcomes[1], RuntimeError)
+    assert isinstance(outcomes[0], dict) and isinstance(outcomes[2], dict)
+    assert _counts(service.engine, task_id)[0] == before[0] + 2
+
+
+def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    producers, per_producer = 6, 8
+    task_id = _task(service, coordinator, producers)
+    claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(producers)]
+    start = _counts(service.engine, task_id)[0]
+    sizes: list[int] = []
+
+    def run_group(items: Any) -> Any:
+        sizes.append(len(items))
+        return service.report_group(items)
+
+    async def main() -> list[dict[str, Any]]:
+        committer = GroupCommitter(run_group, max_group=16, max_in_flight=2)
+
+        async def producer(cl: ExecutionClaims) -> list[dict[str, Any]]:
+            kinds = ["STEP_STARTED"] + ["STEP_PROGRESS"] * (per_producer - 1)
+            return [await committer.submit(cl, event(kind, seq)) for seq, kind in enumerate(kinds, start=1)]
+
+        results = await asyncio.gather(*(producer(cl) for cl in claims))
+        return [r for rs in results for r in rs]
+
+    results = asyncio.run(main())
+    versions = sorted(int(r["taskVersion"]) for r in results)
+    assert versions == list(range(start + 1, start + 1 + producers * per_producer))
+    assert max(sizes) > 1, "no two events ever shared a transaction"
+    with service.engine.connect() as conn:
+        logged = sorted(
+            conn.scalars(sa.select(t.task_event_log.c.task_version).where(t.task_event_log.c.task_id == task_id))
+        )
+        outboxed = set(
+            conn.scalars(sa.select(t.task_outbox.c.aggregate_version).where(t.task_outbox.c.aggregate_id == task_id))
+        )
+    assert logged == list(range(1, versions[-1] + 1)) and outboxed == set(logged)
+
+
+def test_group_commit_hands_each_caller_its_own_rejection(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    task_id = _task(service, coordinator, 1)
+    claims = _claims(service, coordinator, task_id, "s0")
+
+    async def main() -> tuple[Any, Any]:
+        committer = GroupCommitter(service.report_group, max_group=8, max_in_flight=1)
+        return await asyncio.gather(
+            committer.submit(claims, event("STEP_STARTED", 1)),
+            committer.submit(claims, event("STEP_STARTED", 0)),
+            return_exceptions=True,
+        )
+
+    good, bad = asyncio.run(main())
+    assert isinstance(good, dict) and good["accepted"]
+    assert isinstance(bad, DomainError) and bad.code is ErrorCode.VALIDATION_FAILED
+
+
+@contextmanager
+def _statements(engine: sa.Engine) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement.split()[0].upper())
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+
+def _progress_cost(service: StatusService, coordinator: ServicePrincipal, steps: int) -> tuple[list[str], list[str]]:
+    """Statements of one progress event: on a warm cache, then in a fresh process (cold cache)."""
+    task_id = _task(service, coordinator, steps)
+    claims = _claims(service, coordinator, task_id, "s0")
+    service.report_event(claims, event("STEP_STARTED", 1))
+    with _statements(service.engine) as warm:
+        service.report_event(claims, event("STEP_PROGRESS", 2, progress=Progress(1, 10)))
+    cold_service = StatusService(service.engine, execution_tokens=service._tokens, validator=JsonSchemaValidator())
+    cold_service.definitions = service.definitions  # definitions are loaded once a few seconds, not per event
+    cold_service.ctx.definitions = service.definitions
+    with _statements(service.engine) as cold:
+        cold_service.report_event(claims, event("STEP_PROGRESS", 3, progress=Progress(2, 10)))
+    return warm, cold
+
+
+def test_a_task_with_1000_steps_costs_the_same_statements_per_event_as_one_with_10(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    warm_small, cold_small = _progress_cost(service, coordinator, 10)
+    warm_large, cold_large = _progress_cost(service, coordinator, 1000)
+    assert warm_small == warm_large and cold_small == cold_large
+    # One pass: no statement reads more than the task, the one step and the dedup key on a warm cache.
+    assert warm_small.count("SELECT") == 3, warm_small
+    assert len(cold_small) == len(warm_small) + 2  # a cold cache reads the steps and the viewers once
+
+
+def test_the_cache_never_serves_a_step_another_process_changed(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    """Two API processes write the same task; each detail message still shows every step's latest state."""
+    task_id = _task(service, coordinator, 2)
+    a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
+    other = StatusService(service.engine, execution_tokens=service._tokens, validator=JsonSchemaValidator())
+    service.report_event(a, event("STEP_STARTED", 1))
+    other.report_event(b, event("STEP_STARTED", 1))
+    other.report_event(b, event("STEP_PROGRESS", 2, progress=Progress(7, 10)))
+    last = service.report_event(a, event("STEP_PROGRESS", 2, progress=Progress(1, 10)))
+    with service.engine.connect() as conn:
+        payload = conn.execute(
+            sa.select(t.task_outbox.c.payload).where(
+                t.task_outbox.c.aggregate_id == task_id,
+                t.task_outbox.c.aggregate_version == int(last["taskVersion"]),
+                t.task_outbox.c.projection == "TASK_DETAIL",
+            )
+        ).scalar_one()
+    payload = json.loads(payload) if isinstance(payload, str) else payload
+    steps = {s["stepId"]: s for s in payload["state"]["steps"]}
+    assert steps["s1"]["progress"]["current"] == 7 and steps["s1"]["lifecycleStatus"] == "RUNNING"
+    assert steps["s0"]["progress"]["current"] == 1
