@@ -3,7 +3,7 @@
 Not a test: it prints figures and ratios.  It needs the MariaDB started by
 ``scripts/services up mariadb`` and creates (then drops) its own database.
 
-    .venv/bin/python bench/ingest.py [--seconds 10] [--producers 16] [--batch-size 50]
+    .venv/bin/python bench/ingest.py [--seconds 10] [--producers 16] [--batch-size 200] [--workers 1]
 
 What is measured, in one run on the same machine:
 
@@ -15,6 +15,12 @@ What is measured, in one run on the same machine:
   serve`` (uvicorn, one process), one producer per task, keep-alive clients.
 * ``http batch``: ``POST /internal/v1/task-events:batch`` with many tasks'
   events per request.
+* ``API CPU per event``: the API process tree's CPU time (from /proc) over the
+  events it accepted in that phase — the load generator is this process.
+* cost growth: one producer's progress events on a task with 10 vs 1,000
+  steps, and with 10k vs 1M rows in the event log and dedup tables.
+* heartbeats: 1,000-item batches against 1,000 running executions (items/s),
+  checking that they created no versions and no outbox rows.
 """
 
 from __future__ import annotations
@@ -193,41 +199,77 @@ def ceiling(db: str, producers: int, seconds: float) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- HTTP
-def start_api(db: str, port: int, secrets_env: dict[str, str]) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        **secrets_env,
-        "TASK_OBSERVER_ENV": "test",
-        "TASK_OBSERVER_DATABASE_URL": f"{SERVER}/{db}?charset=utf8mb4",
-    }
-    proc = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "task-observer"), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the API did not start")
+class Api:
+    """``task-observer serve`` as a separate process (or process tree with --workers)."""
+
+    def __init__(self, db: str, port: int, secrets_env: dict[str, str], workers: int) -> None:
+        env = {
+            **os.environ,
+            **secrets_env,
+            "TASK_OBSERVER_ENV": "test",
+            "TASK_OBSERVER_DATABASE_URL": f"{SERVER}/{db}?charset=utf8mb4",
+            "TASK_OBSERVER_INTERNAL_RATE_PER_SECOND": "0",
+        }
+        command = [str(REPO / ".venv" / "bin" / "task-observer"), "serve", "--port", str(port)]
+        self.proc = subprocess.Popen(
+            [*command, "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self.base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError("the API did not start")
+
+    def cpu_seconds(self) -> float:
+        """User+system CPU of the API process and its workers so far."""
+        return sum(_cpu(pid) for pid in _tree(self.proc.pid))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
 
 
-def http_bench(
-    base: str, tokens: ServiceTokens, producers: int, seconds: float, batch_size: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    coordinator = {"Authorization": "Bearer " + tokens.issue("bench-coordinator", "bench", "s", [Role.COORDINATOR])}
-    worker = {"Authorization": "Bearer " + tokens.issue("bench-worker", "bench", "s", [Role.WORKER])}
-    client = httpx.Client(base_url=base, timeout=30)
+def _tree(pid: int) -> list[int]:
+    pids, i = [pid], 0
+    while i < len(pids):
+        for task in Path(f"/proc/{pids[i]}/task").glob("*/children"):
+            pids += [int(c) for c in task.read_text().split()]
+        i += 1
+    return pids
 
-    def new_execution() -> dict[str, Any]:
-        created = client.post(
+
+def _cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Load:
+    """Executions and credentials on the API, for the load phases."""
+
+    def __init__(self, api: Api, tokens: ServiceTokens, db: str) -> None:
+        self.api = api
+        url = sa.make_url(f"{SERVER}/{db}")
+        self.db = {"host": url.host, "port": url.port or 3306, "user": url.username, "password": url.password}
+        self.db["database"] = db
+        self.coordinator = {
+            "Authorization": "Bearer " + tokens.issue("bench-coordinator", "bench", "s", [Role.COORDINATOR])
+        }
+        self.worker = {"Authorization": "Bearer " + tokens.issue("bench-worker", "bench", "s", [Role.WORKER])}
+        self.client = httpx.Client(base_url=api.base, timeout=60)
+
+    def task(self, steps: int = 1, padding: int = 0) -> str:
+        """A task with ``steps`` known steps (at most 200 over the API) plus ``padding`` extra step rows."""
+        created = self.client.post(
             "/internal/v1/workflows",
-            headers=coordinator,
+            headers=self.coordinator,
             json={
                 "clientWorkflowKey": uuid.uuid4().hex,
                 "ownerId": "u",
@@ -236,62 +278,178 @@ def http_bench(
                     {
                         "clientTaskKey": "t",
                         "title": "t",
-                        "knownSteps": [{"stepId": "s", "operationCode": "DOCUMENT.PARSE"}],
+                        "knownSteps": [{"stepId": f"s{i}", "operationCode": "DOCUMENT.PARSE"} for i in range(steps)],
                     }
                 ],
             },
-        ).json()
-        task_id = created["tasks"][0]["taskId"]
-        ctx = client.post(
-            f"/internal/v1/tasks/{task_id}/steps/s:activate",
-            headers=coordinator,
-            json={"attempt": 1, "producerId": "bench-worker"},
+        )
+        created.raise_for_status()
+        task_id = str(created.json()["tasks"][0]["taskId"])
+        if padding:
+            # Written before any event touches the task, so no cached view predates them.
+            with pymysql.connect(**self.db) as conn, conn.cursor() as cur:
+                cur.execute(
+                    "INSERT INTO task_step (task_id, step_id, attempt, client_step_key, step_kind, display_name,"
+                    " step_order, depth, operation_code, operation_definition_version, service_name, superseded,"
+                    " source_seq, version, lifecycle_status, business_status, health, last_heartbeat_seq, updated_at)"
+                    " SELECT task_id, CONCAT('pad', seq), 1, CONCAT('pad', seq), 'DYNAMIC', display_name,"
+                    " 10000 + seq, 1, operation_code, operation_definition_version, service_name, 0, 0, 1,"
+                    " 'SUCCEEDED', 'SUCCEEDED', 'HEALTHY', 0, updated_at"
+                    f" FROM task_step JOIN seq_1_to_{padding} WHERE task_id=%s AND step_id='s0'",
+                    (task_id,),
+                )
+                conn.commit()
+        return task_id
+
+    def execution(self, task_id: str, step: str = "s0") -> dict[str, Any]:
+        """Activate a step and report STARTED; returns the execution context (with ``seq``)."""
+        ctx = self.client.post(
+            f"/internal/v1/tasks/{task_id}/steps/{step}:activate",
+            headers=self.coordinator,
+            json={"attempt": 1, "producerId": "bench-worker", "heartbeatTimeoutSeconds": 3600},
         ).json()
         started = _event("STEP_STARTED", 1, ctx["executionHandle"])
-        client.post("/internal/v1/task-events", headers=worker, json=started).raise_for_status()
-        return ctx
+        self.client.post("/internal/v1/task-events", headers=self.worker, json=started).raise_for_status()
+        return {**ctx, "seq": 1}
 
-    executions = [new_execution() for _ in range(producers)]
-    single = Stats()
+
+def measure(name: str, api: Api, stats: Stats, run: Callable[[], float]) -> dict[str, float]:
+    cpu_before = api.cpu_seconds()
+    elapsed = run()
+    cpu = api.cpu_seconds() - cpu_before
+    figures = stats.report(name, elapsed)
+    figures["cpu_ms_per_event"] = 1000 * cpu / max(1, stats.events)
+    print(f"{'':<14} API CPU {figures['cpu_ms_per_event']:.2f} ms/event ({cpu:.1f} s for {stats.events} events)")
+    return figures
+
+
+def http_single(load: Load, producers: int, seconds: float) -> dict[str, float]:
+    executions = [load.execution(load.task()) for _ in range(producers)]
+    stats = Stats()
 
     def producer(i: int, running: Callable[[], bool]) -> None:
-        handle, seq = executions[i]["executionHandle"], 1
-        with httpx.Client(base_url=base, timeout=30) as c:
+        ctx = executions[i]
+        with httpx.Client(base_url=load.api.base, timeout=30) as c:
             while running():
-                seq += 1
+                ctx["seq"] += 1
                 start = time.perf_counter()
-                r = c.post("/internal/v1/task-events", headers=worker, json=_event("STEP_PROGRESS", seq, handle))
+                body = _event("STEP_PROGRESS", ctx["seq"], ctx["executionHandle"])
+                r = c.post("/internal/v1/task-events", headers=load.worker, json=body)
                 if r.status_code != 200:
-                    single.errors += 1
+                    stats.errors += 1
                     continue
-                single.add(time.perf_counter() - start, 1)
-        executions[i]["seq"] = seq
+                stats.add(time.perf_counter() - start, 1)
 
-    single_figures = single.report("http single", run_threads(producers, seconds, producer))
+    return measure("http single", load.api, stats, lambda: run_threads(producers, seconds, producer))
 
-    batch = Stats()
-    batch_execs = [new_execution() for _ in range(batch_size)]
-    seqs = [1] * len(batch_execs)
+
+def http_batch(load: Load, producers: int, seconds: float, batch_size: int) -> dict[str, float]:
+    executions = [load.execution(load.task()) for _ in range(batch_size)]
+    stats = Stats()
     lock = threading.Lock()
     clients = max(2, producers // 4)
 
     def batcher(i: int, running: Callable[[], bool]) -> None:
-        mine = list(range(i, len(batch_execs), clients))
-        with httpx.Client(base_url=base, timeout=30) as c:
+        mine = executions[i::clients]
+        with httpx.Client(base_url=load.api.base, timeout=60) as c:
             while running():
-                events = []
                 with lock:
-                    for j in mine:
-                        seqs[j] += 1
-                        events.append(_event("STEP_PROGRESS", seqs[j], batch_execs[j]["executionHandle"]))
+                    for ctx in mine:
+                        ctx["seq"] += 1
+                    events = [_event("STEP_PROGRESS", ctx["seq"], ctx["executionHandle"]) for ctx in mine]
                 start = time.perf_counter()
-                r = c.post("/internal/v1/task-events:batch", headers=worker, json={"events": events})
+                r = c.post("/internal/v1/task-events:batch", headers=load.worker, json={"events": events})
                 accepted = sum(1 for x in r.json().get("results", []) if x.get("accepted"))
-                batch.errors += len(events) - accepted
-                batch.add(time.perf_counter() - start, accepted)
+                stats.errors += len(events) - accepted
+                stats.add(time.perf_counter() - start, accepted)
 
-    batch_figures = batch.report("http batch", run_threads(clients, seconds, batcher))
-    return single_figures, batch_figures
+    return measure("http batch", load.api, stats, lambda: run_threads(clients, seconds, batcher))
+
+
+def one_producer(load: Load, name: str, ctx: dict[str, Any], seconds: float) -> dict[str, float]:
+    """Sequential progress events of one execution: the per-event cost without contention."""
+    stats = Stats()
+
+    def producer(_: int, running: Callable[[], bool]) -> None:
+        with httpx.Client(base_url=load.api.base, timeout=30) as c:
+            while running():
+                ctx["seq"] += 1
+                start = time.perf_counter()
+                body = _event("STEP_PROGRESS", ctx["seq"], ctx["executionHandle"])
+                c.post("/internal/v1/task-events", headers=load.worker, json=body).raise_for_status()
+                stats.add(time.perf_counter() - start, 1)
+
+    return measure(name, load.api, stats, lambda: run_threads(1, seconds, producer))
+
+
+def grow_event_log(db: str, rows: int) -> int:
+    """Pad the event log and dedup tables with other tasks' rows until they hold ``rows`` rows."""
+    url = sa.make_url(f"{SERVER}/{db}")
+    conn = pymysql.connect(
+        host=url.host, port=url.port or 3306, user=url.username, password=url.password, database=db, autocommit=True
+    )
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM task_event_log")
+        have = int(cur.fetchone()[0])
+        while have < rows:
+            round_ = secrets.token_hex(3)
+            take = min(have, rows - have)
+            cur.execute(
+                "INSERT INTO task_event_log (event_id, workflow_id, task_id, task_version, step_id, task_attempt,"
+                " step_attempt, producer_id, source_seq, event_type, lifecycle_status, business_status, health,"
+                " occurred_at, received_at, committed_at, payload)"
+                f" SELECT CONCAT('pad{round_}-', event_id), workflow_id, CONCAT('pad-', task_id),"
+                " task_version, step_id, task_attempt, step_attempt, producer_id, source_seq, event_type,"
+                " lifecycle_status, business_status, health, occurred_at, received_at, committed_at, payload"
+                f" FROM task_event_log LIMIT {take}"
+            )
+            cur.execute(
+                "INSERT INTO task_event_dedup (event_id, task_id, payload_hash, result, created_at)"
+                f" SELECT CONCAT('pad{round_}-', event_id), CONCAT('pad-', task_id), payload_hash, result,"
+                f" created_at FROM task_event_dedup LIMIT {take}"
+            )
+            have += take
+    conn.close()
+    return have
+
+
+def heartbeats(load: Load, db: str, seconds: float, executions: int = 1000, clients: int = 2) -> dict[str, float]:
+    """1,000-item heartbeat batches against running executions: items/s, and no versions or messages."""
+    per_task = 200  # the most known steps a task takes over the API
+    task_ids = [load.task(steps=per_task) for _ in range(executions // per_task)]
+    handles = [load.execution(task_id, f"s{i}")["executionHandle"] for task_id in task_ids for i in range(per_task)]
+    engine = sa.create_engine(f"{SERVER}/{db}", poolclass=sa.pool.NullPool)
+
+    def state() -> tuple[int, int]:
+        with engine.connect() as conn:
+            version = conn.execute(sa.text("SELECT SUM(version) FROM task")).scalar_one()
+            outbox = conn.execute(sa.text("SELECT COUNT(*) FROM task_outbox")).scalar_one()
+        return int(version), int(outbox)
+
+    before = state()
+    stats = Stats()
+    seq = [0]
+    lock = threading.Lock()
+
+    def sender(_: int, running: Callable[[], bool]) -> None:
+        with httpx.Client(base_url=load.api.base, timeout=60) as c:
+            while running():
+                with lock:
+                    seq[0] += 1
+                    n = seq[0]
+                items = [{"executionHandle": h, "heartbeatSeq": n} for h in handles]
+                start = time.perf_counter()
+                r = c.post("/internal/v1/task-heartbeats:batch", headers=load.worker, json={"heartbeats": items})
+                r.raise_for_status()
+                accepted = sum(1 for x in r.json()["results"] if x["accepted"])
+                stats.errors += len(items) - accepted
+                stats.add(time.perf_counter() - start, accepted)
+
+    figures = measure("heartbeats", load.api, stats, lambda: run_threads(clients, seconds, sender))
+    after = state()
+    engine.dispose()
+    print(f"{'':<14} versions created {after[0] - before[0]}, outbox rows created {after[1] - before[1]}")
+    return figures
 
 
 def _event(kind: str, seq: int, handle: str) -> dict[str, Any]:
@@ -307,12 +465,20 @@ def _event(kind: str, seq: int, handle: str) -> dict[str, Any]:
     return body
 
 
+def _growth(name: str, small: dict[str, float], large: dict[str, float]) -> None:
+    cpu = large["cpu_ms_per_event"] / small["cpu_ms_per_event"] - 1
+    p50 = large["p50_ms"] / small["p50_ms"] - 1
+    print(f"growth {name:<22} API CPU {cpu:+.0%}, p50 latency {p50:+.0%}  (target within ±20%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--producers", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=200, help="events per batch request")
+    parser.add_argument("--workers", type=int, default=1, help="API processes (serve --workers)")
     parser.add_argument("--port", type=int, default=18080)
+    parser.add_argument("--skip-growth", action="store_true", help="skip the 1M-row event log figure")
     args = parser.parse_args()
 
     db = f"tso_bench_{secrets.token_hex(3)}"
@@ -321,7 +487,10 @@ def main() -> None:
         conn.execute(sa.text(f"CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
     try:
         migrate.upgrade(f"{SERVER}/{db}?charset=utf8mb4")
-        print(f"machine: {os.cpu_count()} cores; producers={args.producers}; {args.seconds:.0f}s per figure")
+        print(
+            f"machine: {os.cpu_count()} cores; producers={args.producers}; API workers={args.workers};"
+            f" {args.seconds:.0f}s per figure"
+        )
         ceil = ceiling(db, args.producers, args.seconds)
         env = {
             f"TASK_OBSERVER_{n}": secrets.token_hex(32)
@@ -333,22 +502,33 @@ def main() -> None:
                 "USER_TOKEN_SECRET",
             )
         }
-        api = start_api(db, args.port, env)
+        api = Api(db, args.port, env, args.workers)
         try:
-            single, batch = http_bench(
-                f"http://127.0.0.1:{args.port}",
-                ServiceTokens(env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]),
-                args.producers,
-                args.seconds,
-                args.batch_size,
+            load = Load(api, ServiceTokens(env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]), db)
+            single = http_single(load, args.producers, args.seconds)
+            batch = http_batch(load, args.producers, args.seconds, args.batch_size)
+            print(
+                f"ratio single/ceiling: {single['events_per_s'] / ceil['events_per_s']:.2f}"
+                f"  (target >= 0.75 at p99 < 50 ms; p99 {single['p99_ms']:.0f} ms)"
             )
+            print(f"ratio batch/ceiling:  {batch['events_per_s'] / ceil['events_per_s']:.2f}  (target >= 3)")
+            print(
+                f"API CPU per event:    single {single['cpu_ms_per_event']:.2f} ms,"
+                f" batch {batch['cpu_ms_per_event']:.2f} ms  (target <= 1 ms)"
+            )
+            few = one_producer(load, "10 steps", load.execution(load.task(steps=10)), args.seconds / 2)
+            many = one_producer(load, "1000 steps", load.execution(load.task(steps=10, padding=990)), args.seconds / 2)
+            _growth("10 -> 1,000 steps", few, many)
+            if not args.skip_growth:
+                grow_event_log(db, 10_000)
+                small = one_producer(load, "10k log rows", load.execution(load.task()), args.seconds / 2)
+                grown = grow_event_log(db, 1_000_000)
+                large = one_producer(load, f"{grown // 1000}k log rows", load.execution(load.task()), args.seconds / 2)
+                _growth("10k -> 1M log rows", small, large)
+            beats = heartbeats(load, db, args.seconds)
+            print(f"heartbeats/s:         {beats['events_per_s']:.0f}  (target >= 10,000)")
         finally:
-            api.terminate()
-            api.wait(10)
-        print(
-            f"ratio single/ceiling: {single['events_per_s'] / ceil['events_per_s']:.2f}  (target >= 0.75, p99 < 50 ms)"
-        )
-        print(f"ratio batch/ceiling:  {batch['events_per_s'] / ceil['events_per_s']:.2f}  (target >= 3)")
+            api.stop()
     finally:
         with server.begin() as conn:
             conn.execute(sa.text(f"DROP DATABASE IF EXISTS {db}"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from status.domain.auth import Role
 from status.settings import Settings, SettingsError
@@ -34,7 +35,13 @@ def _serve(args: argparse.Namespace) -> int:
     engine = create_engine(settings.database_url)
     service = build_service(settings, engine)
     service.install_default_definitions()
-    uvicorn.run(create_app(settings, engine, service), host=args.host, port=args.port, log_level="info", workers=None)
+    options: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": "info", "access_log": args.access_log}
+    if args.workers > 1:
+        # Several processes share the port; each builds its own engine and caches (all are version-checked).
+        engine.dispose()
+        uvicorn.run("status.api.asgi:app_from_env", factory=True, workers=args.workers, **options)
+    else:
+        uvicorn.run(create_app(settings, engine, service), **options)
     return 0
 
 
@@ -143,6 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve = add("serve", _serve, "run the status API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--workers", type=int, default=1, help="API processes sharing the port (default 1; about one per core)"
+    )
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log one line per request (off by default: rejections and errors are logged either way)",
+    )
 
     observer = add("observer", _observer, "run the outbox relay, workflow projector, health reconciler and retention")
     observer.add_argument(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from status.infra import repository as repo
 from status.infra.tokens import ExecutionTokens
 
 HEALTH_PRODUCER = "task-status/health"
+_SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f]")
 MAX_TITLE = 255
 KEY_LIMIT = 128
 
@@ -60,7 +62,7 @@ def content_hash(content: Any) -> str:
 
 
 def check_key(name: str, value: str, limit: int = KEY_LIMIT) -> None:
-    if not value or len(value) > limit or any(ch.isspace() or ord(ch) < 32 for ch in value):
+    if not value or len(value) > limit or _SPACE_OR_CONTROL.search(value):
         raise Invalid(f"{name} must be 1–{limit} printable characters without spaces")
 
 

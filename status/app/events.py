@@ -6,10 +6,10 @@ id order, each event decided by the domain and staged; the event log, dedup
 results, projector feed and outbox rows of the whole group are then written
 with one multi-row INSERT each and committed together (AC11, AC17).
 
-Per event the database sees: the task row locked, the one step row locked,
-a dedup lookup, the step and task UPDATEs of the changed columns — never
-every step of the task (their projected state comes from ``StepCache`` at the
-locked task version).  A rejected event writes nothing, so its neighbours in
+Per event the database sees: the task row locked while reading only its
+version and the event's dedup entry, then UPDATEs of the step's and task's
+changed columns — never every step of the task: the state at the locked
+version comes from ``StepCache`` (read once on a miss).  A rejected event writes nothing, so its neighbours in
 the group are unaffected; a database failure of the group re-runs each event
 in a transaction of its own.
 """
@@ -216,18 +216,23 @@ class EventCommands:
         if event_type not in {*WORKER_EVENT_TYPES, EventType.STEP_HEALTH_CHANGED}:
             raise Invalid(f"{event_type} cannot be reported")
         bound = self._resolve(group, caller, cmd, event_type, received_at)
-        task = repo.lock_task(conn, bound.task_id)
-        if task is None or (task.tenant_id, task.authority_scope) != (bound.tenant_id, bound.authority_scope):
+        locked = self._lock(conn, group, bound.task_id, cmd.event_id)
+        if locked is None or (locked[0].task.tenant_id, locked[0].task.authority_scope) != (
+            bound.tenant_id,
+            bound.authority_scope,
+        ):
             raise NotFound(f"task {bound.task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+        view, stored = locked
+        task = view.task
         assert bound.step_id is not None and bound.step_attempt is not None
-        step = repo.lock_step(conn, task.task_id, bound.step_id, bound.step_attempt)
+        step = view.steps.get((bound.step_id, bound.step_attempt))
         if step is None:
             raise NotFound(f"step {bound.step_id} attempt {bound.step_attempt} does not exist", ErrorCode.UNKNOWN_STEP)
         fingerprint = content_hash(
             {"task": task.task_id, "step": step.step_id, "attempt": step.attempt, "execution": bound.execution_id}
             | cmd.content()
         )
-        duplicate = self._dedup(conn, group, cmd.event_id, fingerprint)
+        duplicate = self._dedup(group, cmd.event_id, fingerprint, stored)
         if duplicate is not None:
             return duplicate
         if bound.credential_problem is not None:
@@ -244,7 +249,6 @@ class EventCommands:
                 raise Forbidden("the operation does not match the step", ErrorCode.OPERATION_MISMATCH)
             if bound.allowed_event_types is not None and event_type.value not in bound.allowed_event_types:
                 raise Forbidden(f"{event_type} is not allowed by the execution token", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
-        view = self._view(conn, group, task)
         defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
         op = operation(defs, step.operation_code, task.task_type, step.operation_definition_version)
         others_stale = any(
@@ -310,16 +314,20 @@ class EventCommands:
             raise Invalid("task events need taskId and taskAttempt")
         if cmd.producer_id is not None and cmd.producer_id != caller.producer_id:
             raise Forbidden("producerId does not match the credential", ErrorCode.PRODUCER_MISMATCH)
-        task = repo.lock_task(conn, cmd.task_id)
-        if task is None or (task.tenant_id, task.authority_scope) != (caller.tenant_id, caller.authority_scope):
+        locked = self._lock(conn, group, cmd.task_id, cmd.event_id)
+        if locked is None or (locked[0].task.tenant_id, locked[0].task.authority_scope) != (
+            caller.tenant_id,
+            caller.authority_scope,
+        ):
             raise NotFound(f"task {cmd.task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+        view, stored = locked
+        task = view.task
         if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
             raise NotFound(f"task {cmd.task_id} is not in workflow {cmd.workflow_id}", ErrorCode.UNKNOWN_TASK)
         fingerprint = content_hash({"task": task.task_id} | cmd.content())
-        duplicate = self._dedup(conn, group, cmd.event_id, fingerprint)
+        duplicate = self._dedup(group, cmd.event_id, fingerprint, stored)
         if duplicate is not None:
             return duplicate
-        view = self._view(conn, group, task)
         defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
         if cmd.summary is not None:
             raise Invalid("summary data is not accepted on task events yet", ErrorCode.SCHEMA_REJECTED)
@@ -382,10 +390,8 @@ class EventCommands:
             repo.update_step(conn, step, before_step)
             if step.lifecycle.terminal:
                 self._revoke(conn, group, step.execution_id, "STEP_TERMINAL", received_at)
-            view = view.with_step(task.version, step)
-        else:
-            view = TaskView(task.version, view.steps, view.viewers)
         repo.update_task(conn, task, before_task)
+        view = view.changed(task, step)
         committed_at = self.ctx.now()
         data = cmd.data
         group.events.append(
@@ -455,26 +461,36 @@ class EventCommands:
         return result
 
     # ------------------------------------------------------------ helpers
-    def _view(self, conn: sa.Connection, group: Group, task: TaskState) -> TaskView:
-        """The task's steps and viewers at the locked version: this group's, the cache's, or read once."""
-        staged = group.views.get(task.task_id)
-        if staged is not None and staged.version == task.version:
-            return staged
-        cached = self.ctx.steps.get(task.task_id, task.version)
+    def _lock(
+        self, conn: sa.Connection, group: Group, task_id: str, event_id: str
+    ) -> tuple[TaskView, tuple[str, Any] | None] | None:
+        """Lock the task; its view at the locked version and the event's stored dedup entry.
+
+        The view comes from this group, the cache, or (a miss) one read of the
+        task row, its steps and its viewers.  None: there is no such task.
+        """
+        row = repo.lock_task_version(conn, task_id, event_id)
+        if row is None:
+            return None
+        version, stored_hash, stored_result = row
+        stored = (stored_hash, stored_result) if stored_hash is not None else None
+        staged = group.views.get(task_id)
+        if staged is not None and staged.version == version:
+            return staged, stored
+        cached = self.ctx.steps.get(task_id, version)
         if cached is not None:
-            return cached
-        return load_view(conn, task)
+            return cached, stored
+        task = repo.load_task(conn, task_id)
+        assert task is not None  # locked above
+        return load_view(conn, task), stored
 
     @staticmethod
-    def _dedup(conn: sa.Connection, group: Group, event_id: str, fingerprint: str) -> dict[str, Any] | None:
-        staged = group.seen.get(event_id)
-        if staged is not None:
-            found_hash, found_result = staged
-        else:
-            found = repo.dedup_lookup(conn, event_id)
-            if found is None:
-                return None
-            found_hash, found_result = found["payload_hash"], found["result"]
+    def _dedup(group: Group, event_id: str, fingerprint: str, stored: tuple[str, Any] | None) -> dict[str, Any] | None:
+        """The first result of an event seen before (in this group or committed), or None."""
+        found = group.seen.get(event_id) or stored
+        if found is None:
+            return None
+        found_hash, found_result = found
         if found_hash != fingerprint:
             raise Conflict("eventId was already used with different content", ErrorCode.EVENT_ID_CONFLICT)
         return {**dict(found_result), "duplicate": True}
@@ -589,7 +605,7 @@ class EventCommands:
 def load_view(conn: sa.Connection, task: TaskState) -> TaskView:
     """Every step and USER viewer of a locked task, read once (a cache miss)."""
     viewers = outbox.viewers_of(task, repo.acl_users(conn, task.task_id))
-    return view_of(task.version, repo.steps_of(conn, task.task_id), viewers)
+    return view_of(task, repo.steps_of(conn, task.task_id), viewers)
 
 
 def _match(bound: dict[str, Any], claimed: dict[str, Any]) -> None:

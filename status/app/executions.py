@@ -93,7 +93,7 @@ class ExecutionCommands:
         return context
 
     def _view(self, conn: sa.Connection, task: TaskState, steps: list[StepState]) -> TaskView:
-        return view_of(task.version, steps, outbox.viewers_of(task, repo.acl_users(conn, task.task_id)))
+        return view_of(task, steps, outbox.viewers_of(task, repo.acl_users(conn, task.task_id)))
 
     def activate_step(self, caller: ServicePrincipal, cmd: c.ActivateStep) -> ExecutionContext:
         """Create attempt N of a known step and bind an execution (idempotent per attempt)."""

@@ -41,48 +41,25 @@ class HealthCommands:
         def work(uow: UnitOfWork) -> None:
             conn = uow.conn
             resolved = self._resolve_heartbeats(conn, caller, items, now, results)
-            # Fixed lock order (task, step, attempt) so concurrent batches never deadlock-loop.
-            for index, (task_id, step_id, attempt, execution_id) in sorted(resolved.items(), key=lambda kv: kv[1]):
-                hb = items[index]
-                ts = t.task_step
-                updated = conn.execute(
-                    sa.update(ts)
-                    .where(
-                        ts.c.task_id == task_id,
-                        ts.c.step_id == step_id,
-                        ts.c.attempt == attempt,
-                        ts.c.execution_id == execution_id,
-                        ts.c.lifecycle_status == Lifecycle.RUNNING.value,
-                        ts.c.health == Health.HEALTHY.value,
-                        ts.c.superseded.is_(sa.false()),
-                        ts.c.last_heartbeat_seq < hb.heartbeat_seq,
-                    )
-                    .values(
-                        last_heartbeat_seq=hb.heartbeat_seq,
-                        last_heartbeat_at=now,
-                        heartbeat_deadline_at=self._deadline_expr(now),
-                    )
-                ).rowcount
-                if updated:
-                    results[index] = {
-                        "executionId": execution_id,
-                        "accepted": True,
-                        "health": "HEALTHY",
-                        "reason": None,
-                    }
-                    continue
-                row = (
-                    conn.execute(
-                        sa.select(ts.c.lifecycle_status, ts.c.health, ts.c.superseded, ts.c.last_heartbeat_seq).where(
-                            ts.c.task_id == task_id, ts.c.step_id == step_id, ts.c.attempt == attempt
-                        )
-                    )
-                    .mappings()
-                    .first()
-                )
-                results[index] = self._heartbeat_rejection(execution_id, hb, row)
-                if row is not None and row["health"] == Health.STALE.value and results[index] is None:
+            rows = self._lock_steps(conn, sorted({key[:3] for key in resolved.values()}))
+            seq_now: dict[tuple[str, str, int], int] = {}  # last heartbeatSeq per step, as this batch moves it
+            for index in sorted(resolved):  # the order the worker sent them in
+                task_id, step_id, attempt, execution_id = resolved[index]
+                key, hb = (task_id, step_id, attempt), items[index]
+                row = rows.get(key)
+                if row is not None:
+                    row = {**row, "last_heartbeat_seq": seq_now.get(key, row["last_heartbeat_seq"])}
+                verdict = results[index] = self._heartbeat_verdict(execution_id, hb, row)
+                if verdict is None:
                     recover.append((index, task_id, step_id, attempt, execution_id))
+                elif verdict["accepted"] and verdict["reason"] is None:
+                    seq_now[key] = hb.heartbeat_seq
+            if seq_now:
+                # One statement for the batch (the rows are locked, so every write lands).
+                conn.execute(
+                    self._beat(now),
+                    [{"_task_id": k[0], "_step_id": k[1], "_attempt": k[2], "_seq": v} for k, v in seq_now.items()],
+                )
             uow.commit()
 
         run_in_transaction(self.ctx.engine, work)
@@ -90,6 +67,50 @@ class HealthCommands:
         for index, task_id, step_id, attempt, execution_id in recover:
             results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
         return {"results": results, "receivedAt": iso(now)}
+
+    def _lock_steps(self, conn: sa.Connection, keys: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Any]:
+        """The heartbeat columns of these step attempts, locked in key order (so batches never deadlock).
+
+        Only step rows are locked, never task rows: the event path locks a
+        task and then its step, so taking a task lock here could close a cycle.
+        """
+        ts = t.task_step
+        rows: dict[tuple[str, str, int], Any] = {}
+        for chunk in range(0, len(keys), 500):
+            query = (
+                sa.select(
+                    ts.c.task_id,
+                    ts.c.step_id,
+                    ts.c.attempt,
+                    ts.c.execution_id,
+                    ts.c.lifecycle_status,
+                    ts.c.health,
+                    ts.c.superseded,
+                    ts.c.last_heartbeat_seq,
+                )
+                .where(sa.tuple_(ts.c.task_id, ts.c.step_id, ts.c.attempt).in_(keys[chunk : chunk + 500]))
+                .order_by(ts.c.task_id, ts.c.step_id, ts.c.attempt)
+                .with_for_update()
+            )
+            for row in conn.execute(query).mappings():
+                rows[(row["task_id"], row["step_id"], row["attempt"])] = row
+        return rows
+
+    def _beat(self, now: datetime) -> Any:
+        ts = t.task_step
+        return (
+            sa.update(ts)
+            .where(
+                ts.c.task_id == sa.bindparam("_task_id"),
+                ts.c.step_id == sa.bindparam("_step_id"),
+                ts.c.attempt == sa.bindparam("_attempt"),
+            )
+            .values(
+                last_heartbeat_seq=sa.bindparam("_seq"),
+                last_heartbeat_at=now,
+                heartbeat_deadline_at=self._deadline_expr(now),
+            )
+        )
 
     def _deadline_expr(self, now: datetime) -> Any:
         ts = t.task_step
@@ -114,10 +135,9 @@ class HealthCommands:
         handles = {}
         if hashes:
             for row in conn.execute(
-                sa.select(t.task_execution_handle).where(t.task_execution_handle.c.handle_hash.in_(hashes))
+                sa.select(t.task_execution_handle).where(t.task_execution_handle.c.handle_hash.in_(sorted(hashes)))
             ).mappings():
                 handles[row["handle_hash"]] = row
-        tenant_of: dict[str, tuple[str, str]] = {}
         for index, hb in enumerate(items):
 
             def reject(code: ErrorCode, execution_id: str | None = hb.execution_id, _i: int = index) -> None:
@@ -157,26 +177,37 @@ class HealthCommands:
             if hb.execution_id is not None and hb.execution_id != key[3]:
                 reject(ErrorCode.STALE_EXECUTION, hb.execution_id)
                 continue
-            if key[0] not in tenant_of:
-                owner = conn.execute(
-                    sa.select(t.task.c.tenant_id, t.task.c.authority_scope).where(t.task.c.id == key[0])
-                ).first()
-                tenant_of[key[0]] = (owner[0], owner[1]) if owner else ("", "")
-            if tenant_of[key[0]] != (caller.tenant_id, caller.authority_scope):
-                reject(ErrorCode.UNKNOWN_TASK, key[3])
-                continue
             resolved[index] = key
+        # Only the caller's tenant and scope: any other task does not exist for it.
+        task_ids = sorted({key[0] for key in resolved.values()})
+        mine = set()
+        for chunk in range(0, len(task_ids), 500):
+            mine |= set(
+                conn.scalars(
+                    sa.select(t.task.c.id).where(
+                        t.task.c.id.in_(task_ids[chunk : chunk + 500]),
+                        t.task.c.tenant_id == caller.tenant_id,
+                        t.task.c.authority_scope == caller.authority_scope,
+                    )
+                )
+            )
+        for index, key in list(resolved.items()):
+            if key[0] not in mine:
+                results[index] = {"executionId": key[3], "accepted": False, "health": None, "reason": "UNKNOWN_TASK"}
+                del resolved[index]
         return resolved
 
     @staticmethod
-    def _heartbeat_rejection(execution_id: str, hb: c.Heartbeat, row: Any) -> dict[str, Any] | None:
-        """Why the light update touched nothing; None means "STALE: recover through an event"."""
+    def _heartbeat_verdict(execution_id: str, hb: c.Heartbeat, row: Any) -> dict[str, Any] | None:
+        """The result of one heartbeat against its (locked) step row; None: STALE, recover through an event."""
 
         def no(code: ErrorCode, health: str | None = None) -> dict[str, Any]:
             return {"executionId": execution_id, "accepted": False, "health": health, "reason": code.value}
 
         if row is None:
             return no(ErrorCode.UNKNOWN_STEP)
+        if row["execution_id"] != execution_id:
+            return no(ErrorCode.STALE_EXECUTION)
         if row["superseded"]:
             return no(ErrorCode.STALE_ATTEMPT)
         if Lifecycle(row["lifecycle_status"]).terminal:
@@ -190,7 +221,7 @@ class HealthCommands:
             return no(ErrorCode.SOURCE_SEQ_REGRESSION, row["health"])
         if row["health"] == Health.STALE.value:
             return None
-        return no(ErrorCode.INVALID_TRANSITION, row["health"])
+        return {"executionId": execution_id, "accepted": True, "health": Health.HEALTHY.value, "reason": None}
 
     def _recover_health(
         self, task_id: str, step_id: str, attempt: int, execution_id: str, hb: c.Heartbeat, caller: ServicePrincipal

@@ -1,18 +1,21 @@
-"""A version-validated cache of each task's step states and viewers.
+"""A version-validated cache of each task's current state, step states and viewers.
 
 Projections need every step of a task (progress, current step, the detail
 list) and the users who see it, but an event changes one step.  Reading and
 locking all step rows on every event made its cost grow with the task; instead
-the event path locks the task row, and when the cache holds the task *at that
-version* it reads only the step the event is about.
+the event path locks the task row reading only its version (and the event's
+dedup entry), and when the cache holds the task *at that version* it reads no
+other row: PyMySQL parses every column descriptor of every result in Python,
+so a wide row costs more CPU than the round trip that fetched it.
 
-Why a version is enough: every change to a step's projected fields, to the
-set of steps or to the task's USER grants goes through a transaction that
-holds the task row lock and bumps ``task.version``.  Plain heartbeats change
-step rows without a version, but only heartbeat columns, which no projection
-shows and which the event path re-reads fresh for the step it writes.  So an
-entry whose version equals the locked row's is exactly what a full read would
-return.  Entries are written only after their transaction committed, so a
+Why a version is enough: every change to a task's columns, to a step's
+columns other than heartbeat bookkeeping, to the set of steps or to the
+task's USER grants goes through a transaction that holds the task row lock
+and bumps ``task.version``.  Plain heartbeats change step rows without a
+version, but only ``last_heartbeat_*`` and the deadline, which no projection
+shows; the event path writes only the columns an event changed, so it never
+writes back a cached heartbeat value.  So an entry whose version equals the
+locked row's is exactly what a full read would return.  Entries are written only after their transaction committed, so a
 rollback never leaves a version behind that the database does not hold; other
 processes writing the same task just make the entry miss.
 """
@@ -24,25 +27,31 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from status.domain.model import StepState
+from status.domain.model import StepState, TaskState
 
 StepKey = tuple[str, int]
 
 
 @dataclass(frozen=True)
 class TaskView:
-    """The steps and USER viewers of one task at one ``task.version``."""
+    """A task, its steps and its USER viewers at one ``task.version``."""
 
-    version: int
+    task: TaskState
     steps: dict[StepKey, StepState]
     viewers: tuple[str, ...]
 
-    def with_step(self, version: int, step: StepState) -> TaskView:
-        return TaskView(version, {**self.steps, (step.step_id, step.attempt): step}, self.viewers)
+    @property
+    def version(self) -> int:
+        return self.task.version
+
+    def changed(self, task: TaskState, step: StepState | None) -> TaskView:
+        """The view after a change to the task and at most one step."""
+        steps = self.steps if step is None else {**self.steps, (step.step_id, step.attempt): step}
+        return TaskView(task, steps, self.viewers)
 
 
-def view_of(version: int, steps: Iterable[StepState], viewers: Iterable[str]) -> TaskView:
-    return TaskView(version, {(s.step_id, s.attempt): s for s in steps}, tuple(viewers))
+def view_of(task: TaskState, steps: Iterable[StepState], viewers: Iterable[str]) -> TaskView:
+    return TaskView(task, {(s.step_id, s.attempt): s for s in steps}, tuple(viewers))
 
 
 class StepCache:

@@ -293,7 +293,7 @@ class WorkflowCommands:
         rows = outbox.service_event(
             conn,
             task,
-            view_of(task.version, steps, [task.owner_id]),
+            view_of(task, steps, [task.owner_id]),
             EventType.TASK_CREATED,
             caller.producer_id,
             {"knownSteps": step_ids},

@@ -35,6 +35,9 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
 
         return engine
     kwargs.setdefault("pool_pre_ping", True)
+    # Every unit of work ends its transaction (commit, or rollback on close), so the
+    # pool's own rollback on check-in would only add a round trip per transaction.
+    kwargs.setdefault("pool_reset_on_return", None)
     kwargs.setdefault("pool_size", 20)
     kwargs.setdefault("max_overflow", 20)
     kwargs.setdefault("isolation_level", "READ COMMITTED")

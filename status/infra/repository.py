@@ -211,6 +211,14 @@ def workflow_from_row(row: Mapping[Any, Any]) -> WorkflowState:
 # the database round trip it describes.
 _LOCK_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id")).with_for_update()
 _LOAD_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id"))
+# The event path's first statement: lock the task reading only its version (a cached
+# state at that version is current) plus the event's dedup entry, in one round trip.
+_LOCK_TASK_VERSION = (
+    sa.select(t.task.c.version, t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result)
+    .select_from(t.task.outerjoin(t.task_event_dedup, t.task_event_dedup.c.event_id == sa.bindparam("_event_id")))
+    .where(t.task.c.id == sa.bindparam("_id"))
+    .with_for_update()
+)
 _STEPS = sa.select(t.task_step).where(t.task_step.c.task_id == sa.bindparam("_task_id"))
 _LOCK_STEPS = _STEPS.with_for_update()
 _LOCK_STEP = (
@@ -243,6 +251,11 @@ _DEDUP = sa.select(t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.resul
 def lock_task(conn: sa.Connection, task_id: str) -> TaskState | None:
     row = conn.execute(_LOCK_TASK, {"_id": task_id}).mappings().first()
     return task_from_row(row) if row else None
+
+
+def lock_task_version(conn: sa.Connection, task_id: str, event_id: str) -> Any:
+    """Lock a task; returns (version, dedup payload hash, dedup result) or None when there is no such task."""
+    return conn.execute(_LOCK_TASK_VERSION, {"_id": task_id, "_event_id": event_id}).first()
 
 
 def load_task(conn: sa.Connection, task_id: str) -> TaskState | None:

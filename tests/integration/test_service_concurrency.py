@@ -122,7 +122,7 @@ def _crash_after(monkeypatch: pytest.MonkeyPatch, target: Any, name: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "point", ["lock_step", "update_step", "update_task", "insert_events", "insert_dedups", "insert_outbox"]
+    "point", ["lock_task_version", "update_step", "update_task", "insert_events", "insert_dedups", "insert_outbox"]
 )
 def test_ac17_a_crash_between_statements_leaves_nothing(
     service: StatusService, coordinator: ServicePrincipal, monkeypatch: pytest.MonkeyPatch, point: str
