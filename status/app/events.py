@@ -225,7 +225,7 @@ class EventCommands:
         view, stored = locked
         task = view.task
         assert bound.step_id is not None and bound.step_attempt is not None
-        step = view.steps.get((bound.step_id, bound.step_attempt))
+        step = view.steps.get(bound.step_id, bound.step_attempt)
         if step is None:
             raise NotFound(f"step {bound.step_id} attempt {bound.step_attempt} does not exist", ErrorCode.UNKNOWN_STEP)
         fingerprint = content_hash(
@@ -251,11 +251,7 @@ class EventCommands:
                 raise Forbidden(f"{event_type} is not allowed by the execution token", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
         defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
         op = operation(defs, step.operation_code, task.task_type, step.operation_definition_version)
-        others_stale = any(
-            s.health is Health.STALE and not s.lifecycle.terminal
-            for key, s in view.steps.items()
-            if key != (step.step_id, step.attempt)
-        )
+        others_stale = view.steps.stale_besides(step.step_id, step.attempt)
         source_seq = cmd.source_seq if event_type is not EventType.STEP_HEALTH_CHANGED else step.version + 1
         outcome = apply_step_event(
             task,
@@ -449,7 +445,7 @@ class EventCommands:
         }
         group.outbox += outbox.task_rows(
             task,
-            list(view.steps.values()),
+            view.steps,
             view.viewers,
             notice=outcome.notice,
             trigger=trigger,

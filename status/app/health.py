@@ -38,31 +38,45 @@ class HealthCommands:
         results: list[dict[str, Any] | None] = [None] * len(items)
         recover: list[tuple[int, str, str, int, str]] = []
 
+        with self.ctx.engine.connect() as conn:  # credentials and tenants: immutable, read once
+            resolved = self._resolve_heartbeats(conn, caller, items, now, results)
+        beats = [(*resolved[i], items[i].heartbeat_seq) for i in sorted(resolved)]
+
+        def fast(uow: UnitOfWork) -> bool:
+            # The usual batch: one beat per execution, every one RUNNING, HEALTHY and newer.
+            if self._write_beats(uow.conn, beats, now, guarded=True) != len(beats):
+                return False  # not committed: rolled back, decided one by one below
+            uow.commit()
+            return True
+
         def work(uow: UnitOfWork) -> None:
             conn = uow.conn
-            resolved = self._resolve_heartbeats(conn, caller, items, now, results)
             rows = self._lock_steps(conn, sorted({key[:3] for key in resolved.values()}))
             seq_now: dict[tuple[str, str, int], int] = {}  # last heartbeatSeq per step, as this batch moves it
             for index in sorted(resolved):  # the order the worker sent them in
                 task_id, step_id, attempt, execution_id = resolved[index]
                 key, hb = (task_id, step_id, attempt), items[index]
                 row = rows.get(key)
-                if row is not None:
-                    row = {**row, "last_heartbeat_seq": seq_now.get(key, row["last_heartbeat_seq"])}
-                verdict = results[index] = self._heartbeat_verdict(execution_id, hb, row)
+                last_seq = seq_now.get(key, row.last_heartbeat_seq) if row is not None else 0
+                verdict = results[index] = self._heartbeat_verdict(execution_id, hb, row, last_seq)
                 if verdict is None:
                     recover.append((index, task_id, step_id, attempt, execution_id))
                 elif verdict["accepted"] and verdict["reason"] is None:
                     seq_now[key] = hb.heartbeat_seq
-            if seq_now:
-                # One statement for the batch (the rows are locked, so every write lands).
-                conn.execute(
-                    self._beat(now),
-                    [{"_task_id": k[0], "_step_id": k[1], "_attempt": k[2], "_seq": v} for k, v in seq_now.items()],
-                )
+            self._write_beats(conn, [(*k, "", v) for k, v in seq_now.items()], now, guarded=False)
             uow.commit()
 
-        run_in_transaction(self.ctx.engine, work)
+        single = len({b[:3] for b in beats}) == len(beats)
+        if beats and single and run_in_transaction(self.ctx.engine, fast):
+            for index in resolved:
+                results[index] = {
+                    "executionId": resolved[index][3],
+                    "accepted": True,
+                    "health": "HEALTHY",
+                    "reason": None,
+                }
+        elif beats:
+            run_in_transaction(self.ctx.engine, work)
         # STALE -> HEALTHY goes through the full event transaction, exactly once (R6).
         for index, task_id, step_id, attempt, execution_id in recover:
             results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
@@ -76,7 +90,9 @@ class HealthCommands:
         """
         ts = t.task_step
         rows: dict[tuple[str, str, int], Any] = {}
-        for chunk in range(0, len(keys), 500):
+        # Chunks of 100 keys: MariaDB turns longer row-value IN lists into a derived
+        # table and may then scan (and lock-read) the whole table instead of the key range.
+        for chunk in range(0, len(keys), 100):
             query = (
                 sa.select(
                     ts.c.task_id,
@@ -88,23 +104,75 @@ class HealthCommands:
                     ts.c.superseded,
                     ts.c.last_heartbeat_seq,
                 )
-                .where(sa.tuple_(ts.c.task_id, ts.c.step_id, ts.c.attempt).in_(keys[chunk : chunk + 500]))
+                .where(sa.tuple_(ts.c.task_id, ts.c.step_id, ts.c.attempt).in_(keys[chunk : chunk + 100]))
                 .order_by(ts.c.task_id, ts.c.step_id, ts.c.attempt)
                 .with_for_update()
             )
-            for row in conn.execute(query).mappings():
-                rows[(row["task_id"], row["step_id"], row["attempt"])] = row
+            for row in conn.execute(query):
+                rows[(row.task_id, row.step_id, row.attempt)] = row
         return rows
 
-    def _beat(self, now: datetime) -> Any:
+    def _write_beats(
+        self, conn: sa.Connection, beats: list[tuple[str, str, int, str, int]], now: datetime, *, guarded: bool
+    ) -> int:
+        """Write heartbeats (task, step, attempt, execution, seq); returns how many rows took one.
+
+        ``guarded``: only where the execution is current, RUNNING, HEALTHY and
+        the seq newer (the fast path, no prior read); otherwise the rows were
+        locked and decided already.  MySQL/MariaDB: one UPDATE joined to the
+        beats per 500 — one round trip instead of one per beat; rows are
+        visited in key order, so concurrent batches never deadlock-loop.
+        SQLite (dev): one statement executed per beat.
+        """
+        beats = sorted(beats)
+        if not beats:
+            return 0
+        if conn.dialect.name != "mysql":
+            stmt = self._beat(now, guarded)
+            return sum(
+                conn.execute(
+                    stmt, {"_task_id": t_, "_step_id": s_, "_attempt": a_, "_execution_id": e_, "_seq": q_}
+                ).rowcount
+                for t_, s_, a_, e_, q_ in beats
+            )
+        guard = (
+            " WHERE task_step.execution_id = beat.e AND task_step.lifecycle_status = 'RUNNING'"
+            " AND task_step.health = 'HEALTHY' AND task_step.superseded = 0 AND task_step.last_heartbeat_seq < beat.q"
+            if guarded
+            else ""
+        )
+        written = 0
+        for chunk in range(0, len(beats), 500):
+            part = beats[chunk : chunk + 500]
+            rows = " UNION ALL ".join(["SELECT %s AS t, %s AS s, %s AS a, %s AS e, %s AS q"] * len(part))
+            written += conn.exec_driver_sql(
+                "UPDATE task_step JOIN (" + rows + ") AS beat"
+                " ON task_step.task_id = beat.t AND task_step.step_id = beat.s AND task_step.attempt = beat.a"
+                " SET task_step.last_heartbeat_seq = beat.q, task_step.last_heartbeat_at = %s,"
+                " task_step.heartbeat_deadline_at = TIMESTAMPADD(SECOND, task_step.heartbeat_timeout_seconds, %s)"
+                + guard,
+                (*[value for beat in part for value in beat], now, now),
+            ).rowcount
+        return written
+
+    def _beat(self, now: datetime, guarded: bool) -> Any:
         ts = t.task_step
+        where = [
+            ts.c.task_id == sa.bindparam("_task_id"),
+            ts.c.step_id == sa.bindparam("_step_id"),
+            ts.c.attempt == sa.bindparam("_attempt"),
+        ]
+        if guarded:
+            where += [
+                ts.c.execution_id == sa.bindparam("_execution_id"),
+                ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                ts.c.health == Health.HEALTHY.value,
+                ts.c.superseded.is_(sa.false()),
+                ts.c.last_heartbeat_seq < sa.bindparam("_seq"),
+            ]
         return (
             sa.update(ts)
-            .where(
-                ts.c.task_id == sa.bindparam("_task_id"),
-                ts.c.step_id == sa.bindparam("_step_id"),
-                ts.c.attempt == sa.bindparam("_attempt"),
-            )
+            .where(*where)
             .values(
                 last_heartbeat_seq=sa.bindparam("_seq"),
                 last_heartbeat_at=now,
@@ -134,10 +202,19 @@ class HealthCommands:
         hashes = {ids.handle_hash(h.execution_handle) for h in items if h.execution_handle}
         handles = {}
         if hashes:
+            h = t.task_execution_handle
             for row in conn.execute(
-                sa.select(t.task_execution_handle).where(t.task_execution_handle.c.handle_hash.in_(sorted(hashes)))
-            ).mappings():
-                handles[row["handle_hash"]] = row
+                sa.select(
+                    h.c.handle_hash,
+                    h.c.task_id,
+                    h.c.step_id,
+                    h.c.step_attempt,
+                    h.c.execution_id,
+                    h.c.producer_id,
+                    h.c.expires_at,
+                ).where(h.c.handle_hash.in_(sorted(hashes)))
+            ):
+                handles[row.handle_hash] = row
         for index, hb in enumerate(items):
 
             def reject(code: ErrorCode, execution_id: str | None = hb.execution_id, _i: int = index) -> None:
@@ -151,13 +228,13 @@ class HealthCommands:
                 if handle is None:
                     reject(ErrorCode.TOKEN_REVOKED)
                     continue
-                if handle["producer_id"] != caller.producer_id:
-                    reject(ErrorCode.PRODUCER_MISMATCH, handle["execution_id"])
+                if handle.producer_id != caller.producer_id:
+                    reject(ErrorCode.PRODUCER_MISMATCH, handle.execution_id)
                     continue
-                if handle["expires_at"] <= now:
-                    reject(ErrorCode.TOKEN_EXPIRED, handle["execution_id"])
+                if handle.expires_at <= now:
+                    reject(ErrorCode.TOKEN_EXPIRED, handle.execution_id)
                     continue
-                key = (handle["task_id"], handle["step_id"], handle["step_attempt"], handle["execution_id"])
+                key = (handle.task_id, handle.step_id, handle.step_attempt, handle.execution_id)
             elif hb.execution_token:
                 try:
                     claims = self.ctx.tokens.verify(hb.execution_token, now)
@@ -198,30 +275,32 @@ class HealthCommands:
         return resolved
 
     @staticmethod
-    def _heartbeat_verdict(execution_id: str, hb: c.Heartbeat, row: Any) -> dict[str, Any] | None:
-        """The result of one heartbeat against its (locked) step row; None: STALE, recover through an event."""
+    def _heartbeat_verdict(execution_id: str, hb: c.Heartbeat, row: Any, last_seq: int) -> dict[str, Any] | None:
+        """One heartbeat against its locked step row (and the batch's last seq for it so far).
+
+        None means STALE: recover through an event."""
 
         def no(code: ErrorCode, health: str | None = None) -> dict[str, Any]:
             return {"executionId": execution_id, "accepted": False, "health": health, "reason": code.value}
 
         if row is None:
             return no(ErrorCode.UNKNOWN_STEP)
-        if row["execution_id"] != execution_id:
+        if row.execution_id != execution_id:
             return no(ErrorCode.STALE_EXECUTION)
-        if row["superseded"]:
+        if row.superseded:
             return no(ErrorCode.STALE_ATTEMPT)
-        if Lifecycle(row["lifecycle_status"]).terminal:
+        if Lifecycle(row.lifecycle_status).terminal:
             return no(ErrorCode.TERMINAL_STATE)
-        if row["lifecycle_status"] != Lifecycle.RUNNING.value:
+        if row.lifecycle_status != Lifecycle.RUNNING.value:
             return no(ErrorCode.INVALID_TRANSITION)
-        if hb.heartbeat_seq == row["last_heartbeat_seq"]:
+        if hb.heartbeat_seq == last_seq:
             # A duplicate seq is an idempotent success (R6).
-            return {"executionId": execution_id, "accepted": True, "health": row["health"], "reason": "DUPLICATE"}
-        if hb.heartbeat_seq < row["last_heartbeat_seq"]:
-            return no(ErrorCode.SOURCE_SEQ_REGRESSION, row["health"])
-        if row["health"] == Health.STALE.value:
+            return {"executionId": execution_id, "accepted": True, "health": row.health, "reason": "DUPLICATE"}
+        if hb.heartbeat_seq < last_seq:
+            return no(ErrorCode.SOURCE_SEQ_REGRESSION, row.health)
+        if row.health == Health.STALE.value:
             return None
-        return {"executionId": execution_id, "accepted": True, "health": Health.HEALTHY.value, "reason": None}
+        return _accepted(execution_id)
 
     def _recover_health(
         self, task_id: str, step_id: str, attempt: int, execution_id: str, hb: c.Heartbeat, caller: ServicePrincipal
@@ -353,3 +432,7 @@ class HealthCommands:
                 self.events.publish(group)
                 results.append(result)
         return results
+
+
+def _accepted(execution_id: str) -> dict[str, Any]:
+    return {"executionId": execution_id, "accepted": True, "health": Health.HEALTHY.value, "reason": None}

@@ -33,6 +33,7 @@ from status.domain.projections import (
     workflow_summary,
 )
 from status.domain.rules import Notice
+from status.domain.stepset import StepSet
 from status.infra import repository as repo
 
 
@@ -70,7 +71,7 @@ def viewers_of(task: TaskState, granted: Sequence[str]) -> list[str]:
 
 def task_rows(
     task: TaskState,
-    steps: Sequence[StepState],
+    steps: StepSet,
     viewers: Sequence[str],
     *,
     notice: Notice | None,
@@ -243,7 +244,7 @@ def service_event(
         trigger |= {"stepId": step.step_id, "operationCode": step.operation_code}
     return task_rows(
         task,
-        list(view.steps.values()),
+        view.steps,
         view.viewers,
         notice=notice,
         trigger=trigger,

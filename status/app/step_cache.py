@@ -28,8 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from status.domain.model import StepState, TaskState
-
-StepKey = tuple[str, int]
+from status.domain.stepset import StepSet
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class TaskView:
     """A task, its steps and its USER viewers at one ``task.version``."""
 
     task: TaskState
-    steps: dict[StepKey, StepState]
+    steps: StepSet
     viewers: tuple[str, ...]
 
     @property
@@ -46,12 +45,11 @@ class TaskView:
 
     def changed(self, task: TaskState, step: StepState | None) -> TaskView:
         """The view after a change to the task and at most one step."""
-        steps = self.steps if step is None else {**self.steps, (step.step_id, step.attempt): step}
-        return TaskView(task, steps, self.viewers)
+        return TaskView(task, self.steps if step is None else self.steps.with_step(step), self.viewers)
 
 
 def view_of(task: TaskState, steps: Iterable[StepState], viewers: Iterable[str]) -> TaskView:
-    return TaskView(task, {(s.step_id, s.attempt): s for s in steps}, tuple(viewers))
+    return TaskView(task, StepSet.of(steps), tuple(viewers))
 
 
 class StepCache:

@@ -14,6 +14,7 @@ from typing import Any
 from status.domain.lifecycle import Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
 from status.domain.rules import Notice, task_timing
+from status.domain.stepset import StepSet
 
 SCHEMA_VERSION = 1
 
@@ -64,17 +65,15 @@ def _progress(progress: Progress | None) -> dict[str, Any] | None:
     return {"current": progress.current, "total": progress.total, "unit": progress.unit, "percent": progress.percent}
 
 
-def current_attempts(steps: Iterable[StepState]) -> list[StepState]:
-    """The latest attempt of every step, in display order."""
-    latest: dict[str, StepState] = {}
-    for step in steps:
-        if step.step_id not in latest or step.attempt > latest[step.step_id].attempt:
-            latest[step.step_id] = step
-    return sorted(latest.values(), key=lambda s: (s.step_order, s.step_id))
+Steps = StepSet | Iterable[StepState]
 
 
-def task_progress(steps: Sequence[StepState]) -> dict[str, Any]:
-    current = [s for s in current_attempts(steps) if s.step_kind == "KNOWN"]
+def _as_set(steps: Steps) -> StepSet:
+    return steps if isinstance(steps, StepSet) else StepSet.of(steps)
+
+
+def task_progress(steps: Steps) -> dict[str, Any]:
+    current = _as_set(steps).known_current()
     done = sum(1 for s in current if s.lifecycle is Lifecycle.SUCCEEDED)
     running = [s for s in current if s.lifecycle is Lifecycle.RUNNING]
     partial = sum((s.progress.percent or 0) / 100 for s in running if s.progress)
@@ -142,28 +141,32 @@ def _task_core(task: TaskState, now: datetime) -> dict[str, Any]:
     }
 
 
-def task_snapshot(task: TaskState, steps: Sequence[StepState], now: datetime) -> dict[str, Any]:
-    """The full detail state (GET /api/tasks/{id} and the TASK_DETAIL projection)."""
+def task_snapshot(task: TaskState, steps: Steps, now: datetime) -> dict[str, Any]:
+    """The full detail state (GET /api/tasks/{id}): every step attempt."""
+    step_set = _as_set(steps)
+    return _state(task, step_set, step_set.all(), now)
+
+
+def _state(task: TaskState, steps: StepSet, shown: Sequence[StepState], now: datetime) -> dict[str, Any]:
     return {
         "workflowId": task.workflow_id,
         "taskId": task.task_id,
         **_task_core(task, now),
         "progress": task_progress(steps),
         "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
-        "steps": [_step_detail(s) for s in sorted(steps, key=lambda s: (s.step_order, s.step_id, s.attempt))],
+        "steps": [_step_detail(s) for s in shown],
     }
 
 
-def user_summary(
-    task: TaskState, steps: Sequence[StepState], now: datetime, notice: Notice | None = None
-) -> dict[str, Any]:
+def user_summary(task: TaskState, steps: Steps, now: datetime, notice: Notice | None = None) -> dict[str, Any]:
     """USER_SUMMARY: list-level state; no step data, no results, no diagnostics."""
-    running = [s for s in current_attempts(steps) if s.lifecycle is Lifecycle.RUNNING]
+    step_set = _as_set(steps)
+    running = step_set.running()
     current = running[-1] if running else None
     message = {
         **_envelope("task.summary", task),
         **_task_core(task, now),
-        "progress": task_progress(steps),
+        "progress": task_progress(step_set),
         "currentStep": {
             "stepId": current.step_id,
             "operationCode": current.operation_code,
@@ -178,15 +181,23 @@ def user_summary(
     return message
 
 
-def task_detail(
-    task: TaskState, steps: Sequence[StepState], now: datetime, trigger: dict[str, Any] | None
-) -> dict[str, Any]:
-    """TASK_DETAIL: the full state plus the event that produced this version."""
+def task_detail(task: TaskState, steps: Steps, now: datetime, trigger: dict[str, Any] | None) -> dict[str, Any]:
+    """TASK_DETAIL: the task state plus the event that produced this version.
+
+    Its steps are the task's attempts up to ``DETAIL_WINDOW``; a larger task
+    shows its unfinished and most recently changed attempts and says how many
+    it left out (``stepCount``, ``stepsOmitted``), so a message's size and cost
+    stay bounded however many steps an agent registers; the snapshot API
+    returns them all.
+    """
+    step_set = _as_set(steps)
+    shown, omitted = step_set.window()
+    state = _state(task, step_set, shown, now)
     return {
         **_envelope("task.detail", task),
         "taskVersion": str(task.version),
         "triggerEvent": trigger,
-        "state": task_snapshot(task, steps, now),
+        "state": {**state, "stepCount": len(step_set), "stepsOmitted": omitted},
     }
 
 
@@ -195,7 +206,7 @@ def task_removed(task: TaskState) -> dict[str, Any]:
     return {**_envelope("task.removed", task), "taskVersion": str(task.version)}
 
 
-def project_broadcast(task: TaskState, steps: Sequence[StepState], now: datetime) -> dict[str, Any]:
+def project_broadcast(task: TaskState, steps: Steps, now: datetime) -> dict[str, Any]:
     """PROJECT_BROADCAST: aggregate progress only; no titles of personal inputs, no results, no errors' text."""
     return {
         **_envelope("task.project", task),

@@ -114,3 +114,53 @@ def test_heartbeats_for_other_tenants_and_finished_steps_are_rejected(
     service.report_event(claims, event("STEP_CANCELLED", 2))
     done = service.record_heartbeats(worker, [c.Heartbeat(2, execution_token=ctx.execution_token)])
     assert done["results"][0]["reason"] == "TERMINAL_STATE"
+
+
+def test_a_mixed_batch_is_decided_item_by_item_in_the_order_sent(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    """Good beats land even when others in the same batch fail (the one-statement path falls back)."""
+    task_id = create_task(service, coordinator)
+    contexts = {
+        step: activate(service, coordinator, task_id, step, producer=worker.producer_id)
+        for step in ("01_prepare", "02_parse", "03_store")
+    }
+    for ctx in contexts.values():
+        service.report_event(service._tokens.verify(ctx.execution_token, service.now()), event("STEP_STARTED", 1))
+    prepare, parse, store = (contexts[s].execution_handle for s in ("01_prepare", "02_parse", "03_store"))
+    service.report_event(
+        service._tokens.verify(contexts["03_store"].execution_token, service.now()), event("STEP_CANCELLED", 2)
+    )
+    before = _versions_and_outbox(service, task_id)
+    items = [
+        c.Heartbeat(5, execution_handle=prepare),
+        c.Heartbeat(3, execution_handle=parse),
+        c.Heartbeat(4, execution_handle=parse),  # the same execution again, newer: accepted
+        c.Heartbeat(4, execution_handle=parse),  # and once more: a duplicate
+        c.Heartbeat(2, execution_handle=parse),  # older than what this batch already wrote
+        c.Heartbeat(1, execution_handle=store),  # finished
+    ]
+    results = service.record_heartbeats(worker, items)["results"]
+    assert [(r["accepted"], r["reason"]) for r in results] == [
+        (True, None),
+        (True, None),
+        (True, None),
+        (True, "DUPLICATE"),
+        (False, "SOURCE_SEQ_REGRESSION"),
+        (False, "TERMINAL_STATE"),
+    ]
+    with service.engine.connect() as conn:
+        seqs = dict(
+            conn.execute(
+                sa.select(t.task_step.c.step_id, t.task_step.c.last_heartbeat_seq).where(
+                    t.task_step.c.task_id == task_id
+                )
+            ).all()
+        )
+    assert (seqs["01_prepare"], seqs["02_parse"], seqs["03_store"]) == (5, 4, 0)
+    assert _versions_and_outbox(service, task_id) == before
+    # The usual batch (one beat per running execution) takes the one-statement path.
+    again = service.record_heartbeats(
+        worker, [c.Heartbeat(6, execution_handle=prepare), c.Heartbeat(5, execution_handle=parse)]
+    )
+    assert [r["accepted"] for r in again["results"]] == [True, True]

@@ -1,0 +1,118 @@
+"""The step attempts of one task, with what projections need kept current per change.
+
+Projections run on every event.  Recomputing progress, the current step and
+the detail list from every attempt made an event's cost grow with the task
+(an agent task with 1,000 dynamic steps paid for 1,000 attempts per progress
+tick).  A ``StepSet`` is immutable; ``with_step`` returns the set after one
+attempt changed, updating the latest attempt per step, the latest attempts
+of KNOWN steps (progress), the running ones (current step) and the order in
+which attempts last changed (the detail window) — so the summary costs the
+same whatever the number of steps, and the detail message carries a bounded
+window of attempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from status.domain.lifecycle import Health, Lifecycle
+from status.domain.model import StepState
+
+StepKey = tuple[str, int]
+
+# The detail message shows every attempt of a task up to this many; past it, the
+# non-terminal ones and then the most recently changed, and says how many it left out.
+DETAIL_WINDOW = 50
+
+
+def _display_key(step: StepState) -> tuple[int, str, int]:
+    return (step.step_order, step.step_id, step.attempt)
+
+
+@dataclass(frozen=True)
+class StepSet:
+    attempts: dict[StepKey, StepState] = field(default_factory=dict)
+    latest: dict[str, StepState] = field(default_factory=dict)  # step id -> its latest attempt
+    known: dict[str, StepState] = field(default_factory=dict)  # the same, KNOWN steps only (progress)
+    recent: dict[StepKey, None] = field(default_factory=dict)  # attempts, least recently changed first
+    unfinished: dict[StepKey, None] = field(default_factory=dict)  # non-terminal attempts, same order
+
+    @classmethod
+    def of(cls, steps: Iterable[StepState]) -> StepSet:
+        ordered = sorted(steps, key=lambda s: (s.updated_at is not None, s.updated_at or 0, _display_key(s)))
+        result = cls()
+        for step in ordered:
+            result = result._add(step)
+        return result
+
+    def __len__(self) -> int:
+        return len(self.attempts)
+
+    def get(self, step_id: str, attempt: int) -> StepState | None:
+        return self.attempts.get((step_id, attempt))
+
+    def with_step(self, step: StepState) -> StepSet:
+        """The set after ``step`` (a new or changed attempt) — the original is untouched."""
+        return StepSet(
+            dict(self.attempts), dict(self.latest), dict(self.known), dict(self.recent), dict(self.unfinished)
+        )._add(step)
+
+    def _add(self, step: StepState) -> StepSet:
+        # Only ever called on a set nobody else holds yet (``of`` and ``with_step``).
+        key = (step.step_id, step.attempt)
+        self.attempts[key] = step
+        self.recent.pop(key, None)
+        self.recent[key] = None
+        self.unfinished.pop(key, None)
+        if not step.lifecycle.terminal:
+            self.unfinished[key] = None
+        latest = self.latest.get(step.step_id)
+        if latest is None or step.attempt >= latest.attempt:
+            self.latest[step.step_id] = step
+            if step.step_kind == "KNOWN":
+                self.known[step.step_id] = step
+        return self
+
+    def all(self) -> list[StepState]:
+        """Every attempt in display order."""
+        return sorted(self.attempts.values(), key=_display_key)
+
+    def current(self) -> list[StepState]:
+        """The latest attempt of every step, in display order."""
+        return sorted(self.latest.values(), key=lambda s: (s.step_order, s.step_id))
+
+    def known_current(self) -> list[StepState]:
+        """The latest attempt of every KNOWN step (what task progress counts)."""
+        return list(self.known.values())
+
+    def running(self) -> list[StepState]:
+        """Latest attempts that are RUNNING, in display order."""
+        running = (self.attempts[key] for key in self.unfinished)
+        return sorted(
+            (s for s in running if s.lifecycle is Lifecycle.RUNNING and self.latest[s.step_id] is s),
+            key=lambda s: (s.step_order, s.step_id),
+        )
+
+    def stale_besides(self, step_id: str, attempt: int) -> bool:
+        """Whether an unfinished attempt other than this one is STALE (task health)."""
+        return any(self.attempts[key].health is Health.STALE for key in self.unfinished if key != (step_id, attempt))
+
+    def window(self, limit: int = DETAIL_WINDOW) -> tuple[list[StepState], int]:
+        """At most ``limit`` attempts in display order, and how many were left out.
+
+        Unfinished attempts first (what the user is waiting for), then the most
+        recently changed; earlier finished attempts are in the task snapshot.
+        """
+        if len(self.attempts) <= limit:
+            return self.all(), 0
+        chosen: dict[StepKey, StepState] = {}
+        for key in reversed(self.unfinished):
+            chosen[key] = self.attempts[key]
+            if len(chosen) == limit:
+                break
+        for key in reversed(self.recent):
+            if len(chosen) >= limit:
+                break
+            chosen.setdefault(key, self.attempts[key])
+        return sorted(chosen.values(), key=_display_key), len(self.attempts) - len(chosen)

@@ -1,0 +1,107 @@
+"""StepSet: incremental projections' inputs equal a full recomputation; the detail window is bounded."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from status.domain.lifecycle import Health, Lifecycle
+from status.domain.model import StepState
+from status.domain.stepset import DETAIL_WINDOW, StepSet
+
+T0 = datetime(2026, 1, 1)
+
+
+def _step(step_id: str, attempt: int = 1, kind: str = "KNOWN", order: int = 0, **kw: object) -> StepState:
+    base = StepState(
+        task_id="tsk",
+        step_id=step_id,
+        attempt=attempt,
+        client_step_key=step_id,
+        operation_code="OP",
+        operation_definition_version=1,
+        service_name="svc",
+        lifecycle=Lifecycle.PENDING,
+        business_status="PENDING",
+        version=1,
+        step_kind=kind,
+        step_order=order,
+        updated_at=T0,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+LIFECYCLES = st.sampled_from([Lifecycle.PENDING, Lifecycle.RUNNING, Lifecycle.SUCCEEDED, Lifecycle.FAILED])
+CHANGES = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # step
+        st.integers(1, 3),  # attempt
+        LIFECYCLES,
+        st.booleans(),  # STALE
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(changes=CHANGES)
+def test_incremental_state_equals_a_full_recomputation(changes: list[tuple[int, int, Lifecycle, bool]]) -> None:
+    steps = StepSet()
+    truth: dict[tuple[str, int], StepState] = {}
+    for i, (n, attempt, lifecycle, stale) in enumerate(changes):
+        step = _step(
+            f"s{n}",
+            attempt,
+            kind="DYNAMIC" if n % 2 else "KNOWN",  # a step's kind never changes
+            order=n,
+            lifecycle=lifecycle,
+            health=Health.STALE if stale else Health.HEALTHY,
+            updated_at=T0 + timedelta(seconds=i),
+        )
+        before = steps
+        steps = steps.with_step(step)
+        assert len(before) == len(truth)  # the earlier set is untouched
+        truth[(step.step_id, step.attempt)] = step
+    latest: dict[str, StepState] = {}
+    for s in truth.values():
+        if s.step_id not in latest or s.attempt > latest[s.step_id].attempt:
+            latest[s.step_id] = s
+    assert steps.all() == sorted(truth.values(), key=lambda s: (s.step_order, s.step_id, s.attempt))
+    assert sorted(steps.known_current(), key=lambda s: s.step_id) == sorted(
+        (s for s in latest.values() if s.step_kind == "KNOWN"), key=lambda s: s.step_id
+    )
+    assert steps.running() == sorted(
+        (s for s in latest.values() if s.lifecycle is Lifecycle.RUNNING), key=lambda s: (s.step_order, s.step_id)
+    )
+    for key in truth:
+        expected = any(s.health is Health.STALE and not s.lifecycle.terminal for k, s in truth.items() if k != key)
+        assert steps.stale_besides(*key) is expected
+    assert StepSet.of(truth.values()).all() == steps.all()
+
+
+def test_the_detail_window_keeps_unfinished_then_recent_attempts() -> None:
+    steps = StepSet.of(
+        _step(f"d{i:04d}", kind="DYNAMIC", order=10_000 + i, lifecycle=Lifecycle.SUCCEEDED, updated_at=T0)
+        for i in range(1000)
+    )
+    # Two long-running attempts changed long ago, then the latest changes.
+    steps = steps.with_step(_step("d0001", kind="DYNAMIC", order=10_001, lifecycle=Lifecycle.RUNNING))
+    steps = steps.with_step(_step("d0002", kind="DYNAMIC", order=10_002, lifecycle=Lifecycle.RUNNING))
+    for i in range(900, 1000):
+        steps = steps.with_step(_step(f"d{i:04d}", kind="DYNAMIC", order=10_000 + i, lifecycle=Lifecycle.FAILED))
+    shown, omitted = steps.window()
+    assert len(shown) == DETAIL_WINDOW and omitted == 1000 - DETAIL_WINDOW
+    ids = [s.step_id for s in shown]
+    assert ids[:2] == ["d0001", "d0002"]  # unfinished first, however old their last change
+    assert ids[2:] == [f"d{i:04d}" for i in range(1000 - DETAIL_WINDOW + 2, 1000)]  # then the most recent
+    assert ids == sorted(ids)  # in display order
+
+
+def test_a_small_task_shows_every_attempt() -> None:
+    steps = StepSet.of(_step(f"s{i}", order=i) for i in range(DETAIL_WINDOW))
+    shown, omitted = steps.window()
+    assert omitted == 0 and [s.step_id for s in shown] == [f"s{i}" for i in range(DETAIL_WINDOW)]
