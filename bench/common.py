@@ -47,6 +47,23 @@ def centrifugo_node() -> Iterator[CentrifugoNode]:
             node.stop()
 
 
+def process_tree_cpu(pid: int) -> float:
+    """User+system CPU seconds so far of a process and all its descendants (Linux /proc)."""
+    pids, i = [pid], 0
+    while i < len(pids):
+        for task in Path(f"/proc/{pids[i]}/task").glob("*/children"):
+            pids += [int(c) for c in task.read_text().split()]
+        i += 1
+    total = 0.0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values) or [0.0]
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -47,6 +47,8 @@ import sqlalchemy as sa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common import process_tree_cpu  # type: ignore[import-not-found]  # noqa: E402
+
 from status.domain.auth import Role  # noqa: E402
 from status.infra import migrate  # noqa: E402
 from status.infra.tokens import ServiceTokens  # noqa: E402
@@ -227,28 +229,11 @@ class Api:
 
     def cpu_seconds(self) -> float:
         """User+system CPU of the API process and its workers so far."""
-        return sum(_cpu(pid) for pid in _tree(self.proc.pid))
+        return process_tree_cpu(self.proc.pid)
 
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
-
-
-def _tree(pid: int) -> list[int]:
-    pids, i = [pid], 0
-    while i < len(pids):
-        for task in Path(f"/proc/{pids[i]}/task").glob("*/children"):
-            pids += [int(c) for c in task.read_text().split()]
-        i += 1
-    return pids
-
-
-def _cpu(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Load:
@@ -391,6 +376,8 @@ def grow_event_log(db: str, rows: int) -> int:
     with conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM task_event_log")
         have = int(cur.fetchone()[0])
+        if have == 0:
+            raise RuntimeError("the event log is empty: report some events before padding it")
         while have < rows:
             round_ = secrets.token_hex(3)
             take = min(have, rows - have)
@@ -398,15 +385,16 @@ def grow_event_log(db: str, rows: int) -> int:
                 "INSERT INTO task_event_log (event_id, workflow_id, task_id, task_version, step_id, task_attempt,"
                 " step_attempt, producer_id, source_seq, event_type, lifecycle_status, business_status, health,"
                 " occurred_at, received_at, committed_at, payload)"
-                f" SELECT CONCAT('pad{round_}-', event_id), workflow_id, CONCAT('pad-', task_id),"
-                " task_version, step_id, task_attempt, step_attempt, producer_id, source_seq, event_type,"
+                f" SELECT CONCAT('p{round_}-', MD5(event_id)), workflow_id,"
+                f" CONCAT('p{round_}-', LEFT(MD5(task_id), 16)), task_version, step_id, task_attempt, step_attempt,"
+                " producer_id, source_seq, event_type,"
                 " lifecycle_status, business_status, health, occurred_at, received_at, committed_at, payload"
                 f" FROM task_event_log LIMIT {take}"
             )
             cur.execute(
                 "INSERT INTO task_event_dedup (event_id, task_id, payload_hash, result, created_at)"
-                f" SELECT CONCAT('pad{round_}-', event_id), CONCAT('pad-', task_id), payload_hash, result,"
-                f" created_at FROM task_event_dedup LIMIT {take}"
+                f" SELECT CONCAT('p{round_}-', MD5(event_id)), CONCAT('p{round_}-', LEFT(MD5(task_id), 16)),"
+                f" payload_hash, result, created_at FROM task_event_dedup LIMIT {take}"
             )
             have += take
     conn.close()

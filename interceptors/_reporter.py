@@ -1,12 +1,16 @@
 """The reporter: a durable local outbox (SQLite) and a sender that never blocks activities.
 
-Every event an activity produces is first written to a local SQLite file with
-a deterministic ``eventId`` (execution key + sequence + kind) and its
-per-execution ``sourceSeq``; a background sender then activates/registers the
-execution (idempotently) and posts the events in per-execution order.  If the
-status service is down, events wait in the file — across worker restarts —
-and are resent with their original ids (AC9).  Heartbeats are kept in memory
-(only the latest sequence matters) and sent in batches with jitter.
+Every event an activity produces gets a deterministic ``eventId`` (execution
+key + sequence + kind) and its per-execution ``sourceSeq`` at once, in
+memory; a writer thread then persists queued events to a local SQLite file,
+many per transaction, and only persisted events are sent.  Neither the
+activity nor the worker's event loop waits for the disk: the sender's own
+file reads and writes run in threads too.  A background sender activates or
+registers each execution (idempotently) and posts the events in
+per-execution order.  If the status service is down, events wait in the
+file — across worker restarts — and are resent with their original ids
+(AC9).  Heartbeats are kept in memory (only the latest sequence matters) and
+sent in batches with jitter.
 """
 
 from __future__ import annotations
@@ -215,6 +219,17 @@ class Reporter:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        # Sequences are assigned in memory (resumed from the file), so reporting never waits
+        # for a read; statements queue for the writer thread in the order they were assigned.
+        self._queue = threading.Condition()
+        self._next_seq: dict[str, int] = {
+            key: seq for key, seq in self._db.execute("SELECT key, next_seq FROM execution WHERE finished = 0")
+        }
+        self._writes: list[tuple[str, tuple[Any, ...]]] = []
+        self._queued_events = 0
+        self._closing = False
+        self._writer = threading.Thread(target=self._write_loop, name="task-status-outbox", daemon=True)
+        self._writer.start()
         self._wake: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -224,53 +239,92 @@ class Reporter:
         self.delivered = 0
         self.dropped = 0
 
-    # ------------------------------------------------------------ writing (any thread)
+    # ------------------------------------------------------------ writing (any thread, never waits for I/O)
     def begin(self, key: str, binding: StepBinding, attempt: int) -> ExecutionReporter:
         """Record the execution and its STEP_STARTED (idempotent for the same key)."""
-        with self._db_lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                existing = self._db.execute("SELECT 1 FROM execution WHERE key = ?", (key,)).fetchone()
-                if existing is None:
-                    self._db.execute(
-                        "INSERT INTO execution (key, binding, attempt, next_seq, created_at) VALUES (?, ?, ?, 1, ?)",
+        with self._queue:
+            resumed = key in self._next_seq
+            if not resumed:
+                self._next_seq[key] = 1
+                self._writes.append(
+                    (
+                        "INSERT OR IGNORE INTO execution (key, binding, attempt, next_seq, created_at)"
+                        " VALUES (?, ?, ?, 1, ?)",
                         (key, json.dumps(binding.to_json()), attempt, time.time()),
                     )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                )
         execution = ExecutionReporter(self, key, binding)
-        if existing is None:
+        if not resumed:
             self.enqueue(key, {"eventType": "STEP_STARTED"})
         return execution
 
     def enqueue(self, key: str, body: dict[str, Any], *, finished: bool = False) -> None:
-        """Persist one event with the next sequence of its execution; wake the sender."""
-        with self._db_lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                (seq,) = self._db.execute("SELECT next_seq FROM execution WHERE key = ?", (key,)).fetchone()
-                event = {
-                    **body,
-                    "eventId": f"{key}:{seq}:{body['eventType']}",
-                    "sourceSeq": seq,
-                    "occurredAt": _now_iso(),
-                }
-                self._db.execute(
-                    "INSERT INTO event (execution_key, seq, body) VALUES (?, ?, ?)", (key, seq, json.dumps(event))
-                )
-                self._db.execute(
+        """Give the event the next sequence of its execution and queue it for the file; wake the writer."""
+        with self._queue:
+            seq = self._next_seq.get(key)
+            if seq is None:  # finished or dropped: nothing of it is sent any more
+                log.warning("ignoring a %s report for %s: the execution is closed", body.get("eventType"), key)
+                return
+            event = {**body, "eventId": f"{key}:{seq}:{body['eventType']}", "sourceSeq": seq, "occurredAt": _now_iso()}
+            self._writes.append(
+                ("INSERT INTO event (execution_key, seq, body) VALUES (?, ?, ?)", (key, seq, json.dumps(event)))
+            )
+            self._writes.append(
+                (
                     "UPDATE execution SET next_seq = ?, finished = MAX(finished, ?) WHERE key = ?",
                     (seq + 1, int(finished), key),
                 )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            )
+            self._queued_events += 1
+            if finished:
+                del self._next_seq[key]
+            else:
+                self._next_seq[key] = seq + 1
+            self._queue.notify()
         if finished:
             self.heartbeats.pop(key, None)
-        self._signal()
+
+    def _write_loop(self) -> None:
+        """Persist queued statements, all that queued meanwhile in one transaction, then wake the sender."""
+        while True:
+            with self._queue:
+                while not self._writes and not self._closing:
+                    self._queue.wait()
+                writes, self._writes = self._writes, []
+                events = self._queued_events
+                if not writes:
+                    return  # closing, and everything is in the file
+            try:
+                with self._db_lock:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    try:
+                        for sql, params in writes:
+                            self._db.execute(sql, params)
+                        self._db.execute("COMMIT")
+                    except BaseException:
+                        self._db.execute("ROLLBACK")
+                        raise
+            except Exception:
+                log.exception("the local outbox could not be written; retrying")
+                with self._queue:
+                    self._writes[:0] = writes  # keep their order ahead of anything newer
+                time.sleep(1.0)
+                continue
+            with self._queue:
+                self._queued_events -= events
+                self._queue.notify_all()
+            self._signal()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait (bounded) until every queued event is in the file; True when it is."""
+        deadline = time.monotonic() + timeout
+        with self._queue:
+            while self._writes or self._queued_events:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._queue.wait(remaining)
+        return True
 
     def _signal(self) -> None:
         if self._loop is not None and self._wake is not None:
@@ -283,14 +337,17 @@ class Reporter:
         assert self._idle is not None and self._wake is not None
         self._wake.set()
         async with asyncio.timeout(timeout):
-            while self.pending_events():
+            while await asyncio.to_thread(self.pending_events):
                 self._idle.clear()
                 self._wake.set()
                 await self._idle.wait()
 
     def pending_events(self) -> int:
+        """Events not delivered yet: in the file, or queued for it."""
+        with self._queue:
+            queued = self._queued_events
         with self._db_lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM event").fetchone()[0])
+            return queued + int(self._db.execute("SELECT COUNT(*) FROM event").fetchone()[0])
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -308,13 +365,21 @@ class Reporter:
     async def stop(self, flush_timeout: float = 5.0) -> None:
         """Try to deliver what is queued (bounded), then stop; the rest stays in the file."""
         deadline = time.monotonic() + flush_timeout
-        while self.pending_events() and time.monotonic() < deadline and self._backoff == 0.0:
+        while await asyncio.to_thread(self.pending_events) and time.monotonic() < deadline and self._backoff == 0.0:
             await asyncio.sleep(0.05)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._client is not None:
             await self._client.aclose()
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Write what is queued to the file, stop the writer and close the file."""
+        with self._queue:
+            self._closing = True
+            self._queue.notify_all()
+        self._writer.join(timeout=30)
         with self._db_lock:
             self._db.close()
 
@@ -338,7 +403,7 @@ class Reporter:
                 more = True
             if more:
                 self._wake.set()
-            elif self._idle is not None and not self.pending_events():
+            elif self._idle is not None and not await asyncio.to_thread(self.pending_events):
                 self._idle.set()
 
     def _load_batch(self) -> tuple[list[tuple[int, str, dict[str, Any]]], dict[str, dict[str, Any]]]:
@@ -363,7 +428,7 @@ class Reporter:
 
     async def send_once(self) -> bool:
         """Deliver one batch; returns whether more may be waiting."""
-        events, executions = self._load_batch()
+        events, executions = await asyncio.to_thread(self._load_batch)
         if not events:
             return False
         # Bind new executions concurrently: activities tend to start in bursts (fan-out, many
@@ -398,7 +463,7 @@ class Reporter:
                 self.dropped += 1
             else:
                 retry = True
-        self._forget(done)
+        await asyncio.to_thread(self._forget, done)
         if retry:
             raise _Retry("retryable rejections")
         return len(events) == self.config.batch_size
@@ -432,16 +497,18 @@ class Reporter:
         if response.status_code not in (200, 201):
             # The step can't be bound (unknown task/step, policy refused): its events can never land.
             log.warning("cannot bind %s (%s); dropping its events", execution["key"], response.text[:200])
-            self._drop_execution(execution["key"])
+            await asyncio.to_thread(self._drop_execution, execution["key"])
             return False
         context = response.json()
-        with self._db_lock:
-            self._db.execute(
-                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?",
-                (context["executionHandle"], context["executionId"], execution["key"]),
-            )
+        await asyncio.to_thread(self._bound, execution["key"], context["executionHandle"], context["executionId"])
         execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
         return True
+
+    def _bound(self, key: str, handle: str, execution_id: str) -> None:
+        with self._db_lock:
+            self._db.execute(
+                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?", (handle, execution_id, key)
+            )
 
     def _forget(self, event_ids: list[int]) -> None:
         if not event_ids:
@@ -456,6 +523,8 @@ class Reporter:
             self._db.execute("COMMIT")
 
     def _drop_execution(self, key: str) -> None:
+        with self._queue:
+            self._next_seq.pop(key, None)
         with self._db_lock:
             self._db.execute("BEGIN IMMEDIATE")
             dropped = self._db.execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount
@@ -465,9 +534,17 @@ class Reporter:
         self.heartbeats.pop(key, None)
 
     def handle_of(self, key: str) -> str | None:
+        return self.handles_of([key]).get(key)
+
+    def handles_of(self, keys: list[str]) -> dict[str, str]:
+        """The execution handles of the bound executions among ``keys``."""
         with self._db_lock:
-            row = self._db.execute("SELECT execution_handle FROM execution WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+            return {
+                key: row[0]
+                for key in keys
+                if (row := self._db.execute("SELECT execution_handle FROM execution WHERE key = ?", (key,)).fetchone())
+                and row[0] is not None
+            }
 
     # ------------------------------------------------------------ heartbeats
     async def _heartbeat_loop(self) -> None:
@@ -483,10 +560,10 @@ class Reporter:
     async def send_heartbeats(self) -> int:
         """Send the latest heartbeat sequence of every bound execution that beat since the last round."""
         items: list[tuple[str, dict[str, Any]]] = []
-        for key, seq in list(self.heartbeats.items()):
-            if self._sent_heartbeats.get(key) == seq:
-                continue
-            handle = self.handle_of(key)
+        due = {key: seq for key, seq in list(self.heartbeats.items()) if self._sent_heartbeats.get(key) != seq}
+        handles = await asyncio.to_thread(self.handles_of, list(due))
+        for key, seq in due.items():
+            handle = handles.get(key)
             if handle is None:
                 continue  # not bound yet (its STARTED is still queued)
             items.append((key, {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": _now_iso()}))

@@ -216,13 +216,7 @@ class EventCommands:
         if event_type not in {*WORKER_EVENT_TYPES, EventType.STEP_HEALTH_CHANGED}:
             raise Invalid(f"{event_type} cannot be reported")
         bound = self._resolve(group, caller, cmd, event_type, received_at)
-        locked = self._lock(conn, group, bound.task_id, cmd.event_id)
-        if locked is None or (locked[0].task.tenant_id, locked[0].task.authority_scope) != (
-            bound.tenant_id,
-            bound.authority_scope,
-        ):
-            raise NotFound(f"task {bound.task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-        view, stored = locked
+        view, stored = self._lock(conn, group, bound.task_id, cmd.event_id, (bound.tenant_id, bound.authority_scope))
         task = view.task
         assert bound.step_id is not None and bound.step_attempt is not None
         step = view.steps.get(bound.step_id, bound.step_attempt)
@@ -310,13 +304,7 @@ class EventCommands:
             raise Invalid("task events need taskId and taskAttempt")
         if cmd.producer_id is not None and cmd.producer_id != caller.producer_id:
             raise Forbidden("producerId does not match the credential", ErrorCode.PRODUCER_MISMATCH)
-        locked = self._lock(conn, group, cmd.task_id, cmd.event_id)
-        if locked is None or (locked[0].task.tenant_id, locked[0].task.authority_scope) != (
-            caller.tenant_id,
-            caller.authority_scope,
-        ):
-            raise NotFound(f"task {cmd.task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-        view, stored = locked
+        view, stored = self._lock(conn, group, cmd.task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
         task = view.task
         if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
             raise NotFound(f"task {cmd.task_id} is not in workflow {cmd.workflow_id}", ErrorCode.UNKNOWN_TASK)
@@ -458,27 +446,29 @@ class EventCommands:
 
     # ------------------------------------------------------------ helpers
     def _lock(
-        self, conn: sa.Connection, group: Group, task_id: str, event_id: str
-    ) -> tuple[TaskView, tuple[str, Any] | None] | None:
+        self, conn: sa.Connection, group: Group, task_id: str, event_id: str, owner: tuple[str, str]
+    ) -> tuple[TaskView, tuple[str, Any] | None]:
         """Lock the task; its view at the locked version and the event's stored dedup entry.
 
         The view comes from this group, the cache, or (a miss) one read of the
-        task row, its steps and its viewers.  None: there is no such task.
+        task row, its steps and its viewers.  A task of another tenant or
+        scope (``owner``) does not exist for the caller.
         """
         row = repo.lock_task_version(conn, task_id, event_id)
         if row is None:
-            return None
+            raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
         version, stored_hash, stored_result = row
         stored = (stored_hash, stored_result) if stored_hash is not None else None
-        staged = group.views.get(task_id)
-        if staged is not None and staged.version == version:
-            return staged, stored
-        cached = self.ctx.steps.get(task_id, version)
-        if cached is not None:
-            return cached, stored
-        task = repo.load_task(conn, task_id)
-        assert task is not None  # locked above
-        return load_view(conn, task), stored
+        view = group.views.get(task_id)
+        if view is None or view.version != version:
+            view = self.ctx.steps.get(task_id, version)
+        if view is None:
+            task = repo.load_task(conn, task_id)
+            assert task is not None  # locked above
+            view = load_view(conn, task)
+        if (view.task.tenant_id, view.task.authority_scope) != owner:
+            raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+        return view, stored
 
     @staticmethod
     def _dedup(group: Group, event_id: str, fingerprint: str, stored: tuple[str, Any] | None) -> dict[str, Any] | None:

@@ -29,9 +29,9 @@ from status.app.queries import Queries
 from status.app.workflows import WorkflowCommands
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.definitions import ANY, SchemaValidator
-from status.domain.errors import Forbidden, Unauthenticated
+from status.domain.errors import Forbidden
 from status.infra import repository as repo
-from status.infra.tokens import ExecutionTokens
+from status.infra.tokens import ExecutionTokens, token_type
 from status.infra.uow import UnitOfWork, run_in_transaction
 
 __all__ = ["EventCaller", "ExecutionContext", "StatusService"]
@@ -118,8 +118,7 @@ class StatusService:
 
     def resolve_caller(self, bearer: str, service_tokens: Any) -> EventCaller:
         """An execution token or a service token (both verified by signature)."""
-        try:
+        if token_type(bearer) == "exe":
             return self._tokens.verify(bearer, self.now())
-        except Unauthenticated:
-            principal: ServicePrincipal = service_tokens.verify(bearer)
-            return principal
+        principal: ServicePrincipal = service_tokens.verify(bearer)
+        return principal

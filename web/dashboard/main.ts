@@ -228,6 +228,7 @@ class Dashboard {
       s.failure ? h('p', { class: 'failure' }, `${s.failure.code}${s.failure.message ? `: ${s.failure.message}` : ''}`) : null,
       d === null ? h('p', { class: 'muted' }, 'Loading steps…') : null,
       h('div', { class: 'timeline' }, ...steps.map((step) => this.stepRow(step, start, span))),
+      d?.stepsOmitted ? h('p', { class: 'muted steps-omitted' }, `${d.stepsOmitted} earlier finished steps not shown`) : null,
       ),
     );
   }

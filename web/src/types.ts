@@ -122,6 +122,9 @@ export interface StepDetail {
 export interface TaskSnapshot extends TaskCore {
   summary: StepData | null;
   steps: StepDetail[];
+  /** On `task.detail`: all attempts of the task, and how many `steps` leaves out (large tasks only). */
+  stepCount?: number;
+  stepsOmitted?: number;
 }
 
 /** `task.detail` on a task's detail channel (TASK_DETAIL projection). */

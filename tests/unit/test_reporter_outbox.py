@@ -1,0 +1,67 @@
+"""The plugin's local outbox: reporting never waits for the disk, and the file keeps every event in order."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+from interceptors._context import StepBinding
+from interceptors._reporter import Reporter, ReporterConfig
+
+
+def _reporter(path: Path) -> Reporter:
+    return Reporter(ReporterConfig("http://127.0.0.1:9", "token", "worker-1", path))
+
+
+def _events(path: Path) -> list[tuple[str, int, str]]:
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT execution_key, seq, body FROM event ORDER BY id").fetchall()
+    return [(key, seq, json.loads(body)["eventId"]) for key, seq, body in rows]
+
+
+def test_reports_return_while_the_file_is_busy_and_land_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    reporter = _reporter(path)
+    done = threading.Event()
+
+    def report() -> None:
+        execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
+        for i in range(5):
+            execution.reporter.enqueue("run/a/1", {"eventType": "STEP_PROGRESS", "progress": {"current": i}})
+        execution.completed()
+        done.set()
+
+    with reporter._db_lock:  # a slow disk: the file is busy for as long as this block runs
+        thread = threading.Thread(target=report)
+        thread.start()
+        assert done.wait(5), "reporting waited for the outbox file"
+        assert reporter._queued_events == 7  # STARTED, 5 x PROGRESS, COMPLETED: queued, not written yet
+    assert reporter.flush(5)
+    assert reporter.pending_events() == 7
+    events = _events(path)
+    assert [seq for _, seq, _ in events] == list(range(1, 8))
+    assert events[0][2] == "run/a/1:1:STEP_STARTED" and events[-1][2] == "run/a/1:7:STEP_COMPLETED"
+    reporter.close()
+
+
+def test_a_restarted_worker_continues_the_sequence_of_an_unfinished_execution(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    first = _reporter(path)
+    first.begin("run/b/1", StepBinding("tsk", "s1"), 1)
+    first.enqueue("run/b/1", {"eventType": "STEP_PROGRESS", "progress": {"current": 1}})
+    first.close()  # what was queued is written before the file closes
+    second = _reporter(path)
+    execution = second.begin("run/b/1", StepBinding("tsk", "s1"), 1)  # the same attempt again: no new STARTED
+    execution.completed()
+    assert second.flush(5)
+    assert [event_id for _, _, event_id in _events(path)] == [
+        "run/b/1:1:STEP_STARTED",
+        "run/b/1:2:STEP_PROGRESS",
+        "run/b/1:3:STEP_COMPLETED",
+    ]
+    # A report after the terminal one is ignored, never an error in the activity.
+    second.enqueue("run/b/1", {"eventType": "STEP_PROGRESS", "progress": {"current": 2}})
+    assert second.flush(5) and len(_events(path)) == 3
+    second.close()

@@ -1,0 +1,63 @@
+"""Verified tokens are remembered for speed, never past their expiry or for another kind."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+import jwt
+import pytest
+
+from status.domain.auth import ExecutionClaims, Role
+from status.domain.errors import ErrorCode, Forbidden, Unauthenticated
+from status.infra.tokens import ExecutionTokens, ServiceTokens, token_type
+
+
+def _claims(expires_at: datetime) -> ExecutionClaims:
+    return ExecutionClaims(
+        workflow_id="wf",
+        task_id="tsk",
+        step_id="s",
+        step_attempt=1,
+        execution_id="exe",
+        operation_code="OP",
+        producer_id="p",
+        tenant_id="t",
+        authority_scope="s",
+        bucket_id=0,
+        expires_at=expires_at,
+        allowed_event_types=frozenset({"STEP_STARTED"}),
+    )
+
+
+def test_a_remembered_execution_token_still_expires() -> None:
+    tokens = ExecutionTokens("x" * 32)
+    now = datetime(2026, 1, 1)
+    token = tokens.issue(_claims(now + timedelta(minutes=5)))
+    assert tokens.verify(token, now).execution_id == "exe"
+    assert tokens.verify(token, now + timedelta(minutes=4)).execution_id == "exe"  # from memory
+    with pytest.raises(Forbidden) as expired:
+        tokens.verify(token, now + timedelta(minutes=5))
+    assert expired.value.code is ErrorCode.TOKEN_EXPIRED
+
+
+def test_a_remembered_service_token_still_expires() -> None:
+    tokens = ServiceTokens("y" * 32)
+    token = tokens.issue("p", "t", "s", [Role.WORKER], ttl_seconds=1)
+    assert tokens.verify(token).producer_id == "p"
+    expires = jwt.decode(token, options={"verify_signature": False})["exp"]
+    time.sleep(max(0.0, expires - time.time()) + 0.05)  # the token's own expiry passes (whole seconds)
+    with pytest.raises(Unauthenticated):
+        tokens.verify(token)
+
+
+def test_only_verified_tokens_are_remembered_and_kinds_stay_apart() -> None:
+    service, execution = ServiceTokens("a" * 32), ExecutionTokens("b" * 32)
+    forged = jwt.encode({"typ": "svc", "sub": "p", "tnt": "t", "scp": "s", "roles": ["ADMIN"]}, "c" * 32, "HS256")
+    for _ in range(2):  # a failure is never remembered as a success
+        with pytest.raises(Unauthenticated):
+            service.verify(forged)
+    exe = execution.issue(_claims(datetime(2030, 1, 1)))
+    assert token_type(exe) == "exe" and token_type(forged) == "svc" and token_type("not.a.jwt") is None
+    with pytest.raises(Unauthenticated):
+        service.verify(exe)
