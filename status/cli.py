@@ -23,7 +23,10 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import socket
+
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from status import logs
     from status.api.app import create_app
@@ -39,7 +42,13 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1:
         # Several processes share the port; each builds its own engine and caches (all are version-checked).
         engine.dispose()
-        uvicorn.run("status.api.asgi:app_from_env", factory=True, workers=args.workers, **options)
+        config = uvicorn.Config("status.api.asgi:app_from_env", factory=True, workers=args.workers, **options)
+        # uvicorn binds with protocol 0, and asyncio turns Nagle's algorithm off only for sockets
+        # marked IPPROTO_TCP: every response then waited ~40 ms for a delayed ACK. Re-read the
+        # protocol from the descriptor so accepted connections get TCP_NODELAY.
+        sock = socket.socket(fileno=config.bind_socket().detach())
+        sock.set_inheritable(True)
+        Multiprocess(config, sockets=[sock]).run()
     else:
         uvicorn.run(create_app(settings, engine, service), **options)
     return 0

@@ -1,0 +1,84 @@
+"""``task-observer serve --workers 2``: processes share tasks and never serve each other stale state."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import uuid
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from status.infra import tables as t
+from status.infra.tokens import ServiceTokens, UserTokens
+from status.settings import Settings
+from tests.e2e.test_observer_process import CLI, _env
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow, report
+from tests.support.processes import free_port, wait_until
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_two_workers_keep_one_gap_free_version_line_per_task(e2e_settings: Settings, e2e_engine: sa.Engine) -> None:
+    tenant = f"tenant-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = (e2e_settings.data_dir / f"serve-workers-{port}.log").open("ab")
+    proc = subprocess.Popen(
+        [str(CLI), "serve", "--port", str(port), "--workers", "2"], env=_env(e2e_settings), stdout=log, stderr=log
+    )
+    try:
+        wait_until(lambda: _ready(base), 60, "serve --workers 2")
+        # No keep-alive: every request is a new connection, accepted by either process.
+        client = httpx.Client(base_url=base, timeout=30, limits=httpx.Limits(max_keepalive_connections=0))
+        http = Http(
+            client,  # type: ignore[arg-type]
+            tenant,
+            ServiceTokens(e2e_settings.service_token_secret),
+            UserTokens(e2e_settings.user_token_secret),
+        )
+        task_id = create_workflow(http)["tasks"][0]["taskId"]
+        contexts = [activate(http, task_id, step) for step in ("01_prepare", "02_parse")]
+        results: list[dict[str, Any]] = []
+        lock = threading.Lock()
+
+        def produce(ctx: dict[str, Any]) -> None:
+            for seq in range(1, 13):
+                kind = "STEP_STARTED" if seq == 1 else "STEP_PROGRESS"
+                response = report(http, ctx, kind, seq, progress={"current": seq, "total": 12})
+                assert response.status_code == 200, response.text
+                with lock:
+                    results.append(response.json())
+
+        threads = [threading.Thread(target=produce, args=(ctx,)) for ctx in contexts]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        versions = sorted(int(r["taskVersion"]) for r in results)
+        first = versions[0]
+        assert versions == list(range(first, first + 24))  # distinct and gap-free across both processes
+        with e2e_engine.connect() as conn:
+            payload = conn.execute(
+                sa.select(t.task_outbox.c.payload).where(
+                    t.task_outbox.c.aggregate_id == task_id,
+                    t.task_outbox.c.aggregate_version == versions[-1],
+                    t.task_outbox.c.projection == "TASK_DETAIL",
+                )
+            ).scalar_one()
+        steps = {s["stepId"]: s for s in payload["state"]["steps"]}
+        # Whichever process wrote the last event, it showed the other producer's latest progress too.
+        assert steps["01_prepare"]["progress"]["current"] == 12
+        assert steps["02_parse"]["progress"]["current"] == 12
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
