@@ -401,11 +401,14 @@ def grow_event_log(db: str, rows: int) -> int:
     return have
 
 
-def heartbeats(load: Load, db: str, seconds: float, executions: int = 1000, clients: int = 2) -> dict[str, float]:
-    """1,000-item heartbeat batches against running executions: items/s, and no versions or messages."""
+def heartbeats(load: Load, db: str, seconds: float, per_batch: int = 1000, clients: int = 2) -> dict[str, float]:
+    """1,000-item heartbeat batches (each client a worker beating for its own executions): items/s,
+    and a check that they created no versions and no outbox rows."""
     per_task = 200  # the most known steps a task takes over the API
-    task_ids = [load.task(steps=per_task) for _ in range(executions // per_task)]
-    handles = [load.execution(task_id, f"s{i}")["executionHandle"] for task_id in task_ids for i in range(per_task)]
+    handles = [
+        [load.execution(task_id, f"s{i}")["executionHandle"] for task_id in tasks for i in range(per_task)]
+        for tasks in [[load.task(steps=per_task) for _ in range(per_batch // per_task)] for _ in range(clients)]
+    ]
     engine = sa.create_engine(f"{SERVER}/{db}", poolclass=sa.pool.NullPool)
 
     def state() -> tuple[int, int]:
@@ -416,16 +419,13 @@ def heartbeats(load: Load, db: str, seconds: float, executions: int = 1000, clie
 
     before = state()
     stats = Stats()
-    seq = [0]
-    lock = threading.Lock()
 
-    def sender(_: int, running: Callable[[], bool]) -> None:
+    def sender(i: int, running: Callable[[], bool]) -> None:
+        seq = 0
         with httpx.Client(base_url=load.api.base, timeout=60) as c:
             while running():
-                with lock:
-                    seq[0] += 1
-                    n = seq[0]
-                items = [{"executionHandle": h, "heartbeatSeq": n} for h in handles]
+                seq += 1
+                items = [{"executionHandle": h, "heartbeatSeq": seq} for h in handles[i]]
                 start = time.perf_counter()
                 r = c.post("/internal/v1/task-heartbeats:batch", headers=load.worker, json={"heartbeats": items})
                 r.raise_for_status()
