@@ -23,7 +23,7 @@ from pathlib import Path
 
 from common import percentile, running_task, scratch_database  # type: ignore[import-not-found]
 
-from status.api.app import create_app
+from status.api.asgi import app_for
 from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.model import Progress
@@ -56,7 +56,7 @@ def run(rate: float, seconds: float) -> None:
         service = build_service(settings, engine)
         service.install_default_definitions()
         server = uvicorn.Server(
-            uvicorn.Config(create_app(settings, engine, service), host="127.0.0.1", port=port, log_level="warning")
+            uvicorn.Config(app_for(settings, engine, service), host="127.0.0.1", port=port, log_level="warning")
         )
         threading.Thread(target=server.run, daemon=True).start()
         wait_until(lambda: server.started, 15, "status API")

@@ -79,6 +79,10 @@ FINAL_REJECTIONS = frozenset(
 )
 
 
+# Executions bound at once (activations/registrations in flight); the rest of a burst queues.
+BIND_CONCURRENCY = 8
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -235,6 +239,7 @@ class Reporter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
+        self._binds: asyncio.Semaphore | None = None
         self._backoff = 0.0
         self.delivered = 0
         self.dropped = 0
@@ -352,6 +357,7 @@ class Reporter:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._binds = asyncio.Semaphore(BIND_CONCURRENCY)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._wake.set()  # resume what a previous process left in the outbox
@@ -359,6 +365,9 @@ class Reporter:
             base_url=self.config.status_url.rstrip("/"),
             headers={"Authorization": f"Bearer {self.config.service_token}"},
             timeout=self.config.http_timeout,
+            # httpcore scans every pooled connection to place each request: a burst of binds
+            # grew the pool to 100 and made each request cost that scan. Binds wait their turn.
+            limits=httpx.Limits(max_connections=BIND_CONCURRENCY + 2, max_keepalive_connections=BIND_CONCURRENCY + 2),
         )
         self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._heartbeat_loop())]
 
@@ -437,7 +446,7 @@ class Reporter:
         unbound = [e for e in executions.values() if e["handle"] is None]
         children = [e for e in unbound if e["binding"].get("parent_execution_id")]
         for wave in ([e for e in unbound if e not in children], children):
-            outcomes = await asyncio.gather(*(self._bind(e) for e in wave), return_exceptions=True)
+            outcomes = await asyncio.gather(*(self._bind_in_turn(e) for e in wave), return_exceptions=True)
             for outcome in outcomes:  # every bind has finished; the first error decides the retry
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -467,6 +476,11 @@ class Reporter:
         if retry:
             raise _Retry("retryable rejections")
         return len(events) == self.config.batch_size
+
+    async def _bind_in_turn(self, execution: dict[str, Any]) -> bool:
+        assert self._binds is not None
+        async with self._binds:
+            return await self._bind(execution)
 
     async def _bind(self, execution: dict[str, Any]) -> bool:
         """Activate (known step) or register (dynamic step) the execution; idempotent per attempt."""

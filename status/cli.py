@@ -29,7 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
     from uvicorn.supervisors import Multiprocess
 
     from status import logs
-    from status.api.app import create_app
+    from status.api.asgi import app_for
     from status.bootstrap import build_service
     from status.infra.db import create_engine
 
@@ -50,7 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
         sock.set_inheritable(True)
         Multiprocess(config, sockets=[sock]).run()
     else:
-        uvicorn.run(create_app(settings, engine, service), **options)
+        uvicorn.run(app_for(settings, engine, service), **options)
     return 0
 
 

@@ -175,7 +175,7 @@ class DevStack:
         )
         from interceptors import TaskStatusPlugin
         from observer.runner import build_observer
-        from status.api.app import create_app
+        from status.api.asgi import app_for
         from status.bootstrap import build_service
         from status.domain.auth import Role
         from status.infra import migrate
@@ -189,7 +189,7 @@ class DevStack:
         service.install_default_definitions()
         server = uvicorn.Server(
             uvicorn.Config(
-                create_app(settings, engine, service),
+                app_for(settings, engine, service),
                 host="127.0.0.1",
                 port=self.ports.api,
                 log_level="warning",
