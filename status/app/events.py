@@ -448,27 +448,7 @@ class EventCommands:
     def _lock(
         self, conn: sa.Connection, group: Group, task_id: str, event_id: str, owner: tuple[str, str]
     ) -> tuple[TaskView, tuple[str, Any] | None]:
-        """Lock the task; its view at the locked version and the event's stored dedup entry.
-
-        The view comes from this group, the cache, or (a miss) one read of the
-        task row, its steps and its viewers.  A task of another tenant or
-        scope (``owner``) does not exist for the caller.
-        """
-        row = repo.lock_task_version(conn, task_id, event_id)
-        if row is None:
-            raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-        version, stored_hash, stored_result = row
-        stored = (stored_hash, stored_result) if stored_hash is not None else None
-        view = group.views.get(task_id)
-        if view is None or view.version != version:
-            view = self.ctx.steps.get(task_id, version)
-        if view is None:
-            task = repo.load_task(conn, task_id)
-            assert task is not None  # locked above
-            view = load_view(conn, task)
-        if (view.task.tenant_id, view.task.authority_scope) != owner:
-            raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-        return view, stored
+        return locked_view(self.ctx, conn, task_id, owner, event_id=event_id, staged=group.views)
 
     @staticmethod
     def _dedup(group: Group, event_id: str, fingerprint: str, stored: tuple[str, Any] | None) -> dict[str, Any] | None:
@@ -586,6 +566,38 @@ class EventCommands:
             allowed_event_types=None,
             credential_problem=problem,
         )
+
+
+def locked_view(
+    ctx: AppContext,
+    conn: sa.Connection,
+    task_id: str,
+    owner: tuple[str, str],
+    *,
+    event_id: str = "",
+    staged: dict[str, TaskView] | None = None,
+) -> tuple[TaskView, tuple[str, Any] | None]:
+    """Lock a task; its view at the locked version, and ``event_id``'s stored dedup entry.
+
+    The view comes from ``staged`` (this transaction's own changes), the cache,
+    or — a miss — one read of the task row, its steps and its viewers.  A task
+    of another tenant or scope (``owner``) does not exist for the caller.
+    """
+    row = repo.lock_task_version(conn, task_id, event_id)
+    if row is None:
+        raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+    version, stored_hash, stored_result = row
+    stored = (stored_hash, stored_result) if stored_hash is not None else None
+    view = (staged or {}).get(task_id)
+    if view is None or view.version != version:
+        view = ctx.steps.get(task_id, version)
+    if view is None:
+        task = repo.load_task(conn, task_id)
+        assert task is not None  # locked above
+        view = load_view(conn, task)
+    if (view.task.tenant_id, view.task.authority_scope) != owner:
+        raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+    return view, stored
 
 
 def load_view(conn: sa.Connection, task: TaskState) -> TaskView:

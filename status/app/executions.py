@@ -20,11 +20,11 @@ from status.app.context import (
     EventCaller,
     check_heartbeat_settings,
     check_key,
-    lock_task_for,
     operation,
     require,
 )
-from status.app.step_cache import TaskView, view_of
+from status.app.events import locked_view
+from status.app.step_cache import TaskView
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
@@ -78,22 +78,24 @@ class ExecutionContext:
         }
 
 
-Activated = tuple[ExecutionContext, TaskView | None]
+OperationKey = tuple[str, str, str, int, str]
+# The context, the task's view after the change, and the operation definition it froze.
+Activated = tuple[ExecutionContext, TaskView | None, OperationKey | None]
 
 
 class ExecutionCommands:
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
+        self._frozen: set[OperationKey] = set()  # operation definitions known to be frozen (never thaw)
 
     def _run(self, work: Callable[[UnitOfWork], Activated]) -> ExecutionContext:
         """Run an activation; once committed, its task view serves the events that follow."""
-        context, view = run_in_transaction(self.ctx.engine, work)
+        context, view, frozen = run_in_transaction(self.ctx.engine, work)
         if view is not None:
             self.ctx.steps.put(context.task_id, view)
+        if frozen is not None:
+            self._frozen.add(frozen)
         return context
-
-    def _view(self, conn: sa.Connection, task: TaskState, steps: list[StepState]) -> TaskView:
-        return view_of(task, steps, outbox.viewers_of(task, repo.acl_users(conn, task.task_id)))
 
     def activate_step(self, caller: ServicePrincipal, cmd: c.ActivateStep) -> ExecutionContext:
         """Create attempt N of a known step and bind an execution (idempotent per attempt)."""
@@ -105,9 +107,11 @@ class ExecutionCommands:
 
         def work(uow: UnitOfWork) -> Activated:
             conn, now = uow.conn, self.ctx.now()
-            task = lock_task_for(conn, caller.tenant_id, caller.authority_scope, cmd.task_id)
-            steps = repo.steps_of(conn, task.task_id, lock=True)
-            attempts = sorted((s for s in steps if s.step_id == cmd.step_id), key=lambda s: s.attempt)
+            view, _ = locked_view(self.ctx, conn, cmd.task_id, (caller.tenant_id, caller.authority_scope))
+            task = view.task
+            attempts = sorted(
+                (s for s in view.steps.attempts.values() if s.step_id == cmd.step_id), key=lambda s: s.attempt
+            )
             if not attempts or attempts[0].step_kind != "KNOWN":
                 raise NotFound(f"step {cmd.step_id} is not a known step of this task", ErrorCode.UNKNOWN_STEP)
             current = attempts[-1]
@@ -115,7 +119,7 @@ class ExecutionCommands:
             if existing is not None and existing.execution_id is not None:
                 if existing.producer_id != cmd.producer_id:
                     raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
-                return self._context(conn, task, existing, created=False, now=now, uow=uow), None
+                return self._context(conn, task, existing, created=False, now=now, uow=uow), None, None
             if cmd.attempt < current.attempt or (existing is None and cmd.attempt != current.attempt + 1):
                 raise Conflict(
                     f"attempt {cmd.attempt} is not the next attempt of {cmd.step_id} (current {current.attempt})",
@@ -186,21 +190,20 @@ class ExecutionCommands:
                 version=step.version + (1 if existing is not None else 0),
                 updated_at=now,
             )
-            task = replace(task, version=task.version + 1, updated_at=now)
+            before, task = task, replace(task, version=task.version + 1, updated_at=now)
+            # Only changed columns are written: heartbeat columns of the cached state may be older
+            # than the rows' (plain heartbeats move them without a version).
             for prev in changed:
-                repo.update_step(conn, prev)  # superseded: no heartbeat deadline any more
+                repo.update_step(conn, prev, current)  # superseded: no heartbeat deadline any more
                 self._revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
             if existing is None:
                 repo.insert_step(conn, step)
             else:
-                repo.update_step(conn, step)
-            repo.update_task(conn, task)
-            self._freeze_operation(conn, op)
-            all_steps = [
-                s for s in steps if (s.step_id, s.attempt) not in {(x.step_id, x.attempt) for x in [*changed, step]}
-            ]
-            all_steps += [*changed, step]
-            view = self._view(conn, task, all_steps)
+                repo.update_step(conn, step, existing)
+            repo.update_task(conn, task, before)
+            frozen = self._freeze_operation(conn, op)
+            for changed_step in [*changed, step]:
+                view = view.changed(task, changed_step)
             repo.insert_outbox(
                 conn,
                 outbox.service_event(
@@ -215,7 +218,7 @@ class ExecutionCommands:
                     notice=notice,
                 ),
             )
-            return self._context(conn, task, step, created=True, now=now, uow=uow), view
+            return self._context(conn, task, step, created=True, now=now, uow=uow), view, frozen
 
         return self._run(work)
 
@@ -238,10 +241,9 @@ class ExecutionCommands:
 
         def work(uow: UnitOfWork) -> Activated:
             conn, now = uow.conn, self.ctx.now()
-            task = repo.lock_task(conn, cmd.task_id)
-            if task is None or (task.tenant_id, task.authority_scope) != (tenant, scope):
-                raise NotFound(f"task {cmd.task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-            steps = repo.steps_of(conn, task.task_id, lock=True)
+            view, _ = locked_view(self.ctx, conn, cmd.task_id, (tenant, scope))
+            task = view.task
+            steps = list(view.steps.attempts.values())
             existing = next(
                 (s for s in steps if s.client_step_key == cmd.client_step_key and s.attempt == cmd.attempt), None
             )
@@ -254,7 +256,7 @@ class ExecutionCommands:
                     raise Conflict(
                         "clientStepKey was registered with different content", ErrorCode.IDEMPOTENCY_CONFLICT
                     )
-                return self._context(conn, task, existing, created=False, now=now, uow=uow), None
+                return self._context(conn, task, existing, created=False, now=now, uow=uow), None, None
             policy_row = conn.execute(
                 sa.select(t.task.c.dynamic_registration_policy).where(t.task.c.id == task.task_id)
             ).scalar()
@@ -324,14 +326,16 @@ class ExecutionCommands:
                 updated_at=now,
             )
             repo.insert_step(conn, step)
-            task = replace(
-                task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now
+            before, task = (
+                task,
+                replace(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
             )
-            repo.update_task(conn, task)
-            self._freeze_operation(conn, op)
+            repo.update_task(conn, task, before)
+            frozen = self._freeze_operation(conn, op)
             # The previous attempts were marked superseded just above.
-            current = [replace(s, superseded=True) if s.step_id == step_id else s for s in steps]
-            view = self._view(conn, task, [*current, step])
+            for prev in (s for s in steps if s.step_id == step_id and not s.superseded):
+                view = view.changed(task, replace(prev, superseded=True))
+            view = view.changed(task, step)
             repo.insert_outbox(
                 conn,
                 outbox.service_event(
@@ -345,7 +349,7 @@ class ExecutionCommands:
                     step=step,
                 ),
             )
-            return self._context(conn, task, step, created=True, now=now, uow=uow), view
+            return self._context(conn, task, step, created=True, now=now, uow=uow), view, frozen
 
         return self._run(work)
 
@@ -412,7 +416,11 @@ class ExecutionCommands:
             .values(revoked_at=now, revoke_reason=reason)
         )
 
-    def _freeze_operation(self, conn: sa.Connection, op: OperationDefinition) -> None:
+    def _freeze_operation(self, conn: sa.Connection, op: OperationDefinition) -> OperationKey | None:
+        """Freeze the definition a step now uses (AC16); once committed, later activations skip the write."""
+        key = (op.tenant_id, op.authority_scope, op.task_type_pattern, op.version, op.operation_code)
+        if key in self._frozen:
+            return None
         od = t.task_operation_definition
         conn.execute(
             sa.update(od)
@@ -426,3 +434,4 @@ class ExecutionCommands:
             )
             .values(frozen_at=self.ctx.now())
         )
+        return key

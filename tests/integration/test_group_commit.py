@@ -262,3 +262,25 @@ def test_the_cache_never_serves_a_step_another_process_changed(
     steps = {s["stepId"]: s for s in payload["state"]["steps"]}
     assert steps["s1"]["progress"]["current"] == 7 and steps["s1"]["lifecycleStatus"] == "RUNNING"
     assert steps["s0"]["progress"]["current"] == 1
+
+
+def test_events_from_a_cached_state_never_write_back_older_heartbeat_columns(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    """Plain heartbeats move step rows without a version; an event applied to the cached state keeps them."""
+    task_id = _task(service, coordinator, 2)
+    ctx = activate(service, coordinator, task_id, "s0", producer=worker.producer_id)
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(claims, event("STEP_STARTED", 1))  # the cache now holds this version
+    beats = service.record_heartbeats(worker, [c.Heartbeat(5, execution_handle=ctx.execution_handle)])
+    assert beats["results"][0]["accepted"] is True
+    service.report_event(claims, event("STEP_PROGRESS", 2, progress=Progress(1, 2)))
+    activate(service, coordinator, task_id, "s1", producer=worker.producer_id)  # another writer of the task
+    service.report_event(claims, event("STEP_COMPLETED", 3))
+    with service.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(t.task_step.c.last_heartbeat_seq, t.task_step.c.lifecycle_status).where(
+                t.task_step.c.task_id == task_id, t.task_step.c.step_id == "s0"
+            )
+        ).one()
+    assert (row.last_heartbeat_seq, row.lifecycle_status) == (5, "SUCCEEDED")
