@@ -26,7 +26,8 @@ import sqlalchemy as sa
 
 from status.app import commands as c
 from status.app import outbox
-from status.app.context import HEALTH_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
+from status.app.binding import resolve_binding
+from status.app.context import AppContext, EventCaller, check_key, content_hash, operation
 from status.app.step_cache import TaskView, view_of
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
@@ -34,7 +35,7 @@ from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, In
 from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health
 from status.domain.model import StepState, TaskState
 from status.domain.projections import iso
-from status.domain.rules import Outcome, StepEvent, TaskEvent, apply_step_event, apply_task_event, bound_fields_match
+from status.domain.rules import Outcome, StepEvent, TaskEvent, apply_step_event, apply_task_event
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.uow import UnitOfWork, run_in_transaction
@@ -62,22 +63,6 @@ _REVOKE = (
     .values(revoked_at=sa.bindparam("_now"), revoke_reason=sa.bindparam("_reason"))
 )
 Outcomes = list[dict[str, Any] | BaseException]
-
-
-@dataclass(frozen=True)
-class Bound:
-    """The execution an event is bound to, and any credential problem found (raised after dedup)."""
-
-    task_id: str
-    step_id: str | None
-    step_attempt: int | None
-    execution_id: str | None
-    producer_id: str
-    operation_code: str | None
-    tenant_id: str
-    authority_scope: str
-    allowed_event_types: frozenset[str] | None
-    credential_problem: DomainError | None = None
 
 
 @dataclass
@@ -215,7 +200,7 @@ class EventCommands:
             return self._task_event(conn, group, caller, cmd, event_type, received_at)
         if event_type not in {*WORKER_EVENT_TYPES, EventType.STEP_HEALTH_CHANGED}:
             raise Invalid(f"{event_type} cannot be reported")
-        bound = self._resolve(group, caller, cmd, event_type, received_at)
+        bound = resolve_binding(group.handles, group.revoked, caller, cmd, event_type, received_at)
         view, stored = self._lock(conn, group, bound.task_id, cmd.event_id, (bound.tenant_id, bound.authority_scope))
         task = view.task
         assert bound.step_id is not None and bound.step_attempt is not None
@@ -473,100 +458,6 @@ class EventCommands:
             if body is not None and len(json.dumps(body.value, default=str)) > limit:
                 raise TooLarge(f"data is larger than {limit} bytes; send a resultRef instead")
 
-    def _resolve(
-        self, group: Group, caller: EventCaller, cmd: c.ReportEvent, event_type: EventType, now: datetime
-    ) -> Bound:
-        claimed = {
-            "taskId": cmd.task_id,
-            "workflowId": cmd.workflow_id,
-            "stepId": cmd.step_id,
-            "stepAttempt": cmd.step_attempt,
-            "executionId": cmd.execution_id,
-            "operationCode": cmd.operation_code,
-            "producerId": cmd.producer_id,
-        }
-        if isinstance(caller, ExecutionClaims):
-            if event_type is EventType.STEP_HEALTH_CHANGED:
-                raise Forbidden("health changes come from the health role only", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
-            if cmd.execution_handle is not None:
-                raise Invalid("send either an execution token or an executionHandle, not both")
-            _match(
-                {
-                    "taskId": caller.task_id,
-                    "workflowId": caller.workflow_id,
-                    "stepId": caller.step_id,
-                    "stepAttempt": caller.step_attempt,
-                    "executionId": caller.execution_id,
-                    "operationCode": caller.operation_code,
-                    "producerId": caller.producer_id,
-                },
-                claimed,
-            )
-            return Bound(
-                task_id=caller.task_id,
-                step_id=caller.step_id,
-                step_attempt=caller.step_attempt,
-                execution_id=caller.execution_id,
-                producer_id=caller.producer_id,
-                operation_code=caller.operation_code,
-                tenant_id=caller.tenant_id,
-                authority_scope=caller.authority_scope,
-                allowed_event_types=caller.allowed_event_types,
-            )
-        if event_type is EventType.STEP_HEALTH_CHANGED:
-            if not caller.has(Role.HEALTH):
-                raise Forbidden("STEP_HEALTH_CHANGED needs the HEALTH role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
-            if None in (cmd.task_id, cmd.step_id, cmd.step_attempt, cmd.execution_id):
-                raise Invalid("health events name taskId, stepId, stepAttempt and executionId")
-            assert cmd.task_id is not None
-            return Bound(
-                task_id=cmd.task_id,
-                step_id=cmd.step_id,
-                step_attempt=cmd.step_attempt,
-                execution_id=cmd.execution_id,
-                producer_id=HEALTH_PRODUCER,
-                operation_code=None,
-                tenant_id=caller.tenant_id,
-                authority_scope=caller.authority_scope,
-                allowed_event_types=None,
-            )
-        if cmd.execution_handle is None:
-            raise Invalid("step events need an execution token or an executionHandle")
-        handle = group.handles.get(ids.handle_hash(cmd.execution_handle))
-        if handle is None:
-            raise Forbidden("the execution handle is not valid", ErrorCode.TOKEN_REVOKED)
-        if handle["producer_id"] != caller.producer_id:
-            raise Forbidden("the handle belongs to another producer", ErrorCode.PRODUCER_MISMATCH)
-        _match(
-            {
-                "taskId": handle["task_id"],
-                "stepId": handle["step_id"],
-                "stepAttempt": handle["step_attempt"],
-                "executionId": handle["execution_id"],
-                "producerId": handle["producer_id"],
-            },
-            claimed,
-        )
-        problem: DomainError | None = None
-        revoked = handle["revoke_reason"] if handle["revoked_at"] is not None else None
-        revoked = revoked or group.revoked.get(handle["execution_id"])
-        if revoked is not None:
-            problem = Forbidden(f"the execution handle was revoked ({revoked})", ErrorCode.TOKEN_REVOKED)
-        elif handle["expires_at"] <= now:
-            problem = Forbidden("the execution handle has expired", ErrorCode.TOKEN_EXPIRED)
-        return Bound(
-            task_id=handle["task_id"],
-            step_id=handle["step_id"],
-            step_attempt=handle["step_attempt"],
-            execution_id=handle["execution_id"],
-            producer_id=handle["producer_id"],
-            operation_code=None,
-            tenant_id=caller.tenant_id,
-            authority_scope=caller.authority_scope,
-            allowed_event_types=None,
-            credential_problem=problem,
-        )
-
 
 def locked_view(
     ctx: AppContext,
@@ -604,11 +495,3 @@ def load_view(conn: sa.Connection, task: TaskState) -> TaskView:
     """Every step and USER viewer of a locked task, read once (a cache miss)."""
     viewers = outbox.viewers_of(task, repo.acl_users(conn, task.task_id))
     return view_of(task, repo.steps_of(conn, task.task_id), viewers)
-
-
-def _match(bound: dict[str, Any], claimed: dict[str, Any]) -> None:
-    if claimed.get("taskId") is not None and claimed["taskId"] != bound.get("taskId"):
-        raise Forbidden("taskId does not match the execution context", ErrorCode.PERMISSION_DENIED)
-    if claimed.get("stepId") is not None and claimed["stepId"] != bound.get("stepId"):
-        raise Forbidden("stepId does not match the execution context", ErrorCode.PERMISSION_DENIED)
-    bound_fields_match(bound, {k: v for k, v in claimed.items() if k not in ("taskId", "stepId")})
