@@ -31,7 +31,8 @@ from temporalio.worker import (
 )
 
 from interceptors._context import HEADER, StepBinding, current_binding
-from interceptors._reporter import ExecutionReporter, Reporter, execution_key, never_raises
+from interceptors._execution import ExecutionReporter
+from interceptors._reporter import Reporter, execution_key, never_raises
 
 log = logging.getLogger("interceptors")
 
