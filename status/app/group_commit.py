@@ -32,6 +32,7 @@ class GroupCommitter:
         self._max_in_flight = max(1, max_in_flight)
         self._queue: deque[tuple[Item, asyncio.Future[dict[str, Any]]]] = deque()
         self._in_flight = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
 
     async def submit(self, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
         """The event's result once its group committed; raises the event's own rejection."""
@@ -44,7 +45,9 @@ class GroupCommitter:
         while self._queue and self._in_flight < self._max_in_flight:
             batch = [self._queue.popleft() for _ in range(min(self._max_group, len(self._queue)))]
             self._in_flight += 1
-            asyncio.get_running_loop().create_task(self._commit(batch))
+            task = asyncio.get_running_loop().create_task(self._commit(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _commit(self, batch: list[tuple[Item, asyncio.Future[dict[str, Any]]]]) -> None:
         try:
