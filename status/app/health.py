@@ -51,6 +51,7 @@ class HealthCommands:
 
         def work(uow: UnitOfWork) -> None:
             conn = uow.conn
+            recover.clear()  # a retried transaction decides again from the start
             rows = self._lock_steps(conn, sorted({key[:3] for key in resolved.values()}))
             seq_now: dict[tuple[str, str, int], int] = {}  # last heartbeatSeq per step, as this batch moves it
             for index in sorted(resolved):  # the order the worker sent them in
@@ -68,13 +69,8 @@ class HealthCommands:
 
         single = len({b[:3] for b in beats}) == len(beats)
         if beats and single and run_in_transaction(self.ctx.engine, fast):
-            for index in resolved:
-                results[index] = {
-                    "executionId": resolved[index][3],
-                    "accepted": True,
-                    "health": "HEALTHY",
-                    "reason": None,
-                }
+            for index, key in resolved.items():
+                results[index] = _accepted(key[3])
         elif beats:
             run_in_transaction(self.ctx.engine, work)
         # STALE -> HEALTHY goes through the full event transaction, exactly once (R6).
