@@ -38,8 +38,10 @@ class HealthCommands:
         results: list[dict[str, Any] | None] = [None] * len(items)
         recover: list[tuple[int, str, str, int, str]] = []
 
-        with self.ctx.engine.connect() as conn:  # credentials and tenants: immutable, read once
-            resolved = self._resolve_heartbeats(conn, caller, items, now, results)
+        # Credentials and tenants are immutable: read once, before the writes (retried like any unit of work).
+        resolved = run_in_transaction(
+            self.ctx.engine, lambda uow: self._resolve_heartbeats(uow.conn, caller, items, now, results)
+        )
         beats = [(*resolved[i], items[i].heartbeat_seq) for i in sorted(resolved)]
 
         def fast(uow: UnitOfWork) -> bool:
