@@ -54,14 +54,6 @@ _HANDLE_COLUMNS = (
 _HANDLES = sa.select(*_HANDLE_COLUMNS).where(
     t.task_execution_handle.c.handle_hash.in_(sa.bindparam("_hashes", expanding=True))
 )
-_REVOKE = (
-    sa.update(t.task_execution_handle)
-    .where(
-        t.task_execution_handle.c.execution_id == sa.bindparam("_execution_id"),
-        t.task_execution_handle.c.revoked_at.is_(None),
-    )
-    .values(revoked_at=sa.bindparam("_now"), revoke_reason=sa.bindparam("_reason"))
-)
 Outcomes = list[dict[str, Any] | BaseException]
 
 
@@ -449,7 +441,7 @@ class EventCommands:
     @staticmethod
     def _revoke(conn: sa.Connection, group: Group, execution_id: str | None, reason: str, now: datetime) -> None:
         if execution_id is not None:
-            conn.execute(_REVOKE, {"_execution_id": execution_id, "_now": now, "_reason": reason})
+            repo.revoke_handles(conn, execution_id, reason, now)
             group.revoked[execution_id] = reason
 
     def _check_data_size(self, cmd: c.ReportEvent) -> None:

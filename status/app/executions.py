@@ -195,7 +195,7 @@ class ExecutionCommands:
             # than the rows' (plain heartbeats move them without a version).
             for prev in changed:
                 repo.update_step(conn, prev, current)  # superseded: no heartbeat deadline any more
-                self._revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
+                repo.revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
             if existing is None:
                 repo.insert_step(conn, step)
             else:
@@ -300,7 +300,7 @@ class ExecutionCommands:
                     )
                     .values(superseded=True, heartbeat_deadline_at=None)
                 )
-                self._revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
+                repo.revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
             step = StepState(
                 task_id=task.task_id,
                 step_id=step_id,
@@ -403,17 +403,6 @@ class ExecutionCommands:
             step_version=step.version,
             created=created,
             expires_at=expires_at,
-        )
-
-    def _revoke_handles(self, conn: sa.Connection, execution_id: str | None, reason: str, now: datetime) -> None:
-        if execution_id is None:
-            return
-        conn.execute(
-            sa.update(t.task_execution_handle)
-            .where(
-                t.task_execution_handle.c.execution_id == execution_id, t.task_execution_handle.c.revoked_at.is_(None)
-            )
-            .values(revoked_at=now, revoke_reason=reason)
         )
 
     def _freeze_operation(self, conn: sa.Connection, op: OperationDefinition) -> OperationKey | None:

@@ -263,7 +263,7 @@ class WorkflowCommands:
                 request_hash=request_hash,
                 created_at=now,
                 dynamic_registration_policy=policy,
-                **{k: v for k, v in repo.task_values(task).items()},
+                **repo.task_values(task),
             )
         )
         steps = []

@@ -323,6 +323,22 @@ _INSERT_EVENT = sa.insert(t.task_event_log)
 _INSERT_DEDUP = sa.insert(t.task_event_dedup)
 
 
+_REVOKE_HANDLES = (
+    sa.update(t.task_execution_handle)
+    .where(
+        t.task_execution_handle.c.execution_id == sa.bindparam("_execution_id"),
+        t.task_execution_handle.c.revoked_at.is_(None),
+    )
+    .values(revoked_at=sa.bindparam("_now"), revoke_reason=sa.bindparam("_reason"))
+)
+
+
+def revoke_handles(conn: sa.Connection, execution_id: str | None, reason: str, now: datetime) -> None:
+    """Revoke every live handle of an execution (its step finished, or a newer attempt superseded it)."""
+    if execution_id is not None:
+        conn.execute(_REVOKE_HANDLES, {"_execution_id": execution_id, "_now": now, "_reason": reason})
+
+
 def insert_changes(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Workflow projector feed rows (one multi-row INSERT)."""
     if rows:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,22 +20,7 @@ from status.domain.model import Progress
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.schemas import JsonSchemaValidator
-from tests.support.factories import activate, event
-
-
-def _task(service: StatusService, coordinator: ServicePrincipal, steps: int) -> str:
-    created = service.create_workflow(
-        coordinator,
-        c.CreateWorkflow(
-            client_workflow_key=f"wf-{uuid.uuid4().hex}",
-            owner_id="user-1",
-            title="Wide",
-            initial_tasks=(
-                c.NewTask("t", "Wide", known_steps=tuple(c.KnownStep(f"s{i}", "FILE.PREPARE") for i in range(steps))),
-            ),
-        ),
-    )
-    return str(created["tasks"][0]["taskId"])
+from tests.support.factories import activate, event, wide_task
 
 
 def _claims(service: StatusService, coordinator: ServicePrincipal, task_id: str, step: str) -> ExecutionClaims:
@@ -62,7 +46,7 @@ def _counts(engine: sa.Engine, task_id: str) -> tuple[int, int, int, int]:
 
 
 def test_a_bad_event_among_good_ones_fails_alone(service: StatusService, coordinator: ServicePrincipal) -> None:
-    task_id = _task(service, coordinator, 2)
+    task_id = wide_task(service, coordinator, 2)
     a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
     before = _counts(service.engine, task_id)
     outcomes = service.report_group(
@@ -85,7 +69,7 @@ def test_a_bad_event_among_good_ones_fails_alone(service: StatusService, coordin
 
 
 def test_the_same_event_id_twice_in_one_group(service: StatusService, coordinator: ServicePrincipal) -> None:
-    task_id = _task(service, coordinator, 1)
+    task_id = wide_task(service, coordinator, 1)
     claims = _claims(service, coordinator, task_id, "s0")
     started = event("STEP_STARTED", 1)
     reused = c.ReportEvent(**{**started.__dict__, "source_seq": 2})  # same id, other content
@@ -114,7 +98,7 @@ def _crash(monkeypatch: pytest.MonkeyPatch, name: str, when: Any = lambda *a, **
 def test_a_crash_mid_group_leaves_nothing(
     service: StatusService, coordinator: ServicePrincipal, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
-    task_id = _task(service, coordinator, 3)
+    task_id = wide_task(service, coordinator, 3)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
     before = _counts(service.engine, task_id)
     items = [(cl, event("STEP_STARTED", 1)) for cl in claims]
@@ -132,7 +116,7 @@ def test_a_crash_mid_group_leaves_nothing(
 def test_a_poison_item_does_not_take_its_neighbours_down(
     service: StatusService, coordinator: ServicePrincipal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    task_id = _task(service, coordinator, 3)
+    task_id = wide_task(service, coordinator, 3)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
     before = _counts(service.engine, task_id)
     # A failure that is not a rejection, for one step only: the group rolls back, then each event runs alone.
@@ -147,7 +131,7 @@ def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
     service: StatusService, coordinator: ServicePrincipal
 ) -> None:
     producers, per_producer = 6, 8
-    task_id = _task(service, coordinator, producers)
+    task_id = wide_task(service, coordinator, producers)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(producers)]
     start = _counts(service.engine, task_id)[0]
     sizes: list[int] = []
@@ -183,7 +167,7 @@ def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
 def test_group_commit_hands_each_caller_its_own_rejection(
     service: StatusService, coordinator: ServicePrincipal
 ) -> None:
-    task_id = _task(service, coordinator, 1)
+    task_id = wide_task(service, coordinator, 1)
     claims = _claims(service, coordinator, task_id, "s0")
 
     async def main() -> tuple[Any, Any]:
@@ -215,7 +199,7 @@ def _statements(engine: sa.Engine) -> Iterator[list[str]]:
 
 def _progress_cost(service: StatusService, coordinator: ServicePrincipal, steps: int) -> tuple[list[str], list[str]]:
     """Statements of one progress event: on a warm cache, then in a fresh process (cold cache)."""
-    task_id = _task(service, coordinator, steps)
+    task_id = wide_task(service, coordinator, steps)
     claims = _claims(service, coordinator, task_id, "s0")
     service.report_event(claims, event("STEP_STARTED", 1))
     with _statements(service.engine) as warm:
@@ -243,7 +227,7 @@ def test_the_cache_never_serves_a_step_another_process_changed(
     service: StatusService, coordinator: ServicePrincipal
 ) -> None:
     """Two API processes write the same task; each detail message still shows every step's latest state."""
-    task_id = _task(service, coordinator, 2)
+    task_id = wide_task(service, coordinator, 2)
     a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
     other = StatusService(service.engine, execution_tokens=service._tokens, validator=JsonSchemaValidator())
     service.report_event(a, event("STEP_STARTED", 1))
@@ -268,7 +252,7 @@ def test_events_from_a_cached_state_never_write_back_older_heartbeat_columns(
     service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
 ) -> None:
     """Plain heartbeats move step rows without a version; an event applied to the cached state keeps them."""
-    task_id = _task(service, coordinator, 2)
+    task_id = wide_task(service, coordinator, 2)
     ctx = activate(service, coordinator, task_id, "s0", producer=worker.producer_id)
     claims = service._tokens.verify(ctx.execution_token, service.now())
     service.report_event(claims, event("STEP_STARTED", 1))  # the cache now holds this version

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -12,14 +11,13 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from status.domain.errors import DomainError
 from status.domain.model import StepError
 from status.infra import repository as repo
 from status.infra import tables as t
-from tests.support.factories import activate, event
+from tests.support.factories import activate, event, wide_task
 
 
 def _counts(engine: sa.Engine, task_id: str) -> dict[str, Any]:
@@ -48,28 +46,11 @@ def _counts(engine: sa.Engine, task_id: str) -> dict[str, Any]:
         }
 
 
-def _wide_task(service: StatusService, coordinator: ServicePrincipal, steps: int) -> str:
-    created = service.create_workflow(
-        coordinator,
-        c.CreateWorkflow(
-            client_workflow_key=f"wf-{uuid.uuid4().hex}",
-            owner_id="user-1",
-            title="Wide",
-            initial_tasks=(
-                c.NewTask(
-                    "t", "Wide task", known_steps=tuple(c.KnownStep(f"s{i}", "FILE.PREPARE") for i in range(steps))
-                ),
-            ),
-        ),
-    )
-    return str(created["tasks"][0]["taskId"])
-
-
 def test_ac15_concurrent_producers_get_distinct_gap_free_versions(
     service: StatusService, coordinator: ServicePrincipal
 ) -> None:
     producers, per_producer = 6, 8
-    task_id = _wide_task(service, coordinator, producers)
+    task_id = wide_task(service, coordinator, producers)
     contexts = [activate(service, coordinator, task_id, f"s{i}", producer=f"producer-{i}") for i in range(producers)]
     start_version = max(ctx.task_version for ctx in contexts)
     results: list[dict[str, Any]] = []

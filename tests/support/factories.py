@@ -38,6 +38,24 @@ def create_task(service: StatusService, coordinator: ServicePrincipal, **kwargs:
     return str(created["tasks"][0]["taskId"])
 
 
+def wide_task(service: StatusService, coordinator: ServicePrincipal, steps: int) -> str:
+    """A task with ``steps`` known steps s0, s1, … (one per concurrent producer)."""
+    created = service.create_workflow(
+        coordinator,
+        c.CreateWorkflow(
+            client_workflow_key=f"wf-{uuid.uuid4().hex}",
+            owner_id="user-1",
+            title="Wide",
+            initial_tasks=(
+                c.NewTask(
+                    "t", "Wide task", known_steps=tuple(c.KnownStep(f"s{i}", "FILE.PREPARE") for i in range(steps))
+                ),
+            ),
+        ),
+    )
+    return str(created["tasks"][0]["taskId"])
+
+
 def activate(
     service: StatusService,
     coordinator: ServicePrincipal,
