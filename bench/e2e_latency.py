@@ -19,12 +19,12 @@ from pathlib import Path
 
 from common import centrifugo_node, percentile, running_task, scratch_database  # type: ignore[import-not-found]
 
-from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
 from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.auth import UserPrincipal
 from status.domain.model import Progress
+from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.repository import utcnow
 from status.infra.tokens import RealtimeTokens
@@ -46,7 +46,7 @@ async def run(rate: float, seconds: float) -> None:
         service.install_default_definitions()
         task_id, claims = running_task(service, "alice", "latency")
 
-        publisher = CentrifugoPublisher(node.api_url, node.api_key)
+        publisher = CentrifugoApi(node.api_url, node.api_key)
         relay = OutboxRelay(engine, publisher, "latency", RelayConfig(batch_size=500))
         while (await relay.run_once()).claimed:
             pass

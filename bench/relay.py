@@ -18,13 +18,14 @@ from datetime import timedelta
 import sqlalchemy as sa
 from common import centrifugo_node, percentile, scratch_database  # type: ignore[import-not-found]
 
-from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
 from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.model import Progress
+from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.repository import utcnow
 from tests.support.settings import make_settings
@@ -37,8 +38,8 @@ async def drain_backlog(url: str, node, rows: int, batch: int) -> None:
     chunk = 5000
     with engine.begin() as conn:
         for start in range(0, rows, chunk):
-            conn.execute(
-                sa.insert(t.task_outbox),
+            repo.insert_outbox(
+                conn,
                 [
                     {
                         "aggregate_type": "TASK",
@@ -55,7 +56,7 @@ async def drain_backlog(url: str, node, rows: int, batch: int) -> None:
                     for i in range(start, min(rows, start + chunk))
                 ],
             )
-    publisher = CentrifugoPublisher(node.api_url, node.api_key, timeout=30)
+    publisher = CentrifugoApi(node.api_url, node.api_key, timeout=30)
     relay = OutboxRelay(engine, publisher, "bench", RelayConfig(batch_size=batch, coalesce_backlog=10**9))
     started = time.perf_counter()
     published = 0
@@ -92,7 +93,7 @@ async def steady_latency(url: str, node, rate: float, seconds: float) -> None:
         claims.append(service._tokens.verify(ctx.execution_token, service.now()))
     for cl in claims:
         service.report_event(cl, c.ReportEvent(f"evt-{uuid.uuid4().hex}", "STEP_STARTED", 1, utcnow()))
-    publisher = CentrifugoPublisher(node.api_url, node.api_key)
+    publisher = CentrifugoApi(node.api_url, node.api_key)
     relay = OutboxRelay(engine, publisher, "steady", RelayConfig(batch_size=500))
     while (await relay.run_once()).claimed:
         pass

@@ -1,17 +1,19 @@
 """The observer's passes and the plain-asyncio way of running them (``--mode loops``).
 
 Each component exposes one bounded pass; ``ObserverLoops`` runs them
-forever with short sleeps when idle, a grace period for the reconciler after
-start and after database errors (R7: no false STALE burst after an outage),
-and bounded retention batches (R16).  The same passes back the Temporal
-activities of ``observer.temporal``.
+forever.  The relay and the projector sleep until woken (a commit that wrote
+outbox or projector-feed rows, see ``status.infra.wakeup``) or until a slow
+safety poll, so an idle observer costs next to nothing and a lost wake-up only
+delays.  The reconciler gets a grace period after start and after database
+errors (R7: no false STALE burst after an outage); retention purges in
+bounded batches (R16).  The same passes back the Temporal activities of
+``observer.temporal``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,16 +24,18 @@ import sqlalchemy as sa
 from observer import metrics
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
+from status import logs
 from status.app.service import StatusService
 from status.infra import tables as t
 
-log = logging.getLogger("observer")
+log = logs.get("observer")
 
 
 @dataclass
 class LoopConfig:
-    relay_idle_sleep: float = 0.02
-    projector_idle_sleep: float = 0.1
+    # Without a wake-up, an idle relay/projector looks again after this long (the safety poll).
+    relay_idle_sleep: float = 1.0
+    projector_idle_sleep: float = 1.0
     reconciler_interval: float = 2.0
     reconciler_batch: int = 200
     heartbeat_grace_seconds: float = 30.0
@@ -100,6 +104,8 @@ class ObserverLoops:
         reconciler: Reconciler,
         retention: Retention,
         config: LoopConfig,
+        relay_wake: asyncio.Event | None = None,
+        projector_wake: asyncio.Event | None = None,
     ) -> None:
         self.relay = relay
         self.projector = projector
@@ -107,27 +113,36 @@ class ObserverLoops:
         self.retention = retention
         self.config = config
         self._stop = asyncio.Event()
+        self._relay_wake = relay_wake or asyncio.Event()
+        self._projector_wake = projector_wake or asyncio.Event()
+        self._problems = logs.ProblemLog(log)
 
     def stop(self) -> None:
         self._stop.set()
+        self._relay_wake.set()
+        self._projector_wake.set()
 
-    async def _sleep(self, seconds: float) -> None:
+    async def _sleep(self, seconds: float, wake: asyncio.Event | None = None) -> None:
+        """Until ``seconds`` pass, the loops stop, or ``wake`` is set."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            await asyncio.wait_for((wake or self._stop).wait(), seconds)
 
     async def _guard(self, name: str, run_pass: Callable[[], Awaitable[object]]) -> bool:
-        """Run one pass; errors are logged, counted and backed off, never fatal to the loop."""
+        """Run one pass; errors are counted and backed off (logged once per outage), never fatal to the loop."""
         try:
-            return bool(await run_pass())
-        except sa.exc.DBAPIError:
+            busy = bool(await run_pass())
+        except sa.exc.DBAPIError as exc:
             metrics.LOOP_ERRORS.labels(loop=name).inc()
-            log.exception("%s pass failed on the database; backing off", name)
+            self._problems.failed(name, "observer pass failed on the database; backing off", code=type(exc).__name__)
             self.reconciler.database_failed()
             await self._sleep(1.0)
-        except Exception:
+        except Exception as exc:
             metrics.LOOP_ERRORS.labels(loop=name).inc()
-            log.exception("%s pass failed; backing off", name)
+            self._problems.failed(name, "observer pass failed; backing off", code=type(exc).__name__)
             await self._sleep(1.0)
+        else:
+            self._problems.cleared(name, "observer pass works again")
+            return busy
         return False
 
     async def relay_loop(self) -> None:
@@ -137,19 +152,26 @@ class ObserverLoops:
                 await self._guard("lease", lambda: asyncio.to_thread(self.relay.take_over_expired_leases))
                 await self._guard("gauges", lambda: asyncio.to_thread(self.relay.update_gauges))
                 last_lease_check = time.monotonic()
+            # Cleared before the pass: a commit during the pass wakes the next one.
+            self._relay_wake.clear()
             busy = await self._guard("relay", self._relay_pass)
             if not busy:
-                await self._sleep(self.config.relay_idle_sleep)
+                await self._sleep(self.config.relay_idle_sleep, self._relay_wake)
 
     async def _relay_pass(self) -> bool:
         result = await self.relay.run_once()
         return result.claimed > 0
 
+    def _projector_pass(self) -> bool:
+        self.projector.run_once()
+        return self.projector.last_claimed > 0
+
     async def projector_loop(self) -> None:
         while not self._stop.is_set():
-            busy = await self._guard("projector", lambda: asyncio.to_thread(self.projector.run_once))
+            self._projector_wake.clear()
+            busy = await self._guard("projector", lambda: asyncio.to_thread(self._projector_pass))
             if not busy:
-                await self._sleep(self.config.projector_idle_sleep)
+                await self._sleep(self.config.projector_idle_sleep, self._projector_wake)
 
     async def reconciler_loop(self) -> None:
         while not self._stop.is_set():

@@ -23,6 +23,7 @@ from status.domain.lifecycle import Lifecycle
 from status.domain.model import WorkflowState
 from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra import wakeup
 
 wc = t.workflow_change
 
@@ -33,6 +34,8 @@ class WorkflowProjector:
         self.clock = clock
         self.batch_size = batch_size
         self._changes = RowProbe(engine, "SELECT 1 FROM workflow_change LIMIT 1")
+        # Change rows folded by the last pass (a full batch means more may be waiting).
+        self.last_claimed = 0
 
     def close(self) -> None:
         """Release the probe connection."""
@@ -41,6 +44,7 @@ class WorkflowProjector:
     def run_once(self) -> int:
         """Fold one batch of changes; returns how many workflows got a new version."""
         bumped = 0
+        self.last_claimed = 0
         if not self._changes():
             return 0
         with self.engine.begin() as conn:
@@ -52,10 +56,14 @@ class WorkflowProjector:
             ).all()
             if not changes:
                 return 0
+            self.last_claimed = len(changes)
             for workflow_id in sorted({c.workflow_id for c in changes}):
                 if self._fold_workflow(conn, workflow_id):
                     bumped += 1
             conn.execute(sa.delete(wc).where(wc.c.id.in_([c.id for c in changes])))
+            wrote = wakeup.take_mark(conn)
+        if wrote:
+            wakeup.signal_for(self.engine).notify()  # committed workflow outbox rows: wake the relays
         metrics.PROJECTOR_FOLDS.inc(bumped)
         return bumped
 

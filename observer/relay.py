@@ -7,29 +7,49 @@ exponential, jittered ``available_at`` (retryable failures), or DEAD with a
 redacted ``last_error`` (permanent failures).  Expired leases of crashed
 relays are taken over.  Delivery is at least once; every message carries the
 full state and its version, so clients converge whatever the duplicates.
+
+Several relays share the work by **partition** (like Centrifugo's own
+PostgreSQL outbox consumer): a row's partition is a hash of its channel, and
+``outbox_partition`` gives each partition to one live relay at a time under a
+renewed lease, each relay holding its fair share of the relays alive in
+``outbox_relay`` (a newcomer is seen before it holds anything).  A relay publishes only its
+partitions, in id order and sequentially, so every channel's messages leave in
+commit order however many relays run.  A relay that takes a partition whose
+owner's lease ran out puts that partition's in-flight rows back to PENDING.
+
+Every publication carries the row's random ``publish_key`` as Centrifugo's
+idempotency key: a retry of the same row is dropped by Centrifugo, a new row is
+never mistaken for an old one (restores, failovers and re-created databases
+reuse auto-increment ids, never random keys).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from observer import metrics
-from observer.centrifugo import CentrifugoPublisher, Publication, PublishResult, TransportError, Unauthorized
 from observer.probe import RowProbe
 from status import logs
 from status.infra import tables as t
-from status.infra.repository import now_ms
+from status.infra.centrifugo import CentrifugoApi, Publication, PublishResult, TransportError, Unauthorized
+from status.infra.repository import OUTBOX_PARTITIONS, now_ms
+from status.infra.uow import is_retryable
+
+T = TypeVar("T")
 
 log = logs.get("observer.relay")
 ot = t.task_outbox
+op = t.outbox_partition
+rt = t.outbox_relay
 
 # Per-aggregate channels carry one aggregate's versions, so Centrifugo can skip
 # stale publications by version; a user's summary channel interleaves many
@@ -41,6 +61,7 @@ COALESCIBLE = ("USER_SUMMARY", "TASK_DETAIL", "PROJECT_BROADCAST")
 @dataclass(frozen=True)
 class ClaimedRow:
     id: int
+    publish_key: str
     aggregate_type: str
     aggregate_id: str
     aggregate_version: int
@@ -50,6 +71,7 @@ class ClaimedRow:
     payload: dict[str, Any]
     attempts: int
     created_at: datetime
+    payload_bytes: int = 0
 
 
 @dataclass
@@ -69,18 +91,37 @@ class RelayConfig:
     max_attempts: int = 20
     backoff_base_seconds: float = 0.5
     backoff_max_seconds: float = 60.0
-    coalesce_backlog: int = 1000  # coalesce superseded summaries only when a claim is this full
+    # Coalesce superseded summaries only when a claim holds this many rows (there is a
+    # backlog); None: when the claim came back full, i.e. more rows wait behind it.
+    coalesce_backlog: int | None = None
+    # Partition leases: renewed every partition_renew_seconds, given up by others after
+    # partition_lease_seconds without renewal (a crashed relay's partitions move on then).
+    partition_lease_seconds: float = 10.0
+    partition_renew_seconds: float = 2.0
 
 
 # Literal SQL valid on MySQL/MariaDB and SQLite; served by the (status, id) index.
 _PENDING_PROBE = "SELECT 1 FROM task_outbox WHERE status = 'PENDING' LIMIT 1"
+# Both served by the (status, partition_no, id) index.
+_PENDING_PARTITIONS = sa.select(ot.c.partition_no).where(ot.c.status == "PENDING").distinct()
+_CLAIM_PARTITION = (
+    sa.select(ot.c.id)
+    .where(
+        ot.c.status == "PENDING",
+        ot.c.partition_no == sa.bindparam("_partition"),
+        ot.c.available_at <= sa.bindparam("_now"),
+    )
+    .order_by(ot.c.id)
+    .limit(sa.bindparam("_limit"))
+    .with_for_update()
+)
 
 
 class OutboxRelay:
     def __init__(
         self,
         engine: sa.Engine,
-        publisher: CentrifugoPublisher,
+        publisher: CentrifugoApi,
         relay_id: str,
         config: RelayConfig | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -91,9 +132,103 @@ class OutboxRelay:
         self.config = config or RelayConfig()
         self._clock = clock or (lambda: datetime.utcnow())
         self._pending = RowProbe(engine, _PENDING_PROBE)
+        # Where this relay takes wake-up datagrams (advertised with its partitions).
+        self.wake_address: str | None = None
+        self._held: tuple[int, ...] = ()
+        self._held_until = float("-inf")
+        self._renew_at = float("-inf")
+        self._problems = logs.ProblemLog(log)
+        self._rotation = 0
 
     def now(self) -> datetime:
         return now_ms(self._clock())
+
+    # ------------------------------------------------------------ partitions
+    def partitions(self) -> tuple[int, ...]:
+        """The partitions this relay may publish now (renewing its leases when due)."""
+        if time.monotonic() >= self._renew_at:
+            self._lease_partitions()
+        return self._held if time.monotonic() < self._held_until else ()
+
+    def _lease_partitions(self) -> None:
+        config = self.config
+        started = time.monotonic()
+        now = self.now()
+        lease_until = now + timedelta(seconds=config.partition_lease_seconds)
+        first = self._renew_at == float("-inf")
+        self._ensure_partition_rows()
+        with self.engine.begin() as conn:
+            # Lock order: the partition rows first (this serializes the relays' lease rounds).
+            rows = conn.execute(
+                sa.select(op.c.partition_no, op.c.relay_id, op.c.lease_until)
+                .order_by(op.c.partition_no)
+                .with_for_update()
+            ).all()
+            self._announce(conn, now, lease_until)
+            if first:
+                # A relay id outlives a crash (observer.runner keeps it per host slot): rows a
+                # previous incarnation left in flight are nobody's now.
+                _requeue(conn, ot.c.locked_by == self.relay_id)
+            live = set(conn.scalars(sa.select(rt.c.relay_id).where(rt.c.alive_until > now))) | {self.relay_id}
+            share = math.ceil(len(rows) / len(live))
+            mine = [r.partition_no for r in rows if r.relay_id == self.relay_id]
+            keep, release = mine[:share], mine[share:]
+            free = [
+                r
+                for r in rows
+                if r.relay_id != self.relay_id and (r.relay_id is None or r.lease_until is None or r.lease_until <= now)
+            ]
+            take = free[: max(0, share - len(keep))]
+            held = sorted([*keep, *(r.partition_no for r in take)])
+            # A partition whose owner stopped renewing: that relay is presumed dead, and
+            # its in-flight rows would otherwise wait for their own lease to run out
+            # while later rows of the same channels overtake them.
+            orphaned = [r.partition_no for r in take if r.relay_id is not None]
+            if held:
+                conn.execute(
+                    sa.update(op)
+                    .where(op.c.partition_no.in_(held))
+                    .values(relay_id=self.relay_id, lease_until=lease_until)
+                )
+            if release:
+                conn.execute(
+                    sa.update(op).where(op.c.partition_no.in_(release)).values(relay_id=None, lease_until=None)
+                )
+            if orphaned:
+                _requeue(conn, ot.c.partition_no.in_(orphaned))
+        if orphaned:
+            log.warning("took over outbox partitions of a relay that stopped renewing", status=str(orphaned))
+        self._held = tuple(held)
+        # Stop publishing a partition before anyone else may take it (margin: one renewal).
+        self._held_until = started + config.partition_lease_seconds - config.partition_renew_seconds
+        self._renew_at = started + config.partition_renew_seconds
+
+    def _announce(self, conn: sa.Connection, now: datetime, alive_until: datetime) -> None:
+        """This relay is alive (and where it takes wake-ups); long-gone relays are forgotten."""
+        values = {"alive_until": alive_until, "wake_address": self.wake_address}
+        if not conn.execute(sa.update(rt).where(rt.c.relay_id == self.relay_id).values(**values)).rowcount:
+            conn.execute(sa.insert(rt).values(relay_id=self.relay_id, **values))
+        conn.execute(sa.delete(rt).where(rt.c.alive_until < now - timedelta(hours=1)))
+
+    def _ensure_partition_rows(self) -> None:
+        if self._renew_at != float("-inf"):
+            return  # done on this relay's first lease
+        with self.engine.begin() as conn:
+            existing = set(conn.scalars(sa.select(op.c.partition_no)))
+        missing = [{"partition_no": n} for n in range(OUTBOX_PARTITIONS) if n not in existing]
+        if missing:
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(sa.insert(op), missing)
+            except sa.exc.IntegrityError:
+                pass  # another relay created them first
+
+    def release_partitions(self) -> None:
+        """Give the partitions up at shutdown, so other relays take them at once instead of after the lease."""
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(op).where(op.c.relay_id == self.relay_id).values(relay_id=None, lease_until=None))
+            conn.execute(sa.delete(rt).where(rt.c.relay_id == self.relay_id))
+        self._held, self._held_until, self._renew_at = (), float("-inf"), float("-inf")
 
     # ------------------------------------------------------------ claim
     def has_pending(self) -> bool:
@@ -105,20 +240,30 @@ class OutboxRelay:
         self._pending.close()
 
     def claim(self) -> list[ClaimedRow]:
-        """Take up to ``batch_size`` due rows in id order; rows other relays hold are skipped."""
-        if not self.has_pending():
+        """Take up to ``batch_size`` due rows of this relay's partitions in id order."""
+        partitions = self.partitions()
+        if not partitions or not self.has_pending():
             return []
+        return _retrying(lambda: self._claim(partitions))
+
+    def _claim(self, partitions: tuple[int, ...]) -> list[ClaimedRow]:
         now = self.now()
         with self.engine.begin() as conn:
-            ids = list(
-                conn.scalars(
-                    sa.select(ot.c.id)
-                    .where(ot.c.status == "PENDING", ot.c.available_at <= now)
-                    .order_by(ot.c.id)
-                    .limit(self.config.batch_size)
-                    .with_for_update(skip_locked=True)
+            pending = set(conn.scalars(_PENDING_PARTITIONS)).intersection(partitions)
+            # Rotate the starting partition so a busy one cannot starve the others.
+            order = sorted(pending, key=lambda p: (p - self._rotation) % OUTBOX_PARTITIONS)
+            self._rotation = (self._rotation + 1) % OUTBOX_PARTITIONS
+            ids: list[int] = []
+            for partition in order:
+                # Each partition's own index range, in id order, and no SKIP LOCKED: a
+                # lower row still locked (its producer not yet committed, or another
+                # relay's claim in a handover) is waited for, never overtaken.
+                ids += conn.scalars(
+                    _CLAIM_PARTITION,
+                    {"_partition": partition, "_now": now, "_limit": self.config.batch_size - len(ids)},
                 )
-            )
+                if len(ids) >= self.config.batch_size:
+                    break
             if not ids:
                 return []
             conn.execute(
@@ -129,6 +274,7 @@ class OutboxRelay:
             rows = conn.execute(
                 sa.select(
                     ot.c.id,
+                    ot.c.publish_key,
                     ot.c.aggregate_type,
                     ot.c.aggregate_id,
                     ot.c.aggregate_version,
@@ -138,6 +284,7 @@ class OutboxRelay:
                     ot.c.payload,
                     ot.c.attempts,
                     ot.c.created_at,
+                    sa.func.length(ot.c.payload).label("payload_bytes"),
                 )
                 .where(ot.c.id.in_(ids))
                 .order_by(ot.c.id)
@@ -187,6 +334,26 @@ class OutboxRelay:
             and row.aggregate_version < latest[(row.channel, row.aggregate_type, row.aggregate_id)]
         }
 
+    @staticmethod
+    def publications(rows: Sequence[ClaimedRow]) -> list[Publication]:
+        """What the relay sends for ``rows`` (the row's publish key is Centrifugo's idempotency key)."""
+        publications = []
+        for r in rows:
+            versioned = r.channel.startswith(VERSIONED_NAMESPACES)
+            publications.append(
+                Publication(
+                    channel=r.channel,
+                    data=r.payload,
+                    idempotency_key=r.publish_key,
+                    version=r.aggregate_version if versioned else None,
+                    # One aggregate per channel: consecutive states differ little, so
+                    # subscribers that negotiated fossil deltas get only the difference.
+                    delta=versioned,
+                    size_hint=r.payload_bytes or 0,
+                )
+            )
+        return publications
+
     async def run_once(self) -> PassResult:
         """One claim → publish → mark pass."""
         result = PassResult()
@@ -195,32 +362,28 @@ class OutboxRelay:
         result.claimed = len(rows)
         if not rows:
             return result
-        skipped = self.superseded(rows) if len(rows) >= self.config.coalesce_backlog else set()
+        backlog = self.config.coalesce_backlog or self.config.batch_size
+        skipped = self.superseded(rows) if len(rows) >= backlog else set()
         fanouts = [r for r in rows if r.projection == "USER_FANOUT"]
         to_send = [r for r in rows if r.id not in skipped and r.projection != "USER_FANOUT"]
-        publications = [
-            Publication(
-                channel=r.channel,
-                data=r.payload,
-                idempotency_key=f"outbox-{r.id}",
-                version=r.aggregate_version if r.channel.startswith(VERSIONED_NAMESPACES) else None,
-            )
-            for r in to_send
-        ]
+        publications = self.publications(to_send)
         started = time.perf_counter()
         try:
             outcomes: list[PublishResult] = await self.publisher.publish_batch(publications)
+            self._problems.cleared("publish", "publishing to Centrifugo works again")
         except TransportError as exc:
             metrics.PUBLISH_ERRORS.labels(kind="transport").inc(len(to_send))
+            self._problems.failed("publish", "cannot reach Centrifugo; rows wait and are retried", code=str(exc))
             outcomes = [PublishResult(ok=False, error=f"transport: {exc}")] * len(to_send)
         except Unauthorized:
             metrics.PUBLISH_ERRORS.labels(kind="unauthorized").inc(len(to_send))
+            self._problems.failed("publish", "Centrifugo refused the API key; rows wait", code="unauthorized")
             outcomes = [PublishResult(ok=False, error="unauthorized: check the Centrifugo API key")] * len(to_send)
         # One notice to many users: Centrifugo's broadcast, one call per batch row.
         for row in fanouts:
             try:
                 replies = await self.publisher.broadcast(
-                    row.payload["channels"], row.payload["data"], idempotency_key=f"outbox-{row.id}"
+                    row.payload["channels"], row.payload["data"], idempotency_key=row.publish_key
                 )
                 failed = [r for r in replies if not r.ok]
                 outcome = PublishResult(ok=not failed, error=failed[0].error if failed else None)
@@ -252,32 +415,36 @@ class OutboxRelay:
                 dead.append((row, reason))
             else:
                 retry.append((row, reason))
-        with self.engine.begin() as conn:
-            mine = (ot.c.locked_by == self.relay_id, ot.c.status == "PROCESSING")
-            if published:
-                conn.execute(
-                    sa.update(ot)
-                    .where(ot.c.id.in_(published), *mine)
-                    .values(status="PUBLISHED", published_at=now, locked_by=None, locked_at=None, last_error=None)
-                )
-            for row, reason in retry:
-                conn.execute(
-                    sa.update(ot)
-                    .where(ot.c.id == row.id, *mine)
-                    .values(
-                        status="PENDING",
-                        available_at=now + timedelta(seconds=self.backoff(row.attempts)),
-                        locked_by=None,
-                        locked_at=None,
-                        last_error=reason,
+
+        def write() -> None:
+            with self.engine.begin() as conn:
+                mine = (ot.c.locked_by == self.relay_id, ot.c.status == "PROCESSING")
+                if published:
+                    conn.execute(
+                        sa.update(ot)
+                        .where(ot.c.id.in_(published), *mine)
+                        .values(status="PUBLISHED", published_at=now, locked_by=None, locked_at=None, last_error=None)
                     )
-                )
-            for row, reason in dead:
-                conn.execute(
-                    sa.update(ot)
-                    .where(ot.c.id == row.id, *mine)
-                    .values(status="DEAD", locked_by=None, locked_at=None, last_error=reason)
-                )
+                for row, reason in retry:
+                    conn.execute(
+                        sa.update(ot)
+                        .where(ot.c.id == row.id, *mine)
+                        .values(
+                            status="PENDING",
+                            available_at=now + timedelta(seconds=self.backoff(row.attempts)),
+                            locked_by=None,
+                            locked_at=None,
+                            last_error=reason,
+                        )
+                    )
+                for row, reason in dead:
+                    conn.execute(
+                        sa.update(ot)
+                        .where(ot.c.id == row.id, *mine)
+                        .values(status="DEAD", locked_by=None, locked_at=None, last_error=reason)
+                    )
+
+        _retrying(write)
         for row in rows:
             if row.id in skipped:
                 result.coalesced += 1
@@ -346,6 +513,34 @@ class OutboxRelay:
             "dead": counts.get("DEAD", 0),
             "oldest_pending_age_seconds": age,
         }
+
+
+def _requeue(conn: sa.Connection, which: sa.ColumnElement[bool]) -> None:
+    """PROCESSING rows matching ``which`` back to PENDING.
+
+    Found by a plain read, then updated by primary key: a locking scan of the status
+    index would lock other relays' in-flight rows in index order and deadlock with
+    their marks, which lock by primary key.
+    """
+    ids = list(conn.scalars(sa.select(ot.c.id).where(ot.c.status == "PROCESSING", which)))
+    if ids:
+        conn.execute(
+            sa.update(ot)
+            .where(ot.c.id.in_(ids), ot.c.status == "PROCESSING")
+            .values(status="PENDING", locked_by=None, locked_at=None)
+        )
+
+
+def _retrying(work: Callable[[], T]) -> T:
+    """Run a short relay transaction again after a deadlock or lock wait timeout."""
+    for attempt in range(5):
+        try:
+            return work()
+        except sa.exc.DBAPIError as exc:
+            if attempt == 4 or not is_retryable(exc):
+                raise
+            time.sleep(0.005 * (2**attempt) * random.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")
 
 
 def _redact(message: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import signal
@@ -10,16 +11,19 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
+from typing import IO
 
 from prometheus_client import start_http_server
 
 from observer import metrics
-from observer.centrifugo import CentrifugoPublisher
 from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
 from status.bootstrap import build_service
+from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
+from status.infra.wakeup import WakeReceiver
 from status.settings import Settings
 
 log = logging.getLogger("observer")
@@ -32,7 +36,29 @@ class Observer:
     reconciler: Reconciler
     retention: Retention
     config: LoopConfig
-    publisher: CentrifugoPublisher
+    publisher: CentrifugoApi
+    wake: WakeReceiver
+    advertise_host: str | None = None
+    slot: IO[str] | None = None  # holds this host's relay slot (see relay_identity)
+
+    async def start(self) -> None:
+        """Take wake-ups: in-process, and on UDP (advertised with the relay's partitions)."""
+        address = await self.wake.start()
+        if address and self.advertise_host:
+            address = f"{self.advertise_host}:{address.rpartition(':')[2]}"
+        self.relay.wake_address = address
+
+    async def close(self) -> None:
+        self.wake.close()
+        await self.publisher.aclose()
+        try:
+            await asyncio.to_thread(self.relay.release_partitions)
+        except Exception:  # the database is gone: the leases simply run out
+            log.warning("could not release the outbox partitions; other relays take them when the lease ends")
+        self.relay.close()
+        self.projector.close()
+        if self.slot is not None:
+            self.slot.close()
 
     def passes(self) -> dict[str, Callable[[], Awaitable[object]]]:
         async def relay_pass() -> bool:
@@ -40,13 +66,53 @@ class Observer:
 
         return {
             "relay": relay_pass,
-            "projector": lambda: asyncio.to_thread(self.projector.run_once),
+            "projector": lambda: asyncio.to_thread(self._projector_pass),
             "reconciler": lambda: asyncio.to_thread(self.reconciler.run_once),
             "retention": lambda: asyncio.to_thread(lambda: sum(self.retention.run_once().values())),
         }
 
+    def _projector_pass(self) -> bool:
+        self.projector.run_once()
+        return self.projector.last_claimed > 0
+
+    def wake_events(self) -> dict[str, asyncio.Event]:
+        """One wake-up event per component that has one (call after ``start``, on the running loop)."""
+        return {"relay": self.wake.event(), "projector": self.wake.event()}
+
     def loops(self) -> ObserverLoops:
-        return ObserverLoops(self.relay, self.projector, self.reconciler, self.retention, self.config)
+        events = self.wake_events()
+        return ObserverLoops(
+            self.relay,
+            self.projector,
+            self.reconciler,
+            self.retention,
+            self.config,
+            relay_wake=events["relay"],
+            projector_wake=events["projector"],
+        )
+
+
+def relay_identity(data_dir: Path) -> tuple[str, IO[str] | None]:
+    """``<host>-relay<N>``: the lowest slot of this host no live observer holds (an flock in the data dir).
+
+    A restarted observer (kill -9 included) gets its predecessor's id back and so
+    re-takes its outbox partitions at once instead of waiting for their leases to end.
+    The returned file holds the slot until it is closed (or the process ends).
+    """
+    host = socket.gethostname()
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for slot in range(64):
+            handle = (data_dir / f"relay-slot-{slot}.lock").open("a")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            return f"{host}-relay{slot}", handle
+    except OSError:
+        pass
+    return f"{host}-{os.getpid()}", None
 
 
 def build_observer(settings: Settings) -> Observer:
@@ -55,15 +121,17 @@ def build_observer(settings: Settings) -> Observer:
         start_http_server(settings.observer_metrics_port, addr="127.0.0.1", registry=metrics.REGISTRY)
     engine = create_engine(settings.database_url)
     service = build_service(settings, engine)
-    publisher = CentrifugoPublisher(settings.centrifugo_api_url, settings.centrifugo_api_key)
+    publisher = CentrifugoApi(settings.centrifugo_api_url, settings.centrifugo_api_key)
     config = LoopConfig(
         relay_idle_sleep=settings.relay_idle_ms / 1000,
+        projector_idle_sleep=settings.relay_idle_ms / 1000,
         heartbeat_grace_seconds=settings.heartbeat_grace_seconds,
         outbox_retention=timedelta(seconds=settings.outbox_retention_seconds),
         dedup_retention=timedelta(seconds=settings.dedup_retention_seconds),
         event_retention=timedelta(seconds=settings.event_retention_seconds),
     )
-    relay = OutboxRelay(engine, publisher, f"{socket.gethostname()}-{os.getpid()}")
+    relay_id, slot = relay_identity(settings.data_dir)
+    relay = OutboxRelay(engine, publisher, relay_id)
     return Observer(
         relay=relay,
         projector=WorkflowProjector(engine),
@@ -71,20 +139,22 @@ def build_observer(settings: Settings) -> Observer:
         retention=Retention(engine, relay, config),
         config=config,
         publisher=publisher,
+        wake=WakeReceiver(engine, settings.wakeup_host, settings.wakeup_port),
+        advertise_host=settings.wakeup_advertise_host,
+        slot=slot,
     )
 
 
 async def run_loops(settings: Settings) -> None:
     observer = build_observer(settings)
+    await observer.start()
     loops = observer.loops()
     _on_signals(loops.stop)
     log.info("observer running as asyncio loops")
     try:
         await loops.run()
     finally:
-        await observer.publisher.aclose()
-        observer.relay.close()
-        observer.projector.close()
+        await observer.close()
 
 
 async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
@@ -95,6 +165,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
     from observer.temporal import COMPONENTS, TASK_QUEUE, ObserverActivities, ObserverInput, ObserverWorkflow
 
     observer = build_observer(settings)
+    await observer.start()
     client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
     activities = ObserverActivities(
         observer.passes(),
@@ -104,6 +175,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
             "reconciler": observer.config.reconciler_interval,
             "retention": observer.config.retention_interval,
         },
+        observer.wake_events(),
     )
     stop = asyncio.Event()
     _on_signals(stop.set)
@@ -124,9 +196,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
             )
         log.info("observer running as Temporal activities on task queue %s", TASK_QUEUE)
         await stop.wait()
-    await observer.publisher.aclose()
-    observer.relay.close()
-    observer.projector.close()
+    await observer.close()
 
 
 def _on_signals(callback: Callable[[], None]) -> None:

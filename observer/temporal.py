@@ -1,9 +1,9 @@
 """The observer as Temporal activities (``task-observer observer --mode temporal``).
 
 Choice: **long-running, heartbeating activities** rather than many short
-scheduled passes.  The relay needs ~20 ms idle polling to meet the
-commit→publish latency target; a workflow timer + activity per pass would
-write several history events per pass (thousands per minute).  Instead one
+scheduled passes.  The relay must react to a commit within milliseconds (it
+is woken, see ``status.infra.wakeup``); a workflow timer + activity per pass
+would write several history events per pass (thousands per minute).  Instead one
 ``ObserverWorkflow`` per component runs an activity that loops passes for a
 bounded period (``run_seconds``), heartbeating after every pass; if a worker
 dies, the heartbeat timeout hands the component to another worker, and the
@@ -14,6 +14,7 @@ continues-as-new periodically so its history stays small.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -42,23 +43,34 @@ class ObserverInput:
 class ObserverActivities:
     """Activities bound to one process's passes (relay, projector, reconciler, retention)."""
 
-    def __init__(self, passes: dict[str, Callable[[], Awaitable[object]]], idle_sleep: dict[str, float]) -> None:
+    def __init__(
+        self,
+        passes: dict[str, Callable[[], Awaitable[object]]],
+        idle_sleep: dict[str, float],
+        wake: dict[str, asyncio.Event] | None = None,
+    ) -> None:
         self.passes = passes
         self.idle_sleep = idle_sleep
+        # Components with a wake-up sleep until it (or their idle sleep, the safety poll) comes.
+        self.wake = wake or {}
 
     @activity.defn(name="task_observer.run_component")
     async def run_component(self, request: RunComponent) -> int:
         """Loop one component's passes for ``run_seconds``; heartbeat after each pass."""
         run_pass = self.passes[request.component]
+        wake = self.wake.get(request.component) or asyncio.Event()
         deadline = time.monotonic() + request.run_seconds
         busy_passes = 0
         while time.monotonic() < deadline:
+            wake.clear()  # before the pass: a commit during it wakes the next one
             result = await run_pass()
             activity.heartbeat(busy_passes)
             if result:
                 busy_passes += 1
             else:
-                await asyncio.sleep(self.idle_sleep.get(request.component, 0.1))
+                idle = min(self.idle_sleep.get(request.component, 0.1), max(0.0, deadline - time.monotonic()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), idle)
         return busy_passes
 
 

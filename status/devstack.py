@@ -201,6 +201,7 @@ class DevStack:
         await asyncio.to_thread(_wait, lambda: server.started, 30, "the status API")
 
         observer = build_observer(settings)
+        await observer.start()
         loops = observer.loops()
         observer_task = asyncio.create_task(loops.run())
 
@@ -264,9 +265,7 @@ class DevStack:
                     await demo
         loops.stop()
         await observer_task
-        await observer.publisher.aclose()
-        observer.relay.close()
-        observer.projector.close()
+        await observer.close()
         server.should_exit = True
         await asyncio.to_thread(api_thread.join, 15)
         engine.dispose()

@@ -41,6 +41,9 @@ def _whitelist(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mapping
 def configure(level: int = logging.INFO) -> None:
     """JSON logs on stdout for ``serve`` and ``observer``."""
     logging.basicConfig(level=level, stream=sys.stdout, format="%(message)s")
+    # HTTP clients log one INFO line per request; a problem is worth a line, a request is not.
+    for chatty in ("httpx", "httpcore", "aiohttp.access"):
+        logging.getLogger(chatty).setLevel(max(level, logging.WARNING))
     structlog.configure(
         processors=[
             structlog.stdlib.add_log_level,
@@ -56,3 +59,25 @@ def configure(level: int = logging.INFO) -> None:
 
 def get(name: str) -> Any:
     return structlog.get_logger(name)
+
+
+class ProblemLog:
+    """One line when a problem starts and one when it clears, not one per failed pass or request."""
+
+    def __init__(self, logger: Any) -> None:
+        self._log = logger
+        self._failures: dict[str, int] = {}
+
+    def failed(self, key: str, message: str, **fields: Any) -> None:
+        if key not in self._failures:
+            self._failures[key] = 0
+            self._log.warning(message, **fields)
+        self._failures[key] += 1
+
+    def cleared(self, key: str, message: str) -> None:
+        failures = self._failures.pop(key, None)
+        if failures is not None:
+            self._log.info(message, status=f"after {failures} failed attempts")
+
+    def active(self, key: str) -> bool:
+        return key in self._failures

@@ -108,8 +108,14 @@ class Settings:
     internal_rate_burst: int = 0
     # Built dashboard (web/dist) served at /dashboard/; None serves none.
     dashboard_dir: Path | None = None
-    # How long an idle outbox relay waits before looking again: lower is fresher, higher costs less idle CPU.
-    relay_idle_ms: int = 20
+    # The observer's safety poll: how long an idle relay or projector waits for a wake-up
+    # before looking anyway (a lost wake-up delays a publication by at most this much).
+    relay_idle_ms: int = 1000
+    # Where the observer takes wake-up datagrams from the API (port 0: any free port; the
+    # address is advertised through the database), and the host to advertise if different.
+    wakeup_host: str = "127.0.0.1"
+    wakeup_port: int = 0
+    wakeup_advertise_host: str | None = None
     # Group commit: at most this many single-event requests share a transaction, and at most
     # this many such transactions run at once per API process (more queue for the next group).
     group_commit_max_events: int = 64
@@ -166,7 +172,10 @@ class Settings:
             internal_rate_per_second=_int("INTERNAL_RATE_PER_SECOND", 2000),
             internal_rate_burst=_int("INTERNAL_RATE_BURST", 4000),
             dashboard_dir=_dashboard_dir(),
-            relay_idle_ms=max(1, _int("RELAY_IDLE_MS", 20)),
+            relay_idle_ms=max(1, _int("RELAY_IDLE_MS", 1000)),
+            wakeup_host=_env("WAKEUP_HOST", "127.0.0.1") or "127.0.0.1",
+            wakeup_port=_int("WAKEUP_PORT", 0),
+            wakeup_advertise_host=_env("WAKEUP_ADVERTISE_HOST"),
             group_commit_max_events=max(1, _int("GROUP_COMMIT_MAX_EVENTS", 64)),
             group_commit_in_flight=max(1, _int("GROUP_COMMIT_IN_FLIGHT", 2)),
         )

@@ -5,6 +5,8 @@ All functions take an open ``Connection`` inside a unit of work; none commits.
 
 from __future__ import annotations
 
+import os
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +16,7 @@ import sqlalchemy as sa
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepError, StepState, TaskState, WorkflowState
 from status.infra import tables as t
+from status.infra import wakeup
 
 
 # ------------------------------------------------------------------ mapping
@@ -313,9 +316,26 @@ def insert_step(conn: sa.Connection, step: StepState) -> None:
     )
 
 
+# Channels are spread over this many partitions; one relay at a time publishes a
+# partition, so a channel's messages leave in commit order however many relays run.
+OUTBOX_PARTITIONS = 16
+
+
+def outbox_partition(channel: str) -> int:
+    return zlib.crc32(channel.encode()) % OUTBOX_PARTITIONS
+
+
 def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Outbox rows (one multi-row INSERT), each with a fresh random publish key and its channel's partition."""
     if rows:
-        conn.execute(_INSERT_OUTBOX, list(rows))
+        conn.execute(
+            _INSERT_OUTBOX,
+            [
+                {**row, "publish_key": os.urandom(16).hex(), "partition_no": outbox_partition(row["channel"])}
+                for row in rows
+            ],
+        )
+        wakeup.wrote_outbox(conn)
 
 
 _INSERT_CHANGE = sa.insert(t.workflow_change)
@@ -343,6 +363,7 @@ def insert_changes(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> No
     """Workflow projector feed rows (one multi-row INSERT)."""
     if rows:
         conn.execute(_INSERT_CHANGE, list(rows))
+        wakeup.wrote_outbox(conn)
 
 
 def insert_events(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:

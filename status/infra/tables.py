@@ -266,6 +266,14 @@ task_outbox = sa.Table(
     sa.Column("last_error", sa.String(1024), nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("published_at", Timestamp, nullable=True),
+    # Centrifugo's idempotency key for this row: random, written with the row. An id
+    # derived from the auto-increment counter repeats after a restore, a failover to
+    # a lagging replica or a re-created database, and Centrifugo would silently drop
+    # the new publication as a duplicate of an old one for minutes.
+    sa.Column("publish_key", sa.String(32), nullable=False),
+    # crc32(channel) mod OUTBOX_PARTITIONS: one relay at a time owns a partition
+    # (outbox_partition), so every channel is published in commit order.
+    sa.Column("partition_no", sa.SmallInteger, nullable=False, server_default="0"),
     sa.UniqueConstraint(
         "aggregate_type",
         "aggregate_id",
@@ -278,10 +286,36 @@ task_outbox = sa.Table(
     # (status, available_at, id) the ORDER BY id needs a filesort that locks
     # every pending row and defeats SKIP LOCKED for concurrent relays.
     sa.Index("outbox_claim_idx", "status", "id"),
+    # A relay claims each of its partitions in id order within that partition's own range.
+    sa.Index("outbox_partition_claim_idx", "status", "partition_no", "id"),
     sa.Index("outbox_lock_timeout_idx", "status", "locked_at"),
     sa.Index("outbox_event_idx", "event_id"),
     **MYSQL_TABLE_ARGS,
 )
+
+# Which relay publishes which outbox partition, under a lease renewed while it lives.
+outbox_partition = sa.Table(
+    "outbox_partition",
+    metadata,
+    sa.Column("partition_no", sa.SmallInteger, primary_key=True, autoincrement=False),
+    sa.Column("relay_id", sa.String(128), nullable=True),
+    sa.Column("lease_until", Timestamp, nullable=True),
+    **MYSQL_TABLE_ARGS,
+)
+
+# Live relays (each renews its row with its partition leases), so that a relay
+# holding no partition yet still counts when the others compute their fair share,
+# and the UDP address where each takes wake-ups from API processes.
+outbox_relay = sa.Table(
+    "outbox_relay",
+    metadata,
+    sa.Column("relay_id", sa.String(128), primary_key=True),
+    sa.Column("alive_until", Timestamp, nullable=False),
+    sa.Column("wake_address", sa.String(255), nullable=True),
+    sa.Index("outbox_relay_alive_idx", "alive_until"),
+    **MYSQL_TABLE_ARGS,
+)
+
 
 task_acl = sa.Table(
     "task_acl",

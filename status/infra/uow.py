@@ -11,6 +11,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 
 from status.domain.errors import Unavailable
+from status.infra import wakeup
 from status.infra.metrics import DB_GIVE_UPS, DB_RETRIES
 
 T = TypeVar("T")
@@ -50,6 +51,9 @@ class UnitOfWork:
     def commit(self) -> None:
         self._tx.commit()
         self._committed = True
+        if wakeup.take_mark(self.conn):
+            # Only now are the rows visible: waking a consumer earlier would find nothing.
+            wakeup.signal_for(self._engine).notify()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -58,6 +62,7 @@ class UnitOfWork:
             if not self._committed and self._tx.is_active:
                 self._tx.rollback()
         finally:
+            wakeup.take_mark(self.conn)  # a rolled-back write wakes nobody, now or at the next checkout
             self.conn.close()
 
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from starlette.testclient import TestClient
 
-from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
 from status.api.app import create_app
 from status.app.service import StatusService
 from status.bootstrap import build_service
+from status.infra import tables as t
+from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.tokens import ServiceTokens, UserTokens
 from status.settings import Settings
@@ -66,9 +67,29 @@ def api(e2e_client: TestClient, e2e_settings: Settings) -> Http:
 
 @pytest.fixture
 async def relay(e2e_engine: sa.Engine, e2e_settings: Settings) -> AsyncIterator[OutboxRelay]:
-    publisher = CentrifugoPublisher(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
-    yield OutboxRelay(e2e_engine, publisher, f"relay-{secrets.token_hex(3)}", RelayConfig(batch_size=1000))
+    publisher = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
+    relay = OutboxRelay(e2e_engine, publisher, f"relay-{secrets.token_hex(3)}", RelayConfig(batch_size=1000))
+    yield relay
+    # The next test's relays take the outbox partitions at once, not after a lease that
+    # this test's relays (some with clocks set ahead) may have left behind.
+    with e2e_engine.begin() as conn:
+        conn.execute(sa.update(t.outbox_partition).values(relay_id=None, lease_until=None))
+        conn.execute(sa.delete(t.outbox_relay))
     await publisher.aclose()
+
+
+@pytest.fixture
+def make_relay(e2e_engine: sa.Engine) -> Iterator[Callable[..., OutboxRelay]]:
+    """Relays a test builds itself; their outbox partitions are given back when the test ends."""
+    made: list[OutboxRelay] = []
+
+    def make(publisher: CentrifugoApi, relay_id: str, config: RelayConfig | None = None) -> OutboxRelay:
+        made.append(OutboxRelay(e2e_engine, publisher, relay_id, config))
+        return made[-1]
+
+    yield make
+    for relay in made:
+        relay.release_partitions()
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from observer.centrifugo import CentrifugoPublisher
-from observer.relay import OutboxRelay
+from status.infra.centrifugo import CentrifugoApi
 from tests.e2e.test_realtime_delivery import drain, next_for_task
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
@@ -19,7 +18,7 @@ pytestmark = [pytest.mark.centrifugo, pytest.mark.redis]
 
 
 async def test_ac28_node_dies_client_fails_over_and_converges(
-    api: Http, e2e_engine: Any, e2e_settings: Any, centrifugo_factory: type[CentrifugoNode]
+    api: Http, e2e_engine: Any, e2e_settings: Any, centrifugo_factory: type[CentrifugoNode], make_relay: Any
 ) -> None:
     shared = {
         "api_key": e2e_settings.centrifugo_api_key,
@@ -28,8 +27,8 @@ async def test_ac28_node_dies_client_fails_over_and_converges(
     }
     node_a = centrifugo_factory(**shared).start()
     node_b = centrifugo_factory(**shared).start()
-    publisher = CentrifugoPublisher(node_a.api_url, node_a.api_key)  # the relay only talks to node A
-    relay = OutboxRelay(e2e_engine, publisher, "ha-relay")
+    publisher = CentrifugoApi(node_a.api_url, node_a.api_key)  # the relay only talks to node A
+    relay = make_relay(publisher, "ha-relay")
     balancer = await FailoverProxy([node_b.port, node_a.port]).start()  # clients land on B first
     task_id = create_workflow(api)["tasks"][0]["taskId"]
     ctx = activate(api, task_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -91,6 +92,30 @@ async def test_two_loop_mode_observers_deliver_every_row_once(
         ).all()
     assert rows and {status for status, _ in rows} == {"PUBLISHED"}
     assert max(attempts for _, attempts in rows) == 1  # no row was claimed twice
+
+
+async def test_a_commit_wakes_an_observer_in_another_process(
+    api: Http, e2e_settings: Settings, e2e_engine: Any
+) -> None:
+    # A safety poll of ten minutes: within the test's timeouts only the wake-up datagram
+    # the API sends after each commit can make the observer publish.
+    with observers(e2e_settings, 1, "--mode", "loops", TASK_OBSERVER_RELAY_IDLE_MS="600000") as procs:
+        await _registered(e2e_engine, procs)
+        await _events_arrive(api, e2e_engine)
+        assert procs[0].poll() is None
+
+
+async def _registered(e2e_engine: Any, procs: list[subprocess.Popen[bytes]], timeout: float = 30) -> None:
+    """Until an observer holds outbox partitions and advertises where it takes wake-ups."""
+    relays = t.outbox_relay
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        assert all(p.poll() is None for p in procs), "an observer exited"
+        with e2e_engine.connect() as conn:
+            if conn.scalar(sa.select(sa.func.count()).select_from(relays).where(relays.c.wake_address.is_not(None))):
+                return
+        await asyncio.sleep(0.05)
+    pytest.fail("no observer registered for wake-ups")
 
 
 @pytest.mark.temporal

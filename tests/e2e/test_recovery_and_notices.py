@@ -37,16 +37,21 @@ async def test_reconnect_recovers_missed_publications_from_history(api: Http, re
 
 
 async def test_ac30_lost_history_means_snapshot_recovery(
-    api: Http, e2e_service: Any, e2e_engine: Any, centrifugo_factory: type[CentrifugoNode], e2e_settings: Any
+    api: Http,
+    e2e_service: Any,
+    e2e_engine: Any,
+    centrifugo_factory: type[CentrifugoNode],
+    e2e_settings: Any,
+    make_relay: Any,
 ) -> None:
-    from observer.centrifugo import CentrifugoPublisher
+    from status.infra.centrifugo import CentrifugoApi
 
     node = centrifugo_factory(
         api_key=e2e_settings.centrifugo_api_key, token_secret=e2e_settings.centrifugo_token_secret
     )
     node.start()
-    publisher = CentrifugoPublisher(node.api_url, node.api_key)
-    relay = OutboxRelay(e2e_engine, publisher, "restart-relay")
+    publisher = CentrifugoApi(node.api_url, node.api_key)
+    relay = make_relay(publisher, "restart-relay")
     task_id = create_workflow(api)["tasks"][0]["taskId"]
     ctx = activate(api, task_id)
     await drain(relay)

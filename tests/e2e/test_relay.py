@@ -10,9 +10,10 @@ import pytest
 import sqlalchemy as sa
 from cent import AsyncClient, HistoryRequest
 
-from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
+from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra.centrifugo import CentrifugoApi
 from status.infra.repository import utcnow
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
@@ -66,14 +67,13 @@ async def test_ac29_relay_killed_between_publish_and_mark_redelivers_without_reg
     rows = relay.claim()
     mine = [r for r in rows if r.aggregate_id == task_id]
     assert mine and all(r.aggregate_id for r in rows)
-    from observer.centrifugo import Publication
-
     # Publish, then "crash" before marking: the rows stay PROCESSING under our lease.
-    await relay.publisher.publish_batch([Publication(r.channel, r.payload, f"outbox-{r.id}") for r in rows])
+    await relay.publisher.publish_batch(relay.publications(rows))
     assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PROCESSING"}
     successor = _later(relay, relay.config.lease_seconds + 1)
     assert successor.take_over_expired_leases() >= len(mine)
     await _drain(successor)
+    successor.release_partitions()
     assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PUBLISHED"}
     detail = f"task_detail:{api.tenant}/{task_id}"
     versions = [int(p["taskVersion"]) for p in await _history(centrifugo.api_url, centrifugo.api_key, detail)]
@@ -85,6 +85,7 @@ async def test_ac29_relay_killed_between_publish_and_mark_redelivers_without_reg
 
 async def test_two_relays_never_claim_the_same_row(api: Http, relay: OutboxRelay, e2e_engine: sa.Engine) -> None:
     await _drain(relay)
+    relay.release_partitions()
     for _ in range(3):
         _task_with_events(api, progress_events=5)
     claimed: list[list[int]] = [[], []]
@@ -113,26 +114,33 @@ async def test_two_relays_never_claim_the_same_row(api: Http, relay: OutboxRelay
         processing = set(conn.scalars(sa.select(ot.c.id).where(ot.c.status == "PROCESSING")))
     assert set(claimed[0]) | set(claimed[1]) == processing
     for r in relays:
-        await _drain(_later(r, r.config.lease_seconds + 1))
+        later = _later(r, r.config.lease_seconds + 1)
+        await _drain(later)
+        later.release_partitions()
 
 
 async def test_permanent_errors_go_dead_and_stay_dead(relay: OutboxRelay, e2e_engine: sa.Engine) -> None:
     await _drain(relay)
     now = utcnow()
     with e2e_engine.begin() as conn:
-        bad_id = conn.execute(
-            sa.insert(ot).values(
-                aggregate_type="TASK",
-                aggregate_id=f"tsk_bad_{uuid.uuid4().hex}",
-                aggregate_version=1,
-                channel="no_such_namespace:x",
-                projection="USER_SUMMARY",
-                payload={"kind": "task.summary"},
-                status="PENDING",
-                available_at=now,
-                created_at=now,
-            )
-        ).inserted_primary_key[0]
+        bad_task = f"tsk_bad_{uuid.uuid4().hex}"
+        repo.insert_outbox(
+            conn,
+            [
+                {
+                    "aggregate_type": "TASK",
+                    "aggregate_id": bad_task,
+                    "aggregate_version": 1,
+                    "channel": "no_such_namespace:x",
+                    "projection": "USER_SUMMARY",
+                    "payload": {"kind": "task.summary"},
+                    "status": "PENDING",
+                    "available_at": now,
+                    "created_at": now,
+                }
+            ],
+        )
+        bad_id = conn.scalar(sa.select(ot.c.id).where(ot.c.aggregate_id == bad_task))
     result = await relay.run_once()
     assert result.dead == 1
     with e2e_engine.connect() as conn:
@@ -145,8 +153,9 @@ async def test_retryable_failures_back_off_and_nothing_is_lost(
     api: Http, relay: OutboxRelay, e2e_engine: sa.Engine, centrifugo_factory: type[CentrifugoNode]
 ) -> None:
     await _drain(relay)
+    relay.release_partitions()  # the flaky relay below does the work
     node = centrifugo_factory().start()
-    down_publisher = CentrifugoPublisher(node.api_url, node.api_key, timeout=2)
+    down_publisher = CentrifugoApi(node.api_url, node.api_key, timeout=2)
     flaky = OutboxRelay(e2e_engine, down_publisher, "flaky", RelayConfig(batch_size=1000))
     node.stop()
     task_id, _ = _task_with_events(api)
@@ -165,6 +174,7 @@ async def test_retryable_failures_back_off_and_nothing_is_lost(
         clock=lambda: utcnow() + timedelta(seconds=120),
     )
     await _drain(later)
+    later.release_partitions()
     assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PUBLISHED"}
     detail = f"task_detail:{api.tenant}/{task_id}"
     assert [int(p["taskVersion"]) for p in await _history(node.api_url, node.api_key, detail)] == sorted(
@@ -182,8 +192,10 @@ async def test_ac24_coalescing_under_backlog_never_drops_notices_or_terminal(
     assert failed.status_code == 200
     more = [report(api, ctx, "STEP_PROGRESS", 11 + i) for i in range(1)]
     assert all(r.status_code == 409 for r in more)  # a failed step takes no more progress
+    relay.release_partitions()
     eager = OutboxRelay(e2e_engine, relay.publisher, "eager", RelayConfig(batch_size=1000, coalesce_backlog=1))
     result = await eager.run_once()
+    eager.release_partitions()
     assert result.coalesced > 0
     summary = f"task_user:{api.tenant}/user-1"
     delivered = [

@@ -112,6 +112,7 @@ def _outbox_row(i: int) -> dict[str, object]:
         "status": "PENDING",
         "available_at": now,
         "created_at": now,
+        "publish_key": uuid.uuid4().hex,
     }
 
 

@@ -8,8 +8,8 @@ import threading
 
 import sqlalchemy as sa
 
-from observer.centrifugo import CentrifugoPublisher
 from observer.relay import OutboxRelay, RelayConfig
+from status.infra.centrifugo import CentrifugoApi
 
 
 class RelayPump:
@@ -24,7 +24,7 @@ class RelayPump:
         self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
     async def _run(self) -> None:
-        publisher = CentrifugoPublisher(self.api_url, self.api_key)
+        publisher = CentrifugoApi(self.api_url, self.api_key)
         # Short back-off so a restarted Centrifugo is caught up quickly.
         config = RelayConfig(batch_size=500, backoff_base_seconds=0.2, backoff_max_seconds=1.0)
         relay = OutboxRelay(self.engine, publisher, f"browser-relay-{secrets.token_hex(3)}", config)
@@ -39,6 +39,7 @@ class RelayPump:
                 if result.claimed == 0:
                     await asyncio.sleep(self.idle_sleep)
         finally:
+            relay.release_partitions()
             await publisher.aclose()
             relay.close()
 

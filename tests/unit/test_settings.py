@@ -62,5 +62,5 @@ def test_relay_idle_interval_reaches_the_observer(clean_env: Path, monkeypatch: 
     try:
         assert observer.config.relay_idle_sleep == 0.15
     finally:
-        asyncio.run(observer.publisher.aclose())
+        asyncio.run(observer.close())
         observer.relay.engine.dispose()

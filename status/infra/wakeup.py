@@ -1,0 +1,212 @@
+"""Wake-ups for the outbox consumers (relay, projector) instead of polling.
+
+A transaction that wrote outbox or projector-feed rows marks its connection;
+when the unit of work commits, the database's :class:`OutboxSignal` tells
+
+* consumers in the same process directly (``dev`` runs API and observer together), and
+* every live relay through one UDP datagram to the address it advertises in
+  ``outbox_relay`` (re-read every couple of seconds off the request path).
+
+A datagram carries no data and proves nothing; a lost or forged one costs one
+cheap look at the outbox.  Consumers also look on a slow safety poll, so a
+lost wake-up only delays a publication, never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from status.infra import tables as t
+
+log = logging.getLogger("status.wakeup")
+
+_WROTE = "task_observer.wrote_outbox"
+ADDRESS_REFRESH_SECONDS = 2.0
+REFRESHER_IDLE_SECONDS = 60.0
+
+
+def wrote_outbox(conn: sa.Connection) -> None:
+    """Mark the connection: its transaction wrote rows a consumer should be woken for."""
+    conn.info[_WROTE] = True
+
+
+def take_mark(conn: sa.Connection) -> bool:
+    """Read and clear the mark (``Connection.info`` outlives the checkout, so it is always cleared)."""
+    try:
+        return bool(conn.info.pop(_WROTE, False))
+    except sa.exc.SQLAlchemyError:  # an invalidated connection: its DBAPI connection is gone with the mark
+        return False
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port``."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class OutboxSignal:
+    """After-commit notification of one database's outbox consumers."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+        self._listeners: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._addresses: list[tuple[str, int]] = []
+        self._last_notify = float("-inf")
+        self._refresher: threading.Thread | None = None
+        self._resend = False
+        self._socket: socket.socket | None = None
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (from any thread, must not block) after each such commit; returns the unsubscriber."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._listeners = [item for item in self._listeners if item is not listener]
+
+        return unsubscribe
+
+    def notify(self) -> None:
+        """Never raises and never blocks on a consumer: the commit it follows has already happened."""
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:  # a consumer that went away must not fail a producer's request
+                log.debug("an in-process outbox listener failed", exc_info=True)
+        for address in self._remote_addresses():
+            with contextlib.suppress(OSError):  # unreachable relay: its safety poll still finds the rows
+                self._udp().sendto(b"w", address)
+
+    def _udp(self) -> socket.socket:
+        if self._socket is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            self._socket = sock
+        return self._socket
+
+    def _remote_addresses(self) -> list[tuple[str, int]]:
+        """The relays' addresses as last read; a background thread keeps them fresh while commits happen."""
+        self._last_notify = time.monotonic()
+        if self._refresher is None or not self._refresher.is_alive():
+            with self._lock:
+                if self._refresher is None or not self._refresher.is_alive():
+                    # The list may be stale or empty after an idle spell: the refresher
+                    # sends this wake-up again once it has read the current one.
+                    self._resend = True
+                    self._refresher = threading.Thread(target=self._refresh_while_busy, daemon=True)
+                    self._refresher.start()
+        return self._addresses
+
+    def _refresh_while_busy(self) -> None:
+        # Its own single connection: the request path never waits on this read, and an
+        # idle API (no commit for a minute) keeps no thread and no connection for it.
+        engine = sa.create_engine(self._engine.url, poolclass=sa.pool.StaticPool)
+        relays = t.outbox_relay
+        query = sa.select(relays.c.wake_address).where(
+            relays.c.wake_address.is_not(None), relays.c.alive_until > sa.bindparam("now")
+        )
+        try:
+            while time.monotonic() - self._last_notify < REFRESHER_IDLE_SECONDS:
+                try:
+                    with engine.connect() as conn:
+                        found = conn.scalars(query, {"now": datetime.now(UTC).replace(tzinfo=None)}).all()
+                    known = set(self._addresses)
+                    self._addresses = [parse_address(a) for a in found if a]
+                    # Relays this list did not have yet may have missed recent wake-ups
+                    # (all of them, right after an idle spell): wake them now.
+                    missed = self._addresses if self._resend else [a for a in self._addresses if a not in known]
+                    self._resend = False
+                    for address in missed:
+                        with contextlib.suppress(OSError):
+                            self._udp().sendto(b"w", address)
+                except Exception:  # an older schema or a database hiccup: keep the last list, look again later
+                    log.debug("could not read the relays' wake addresses", exc_info=True)
+                time.sleep(ADDRESS_REFRESH_SECONDS)
+        finally:
+            engine.dispose()
+
+    def close(self) -> None:
+        sock, self._socket = self._socket, None
+        if sock is not None:
+            sock.close()
+
+
+_SIGNALS: dict[str, OutboxSignal] = {}
+_SIGNALS_LOCK = threading.Lock()
+
+
+def signal_for(engine: sa.Engine) -> OutboxSignal:
+    """The process's signal for the database behind ``engine`` (API and observer engines of one URL share it)."""
+    key = engine.url.render_as_string(hide_password=False)
+    with _SIGNALS_LOCK:
+        signal = _SIGNALS.get(key)
+        if signal is None:
+            signal = _SIGNALS[key] = OutboxSignal(engine)
+        return signal
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self, fire: Callable[[], None]) -> None:
+        self._fire = fire
+
+    def datagram_received(self, data: bytes, addr: object) -> None:
+        self._fire()
+
+
+class WakeReceiver:
+    """The observer side: wakes every consumer's event on an in-process signal or a UDP datagram."""
+
+    def __init__(self, engine: sa.Engine, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._engine = engine
+        self._host, self._port = host, port
+        self._events: list[asyncio.Event] = []
+        self._transport: asyncio.DatagramTransport | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self.address: str | None = None
+
+    def event(self) -> asyncio.Event:
+        """A new event for one consumer; set on every wake-up, cleared by the consumer."""
+        event = asyncio.Event()
+        self._events.append(event)
+        return event
+
+    def _fire(self) -> None:
+        for event in self._events:
+            event.set()
+
+    async def start(self, *, listen: bool = True) -> str | None:
+        """Subscribe in-process; with ``listen``, also take datagrams (returns the address to advertise)."""
+        loop = asyncio.get_running_loop()
+
+        def from_any_thread() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+                loop.call_soon_threadsafe(self._fire)
+
+        self._unsubscribe = signal_for(self._engine).subscribe(from_any_thread)
+        if listen:
+            transport, _ = await loop.create_datagram_endpoint(
+                lambda: _Datagrams(self._fire), local_addr=(self._host, self._port)
+            )
+            self._transport = transport
+            host, port = transport.get_extra_info("sockname")[:2]
+            self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return self.address
+
+    def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None

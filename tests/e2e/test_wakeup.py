@@ -1,0 +1,105 @@
+"""The observer sleeps until woken; a lost wake-up only delays until the safety poll (issue: notification path)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
+from observer.projector import WorkflowProjector
+from status.infra.centrifugo import CentrifugoApi
+from status.infra.wakeup import WakeReceiver, signal_for
+from tests.e2e.test_realtime_delivery import connect_user, next_for_task
+from tests.integration.conftest import Http
+from tests.support.flows import create_workflow
+
+pytestmark = pytest.mark.centrifugo
+
+
+def _loops(e2e_engine: Any, e2e_service: Any, relay: Any, config: LoopConfig, wake: asyncio.Event) -> ObserverLoops:
+    return ObserverLoops(
+        relay,
+        WorkflowProjector(e2e_engine),
+        Reconciler(e2e_service, config),
+        Retention(e2e_engine, relay, config),
+        config,
+        relay_wake=wake,
+    )
+
+
+async def test_a_lost_wake_up_is_caught_by_the_safety_poll(
+    api: Http, e2e_engine: Any, e2e_service: Any, e2e_settings: Any, make_relay: Any
+) -> None:
+    publisher = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
+    relay = make_relay(publisher, "safety-poll")
+    never = asyncio.Event()  # nobody sets it: every wake-up is lost
+    loops = _loops(e2e_engine, e2e_service, relay, LoopConfig(relay_idle_sleep=0.3), never)
+    running = asyncio.create_task(loops.relay_loop())
+    try:
+        client, recorder, _ = await connect_user(api, "user-1")
+        task_id = create_workflow(api)["tasks"][0]["taskId"]
+        message = await next_for_task(recorder, task_id, timeout=15)
+        assert message["lifecycleStatus"] == "PENDING" and not never.is_set()
+        await client.disconnect()
+    finally:
+        loops.stop()
+        await running
+        await publisher.aclose()
+
+
+async def test_an_in_process_commit_wakes_the_relay(
+    api: Http, e2e_engine: Any, e2e_service: Any, e2e_settings: Any, make_relay: Any
+) -> None:
+    publisher = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
+    relay = make_relay(publisher, "woken")
+    receiver = WakeReceiver(e2e_engine)
+    await receiver.start(listen=False)
+    wake = receiver.event()
+    # A safety poll of ten minutes: only the wake-up can deliver within the test's timeout.
+    loops = _loops(e2e_engine, e2e_service, relay, LoopConfig(relay_idle_sleep=600), wake)
+    running = asyncio.create_task(loops.relay_loop())
+    try:
+        client, recorder, _ = await connect_user(api, "user-1")
+        task_id = create_workflow(api)["tasks"][0]["taskId"]
+        message = await next_for_task(recorder, task_id, timeout=15)
+        assert message["lifecycleStatus"] == "PENDING"
+        await client.disconnect()
+    finally:
+        receiver.close()
+        loops.stop()
+        await running
+        await publisher.aclose()
+
+
+def test_a_rolled_back_write_wakes_nobody(e2e_engine: Any) -> None:
+    from status.infra import repository as repo
+    from status.infra.repository import utcnow
+    from status.infra.uow import UnitOfWork
+
+    woken: list[int] = []
+    unsubscribe = signal_for(e2e_engine).subscribe(lambda: woken.append(1))
+    try:
+        now = utcnow()
+        row = {
+            "aggregate_type": "TASK",
+            "aggregate_id": "tsk_rolled_back",
+            "aggregate_version": 1,
+            "channel": "task_user:t/nobody",
+            "projection": "USER_SUMMARY",
+            "payload": {},
+            "available_at": now,
+            "created_at": now,
+        }
+        with UnitOfWork(e2e_engine) as uow:
+            repo.insert_outbox(uow.conn, [row])  # no commit: rolled back
+        with UnitOfWork(e2e_engine) as uow:
+            uow.commit()  # a commit that wrote no outbox row, on the same pooled connection
+        assert woken == []
+        with UnitOfWork(e2e_engine) as uow:
+            repo.insert_outbox(uow.conn, [{**row, "aggregate_id": "tsk_committed"}])
+            uow.commit()
+        assert woken == [1]
+    finally:
+        unsubscribe()
