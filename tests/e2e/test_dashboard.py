@@ -184,6 +184,38 @@ def test_dashboard_shows_a_new_task_updates_live_and_shows_the_failure(stack: St
     page.context.close()
 
 
+def test_a_delta_compressed_detail_channel_converges(stack: Stack, browser: Browser) -> None:
+    """Progress ticks reach the open detail as fossil deltas and rebuild the same state the API has."""
+    user = f"dave-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
+    card(page, task_id).click()
+    parse_step = page.locator('#detail .step[data-step-id="02_parse"]')
+    expect(parse_step).to_have_attribute("data-status", "PENDING", timeout=TIMEOUT_MS)
+    ctx = activate(stack.http, task_id)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    pages = 12
+    for page_no in range(1, pages):
+        response = report(
+            stack.http,
+            ctx,
+            "STEP_PROGRESS",
+            1 + page_no,
+            progress={"current": page_no, "total": pages, "unit": "page"},
+            data={"schema": "document.parse.progress.v1", "value": {"page": page_no, "pageCount": pages}},
+        )
+        assert response.status_code == 200, response.text
+    expect(parse_step).to_contain_text(f"{pages - 1} of {pages}", timeout=TIMEOUT_MS)
+    expect(card(page, task_id)).to_have_attribute("data-version", stack.task_version(user, task_id))
+    stats = page.evaluate("id => window.taskStatus.detailDeltaStats(id)", task_id)
+    assert stats["numDeltaPayloads"] > 0, stats  # deltas were negotiated and applied
+    assert stats["bytesReceived"] < stats["bytesDecoded"], stats
+    assert_never_went_back(page)
+    page.context.close()
+
+
 def test_dashboard_recovers_from_snapshots_after_a_centrifugo_restart(stack: Stack, browser: Browser) -> None:
     """AC30: the restarted Centrifugo has no history (new epoch), so only snapshots can bring the page up to date."""
     user = f"carol-{uuid.uuid4().hex[:6]}"

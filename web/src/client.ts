@@ -20,6 +20,7 @@ import {
   Centrifuge,
   UnauthorizedError,
   unsubscribedCodes,
+  type DeltaStats,
   type Options as CentrifugeOptions,
   type Subscription,
   type TransportEndpoint,
@@ -253,6 +254,9 @@ export class TaskStatusClient {
     if (existing) centrifuge.removeSubscription(existing);
     const subscription = centrifuge.newSubscription(grant.channel, {
       token: grant.token,
+      // A detail message carries the task's whole step list on every tick; with fossil
+      // deltas (negotiated with Centrifugo, applied here) only the changed bytes travel.
+      delta: 'fossil',
       // Detail tokens are short-lived; the server re-checks the ACL on every refresh.
       getToken: async () => {
         try {
@@ -280,6 +284,11 @@ export class TaskStatusClient {
     });
     this.details.set(taskId, { taskId, channel: grant.channel, subscription });
     subscription.subscribe();
+  }
+
+  /** Bytes received vs. decoded on a followed task's detail channel (fossil delta compression). */
+  detailDeltaStats(taskId: string): DeltaStats | undefined {
+    return this.details.get(taskId)?.subscription.deltaStats();
   }
 
   /** Stop following a task's details; its summary and other details are untouched (AC32). */
