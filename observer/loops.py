@@ -159,7 +159,7 @@ class ObserverLoops:
                 await self._sleep(self.config.relay_idle_sleep, self._relay_wake)
 
     async def _relay_pass(self) -> bool:
-        result = await self.relay.run_once()
+        result = await self.relay.run_once(wait_for_mark=False)
         return result.claimed > 0
 
     def _projector_pass(self) -> bool:
@@ -185,3 +185,4 @@ class ObserverLoops:
 
     async def run(self) -> None:
         await asyncio.gather(self.relay_loop(), self.projector_loop(), self.reconciler_loop(), self.retention_loop())
+        await self._guard("relay", self.relay.flush)  # the last batch's mark, before the process ends

@@ -1,21 +1,22 @@
 """Outbox relay (SPEC R14, seed §5.1–§5.3): committed outbox rows → Centrifugo.
 
-One pass: claim PENDING rows in id order with ``FOR UPDATE SKIP LOCKED`` under
-a lease (``locked_by``/``locked_at``), publish them *outside* the database
-transaction, then mark each row PUBLISHED, back to PENDING with an
-exponential, jittered ``available_at`` (retryable failures), or DEAD with a
-redacted ``last_error`` (permanent failures).  Expired leases of crashed
-relays are taken over.  Delivery is at least once; every message carries the
-full state and its version, so clients converge whatever the duplicates.
+One pass: read the due PENDING rows of this relay's partitions in id order,
+publish them *outside* any database transaction, then mark each row
+PUBLISHED, leave it PENDING with an exponential, jittered ``available_at``
+(retryable failures), or DEAD with a redacted ``last_error`` (permanent
+failures).  Delivery is at least once: a crash between publishing and
+marking publishes the rows again (Centrifugo drops the repeats by idempotency
+key), and every message carries the full state and its version, so clients
+converge whatever the duplicates.
 
 Several relays share the work by **partition** (like Centrifugo's own
 PostgreSQL outbox consumer): a row's partition is a hash of its channel, and
 ``outbox_partition`` gives each partition to one live relay at a time under a
 renewed lease, each relay holding its fair share of the relays alive in
-``outbox_relay`` (a newcomer is seen before it holds anything).  A relay publishes only its
-partitions, in id order and sequentially, so every channel's messages leave in
-commit order however many relays run.  A relay that takes a partition whose
-owner's lease ran out puts that partition's in-flight rows back to PENDING.
+``outbox_relay`` (a newcomer is seen before it holds anything).  A relay
+publishes only its partitions, in id order and sequentially, so every
+channel's messages leave in commit order however many relays run.  (Rows left
+PROCESSING by relays of an earlier version are put back to PENDING.)
 
 Every publication carries the row's random ``publish_key`` as Centrifugo's
 idempotency key: a retry of the same row is dropped by Centrifugo, a new row is
@@ -26,6 +27,7 @@ reuse auto-increment ids, never random keys).
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import time
@@ -37,10 +39,9 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from observer import metrics
-from observer.probe import RowProbe
 from status import logs
 from status.infra import tables as t
-from status.infra.centrifugo import CentrifugoApi, Publication, PublishResult, TransportError, Unauthorized
+from status.infra.centrifugo import CentrifugoApi, Publication, PublishResult, RawJson, TransportError, Unauthorized
 from status.infra.repository import OUTBOX_PARTITIONS, now_ms
 from status.infra.uow import is_retryable
 
@@ -68,7 +69,7 @@ class ClaimedRow:
     channel: str
     projection: str
     must_deliver: bool
-    payload: dict[str, Any]
+    payload: str  # JSON text
     attempts: int
     created_at: datetime
     payload_bytes: int = 0
@@ -100,21 +101,47 @@ class RelayConfig:
     partition_renew_seconds: float = 2.0
 
 
-# Literal SQL valid on MySQL/MariaDB and SQLite; served by the (status, id) index.
-_PENDING_PROBE = "SELECT 1 FROM task_outbox WHERE status = 'PENDING' LIMIT 1"
-# Both served by the (status, partition_no, id) index.
-_PENDING_PARTITIONS = sa.select(ot.c.partition_no).where(ot.c.status == "PENDING").distinct()
-_CLAIM_PARTITION = (
-    sa.select(ot.c.id)
-    .where(
-        ot.c.status == "PENDING",
-        ot.c.partition_no == sa.bindparam("_partition"),
-        ot.c.available_at <= sa.bindparam("_now"),
-    )
-    .order_by(ot.c.id)
-    .limit(sa.bindparam("_limit"))
-    .with_for_update()
+_CLAIMED_COLUMNS = (
+    ot.c.id,
+    ot.c.publish_key,
+    ot.c.aggregate_type,
+    ot.c.aggregate_id,
+    ot.c.aggregate_version,
+    ot.c.channel,
+    ot.c.projection,
+    ot.c.must_deliver,
+    # The stored JSON text, not decoded: it goes to Centrifugo as it is.
+    sa.type_coerce(ot.c.payload, sa.Text).label("payload"),
+    ot.c.attempts,
+    ot.c.created_at,
+    sa.func.length(ot.c.payload).label("payload_bytes"),
 )
+
+
+def _claimed(row: Any) -> ClaimedRow:
+    """A claim's row, unpacked by position (a mapping per row costs more than the rest of the claim)."""
+    row_id, key, aggregate_type, aggregate_id, version, channel, projection, must, payload, attempts, created, size = (
+        row
+    )
+    # attempts counts this publication too
+    return ClaimedRow(
+        row_id,
+        key,
+        aggregate_type,
+        aggregate_id,
+        version,
+        channel,
+        projection,
+        must,
+        payload,
+        attempts + 1,
+        created,
+        size,
+    )
+
+
+def _by_id(row: Any) -> int:
+    return int(row[0])
 
 
 class OutboxRelay:
@@ -131,14 +158,16 @@ class OutboxRelay:
         self.relay_id = relay_id
         self.config = config or RelayConfig()
         self._clock = clock or (lambda: datetime.utcnow())
-        self._pending = RowProbe(engine, _PENDING_PROBE)
         # Where this relay takes wake-up datagrams (advertised with its partitions).
         self.wake_address: str | None = None
         self._held: tuple[int, ...] = ()
         self._held_until = float("-inf")
         self._renew_at = float("-inf")
         self._problems = logs.ProblemLog(log)
-        self._rotation = 0
+        self._claim_statements: dict[tuple[int, ...], Any] = {}
+        # The last published batch while its mark is being written (see run_once).
+        self._marking: asyncio.Future[None] | None = None
+        self._in_flight: list[int] = []
 
     def now(self) -> datetime:
         return now_ms(self._clock())
@@ -155,7 +184,6 @@ class OutboxRelay:
         started = time.monotonic()
         now = self.now()
         lease_until = now + timedelta(seconds=config.partition_lease_seconds)
-        first = self._renew_at == float("-inf")
         self._ensure_partition_rows()
         with self.engine.begin() as conn:
             # Lock order: the partition rows first (this serializes the relays' lease rounds).
@@ -165,10 +193,6 @@ class OutboxRelay:
                 .with_for_update()
             ).all()
             self._announce(conn, now, lease_until)
-            if first:
-                # A relay id outlives a crash (observer.runner keeps it per host slot): rows a
-                # previous incarnation left in flight are nobody's now.
-                _requeue(conn, ot.c.locked_by == self.relay_id)
             live = set(conn.scalars(sa.select(rt.c.relay_id).where(rt.c.alive_until > now))) | {self.relay_id}
             share = math.ceil(len(rows) / len(live))
             mine = [r.partition_no for r in rows if r.relay_id == self.relay_id]
@@ -180,9 +204,7 @@ class OutboxRelay:
             ]
             take = free[: max(0, share - len(keep))]
             held = sorted([*keep, *(r.partition_no for r in take)])
-            # A partition whose owner stopped renewing: that relay is presumed dead, and
-            # its in-flight rows would otherwise wait for their own lease to run out
-            # while later rows of the same channels overtake them.
+            # A partition whose owner stopped renewing: that relay is presumed dead.
             orphaned = [r.partition_no for r in take if r.relay_id is not None]
             if held:
                 conn.execute(
@@ -194,8 +216,6 @@ class OutboxRelay:
                 conn.execute(
                     sa.update(op).where(op.c.partition_no.in_(release)).values(relay_id=None, lease_until=None)
                 )
-            if orphaned:
-                _requeue(conn, ot.c.partition_no.in_(orphaned))
         if orphaned:
             log.warning("took over outbox partitions of a relay that stopped renewing", status=str(orphaned))
         self._held = tuple(held)
@@ -231,65 +251,47 @@ class OutboxRelay:
         self._held, self._held_until, self._renew_at = (), float("-inf"), float("-inf")
 
     # ------------------------------------------------------------ claim
-    def has_pending(self) -> bool:
-        """Any PENDING row? Rows still in back-off count too, which costs an empty claim while they wait."""
-        return self._pending()
-
-    def close(self) -> None:
-        """Release the probe connection."""
-        self._pending.close()
-
-    def claim(self) -> list[ClaimedRow]:
-        """Take up to ``batch_size`` due rows of this relay's partitions in id order."""
+    def claim(self, in_flight: Sequence[int] = ()) -> list[ClaimedRow]:
+        """Up to ``batch_size`` due rows of this relay's partitions in id order (``in_flight`` ids left out)."""
         partitions = self.partitions()
-        if not partitions or not self.has_pending():
+        if not partitions:
             return []
-        return _retrying(lambda: self._claim(partitions))
+        return _retrying(lambda: self._claim(partitions, in_flight))
 
-    def _claim(self, partitions: tuple[int, ...]) -> list[ClaimedRow]:
-        now = self.now()
-        with self.engine.begin() as conn:
-            pending = set(conn.scalars(_PENDING_PARTITIONS)).intersection(partitions)
-            # Rotate the starting partition so a busy one cannot starve the others.
-            order = sorted(pending, key=lambda p: (p - self._rotation) % OUTBOX_PARTITIONS)
-            self._rotation = (self._rotation + 1) % OUTBOX_PARTITIONS
-            ids: list[int] = []
-            for partition in order:
-                # Each partition's own index range, in id order, and no SKIP LOCKED: a
-                # lower row still locked (its producer not yet committed, or another
-                # relay's claim in a handover) is waited for, never overtaken.
-                ids += conn.scalars(
-                    _CLAIM_PARTITION,
-                    {"_partition": partition, "_now": now, "_limit": self.config.batch_size - len(ids)},
-                )
-                if len(ids) >= self.config.batch_size:
-                    break
-            if not ids:
-                return []
-            conn.execute(
-                sa.update(ot)
-                .where(ot.c.id.in_(ids))
-                .values(status="PROCESSING", locked_by=self.relay_id, locked_at=now, attempts=ot.c.attempts + 1)
+    def _claim(self, partitions: tuple[int, ...], in_flight: Sequence[int]) -> list[ClaimedRow]:
+        # A plain read, no row locks and no status change: the partition lease already makes
+        # these rows this relay's alone, and nothing a crash could leave half-claimed. No
+        # relay skips a row because another relay's scan happens to hold a lock on it.
+        with self.engine.connect() as conn:
+            rows = conn.execute(self._candidates(partitions), {"_now": self.now(), "_in_flight": list(in_flight)}).all()
+        return [_claimed(r) for r in sorted(rows, key=_by_id)]
+
+    def _candidates(self, partitions: tuple[int, ...]) -> Any:
+        """The claim's read for a set of partitions (built once per set: the set rarely changes)."""
+        statement = self._claim_statements.get(partitions)
+        if statement is None:
+            due = (
+                ot.c.status == "PENDING",
+                ot.c.available_at <= sa.bindparam("_now"),
+                # The previous batch, published while its mark is still being written.
+                ot.c.id.not_in(sa.bindparam("_in_flight", expanding=True)),
             )
-            rows = conn.execute(
-                sa.select(
-                    ot.c.id,
-                    ot.c.publish_key,
-                    ot.c.aggregate_type,
-                    ot.c.aggregate_id,
-                    ot.c.aggregate_version,
-                    ot.c.channel,
-                    ot.c.projection,
-                    ot.c.must_deliver,
-                    ot.c.payload,
-                    ot.c.attempts,
-                    ot.c.created_at,
-                    sa.func.length(ot.c.payload).label("payload_bytes"),
-                )
-                .where(ot.c.id.in_(ids))
-                .order_by(ot.c.id)
-            ).all()
-        return [ClaimedRow(**r._mapping) for r in rows]
+            batch = self.config.batch_size
+            if len(partitions) >= OUTBOX_PARTITIONS:  # all of them: the (status, id) index in one range
+                statement = sa.select(*_CLAIMED_COLUMNS).where(*due).order_by(ot.c.id).limit(batch)
+            else:  # each partition's own (status, partition_no, id) range, in id order
+                per = max(1, math.ceil(batch / len(partitions)))
+                branches = [
+                    sa.select(*_CLAIMED_COLUMNS)
+                    .where(*due, ot.c.partition_no == p)
+                    .order_by(ot.c.id)
+                    .limit(per)
+                    .subquery()
+                    for p in partitions
+                ]
+                statement = sa.union_all(*(sa.select(branch) for branch in branches))
+            self._claim_statements = {partitions: statement}
+        return statement
 
     def take_over_expired_leases(self, limit: int = 1000) -> int:
         """Rows a crashed relay left PROCESSING past the lease go back to PENDING."""
@@ -343,7 +345,7 @@ class OutboxRelay:
             publications.append(
                 Publication(
                     channel=r.channel,
-                    data=r.payload,
+                    data=RawJson(r.payload),
                     idempotency_key=r.publish_key,
                     version=r.aggregate_version if versioned else None,
                     # One aggregate per channel: consecutive states differ little, so
@@ -354,13 +356,21 @@ class OutboxRelay:
             )
         return publications
 
-    async def run_once(self) -> PassResult:
-        """One claim → publish → mark pass."""
+    async def run_once(self, *, wait_for_mark: bool = True) -> PassResult:
+        """One read → publish → mark pass.
+
+        With ``wait_for_mark=False`` (the observer's loop) the pass returns once its rows
+        are published and its mark is being written; the next pass reads and publishes
+        meanwhile (one mark in flight at most, its rows left out of the read), so a
+        backlog drains at the pace of the slowest stage rather than of their sum.
+        Publications still leave strictly one batch after the other.
+        """
         result = PassResult()
         # Database work runs in a thread so the publishing event loop never blocks on it.
-        rows = await asyncio.to_thread(self.claim)
+        rows = await asyncio.to_thread(self.claim, self._in_flight)
         result.claimed = len(rows)
         if not rows:
+            await self.flush()
             return result
         backlog = self.config.coalesce_backlog or self.config.batch_size
         skipped = self.superseded(rows) if len(rows) >= backlog else set()
@@ -382,8 +392,9 @@ class OutboxRelay:
         # One notice to many users: Centrifugo's broadcast, one call per batch row.
         for row in fanouts:
             try:
+                fanout = json.loads(row.payload)
                 replies = await self.publisher.broadcast(
-                    row.payload["channels"], row.payload["data"], idempotency_key=row.publish_key
+                    fanout["channels"], fanout["data"], idempotency_key=row.publish_key
                 )
                 failed = [r for r in replies if not r.ok]
                 outcome = PublishResult(ok=not failed, error=failed[0].error if failed else None)
@@ -392,8 +403,22 @@ class OutboxRelay:
             to_send.append(row)
             outcomes = [*outcomes, outcome]
         metrics.PUBLISH_SECONDS.observe(time.perf_counter() - started)
-        await asyncio.to_thread(self._mark, rows, to_send, outcomes, skipped, result)
+        write = self._mark(rows, to_send, outcomes, skipped, result)
+        await self.flush()  # the previous batch's mark
+        self._in_flight = [r.id for r in rows]
+        self._marking = asyncio.ensure_future(asyncio.to_thread(_retrying, write))
+        if wait_for_mark:
+            await self.flush()
         return result
+
+    async def flush(self) -> None:
+        """Wait until the last published batch is marked (raises what writing the mark raised)."""
+        marking, self._marking = self._marking, None
+        if marking is not None:
+            try:
+                await marking
+            finally:
+                self._in_flight = []
 
     def _mark(
         self,
@@ -402,7 +427,8 @@ class OutboxRelay:
         outcomes: Sequence[PublishResult],
         skipped: set[int],
         result: PassResult,
-    ) -> None:
+    ) -> Callable[[], None]:
+        """Fill ``result`` from the outcomes; returns the database write that records them."""
         now = self.now()
         published = [r.id for r, o in zip(sent, outcomes, strict=True) if o.ok] + sorted(skipped)
         retry: list[tuple[ClaimedRow, str]] = []
@@ -417,34 +443,32 @@ class OutboxRelay:
                 retry.append((row, reason))
 
         def write() -> None:
+            # Guarded by PENDING: a row another relay already marked (a lease handover
+            # mid-pass) keeps what it got.
             with self.engine.begin() as conn:
-                mine = (ot.c.locked_by == self.relay_id, ot.c.status == "PROCESSING")
                 if published:
                     conn.execute(
                         sa.update(ot)
-                        .where(ot.c.id.in_(published), *mine)
-                        .values(status="PUBLISHED", published_at=now, locked_by=None, locked_at=None, last_error=None)
+                        .where(ot.c.id.in_(published), ot.c.status == "PENDING")
+                        .values(status="PUBLISHED", published_at=now, attempts=ot.c.attempts + 1, last_error=None)
                     )
                 for row, reason in retry:
                     conn.execute(
                         sa.update(ot)
-                        .where(ot.c.id == row.id, *mine)
+                        .where(ot.c.id == row.id, ot.c.status == "PENDING")
                         .values(
-                            status="PENDING",
                             available_at=now + timedelta(seconds=self.backoff(row.attempts)),
-                            locked_by=None,
-                            locked_at=None,
+                            attempts=row.attempts,
                             last_error=reason,
                         )
                     )
                 for row, reason in dead:
                     conn.execute(
                         sa.update(ot)
-                        .where(ot.c.id == row.id, *mine)
-                        .values(status="DEAD", locked_by=None, locked_at=None, last_error=reason)
+                        .where(ot.c.id == row.id, ot.c.status == "PENDING")
+                        .values(status="DEAD", attempts=row.attempts, last_error=reason)
                     )
 
-        _retrying(write)
         for row in rows:
             if row.id in skipped:
                 result.coalesced += 1
@@ -468,6 +492,7 @@ class OutboxRelay:
                     taskVersion=row.aggregate_version,
                     code=reason,
                 )
+        return write
 
     def backoff(self, attempts: int) -> float:
         """Exponential backoff with full jitter, capped."""
@@ -513,22 +538,6 @@ class OutboxRelay:
             "dead": counts.get("DEAD", 0),
             "oldest_pending_age_seconds": age,
         }
-
-
-def _requeue(conn: sa.Connection, which: sa.ColumnElement[bool]) -> None:
-    """PROCESSING rows matching ``which`` back to PENDING.
-
-    Found by a plain read, then updated by primary key: a locking scan of the status
-    index would lock other relays' in-flight rows in index order and deadlock with
-    their marks, which lock by primary key.
-    """
-    ids = list(conn.scalars(sa.select(ot.c.id).where(ot.c.status == "PROCESSING", which)))
-    if ids:
-        conn.execute(
-            sa.update(ot)
-            .where(ot.c.id.in_(ids), ot.c.status == "PROCESSING")
-            .values(status="PENDING", locked_by=None, locked_at=None)
-        )
 
 
 def _retrying(work: Callable[[], T]) -> T:

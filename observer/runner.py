@@ -50,19 +50,22 @@ class Observer:
 
     async def close(self) -> None:
         self.wake.close()
+        try:
+            await self.relay.flush()
+        except Exception:  # the rows stay PENDING and are published again (same keys)
+            log.warning("could not record the last published batch; it will be published again")
         await self.publisher.aclose()
         try:
             await asyncio.to_thread(self.relay.release_partitions)
         except Exception:  # the database is gone: the leases simply run out
             log.warning("could not release the outbox partitions; other relays take them when the lease ends")
-        self.relay.close()
         self.projector.close()
         if self.slot is not None:
             self.slot.close()
 
     def passes(self) -> dict[str, Callable[[], Awaitable[object]]]:
         async def relay_pass() -> bool:
-            return (await self.relay.run_once()).claimed > 0
+            return (await self.relay.run_once(wait_for_mark=False)).claimed > 0
 
         return {
             "relay": relay_pass,

@@ -56,6 +56,8 @@ def upgrade() -> None:
     with op.batch_alter_table("task_outbox", schema=None) as batch_op:
         batch_op.alter_column("publish_key", existing_type=sa.String(length=32), nullable=False)
         batch_op.create_index("outbox_partition_claim_idx", ["status", "partition_no", "id"], unique=False)
+        # Relays no longer lease rows (PROCESSING is only what older relays left behind).
+        batch_op.drop_index("outbox_lock_timeout_idx")
 
     op.create_table(
         "outbox_partition",
@@ -86,5 +88,6 @@ def downgrade() -> None:
     op.drop_table("outbox_partition")
     with op.batch_alter_table("task_outbox", schema=None) as batch_op:
         batch_op.drop_index("outbox_partition_claim_idx")
+        batch_op.create_index("outbox_lock_timeout_idx", ["status", "locked_at"], unique=False)
         batch_op.drop_column("partition_no")
         batch_op.drop_column("publish_key")

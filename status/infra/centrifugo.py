@@ -11,9 +11,12 @@ command:
   success or Centrifugo error code — and, should a future cent bypass that
   and raise anyway, the batch is re-sent one command at a time.  Re-sending is
   safe: every publication carries its idempotency key.
-* cent's request models cost ~30 µs per publication to build and dump; a
-  batch carries its commands as plain dicts (the values come from our own
-  committed rows), a single publish uses cent's ``PublishRequest``.
+* cent's request models cost ~30 µs per publication to build and dump, and
+  an outbox payload would be decoded from the database only to be encoded
+  again.  A batch's HTTP body is assembled here instead, with each payload's
+  stored JSON text inlined as it is (``RawJson``), and handed to the aiohttp
+  session cent uses through its ``json_serialize`` hook; a single publish
+  uses cent's ``PublishRequest``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
 from cent import (
     AsyncClient,
     BatchRequest,
@@ -55,10 +59,14 @@ class Unauthorized(Exception):
     """The API key was refused: a configuration error, not a message's fault."""
 
 
+class RawJson(str):
+    """JSON text that is already encoded (an outbox payload as the database stores it)."""
+
+
 @dataclass(frozen=True)
 class Publication:
     channel: str
-    data: dict[str, Any]
+    data: dict[str, Any] | RawJson
     idempotency_key: str | None = None
     version: int | None = None
     version_epoch: str | None = None
@@ -91,15 +99,29 @@ def _reply_result(reply: Any) -> PublishResult:
     return PublishResult(ok=False, permanent=code in PERMANENT_CODES, error=f"centrifugo error {code}")
 
 
+class _Body(dict[str, Any]):
+    """A request payload whose JSON text is already assembled."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+def _serialize(payload: Any) -> str:
+    """The aiohttp session's JSON encoder: assembled bodies as they are, anything else as usual."""
+    return payload.text if isinstance(payload, _Body) else json.dumps(payload)
+
+
 class _PublishBatch(BatchRequest):
-    """A batch of ready ``{"publish": {...}}`` commands whose replies are read one by one.
+    """A batch of publications, encoded once by us; its replies are read one by one.
 
     A failed command is a result, not an exception.
     """
 
     @property
     def api_payload(self) -> Any:
-        return {"commands": self.requests, "parallel": bool(self.parallel)}
+        commands = ",".join(_command(p) for p in self.requests)
+        return _Body(f'{{"commands":[{commands}],"parallel":{"true" if self.parallel else "false"}}}')
 
     def parse_response(self, content: str) -> Any:
         try:
@@ -114,6 +136,14 @@ class _PublishBatch(BatchRequest):
         if not isinstance(replies, list) or len(replies) != len(self.requests):
             raise CentDecodeError
         return SimpleNamespace(result=[_reply_result(reply) for reply in replies])
+
+
+def _command(p: Publication) -> str:
+    params = _params(p)
+    data = params.pop("data")
+    head = json.dumps(params)
+    text = data if isinstance(data, RawJson) else json.dumps(data)
+    return f'{{"publish":{head[:-1]},"data":{text}}}}}'
 
 
 def _params(p: Publication) -> dict[str, Any]:
@@ -158,7 +188,8 @@ class CentrifugoApi:
     def _api(self) -> AsyncClient:
         # aiohttp sessions belong to the running event loop: create it there.
         if self._client is None:
-            self._client = AsyncClient(self._url, self._key, timeout=self._timeout)
+            session = aiohttp.ClientSession(json_serialize=_serialize)
+            self._client = AsyncClient(self._url, self._key, timeout=self._timeout, session=session)
         return self._client
 
     async def aclose(self) -> None:
@@ -190,10 +221,9 @@ class CentrifugoApi:
         return results
 
     async def _publish_chunk(self, publications: Sequence[Publication]) -> list[PublishResult]:
-        commands = [{"publish": _params(p)} for p in publications]
         try:
             results: list[PublishResult] = await self._call(
-                "batch", _PublishBatch.model_construct(requests=commands, parallel=False)
+                "batch", _PublishBatch.model_construct(requests=list(publications), parallel=False)
             )
             return results
         except CentApiResponseError as exc:
@@ -204,7 +234,10 @@ class CentrifugoApi:
 
     async def publish(self, publication: Publication) -> PublishResult:
         try:
-            await self._call("publish", PublishRequest(**_params(publication)))
+            params = _params(publication)
+            if isinstance(params["data"], RawJson):
+                params["data"] = json.loads(params["data"])
+            await self._call("publish", PublishRequest(**params))
         except CentApiResponseError as exc:
             return PublishResult(ok=False, permanent=exc.code in PERMANENT_CODES, error=f"centrifugo error {exc.code}")
         return OK

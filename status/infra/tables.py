@@ -288,7 +288,6 @@ task_outbox = sa.Table(
     sa.Index("outbox_claim_idx", "status", "id"),
     # A relay claims each of its partitions in id order within that partition's own range.
     sa.Index("outbox_partition_claim_idx", "status", "partition_no", "id"),
-    sa.Index("outbox_lock_timeout_idx", "status", "locked_at"),
     sa.Index("outbox_event_idx", "event_id"),
     **MYSQL_TABLE_ARGS,
 )

@@ -139,7 +139,6 @@ async def test_a_recreated_database_in_front_of_the_same_centrifugo_still_reache
         while (await relay.run_once()).claimed:
             pass
         relay.release_partitions()
-        relay.close()
         with engine.connect() as conn:
             ids = list(conn.scalars(sa.select(ot.c.id).where(ot.c.status == "PUBLISHED").order_by(ot.c.id)))
         engine.dispose()

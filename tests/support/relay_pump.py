@@ -41,7 +41,6 @@ class RelayPump:
         finally:
             relay.release_partitions()
             await publisher.aclose()
-            relay.close()
 
     def pause(self) -> None:
         self.passing.acquire()
