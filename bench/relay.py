@@ -35,6 +35,7 @@ from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.repository import utcnow
+from status.infra.uow import UnitOfWork
 from status.infra.wakeup import WakeReceiver
 from tests.support.settings import make_settings
 
@@ -105,12 +106,22 @@ async def drain_backlog(url: str, node, rows: int, batch: int) -> None:
     engine.dispose()
 
 
-def produce(settings: Any, tokens: list[str], rate: float, seconds: float, batch: int, ready: Any) -> None:
-    """A producer process: progress events for its tasks at ``rate`` events/s, ``batch`` per transaction."""
+def produce(
+    settings: Any, tokens: list[str], rate: float, seconds: float, batch: int, ready: Any, direct: bool
+) -> None:
+    """A producer process: progress events for its tasks at ``rate`` events/s, ``batch`` per transaction.
+
+    ``direct``: write what such events commit to the outbox (a summary and a detail row
+    each, the tasks' own payloads) without the event path, to load the relay alone.
+    """
     engine = create_engine(settings.database_url)
     service = build_service(settings, engine)
     claims = [service._tokens.verify(token, service.now()) for token in tokens]
     seq = {i: 1 for i in range(len(claims))}
+    if direct:
+        _produce_rows(engine, [claim.task_id for claim in claims], rate, seconds, batch, ready)
+        engine.dispose()
+        return
     ready.wait()
     interval, next_at = batch / rate, time.perf_counter()
     end = time.perf_counter() + seconds
@@ -131,7 +142,42 @@ def produce(settings: Any, tokens: list[str], rate: float, seconds: float, batch
     engine.dispose()
 
 
-async def steady_latency(url: str, node: Any, rate: float, seconds: float, producers: int, batch: int) -> None:
+def _produce_rows(engine: Any, task_ids: list[str], rate: float, seconds: float, batch: int, ready: Any) -> None:
+    ot = t.task_outbox
+    with engine.connect() as conn:
+        templates = {
+            (r.aggregate_id, r.projection): dict(r._mapping)
+            for r in conn.execute(
+                sa.select(ot.c.aggregate_type, ot.c.aggregate_id, ot.c.channel, ot.c.projection, ot.c.payload)
+                .where(ot.c.aggregate_id.in_(task_ids), ot.c.projection.in_(["USER_SUMMARY", "TASK_DETAIL"]))
+                .order_by(ot.c.id)
+            )
+        }
+    version = 1_000_000
+    ready.wait()
+    interval, next_at = batch / rate, time.perf_counter()
+    end = time.perf_counter() + seconds
+    turn = 0
+    while time.perf_counter() < end:
+        task_id = task_ids[turn % len(task_ids)]
+        turn += 1
+        now = utcnow()
+        rows = []
+        for _ in range(batch):
+            version += 1
+            for projection in ("USER_SUMMARY", "TASK_DETAIL"):
+                row = templates[(task_id, projection)]
+                rows.append({**row, "aggregate_version": version, "available_at": now, "created_at": now})
+        with UnitOfWork(engine) as uow:
+            repo.insert_outbox(uow.conn, rows)
+            uow.commit()  # wakes the relay, as the event path's commit does
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.perf_counter()))
+
+
+async def steady_latency(
+    url: str, node: Any, rate: float, seconds: float, producers: int, batch: int, direct: bool = False
+) -> None:
     settings = make_settings(url, REPO_TMP, centrifugo_api_url=node.api_url, centrifugo_api_key=node.api_key)
     engine = create_engine(url)
     service = build_service(settings, engine)
@@ -168,7 +214,7 @@ async def steady_latency(url: str, node: Any, rate: float, seconds: float, produ
     spawn = multiprocessing.get_context("spawn")
     ready = spawn.Event()
     workers = [
-        spawn.Process(target=produce, args=(settings, tokens[i], rate / producers, seconds, batch, ready))
+        spawn.Process(target=produce, args=(settings, tokens[i], rate / producers, seconds, batch, ready, direct))
         for i in range(producers)
     ]
     for worker in workers:
@@ -197,8 +243,10 @@ async def steady_latency(url: str, node: Any, rate: float, seconds: float, produ
         ).all()
     lags = [(p - c0) / timedelta(milliseconds=1) for c0, p in rows]
     events = len(rows) / 2
+    how = "outbox rows written directly (the relay alone)" if direct else "through the event path"
     print(
-        f"steady         {events / seconds:,.0f} events/s reached of {rate:,.0f} asked ({len(rows)} publications,"
+        f"steady, {how}:\n"
+        f"               {events / seconds:,.0f} events/s reached of {rate:,.0f} asked ({len(rows)} publications,"
         f" {producers} producer processes, {batch} events per transaction): commit→publish"
         f" p50 {percentile(lags, 0.5):.0f} ms  p99 {percentile(lags, 0.99):.0f} ms"
         "   (target p99 < 100 ms at 1,000 events/s)"
@@ -228,8 +276,11 @@ async def main() -> None:
     with centrifugo_node() as node:
         with scratch_database() as url:
             await drain_backlog(url, node, args.backlog, args.batch)
-        with scratch_database() as url:
-            await steady_latency(url, node, args.rate, args.seconds, args.producers, args.events_per_transaction)
+        for direct in (False, True):
+            with scratch_database() as url:
+                await steady_latency(
+                    url, node, args.rate, args.seconds, args.producers, args.events_per_transaction, direct
+                )
 
 
 if __name__ == "__main__":

@@ -159,12 +159,14 @@ class ObserverLoops:
                 await self._sleep(self.config.relay_idle_sleep, self._relay_wake)
 
     async def _relay_pass(self) -> bool:
+        """Another pass at once only after a full batch: a partial one took all there was, and
+        rows committed since have woken the loop already (it clears its event before a pass)."""
         result = await self.relay.run_once(wait_for_mark=False)
-        return result.claimed > 0
+        return result.claimed >= self.relay.config.batch_size
 
     def _projector_pass(self) -> bool:
         self.projector.run_once()
-        return self.projector.last_claimed > 0
+        return self.projector.last_claimed >= self.projector.batch_size
 
     async def projector_loop(self) -> None:
         while not self._stop.is_set():

@@ -64,8 +64,8 @@ class Observer:
             self.slot.close()
 
     def passes(self) -> dict[str, Callable[[], Awaitable[object]]]:
-        async def relay_pass() -> bool:
-            return (await self.relay.run_once(wait_for_mark=False)).claimed > 0
+        async def relay_pass() -> bool:  # busy only after a full batch (see ObserverLoops._relay_pass)
+            return (await self.relay.run_once(wait_for_mark=False)).claimed >= self.relay.config.batch_size
 
         return {
             "relay": relay_pass,
@@ -76,7 +76,7 @@ class Observer:
 
     def _projector_pass(self) -> bool:
         self.projector.run_once()
-        return self.projector.last_claimed > 0
+        return self.projector.last_claimed >= self.projector.batch_size
 
     def wake_events(self) -> dict[str, asyncio.Event]:
         """One wake-up event per component that has one (call after ``start``, on the running loop)."""

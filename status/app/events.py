@@ -30,6 +30,7 @@ from status.app.binding import resolve_binding
 from status.app.context import AppContext, EventCaller, check_key, content_hash, operation
 from status.app.step_cache import TaskView, view_of
 from status.domain import ids
+from status.domain.aggregate import affects_workflow
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound, TooLarge
 from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health
@@ -398,7 +399,8 @@ class EventCommands:
         )
         group.seen[cmd.event_id] = (fingerprint, result)
         group.views[task.task_id] = view
-        group.changes.append(outbox.change_row(task, committed_at))
+        if affects_workflow(before_task, task):
+            group.changes.append(outbox.change_row(task, committed_at))
         trigger = {
             "eventId": cmd.event_id,
             "eventType": event_type.value,

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from status.domain.lifecycle import Health, Lifecycle
+from status.domain.model import TaskState
 
 
 def fold(tasks: Sequence[Mapping[str, Any]]) -> tuple[Lifecycle, Health, dict[str, Any]]:
@@ -42,3 +43,11 @@ def fold(tasks: Sequence[Mapping[str, Any]]) -> tuple[Lifecycle, Health, dict[st
         "percent": percent,
     }
     return lifecycle, health, aggregate
+
+
+def affects_workflow(before: TaskState, after: TaskState) -> bool:
+    """Whether a task's change can move its workflow's aggregate (a function of its tasks' lifecycle and health).
+
+    Progress, business status and step changes never do, so they need no projector work.
+    """
+    return before.lifecycle != after.lifecycle or before.health != after.health

@@ -57,6 +57,33 @@ def test_projector_bumps_the_workflow_once_per_real_change(
     assert after == (before + 1, "RUNNING") and left == 0
 
 
+def test_only_lifecycle_and_health_changes_feed_the_projector(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    """Progress cannot move a workflow's aggregate, so it costs the projector nothing."""
+    task_id = create_task(service, coordinator)
+    wc = t.workflow_change
+
+    def feed() -> int:
+        with service.engine.connect() as conn:
+            return int(
+                conn.execute(sa.select(sa.func.count()).select_from(wc).where(wc.c.task_id == task_id)).scalar_one()
+            )
+
+    ctx = activate(service, coordinator, task_id)
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    fed = feed()
+    service.report_event(claims, event("STEP_STARTED", 1))  # the task goes RUNNING
+    assert feed() == fed + 1
+    for seq in range(2, 6):
+        service.report_event(claims, event("STEP_PROGRESS", seq))
+    assert feed() == fed + 1
+    service.report_event(claims, event("STEP_COMPLETED", 6))  # the task finishes (or moves on): fed again
+    with service.engine.connect() as conn:
+        lifecycle = conn.execute(sa.select(t.task.c.lifecycle_status).where(t.task.c.id == task_id)).scalar_one()
+    assert feed() == fed + (2 if lifecycle != "RUNNING" else 1)
+
+
 def test_no_false_stale_burst_after_a_restart(service: StatusService, coordinator: ServicePrincipal) -> None:
     """After the observer (re)starts or the database comes back, heartbeats that could not land must
     not turn into STALE at once: the reconciler waits a grace period first (R7, AC23)."""
