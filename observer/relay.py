@@ -294,7 +294,11 @@ class OutboxRelay:
         return statement
 
     def take_over_expired_leases(self, limit: int = 1000) -> int:
-        """Rows a crashed relay left PROCESSING past the lease go back to PENDING."""
+        """Rows left PROCESSING past the lease go back to PENDING.
+
+        Relays no longer lease rows (their partitions are theirs); this returns rows that
+        relays of an earlier version left in flight when they were upgraded away.
+        """
         cutoff = self.now() - timedelta(seconds=self.config.lease_seconds)
         with self.engine.begin() as conn:
             ids = list(
