@@ -29,36 +29,8 @@ def _loops(e2e_engine: Any, e2e_service: Any, relay: Any, config: LoopConfig, wa
     )
 
 
-async def test_a_lost_wake_up_is_caught_by_the_safety_poll(
-    api: Http, e2e_engine: Any, e2e_service: Any, e2e_settings: Any, make_relay: Any
-) -> None:
-    publisher = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
-    relay = make_relay(publisher, "safety-poll")
-    never = asyncio.Event()  # nobody sets it: every wake-up is lost
-    loops = _loops(e2e_engine, e2e_service, relay, LoopConfig(relay_idle_sleep=0.3), never)
-    running = asyncio.create_task(loops.relay_loop())
-    try:
-        client, recorder, _ = await connect_user(api, "user-1")
-        task_id = create_workflow(api)["tasks"][0]["taskId"]
-        message = await next_for_task(recorder, task_id, timeout=15)
-        assert message["lifecycleStatus"] == "PENDING" and not never.is_set()
-        await client.disconnect()
-    finally:
-        loops.stop()
-        await running
-        await publisher.aclose()
-
-
-async def test_an_in_process_commit_wakes_the_relay(
-    api: Http, e2e_engine: Any, e2e_service: Any, e2e_settings: Any, make_relay: Any
-) -> None:
-    publisher = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
-    relay = make_relay(publisher, "woken")
-    receiver = WakeReceiver(e2e_engine)
-    await receiver.start(listen=False)
-    wake = receiver.event()
-    # A safety poll of ten minutes: only the wake-up can deliver within the test's timeout.
-    loops = _loops(e2e_engine, e2e_service, relay, LoopConfig(relay_idle_sleep=600), wake)
+async def _a_new_task_reaches_the_user(api: Http, loops: ObserverLoops) -> None:
+    """Runs the relay loop until the user's client got the new task's first summary."""
     running = asyncio.create_task(loops.relay_loop())
     try:
         client, recorder, _ = await connect_user(api, "user-1")
@@ -67,10 +39,35 @@ async def test_an_in_process_commit_wakes_the_relay(
         assert message["lifecycleStatus"] == "PENDING"
         await client.disconnect()
     finally:
-        receiver.close()
         loops.stop()
         await running
-        await publisher.aclose()
+        await loops.relay.publisher.aclose()
+
+
+async def test_a_lost_wake_up_is_caught_by_the_safety_poll(
+    api: Http, e2e_engine: Any, e2e_service: Any, e2e_settings: Any, make_relay: Any
+) -> None:
+    publisher = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
+    never = asyncio.Event()  # no receiver sets it (only stopping the loops does): every wake-up is lost
+    relay = make_relay(publisher, "safety-poll")
+    await _a_new_task_reaches_the_user(
+        api, _loops(e2e_engine, e2e_service, relay, LoopConfig(relay_idle_sleep=0.3), never)
+    )
+
+
+async def test_an_in_process_commit_wakes_the_relay(
+    api: Http, e2e_engine: Any, e2e_service: Any, e2e_settings: Any, make_relay: Any
+) -> None:
+    publisher = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
+    receiver = WakeReceiver(e2e_engine)
+    await receiver.start(listen=False)
+    # A safety poll of ten minutes: only the wake-up can deliver within the test's timeout.
+    config = LoopConfig(relay_idle_sleep=600)
+    try:
+        relay = make_relay(publisher, "woken")
+        await _a_new_task_reaches_the_user(api, _loops(e2e_engine, e2e_service, relay, config, receiver.event()))
+    finally:
+        receiver.close()
 
 
 def test_a_rolled_back_write_wakes_nobody(e2e_engine: Any) -> None:
