@@ -36,11 +36,11 @@ class LoopConfig:
     # Without a wake-up, an idle relay/projector looks again after this long (the safety poll).
     relay_idle_sleep: float = 1.0
     projector_idle_sleep: float = 1.0
-    reconciler_interval: float = 2.0
+    reconciler_interval: float = 5.0  # STALE is decided after a heartbeat timeout of tens of seconds
     reconciler_batch: int = 200
     heartbeat_grace_seconds: float = 30.0
     retention_interval: float = 60.0
-    lease_check_interval: float = 5.0
+    lease_check_interval: float = 10.0  # outbox gauges, and rows older relays left in flight
     outbox_retention: timedelta = timedelta(hours=24)
     dedup_retention: timedelta = timedelta(days=7)
     event_retention: timedelta = timedelta(days=30)

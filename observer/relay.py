@@ -98,7 +98,7 @@ class RelayConfig:
     # Partition leases: renewed every partition_renew_seconds, given up by others after
     # partition_lease_seconds without renewal (a crashed relay's partitions move on then).
     partition_lease_seconds: float = 10.0
-    partition_renew_seconds: float = 2.0
+    partition_renew_seconds: float = 3.0
 
 
 _CLAIMED_COLUMNS = (
@@ -165,6 +165,7 @@ class OutboxRelay:
         self._renew_at = float("-inf")
         self._problems = logs.ProblemLog(log)
         self._claim_statements: dict[tuple[int, ...], Any] = {}
+        self._rounds = 0  # lease rounds so far
         # The last published batch while its mark is being written (see run_once).
         self._marking: asyncio.Future[None] | None = None
         self._in_flight: list[int] = []
@@ -228,7 +229,9 @@ class OutboxRelay:
         values = {"alive_until": alive_until, "wake_address": self.wake_address}
         if not conn.execute(sa.update(rt).where(rt.c.relay_id == self.relay_id).values(**values)).rowcount:
             conn.execute(sa.insert(rt).values(relay_id=self.relay_id, **values))
-        conn.execute(sa.delete(rt).where(rt.c.alive_until < now - timedelta(hours=1)))
+        if self._rounds % 100 == 0:
+            conn.execute(sa.delete(rt).where(rt.c.alive_until < now - timedelta(hours=1)))
+        self._rounds += 1
 
     def _ensure_partition_rows(self) -> None:
         if self._renew_at != float("-inf"):
