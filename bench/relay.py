@@ -204,7 +204,7 @@ async def steady_latency(
     publisher = CentrifugoApi(node.api_url, node.api_key)
     relay = OutboxRelay(engine, publisher, "steady")
     receiver = WakeReceiver(engine)
-    relay.wake_address = await receiver.start()
+    relay.leases.wake_address = await receiver.start()
     wake = receiver.event()
     while (await relay.run_once(wait_for_mark=False)).claimed:
         pass

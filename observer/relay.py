@@ -10,12 +10,9 @@ key), and every message carries the full state and its version, so clients
 converge whatever the duplicates.
 
 Several relays share the work by **partition** (like Centrifugo's own
-PostgreSQL outbox consumer): a row's partition is a hash of its channel, and
-``outbox_partition`` gives each partition to one live relay at a time under a
-renewed lease, each relay holding its fair share of the relays alive in
-``outbox_relay`` (a newcomer is seen before it holds anything).  A relay
-publishes only its partitions, in id order and sequentially, so every
-channel's messages leave in commit order however many relays run.  (Rows left
+PostgreSQL outbox consumer; see ``observer.partitions``): a relay publishes
+only the partitions it holds, in id order and sequentially, so every channel's
+messages leave in commit order however many relays run.  (Rows left
 PROCESSING by relays of an earlier version are put back to PENDING.)
 
 Every publication carries the row's random ``publish_key`` as Centrifugo's
@@ -39,6 +36,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from observer import metrics
+from observer.partitions import PartitionLeases
 from status import logs
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi, Publication, PublishResult, RawJson, TransportError, Unauthorized
@@ -49,8 +47,6 @@ T = TypeVar("T")
 
 log = logs.get("observer.relay")
 ot = t.task_outbox
-op = t.outbox_partition
-rt = t.outbox_relay
 
 # Per-aggregate channels carry one aggregate's versions, so Centrifugo can skip
 # stale publications by version; a user's summary channel interleaves many
@@ -158,14 +154,11 @@ class OutboxRelay:
         self.relay_id = relay_id
         self.config = config or RelayConfig()
         self._clock = clock or (lambda: datetime.utcnow())
-        # Where this relay takes wake-up datagrams (advertised with its partitions).
-        self.wake_address: str | None = None
-        self._held: tuple[int, ...] = ()
-        self._held_until = float("-inf")
-        self._renew_at = float("-inf")
+        self.leases = PartitionLeases(
+            engine, relay_id, self.config.partition_lease_seconds, self.config.partition_renew_seconds, self.now
+        )
         self._problems = logs.ProblemLog(log)
         self._claim_statements: dict[tuple[int, ...], Any] = {}
-        self._rounds = 0  # lease rounds so far
         # The last published batch while its mark is being written (see run_once).
         self._marking: asyncio.Future[None] | None = None
         self._in_flight: list[int] = []
@@ -175,83 +168,12 @@ class OutboxRelay:
 
     # ------------------------------------------------------------ partitions
     def partitions(self) -> tuple[int, ...]:
-        """The partitions this relay may publish now (renewing its leases when due)."""
-        if time.monotonic() >= self._renew_at:
-            self._lease_partitions()
-        return self._held if time.monotonic() < self._held_until else ()
-
-    def _lease_partitions(self) -> None:
-        config = self.config
-        started = time.monotonic()
-        now = self.now()
-        lease_until = now + timedelta(seconds=config.partition_lease_seconds)
-        self._ensure_partition_rows()
-        with self.engine.begin() as conn:
-            # Lock order: the partition rows first (this serializes the relays' lease rounds).
-            rows = conn.execute(
-                sa.select(op.c.partition_no, op.c.relay_id, op.c.lease_until)
-                .order_by(op.c.partition_no)
-                .with_for_update()
-            ).all()
-            self._announce(conn, now, lease_until)
-            live = set(conn.scalars(sa.select(rt.c.relay_id).where(rt.c.alive_until > now))) | {self.relay_id}
-            share = math.ceil(len(rows) / len(live))
-            mine = [r.partition_no for r in rows if r.relay_id == self.relay_id]
-            keep, release = mine[:share], mine[share:]
-            free = [
-                r
-                for r in rows
-                if r.relay_id != self.relay_id and (r.relay_id is None or r.lease_until is None or r.lease_until <= now)
-            ]
-            take = free[: max(0, share - len(keep))]
-            held = sorted([*keep, *(r.partition_no for r in take)])
-            # A partition whose owner stopped renewing: that relay is presumed dead.
-            orphaned = [r.partition_no for r in take if r.relay_id is not None]
-            if held:
-                conn.execute(
-                    sa.update(op)
-                    .where(op.c.partition_no.in_(held))
-                    .values(relay_id=self.relay_id, lease_until=lease_until)
-                )
-            if release:
-                conn.execute(
-                    sa.update(op).where(op.c.partition_no.in_(release)).values(relay_id=None, lease_until=None)
-                )
-        if orphaned:
-            log.warning("took over outbox partitions of a relay that stopped renewing", status=str(orphaned))
-        self._held = tuple(held)
-        # Stop publishing a partition before anyone else may take it (margin: one renewal).
-        self._held_until = started + config.partition_lease_seconds - config.partition_renew_seconds
-        self._renew_at = started + config.partition_renew_seconds
-
-    def _announce(self, conn: sa.Connection, now: datetime, alive_until: datetime) -> None:
-        """This relay is alive (and where it takes wake-ups); long-gone relays are forgotten."""
-        values = {"alive_until": alive_until, "wake_address": self.wake_address}
-        if not conn.execute(sa.update(rt).where(rt.c.relay_id == self.relay_id).values(**values)).rowcount:
-            conn.execute(sa.insert(rt).values(relay_id=self.relay_id, **values))
-        if self._rounds % 100 == 0:
-            conn.execute(sa.delete(rt).where(rt.c.alive_until < now - timedelta(hours=1)))
-        self._rounds += 1
-
-    def _ensure_partition_rows(self) -> None:
-        if self._renew_at != float("-inf"):
-            return  # done on this relay's first lease
-        with self.engine.begin() as conn:
-            existing = set(conn.scalars(sa.select(op.c.partition_no)))
-        missing = [{"partition_no": n} for n in range(OUTBOX_PARTITIONS) if n not in existing]
-        if missing:
-            try:
-                with self.engine.begin() as conn:
-                    conn.execute(sa.insert(op), missing)
-            except sa.exc.IntegrityError:
-                pass  # another relay created them first
+        """The partitions this relay may publish now (see ``observer.partitions``)."""
+        return self.leases.held()
 
     def release_partitions(self) -> None:
-        """Give the partitions up at shutdown, so other relays take them at once instead of after the lease."""
-        with self.engine.begin() as conn:
-            conn.execute(sa.update(op).where(op.c.relay_id == self.relay_id).values(relay_id=None, lease_until=None))
-            conn.execute(sa.delete(rt).where(rt.c.relay_id == self.relay_id))
-        self._held, self._held_until, self._renew_at = (), float("-inf"), float("-inf")
+        """Give the partitions up (shutdown), so other relays take them at once."""
+        self.leases.release()
 
     # ------------------------------------------------------------ claim
     def claim(self, in_flight: Sequence[int] = ()) -> list[ClaimedRow]:

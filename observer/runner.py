@@ -46,7 +46,7 @@ class Observer:
         address = await self.wake.start()
         if address and self.advertise_host:
             address = f"{self.advertise_host}:{address.rpartition(':')[2]}"
-        self.relay.wake_address = address
+        self.relay.leases.wake_address = address
 
     async def close(self) -> None:
         self.wake.close()
