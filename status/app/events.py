@@ -24,6 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from status import logs
 from status.app import commands as c
 from status.app import outbox
 from status.app.binding import resolve_binding
@@ -32,7 +33,16 @@ from status.app.step_cache import TaskView, view_of
 from status.domain import ids
 from status.domain.aggregate import affects_workflow
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
-from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound, TooLarge
+from status.domain.errors import (
+    Conflict,
+    DomainError,
+    ErrorCode,
+    Forbidden,
+    Invalid,
+    NotFound,
+    TooLarge,
+    Unavailable,
+)
 from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health
 from status.domain.model import StepState, TaskState
 from status.domain.projections import iso
@@ -78,6 +88,10 @@ class Group:
         repo.insert_outbox(conn, self.outbox)
 
 
+log = logs.get("status.events")
+ITEM_FAILED = "this event could not be applied; send it again with the same eventId"
+
+
 def rejection(cmd: c.ReportEvent, err: DomainError) -> dict[str, Any]:
     return {
         "eventId": cmd.event_id,
@@ -106,7 +120,10 @@ class EventCommands:
             if isinstance(outcome, DomainError):
                 results.append(rejection(cmd, outcome))
             elif isinstance(outcome, BaseException):
-                raise outcome
+                # One item's own failure (it already ran alone, see report_group) is that
+                # item's result: a batch is never all-or-nothing for unrelated events.
+                log.error("an event of a batch failed", eventId=cmd.event_id, code=type(outcome).__name__)
+                results.append(rejection(cmd, Unavailable(ITEM_FAILED)))
             else:
                 results.append(outcome)
         return results

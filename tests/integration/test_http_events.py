@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import sqlalchemy as sa
 
 from tests.integration.conftest import Http
@@ -88,3 +91,36 @@ def test_ac12_unregistered_schema_is_rejected_and_state_untouched(http: Http, en
         "schema": "document.parse.progress.v1",
         "value": {"page": 1},
     }  # unknown field stripped (R10)
+
+
+def test_one_poison_item_never_fails_its_batch(http: Http, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-domain failure of one event (a bug, a broken row) is that event's result; the others commit."""
+    from status.app.events import EventCommands
+
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
+    events = [event_body("STEP_PROGRESS", seq, progress={"current": seq, "total": 10}) for seq in (2, 3, 4)]
+    poison = events[2]["eventId"]  # the last, so that sending it again later is still in sequence
+    apply = EventCommands._apply
+
+    def failing(self: Any, conn: Any, group: Any, caller: Any, cmd: Any) -> Any:
+        if cmd.event_id == poison:
+            raise RuntimeError("a fault in this one event")
+        return apply(self, conn, group, caller, cmd)
+
+    monkeypatch.setattr(EventCommands, "_apply", failing)
+    response = http.client.post(
+        "/internal/v1/task-events:batch", json={"events": events}, headers=http.auth(ctx["executionToken"])
+    )
+    assert response.status_code == 200, response.text
+    results = {r["eventId"]: r for r in response.json()["results"]}
+    assert results[poison]["accepted"] is False
+    assert results[poison]["error"]["code"] == "UNAVAILABLE" and results[poison]["error"]["retryable"] is True
+    assert all(results[e["eventId"]]["accepted"] for e in events if e["eventId"] != poison)
+    monkeypatch.undo()
+    # The poison item, sent again once the fault is gone, gets in (same eventId).
+    again = http.client.post(
+        "/internal/v1/task-events:batch", json={"events": [events[2]]}, headers=http.auth(ctx["executionToken"])
+    )
+    assert again.json()["results"][0]["accepted"] is True
