@@ -119,11 +119,16 @@ class Api:
             chunks.append(chunk)
         try:
             return json.loads(b"".join(chunks) or b"null")
+        except RecursionError as exc:
+            raise Invalid("the request body nests too deeply") from exc
         except (ValueError, UnicodeDecodeError) as exc:
             raise Invalid("the request body is not valid JSON") from exc
 
-    async def parse(self, request: Request, model: type[M]) -> M:
+    async def parse(self, request: Request, model: type[M], *, empty: bool = False) -> M:
+        """The body as ``model`` (``empty``: no body at all means ``{}``); mistakes are VALIDATION_FAILED."""
         raw = await self.body(request)
+        if raw is None and empty:
+            raw = {}
         if not isinstance(raw, dict):
             raise Invalid("the request body must be a JSON object")
         try:
@@ -247,8 +252,7 @@ class Api:
         caller = self.service_principal(request)
         p = request.path_params
         if request.method == "PUT":
-            raw = await self.body(request)
-            body = AclIn.model_validate(raw if isinstance(raw, dict) else {}) if raw is not None else AclIn()
+            body = await self.parse(request, AclIn, empty=True)
             result = await run_in_threadpool(
                 self.service.grant_access, caller, p["task_id"], p["principal_type"], p["principal_id"], body.permission
             )

@@ -14,11 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from status.app import commands as c
+from status.domain.ids import PRINCIPAL_ID_PATTERN
 from status.domain.model import Progress, StepError
 from status.domain.rules import DataBody
 
 Key = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f]+$")]
 ShortKey = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f]+$")]
+# Users, projects: they become parts of channel names (status.domain.ids.PRINCIPAL_ID_PATTERN).
+PrincipalId = Annotated[str, StringConstraints(pattern=PRINCIPAL_ID_PATTERN)]
 OperationCode = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*$")
 ]
@@ -62,10 +65,10 @@ class DynamicPolicyIn(Strict):
 class NewTaskIn(Strict):
     client_task_key: Key
     title: Title
-    owner_id: ShortKey | None = None
+    owner_id: PrincipalId | None = None
     task_type: Key | None = None
     product_id: ShortKey | None = None
-    project_id: ShortKey | None = None
+    project_id: PrincipalId | None = None
     known_steps: list[KnownStepIn] = Field(default_factory=list, max_length=200)
     dynamic_registration_policy: DynamicPolicyIn | None = None
 
@@ -89,7 +92,7 @@ class NewTaskIn(Strict):
 
 class CreateWorkflowIn(Strict):
     client_workflow_key: Key
-    owner_id: ShortKey
+    owner_id: PrincipalId
     title: Title
     workflow_type: Key | None = None
     initial_tasks: list[NewTaskIn] = Field(default_factory=list, max_length=100)
@@ -269,7 +272,7 @@ class SubscriptionIn(BaseModel):
 
     taskId: Key | None = None
     workflowId: Key | None = None
-    projectId: ShortKey | None = None
+    projectId: PrincipalId | None = None
     broadcast: Literal["tenant", "system"] | None = None
 
 
@@ -278,8 +281,8 @@ class BroadcastIn(Strict):
     audience: Literal["SYSTEM", "TENANT", "PROJECT", "USERS"]
     level: Literal["INFO", "WARNING", "ERROR"] = "INFO"
     text: Annotated[str, StringConstraints(min_length=1, max_length=500)]
-    project_id: ShortKey | None = None
-    user_ids: list[ShortKey] = Field(default_factory=list, max_length=100_000)
+    project_id: PrincipalId | None = None
+    user_ids: list[PrincipalId] = Field(default_factory=list, max_length=100_000)
 
 
 class ReleaseIn(BaseModel):

@@ -17,6 +17,7 @@ from status.app.context import AppContext, check_key, lock_task_for
 from status.app.events import load_view
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
+from status.domain.ids import is_principal_id
 from status.domain.lifecycle import EventType
 from status.infra import repository as repo
 from status.infra import tables as t
@@ -55,6 +56,10 @@ class AccessCommands:
             raise Invalid("principalType must be USER, PROJECT or ROLE")
         if permission not in ("VIEW", "OPERATE", "ADMIN"):
             raise Invalid("permission must be VIEW, OPERATE or ADMIN")
+        if not is_principal_id(principal_id):
+            raise Invalid(
+                "the principal id must be 1-64 letters, digits or . _ @ + = | - (starting with a letter or digit)"
+            )
         check_key("principalId", principal_id, 64)
 
         def work(uow: UnitOfWork) -> dict[str, Any]:

@@ -12,6 +12,17 @@ BUCKET_COUNT = 4096
 HASH_RULE_VERSION = "v1"  # part of the protocol: never change without a new version (seed §15.3.3)
 
 TASK_ID_RE = re.compile(r"^tsk_[0-9a-f]{3}_[0-9A-HJKMNP-TV-Z]{26}$")
+# Tenants, users, projects and other principals end up inside channel names
+# (``task_user:{tenant}/{user}``): no ``/`` or ``:`` (our separators), no ``#``/``$``
+# (Centrifugo's user-limited and private channel marks), no spaces, controls or
+# non-ASCII look-alikes, no ``,`` (Centrifugo's user separator). E-mail addresses and
+# identity-provider subjects such as ``auth0|5f...`` fit.
+PRINCIPAL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+=|-]{0,63}$"
+PRINCIPAL_ID_RE = re.compile(PRINCIPAL_ID_PATTERN)
+
+
+def is_principal_id(value: object) -> bool:
+    return isinstance(value, str) and PRINCIPAL_ID_RE.match(value) is not None
 
 
 def ulid(now_ms: int, randomness: bytes | None = None) -> str:

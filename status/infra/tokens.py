@@ -17,6 +17,7 @@ import jwt
 
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, UserPrincipal
 from status.domain.errors import ErrorCode, Forbidden, Unauthenticated
+from status.domain.ids import is_principal_id
 
 ALGORITHM = "HS256"
 T = TypeVar("T")
@@ -104,6 +105,8 @@ class ServiceTokens:
             return hit[0]
         claims = _decode(token, self._secret, "svc")
         try:
+            if not is_principal_id(claims["tnt"]):
+                raise ValueError("the tenant id has characters channel names cannot carry")
             principal = ServicePrincipal(
                 producer_id=str(claims["sub"]),
                 tenant_id=str(claims["tnt"]),
@@ -213,6 +216,9 @@ class UserTokens:
         tenant = claims.get("tnt") or claims.get("tenant_id")
         if not tenant or not isinstance(claims.get("sub"), str):
             raise Unauthenticated("the user token names no tenant or user")
+        if not is_principal_id(str(tenant)) or not is_principal_id(claims["sub"]):
+            # Both become parts of channel names: "a/b" must never read as tenant a, user b.
+            raise Unauthenticated("the user token's tenant or user id has characters channel names cannot carry")
         return UserPrincipal(
             tenant_id=str(tenant),
             user_id=str(claims["sub"]),

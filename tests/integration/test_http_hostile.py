@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from status.domain.auth import Role
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body
 
@@ -195,3 +196,48 @@ def test_metrics_endpoint_exports_the_spec_counters(http: Http, ctx: dict) -> No
     assert 'task_status_events_total{code="",result="accepted"}' in text
     assert 'result="rejected"' in text and "task_status_ingest_seconds_bucket" in text
     assert "db_transaction_retries_total" in text and "task_status_heartbeats_total" in text
+
+
+def test_deeply_nested_json_is_a_validation_error(http: Http, ctx: dict) -> None:
+    nested = b'{"eventId": "x", "data": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"
+    for path, auth in (
+        ("/internal/v1/task-events", http.auth(ctx["executionToken"])),
+        ("/internal/v1/task-events:batch", http.auth(ctx["executionToken"])),
+        ("/internal/v1/workflows", http.coordinator),
+    ):
+        response = http.client.post(path, content=nested, headers={**auth, "Content-Type": "application/json"})
+        assert response.status_code in (413, 422), (path, response.status_code, response.text)
+        assert response.json()["error"]["code"] in ("VALIDATION_FAILED", "PAYLOAD_TOO_LARGE")
+
+
+def test_an_unknown_acl_permission_is_a_validation_error(http: Http, ctx: dict) -> None:
+    response = http.client.put(
+        f"/internal/v1/tasks/{ctx['taskId']}/acl/USER/u2", json={"permission": "SUPERUSER"}, headers=http.coordinator
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "VALIDATION_FAILED"
+
+
+@pytest.mark.parametrize("owner", ["a/b", "a:b", "a b", "", "x" * 65, "ü" * 3, "a\u0000"])
+def test_identifiers_that_end_up_in_channel_names_have_a_safe_alphabet(http: Http, owner: str) -> None:
+    response = http.client.post(
+        "/internal/v1/workflows",
+        json={"clientWorkflowKey": "k-alphabet", "ownerId": owner, "title": "t"},
+        headers=http.coordinator,
+    )
+    assert response.status_code == 422, (owner, response.status_code, response.text)
+    assert response.json()["error"]["code"] == "VALIDATION_FAILED"
+
+
+@pytest.mark.parametrize(("tenant", "user"), [("t/x", "u"), ("t", "a/b"), ("t", "a:b"), ("t#x", "u"), ("t", "u,v")])
+def test_tokens_whose_ids_could_forge_a_channel_name_are_refused(http: Http, tenant: str, user: str) -> None:
+    token = http.user_tokens.issue(tenant, user)
+    response = http.client.get("/api/me/tasks", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401 and response.json()["error"]["code"] == "UNAUTHENTICATED"
+    service = http.service_tokens.issue("producer", tenant, "s", [Role.COORDINATOR])
+    created = http.client.post(
+        "/internal/v1/workflows",
+        json={"clientWorkflowKey": "k", "ownerId": "u", "title": "t"},
+        headers={"Authorization": f"Bearer {service}"},
+    )
+    assert created.status_code in ((401,) if tenant != "t" else (200, 201))
