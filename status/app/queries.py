@@ -9,12 +9,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from status.app.context import AppContext
+from status.domain.aggregate import fold
 from status.domain.auth import UserPrincipal
 from status.domain.errors import ErrorCode, Invalid, NotFound
 from status.domain.projections import iso, task_snapshot, user_summary, workflow_summary
@@ -141,9 +143,17 @@ class Queries:
                 .mappings()
                 .all()
             )
-            if row["owner_id"] != user.user_id and not task_rows:
+            owner = row["owner_id"] == user.user_id
+            if not owner and not task_rows:
                 raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
             workflow = repo.workflow_from_row(row)
+            if not owner:
+                # Someone who sees some of the tasks sees an aggregate over those only: the
+                # workflow's own aggregate would tell them about tasks they cannot see.
+                lifecycle, health, aggregate = fold([dict(r) for r in task_rows])
+                workflow = replace(
+                    workflow, lifecycle=lifecycle, health=health, aggregate=aggregate, task_count=len(task_rows)
+                )
             result = workflow_summary(workflow, self.ctx.now())
             if with_tasks:
                 tasks = [repo.task_from_row(r) for r in task_rows]

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from status.app.service import StatusService
 from status.domain.auth import UserPrincipal
-from status.domain.errors import ErrorCode, Invalid, LimitExceeded, NotFound
+from status.domain.errors import ErrorCode, Forbidden, Invalid, LimitExceeded, NotFound
 from status.domain.projections import (
     SYSTEM_CHANNEL,
     detail_channel,
@@ -109,6 +109,12 @@ class RealtimeService:
                 channel = detail_channel(user.tenant_id, task_id)
         if workflow_id is not None:
             self.status.get_workflow(user, workflow_id, with_tasks=False)  # raises NOT_FOUND when not visible
+            with self.status.engine.connect() as conn:
+                owner = conn.scalar(sa.select(t.workflow.c.owner_id).where(t.workflow.c.id == workflow_id))
+            if owner != user.user_id:
+                # The channel carries the aggregate over all of the workflow's tasks; others
+                # read a summary trimmed to the tasks they see (GET /api/workflows/{id}).
+                raise Forbidden("only the workflow's owner may follow its channel", ErrorCode.PERMISSION_DENIED)
             channel = workflow_channel(user.tenant_id, workflow_id)
         now = self.status.now()
         expires = now + self.ttl
