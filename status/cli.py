@@ -38,7 +38,13 @@ def _serve(args: argparse.Namespace) -> int:
     engine = create_engine(settings.database_url)
     service = build_service(settings, engine)
     service.install_default_definitions()
-    options: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": "info", "access_log": args.access_log}
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": "info",
+        "access_log": args.access_log,
+        "log_config": logs.uvicorn_log_config(),
+    }
     if args.workers > 1:
         # Several processes share the port; each builds its own engine and caches (all are version-checked).
         engine.dispose()

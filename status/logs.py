@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import re
 import sys
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -81,3 +83,32 @@ class ProblemLog:
 
     def active(self, key: str) -> bool:
         return key in self._failures
+
+
+# Browsers' EventSource cannot send headers, so the SSE endpoint takes its token as
+# ``?access_token=``: an access log line must never carry it.
+_SECRET_QUERY = re.compile(r"((?:access_token|token)=)[^&\s\"]+", re.IGNORECASE)
+
+
+def redact_query(text: str) -> str:
+    return _SECRET_QUERY.sub(r"\1[redacted]", text)
+
+
+class RedactQuery(logging.Filter):
+    """Redacts tokens in the request lines of an access log (uvicorn's ``uvicorn.access``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_query(a) if isinstance(a, str) else a for a in record.args)
+        record.msg = redact_query(str(record.msg))
+        return True
+
+
+def uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's own logging configuration with the access log redacted."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_query"] = {"()": "status.logs.RedactQuery"}
+    config["handlers"]["access"].setdefault("filters", []).append("redact_query")
+    return config

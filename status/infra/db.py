@@ -17,6 +17,8 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
       so a read-then-write never upgrades a lock mid-transaction.
     """
     url = sa.make_url(database_url)
+    # Errors are logged: their text must not carry bound values (tokens, payloads, user data).
+    kwargs.setdefault("hide_parameters", True)
     if url.get_backend_name() == "sqlite":
         engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
 

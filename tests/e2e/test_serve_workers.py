@@ -82,3 +82,38 @@ def test_two_workers_keep_one_gap_free_version_line_per_task(e2e_settings: Setti
         proc.terminate()
         proc.wait(30)
         log.close()
+
+
+def test_the_access_log_never_carries_a_token_and_database_errors_no_values(
+    e2e_settings: Settings, e2e_engine: sa.Engine
+) -> None:
+    """``serve --access-log``: the SSE endpoint's ``?access_token=`` is redacted in the log line."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    path = e2e_settings.data_dir / f"serve-access-{port}.log"
+    with path.open("ab") as log:
+        proc = subprocess.Popen(
+            [str(CLI), "serve", "--port", str(port), "--access-log"], env=_env(e2e_settings), stdout=log, stderr=log
+        )
+    try:
+        wait_until(lambda: _ready(base), 60, "serve --access-log")
+        secret = "eyJzZWNyZXQiOiJ0b2tlbiJ9.never-in-a-log"
+        response = httpx.get(f"{base}/api/v1/me/task-stream?access_token={secret}", timeout=10)
+        assert response.status_code == 401
+        wait_until(lambda: "/api/v1/me/task-stream" in path.read_text(), 10, "the access log line")
+        written = path.read_text()
+        assert secret not in written and "access_token=[redacted]" in written
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def test_database_errors_do_not_carry_bound_values(e2e_engine: sa.Engine) -> None:
+    secret = "value-that-must-not-be-logged"
+    with e2e_engine.begin() as conn:
+        try:
+            conn.execute(sa.insert(t.task_event_dedup).values(event_id=secret, task_id=None))
+        except sa.exc.DBAPIError as exc:
+            assert secret not in str(exc)
+        else:
+            raise AssertionError("the insert should have failed")
