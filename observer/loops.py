@@ -62,13 +62,20 @@ class Retention:
             (t.task_event_dedup, t.task_event_dedup.c.created_at, self.config.dedup_retention),
             (t.task_event_log, t.task_event_log.c.committed_at, self.config.event_retention),
         ):
-            key = next(iter(table.primary_key.columns))
+            key = sa.tuple_(*table.primary_key.columns)  # (tenant_id, event_id): the whole key, never a part
             with self.engine.begin() as conn:
-                ids = list(conn.scalars(sa.select(key).where(column < now - window).limit(self.config.retention_batch)))
-                if ids:
-                    conn.execute(sa.delete(table).where(key.in_(ids)))
-            purged[table.name] = len(ids)
-            metrics.PURGED.labels(table=table.name).inc(len(ids))
+                keys = [
+                    tuple(r)
+                    for r in conn.execute(
+                        sa.select(*table.primary_key.columns)
+                        .where(column < now - window)
+                        .limit(self.config.retention_batch)
+                    )
+                ]
+                if keys:
+                    conn.execute(sa.delete(table).where(key.in_(keys)))
+            purged[table.name] = len(keys)
+            metrics.PURGED.labels(table=table.name).inc(len(keys))
         with self.engine.begin() as conn:
             conn.execute(sa.delete(t.realtime_grant).where(t.realtime_grant.c.expires_at < now))
         return purged

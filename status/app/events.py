@@ -74,7 +74,8 @@ class Group:
 
     handles: dict[str, Any] = field(default_factory=dict)  # handle hash -> row
     revoked: dict[str, str] = field(default_factory=dict)  # execution id -> reason, revoked in this group
-    seen: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # event id -> (hash, result)
+    # (tenant, event id) -> (hash, result): a group may hold several tenants' events
+    seen: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
     views: dict[str, TaskView] = field(default_factory=dict)  # task id -> view after this group's changes
     events: list[dict[str, Any]] = field(default_factory=list)
     dedups: list[dict[str, Any]] = field(default_factory=list)
@@ -221,7 +222,7 @@ class EventCommands:
             {"task": task.task_id, "step": step.step_id, "attempt": step.attempt, "execution": bound.execution_id}
             | cmd.content()
         )
-        duplicate = self._dedup(group, cmd.event_id, fingerprint, stored)
+        duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
         if bound.credential_problem is not None:
@@ -304,7 +305,7 @@ class EventCommands:
         if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
             raise NotFound(f"task {cmd.task_id} is not in workflow {cmd.workflow_id}", ErrorCode.UNKNOWN_TASK)
         fingerprint = content_hash({"task": task.task_id} | cmd.content())
-        duplicate = self._dedup(group, cmd.event_id, fingerprint, stored)
+        duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
         defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
@@ -407,6 +408,7 @@ class EventCommands:
         }
         group.dedups.append(
             {
+                "tenant_id": task.tenant_id,
                 "event_id": cmd.event_id,
                 "task_id": task.task_id,
                 "payload_hash": fingerprint,
@@ -414,7 +416,7 @@ class EventCommands:
                 "created_at": committed_at,
             }
         )
-        group.seen[cmd.event_id] = (fingerprint, result)
+        group.seen[(task.tenant_id, cmd.event_id)] = (fingerprint, result)
         group.views[task.task_id] = view
         if affects_workflow(before_task, task):
             group.changes.append(outbox.change_row(task, committed_at))
@@ -447,9 +449,11 @@ class EventCommands:
         return locked_view(self.ctx, conn, task_id, owner, event_id=event_id, staged=group.views)
 
     @staticmethod
-    def _dedup(group: Group, event_id: str, fingerprint: str, stored: tuple[str, Any] | None) -> dict[str, Any] | None:
-        """The first result of an event seen before (in this group or committed), or None."""
-        found = group.seen.get(event_id) or stored
+    def _dedup(
+        group: Group, key: tuple[str, str], fingerprint: str, stored: tuple[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The first result of an event (tenant, eventId) seen before (in this group or committed), or None."""
+        found = group.seen.get(key) or stored
         if found is None:
             return None
         found_hash, found_result = found

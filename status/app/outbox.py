@@ -173,6 +173,7 @@ def event_row(
 ) -> dict[str, Any]:
     """The immutable event-log record of a change, at the versions it produced."""
     return dict(
+        tenant_id=task.tenant_id,
         event_id=event_id,
         workflow_id=task.workflow_id,
         task_id=task.task_id,

@@ -218,7 +218,15 @@ _LOAD_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id"))
 # state at that version is current) plus the event's dedup entry, in one round trip.
 _LOCK_TASK_VERSION = (
     sa.select(t.task.c.version, t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result)
-    .select_from(t.task.outerjoin(t.task_event_dedup, t.task_event_dedup.c.event_id == sa.bindparam("_event_id")))
+    .select_from(
+        t.task.outerjoin(
+            t.task_event_dedup,
+            sa.and_(
+                t.task_event_dedup.c.tenant_id == t.task.c.tenant_id,
+                t.task_event_dedup.c.event_id == sa.bindparam("_event_id"),
+            ),
+        )
+    )
     .where(t.task.c.id == sa.bindparam("_id"))
     .with_for_update()
 )
@@ -246,9 +254,6 @@ _ACL_USERS = sa.select(t.task_acl.c.principal_id).where(
     t.task_acl.c.principal_type == "USER",
     t.task_acl.c.revoked_at.is_(None),
 )
-_DEDUP = sa.select(t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result, t.task_event_dedup.c.task_id).where(
-    t.task_event_dedup.c.event_id == sa.bindparam("_event_id")
-)
 
 
 def lock_task(conn: sa.Connection, task_id: str) -> TaskState | None:
@@ -257,7 +262,8 @@ def lock_task(conn: sa.Connection, task_id: str) -> TaskState | None:
 
 
 def lock_task_version(conn: sa.Connection, task_id: str, event_id: str) -> Any:
-    """Lock a task; returns (version, dedup payload hash, dedup result) or None when there is no such task."""
+    """Lock a task; (version, dedup payload hash, dedup result) — the dedup entry of ``event_id`` in the
+    task's tenant — or None when there is no such task."""
     return conn.execute(_LOCK_TASK_VERSION, {"_id": task_id, "_event_id": event_id}).first()
 
 
@@ -381,10 +387,6 @@ def insert_dedups(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> Non
 def acl_users(conn: sa.Connection, task_id: str) -> list[str]:
     """Users (besides the owner) holding an unrevoked USER grant on the task."""
     return list(conn.scalars(_ACL_USERS, {"_task_id": task_id}))
-
-
-def dedup_lookup(conn: sa.Connection, event_id: str) -> Mapping[Any, Any] | None:
-    return conn.execute(_DEDUP, {"_event_id": event_id}).mappings().first()
 
 
 def visible_task_filter(tenant_id: str, user_id: str, projects: Iterable[str], roles: Iterable[str]) -> Any:

@@ -192,6 +192,9 @@ task_execution_handle = sa.Table(
 task_event_log = sa.Table(
     "task_event_log",
     metadata,
+    # Event ids are unique per tenant (R1 holds inside a tenant): another tenant's
+    # producer can neither take an id first nor read a result through it.
+    sa.Column("tenant_id", sa.String(64), primary_key=True),
     sa.Column("event_id", sa.String(128), primary_key=True),
     sa.Column("workflow_id", Id, nullable=False),
     sa.Column("task_id", Id, nullable=False),
@@ -234,6 +237,7 @@ task_event_log = sa.Table(
 task_event_dedup = sa.Table(
     "task_event_dedup",
     metadata,
+    sa.Column("tenant_id", sa.String(64), primary_key=True),  # scoped like task_event_log
     sa.Column("event_id", sa.String(128), primary_key=True),
     sa.Column("task_id", Id, nullable=False),
     sa.Column("payload_hash", sa.String(64), nullable=False),

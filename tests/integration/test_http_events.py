@@ -124,3 +124,21 @@ def test_one_poison_item_never_fails_its_batch(http: Http, monkeypatch: pytest.M
         "/internal/v1/task-events:batch", json={"events": [events[2]]}, headers=http.auth(ctx["executionToken"])
     )
     assert again.json()["results"][0]["accepted"] is True
+
+
+def test_event_ids_are_scoped_to_the_tenant(http: Http) -> None:
+    """Tenant A using an id first (predictable coordinator ids included) never blocks tenant B's event."""
+    other = Http(http.client, f"{http.tenant}-b", http.service_tokens, http.user_tokens)
+    results = []
+    for tenant in (http, other):
+        task_id = create_workflow(tenant)["tasks"][0]["taskId"]
+        ctx = activate(tenant, task_id)
+        results.append(report(tenant, ctx, "STEP_STARTED", 1, eventId="evt-shared-across-tenants"))
+    assert [r.status_code for r in results] == [200, 200], [r.text for r in results]
+    assert results[0].json()["taskId"] != results[1].json()["taskId"]
+    assert not results[1].json().get("duplicate")
+    # Inside a tenant, R1 still holds: the same id with other content conflicts.
+    task_id = create_workflow(other)["tasks"][0]["taskId"]
+    ctx = activate(other, task_id)
+    again = report(other, ctx, "STEP_STARTED", 1, eventId="evt-shared-across-tenants")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "EVENT_ID_CONFLICT"
