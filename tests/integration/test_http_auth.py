@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -96,3 +100,59 @@ def test_internal_api_is_rate_limited_per_producer(
             ).status_code
             == 404
         )
+
+
+def _part(value: dict[str, object]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+
+def _unsigned(claims: dict[str, object]) -> str:
+    """A JWT with ``alg: none`` (no signature at all)."""
+    return f"{_part({'alg': 'none', 'typ': 'JWT'})}.{_part(claims)}."
+
+
+def test_hostile_credentials_are_refused_everywhere(http: Http, settings: Settings) -> None:
+    now = int(time.time())
+    user_claims = {"sub": "user-1", "tnt": http.tenant, "typ": "usr", "exp": now + 600}
+    service_claims = {"sub": "p", "tnt": http.tenant, "scp": "content", "roles": ["COORDINATOR"], "typ": "svc"}
+    cases = {
+        "alg none (user)": _unsigned(user_claims),
+        "alg none (service)": _unsigned(service_claims),
+        "expired user token": jwt.encode({**user_claims, "exp": now - 5}, settings.user_token_secret, "HS256"),
+        "user token signed with another secret": jwt.encode(user_claims, "x" * 40, "HS256"),
+        "service token as user token": http.service_token("p", "COORDINATOR"),
+        "HS512 with the right secret": jwt.encode(user_claims, settings.user_token_secret, "HS512"),
+    }
+    for name, token in cases.items():
+        response = http.client.get("/api/me/tasks", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 401, (name, response.status_code)
+        assert response.json()["error"]["code"] == "UNAUTHENTICATED", name
+    internal = {
+        "alg none (service)": _unsigned(service_claims),
+        "expired service token": jwt.encode({**service_claims, "exp": now - 5}, settings.service_token_secret, "HS256"),
+        "user token as service token": http.user_tokens.issue(http.tenant, "user-1"),
+        "service claims under the user secret": jwt.encode(service_claims, settings.user_token_secret, "HS256"),
+    }
+    for name, token in internal.items():
+        response = http.client.post(
+            "/internal/v1/workflows",
+            json={"clientWorkflowKey": "k-hostile", "ownerId": "u", "title": "t"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert response.status_code == 401, (name, response.status_code)
+
+
+def test_a_jwks_deployment_refuses_hmac_tokens_signed_with_the_public_key(
+    jwks: tuple[str, rsa.RSAPrivateKey],
+) -> None:
+    """The classic algorithm confusion: HS256 keyed with the RSA public key's PEM."""
+    from cryptography.hazmat.primitives import serialization
+
+    url, key = jwks
+    tokens = UserTokens("unused-hmac-secret-0123456789abcdef0123456789", url)
+    pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    header = {"alg": "HS256", "typ": "JWT", "kid": "k1"}
+    signing_input = f"{_part(header)}.{_part({'sub': 'alice', 'tnt': 'acme', 'exp': 4_000_000_000})}"
+    signature = base64.urlsafe_b64encode(hmac.new(pem, signing_input.encode(), hashlib.sha256).digest()).rstrip(b"=")
+    with pytest.raises(Unauthenticated):
+        tokens.verify(f"{signing_input}.{signature.decode()}")
