@@ -34,12 +34,21 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from cent import CentApiResponseError
 
 from observer import metrics
 from observer.partitions import PartitionLeases
 from status import logs
 from status.infra import tables as t
-from status.infra.centrifugo import CentrifugoApi, Publication, PublishResult, RawJson, TransportError, Unauthorized
+from status.infra.centrifugo import (
+    PERMANENT_CODES,
+    CentrifugoApi,
+    Publication,
+    PublishResult,
+    RawJson,
+    TransportError,
+    Unauthorized,
+)
 from status.infra.repository import OUTBOX_PARTITIONS, now_ms
 from status.infra.uow import is_retryable
 
@@ -53,6 +62,8 @@ ot = t.task_outbox
 # tasks with independent versions and must not use it.
 VERSIONED_NAMESPACES = ("task_detail:", "workflow_summary:")
 COALESCIBLE = ("USER_SUMMARY", "TASK_DETAIL", "PROJECT_BROADCAST")
+# Rows that are server API commands rather than publications.
+_COMMANDS = ("USER_FANOUT", "UNSUBSCRIBE")
 
 
 @dataclass(frozen=True)
@@ -304,9 +315,13 @@ class OutboxRelay:
         backlog = self.config.coalesce_backlog or self.config.batch_size
         skipped = self.superseded(rows) if len(rows) >= backlog else set()
         fanouts = [r for r in rows if r.projection == "USER_FANOUT"]
-        to_send = [r for r in rows if r.id not in skipped and r.projection != "USER_FANOUT"]
+        unsubscribes = [r for r in rows if r.projection == "UNSUBSCRIBE"]
+        to_send = [r for r in rows if r.id not in skipped and r.projection not in _COMMANDS]
         publications = self.publications(to_send)
         started = time.perf_counter()
+        # A revoked user's live subscriptions end first: the revoke's own messages (later
+        # rows of the same channel) must not reach them.
+        commands = [(row, await self._unsubscribe(row)) for row in unsubscribes]
         try:
             outcomes: list[PublishResult] = await self.publisher.publish_batch(publications)
             self._problems.cleared("publish", "publishing to Centrifugo works again")
@@ -331,6 +346,9 @@ class OutboxRelay:
                 outcome = PublishResult(ok=False, error=f"transport: {exc}")
             to_send.append(row)
             outcomes = [*outcomes, outcome]
+        for row, outcome in commands:
+            to_send.append(row)
+            outcomes = [*outcomes, outcome]
         metrics.PUBLISH_SECONDS.observe(time.perf_counter() - started)
         write = self._mark(rows, to_send, outcomes, skipped, result)
         await self.flush()  # the previous batch's mark
@@ -339,6 +357,17 @@ class OutboxRelay:
         if wait_for_mark:
             await self.flush()
         return result
+
+    async def _unsubscribe(self, row: ClaimedRow) -> PublishResult:
+        try:
+            await self.publisher.unsubscribe(json.loads(row.payload)["user"], row.channel)
+        except TransportError as exc:
+            return PublishResult(ok=False, error=f"transport: {exc}")
+        except Unauthorized:
+            return PublishResult(ok=False, error="unauthorized: check the Centrifugo API key")
+        except CentApiResponseError as exc:
+            return PublishResult(ok=False, permanent=exc.code in PERMANENT_CODES, error=f"centrifugo error {exc.code}")
+        return PublishResult(ok=True)
 
     async def flush(self) -> None:
         """Wait until the last published batch is marked (raises what writing the mark raised)."""

@@ -13,12 +13,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.app import outbox
-from status.app.context import AppContext, check_key, lock_task_for
+from status.app.context import AppContext, lock_task_for
 from status.app.events import load_view
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
 from status.domain.ids import is_principal_id
 from status.domain.lifecycle import EventType
+from status.domain.projections import detail_channel
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.uow import UnitOfWork, run_in_transaction
@@ -56,11 +57,8 @@ class AccessCommands:
             raise Invalid("principalType must be USER, PROJECT or ROLE")
         if permission not in ("VIEW", "OPERATE", "ADMIN"):
             raise Invalid("permission must be VIEW, OPERATE or ADMIN")
-        if not is_principal_id(principal_id):
-            raise Invalid(
-                "the principal id must be 1-64 letters, digits or . _ @ + = | - (starting with a letter or digit)"
-            )
-        check_key("principalId", principal_id, 64)
+        if not is_principal_id(principal_id):  # it becomes part of channel names
+            raise Invalid("principalId must be 1-64 of A-Z a-z 0-9 . _ @ + = | - starting with a letter or digit")
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
             conn, now = uow.conn, self.ctx.now()
@@ -103,6 +101,18 @@ class AccessCommands:
             )
             if not grant and principal_type == "USER" and principal_id != task.owner_id:
                 rows.append(outbox.removal_row(task, principal_id, rows[0]["event_id"], now))
+                # Live data stops too: Centrifugo ends the user's detail subscriptions (after
+                # commit, through the relay; ahead of this very change's detail message, on
+                # the same channel), and the user's SSE watch entries for it go now.
+                rows.insert(0, outbox.unsubscribe_row(task, principal_id, rows[0]["event_id"], now))
+                grants = t.realtime_grant
+                conn.execute(
+                    sa.delete(grants).where(
+                        grants.c.tenant_id == task.tenant_id,
+                        grants.c.user_id == principal_id,
+                        grants.c.channel == detail_channel(task.tenant_id, task.task_id),
+                    )
+                )
             repo.insert_outbox(conn, rows)
             uow.commit()
             return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}

@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.app.step_cache import TaskView
+from status.domain.auth import UserPrincipal
 from status.domain.lifecycle import EventType
 from status.domain.model import StepState, TaskState, WorkflowState
 from status.domain.projections import (
@@ -120,6 +121,21 @@ def removal_row(task: TaskState, user_id: str, event_id: str, now: datetime) -> 
         user_channel(task.tenant_id, user_id),
         Projection.USER_SUMMARY,
         task_removed(task),
+        must_deliver=True,
+        event_id=event_id,
+        now=now,
+    )
+
+
+def unsubscribe_row(task: TaskState, user_id: str, event_id: str, now: datetime) -> dict[str, Any]:
+    """After a revoke: end the user's live subscriptions to the task's detail channel (must be delivered)."""
+    return _row(
+        "TASK",
+        task.task_id,
+        task.version,
+        detail_channel(task.tenant_id, task.task_id),
+        Projection.UNSUBSCRIBE,
+        {"user": UserPrincipal(task.tenant_id, user_id).subject},  # the user as Centrifugo knows it
         must_deliver=True,
         event_id=event_id,
         now=now,

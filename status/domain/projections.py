@@ -27,6 +27,7 @@ class Projection:
     TENANT_BROADCAST = "TENANT_BROADCAST"
     SYSTEM_BROADCAST = "SYSTEM_BROADCAST"
     USER_FANOUT = "USER_FANOUT"  # one notice to many users' summary channels (relay: Centrifugo broadcast)
+    UNSUBSCRIBE = "UNSUBSCRIBE"  # end a user's subscriptions to a channel (relay: Centrifugo unsubscribe)
 
 
 def iso(ts: datetime | None) -> str | None:
