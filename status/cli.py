@@ -103,9 +103,26 @@ def _service_token(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     token = ServiceTokens(settings.service_token_secret).issue(
-        args.producer, args.tenant, args.scope, _roles(args.role), args.ttl
+        args.producer, args.tenant, args.scope, _roles(args.role), args.ttl or None
     )
     print(token)
+    return 0
+
+
+def _revoke_service_token(args: argparse.Namespace) -> int:
+    from status.infra.db import create_engine
+    from status.infra.tokens import RevokedCredentials
+
+    settings = Settings.from_env()
+    engine = create_engine(settings.database_url)
+    try:
+        jti = RevokedCredentials.revoke(engine, args.credential, args.reason)
+    except ValueError as exc:
+        print(f"task-observer: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        engine.dispose()
+    print(f"revoked {jti}")
     return 0
 
 
@@ -193,7 +210,20 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--tenant", required=True)
     token.add_argument("--scope", required=True, help="authority scope (immutable security namespace)")
     token.add_argument("--role", action="append", required=True, help="COORDINATOR, WORKER, HEALTH or ADMIN; repeat")
-    token.add_argument("--ttl", type=int, default=None, help="lifetime in seconds (default: no expiry)")
+    token.add_argument(
+        "--ttl",
+        type=int,
+        default=90 * 24 * 3600,
+        help="lifetime in seconds (default: 90 days; 0: no expiry, revocable only with revoke-service-token)",
+    )
+
+    revoke = add(
+        "revoke-service-token",
+        _revoke_service_token,
+        "revoke a service credential before it expires (every API process refuses it within seconds)",
+    )
+    revoke.add_argument("credential", help="the token, or its jti")
+    revoke.add_argument("--reason", default=None, help="why (kept with the revocation)")
 
     user = add("user-token", _user_token, "print a user token signed with the dev/test secret")
     user.add_argument("--tenant", required=True)

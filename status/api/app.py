@@ -50,7 +50,7 @@ from status.domain.auth import ServicePrincipal, UserPrincipal
 from status.domain.errors import DomainError, ErrorCode, Invalid, LimitExceeded, TooLarge, Unauthenticated
 from status.infra.db import create_engine
 from status.infra.metrics import REGISTRY
-from status.infra.tokens import RealtimeTokens, ServiceTokens, UserTokens
+from status.infra.tokens import RealtimeTokens, RevokedCredentials, ServiceTokens, UserTokens
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -96,7 +96,7 @@ class Api:
             settings.detail_subscription_limit,
             settings.realtime_token_ttl_seconds,
         )
-        self.service_tokens = ServiceTokens(settings.service_token_secret)
+        self.service_tokens = ServiceTokens(settings.service_token_secret, RevokedCredentials(service.engine))
         self.user_tokens = UserTokens(settings.user_token_secret, settings.user_jwks_url)
         self.rate_limiter = RateLimiter(settings.internal_rate_per_second, settings.internal_rate_burst)
         self.committer = GroupCommitter(

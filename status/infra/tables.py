@@ -320,6 +320,18 @@ outbox_relay = sa.Table(
 )
 
 
+# Service credentials revoked before their expiry, by ``jti`` (read by every API
+# process every few seconds; kept until the credential would have expired anyway).
+revoked_credential = sa.Table(
+    "revoked_credential",
+    metadata,
+    sa.Column("jti", sa.String(64), primary_key=True),
+    sa.Column("revoked_at", Timestamp, nullable=False),
+    sa.Column("expires_at", Timestamp, nullable=True),
+    sa.Column("reason", sa.String(255), nullable=True),
+    **MYSQL_TABLE_ARGS,
+)
+
 task_acl = sa.Table(
     "task_acl",
     metadata,

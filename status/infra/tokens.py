@@ -9,15 +9,18 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import jwt
+import sqlalchemy as sa
 
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, UserPrincipal
 from status.domain.errors import ErrorCode, Forbidden, Unauthenticated
 from status.domain.ids import is_principal_id
+from status.infra import tables as t
 
 ALGORITHM = "HS256"
 T = TypeVar("T")
@@ -77,10 +80,66 @@ def _decode(token: str, secret: str, typ: str, *, check_exp: bool = True) -> dic
     return claims
 
 
+class RevokedCredentials:
+    """The ``jti``s of revoked service credentials, re-read at most every ``refresh_seconds``.
+
+    A revoked credential is refused by every API process within that interval,
+    cached verifications included; a database hiccup keeps the last list.
+    """
+
+    def __init__(self, engine: sa.Engine, refresh_seconds: float = 5.0) -> None:
+        self._engine = engine
+        self._refresh = refresh_seconds
+        self._jtis: frozenset[str] = frozenset()
+        self._read_at = float("-inf")
+        self._reading = threading.Lock()
+        self._reload()  # at start-up; afterwards in the background
+
+    def __contains__(self, jti: object) -> bool:
+        # Checked on the event loop for every request: never wait for the database here.
+        if time.monotonic() - self._read_at >= self._refresh and self._reading.acquire(blocking=False):
+            threading.Thread(target=self._reload_and_release, daemon=True).start()
+        return jti in self._jtis
+
+    def _reload_and_release(self) -> None:
+        try:
+            self._reload()
+        finally:
+            self._reading.release()
+
+    def _reload(self) -> None:
+        try:
+            with self._engine.connect() as conn:
+                self._jtis = frozenset(conn.scalars(sa.select(t.revoked_credential.c.jti)))
+        except sa.exc.SQLAlchemyError:
+            pass  # an older schema or a hiccup: keep the last list, look again at the next interval
+        self._read_at = time.monotonic()
+
+    @staticmethod
+    def revoke(engine: sa.Engine, token_or_jti: str, reason: str | None = None) -> str:
+        """Record a revocation (the token itself, whose signature is not checked, or its jti)."""
+        jti, expires = token_or_jti, None
+        if token_or_jti.count(".") == 2:
+            claims = jwt.decode(token_or_jti, options={"verify_signature": False})
+            jti = str(claims.get("jti") or "")
+            expires = datetime.fromtimestamp(int(claims["exp"]), UTC).replace(tzinfo=None) if "exp" in claims else None
+        if not jti:
+            raise ValueError("the credential has no jti to revoke")
+        now = datetime.now(UTC).replace(tzinfo=None)
+        with engine.begin() as conn:
+            exists = conn.scalar(sa.select(t.revoked_credential.c.jti).where(t.revoked_credential.c.jti == jti))
+            if exists is None:
+                conn.execute(
+                    sa.insert(t.revoked_credential).values(jti=jti, revoked_at=now, expires_at=expires, reason=reason)
+                )
+        return jti
+
+
 class ServiceTokens:
-    def __init__(self, secret: str) -> None:
+    def __init__(self, secret: str, revoked: RevokedCredentials | None = None) -> None:
         self._secret = secret
-        self._verified: _Verified[tuple[ServicePrincipal, int | None]] = _Verified()
+        self._revoked = revoked
+        self._verified: _Verified[tuple[ServicePrincipal, int | None, str]] = _Verified()
 
     def issue(
         self, producer_id: str, tenant_id: str, authority_scope: str, roles: list[Role], ttl_seconds: int | None = None
@@ -102,8 +161,13 @@ class ServiceTokens:
     def verify(self, token: str) -> ServicePrincipal:
         hit = self._verified.get(token)
         if hit is not None and (hit[1] is None or hit[1] > time.time()):
+            self._check_revoked(hit[2])
             return hit[0]
         claims = _decode(token, self._secret, "svc")
+        jti = claims.get("jti")
+        if not isinstance(jti, str) or not jti:
+            raise Unauthenticated("the credential has no jti, so it could not be revoked")
+        self._check_revoked(jti)
         try:
             if not is_principal_id(claims["tnt"]):
                 raise ValueError("the tenant id has characters channel names cannot carry")
@@ -116,8 +180,12 @@ class ServiceTokens:
             expires = int(claims["exp"]) if "exp" in claims else None
         except (KeyError, ValueError, TypeError) as exc:
             raise Unauthenticated("the credential is missing required claims") from exc
-        self._verified.put(token, (principal, expires))
+        self._verified.put(token, (principal, expires, jti))
         return principal
+
+    def _check_revoked(self, jti: str) -> None:
+        if self._revoked is not None and jti in self._revoked:
+            raise Unauthenticated("the credential has been revoked")
 
 
 class ExecutionTokens:

@@ -156,3 +156,39 @@ def test_a_jwks_deployment_refuses_hmac_tokens_signed_with_the_public_key(
     signature = base64.urlsafe_b64encode(hmac.new(pem, signing_input.encode(), hashlib.sha256).digest()).rstrip(b"=")
     with pytest.raises(Unauthenticated):
         tokens.verify(f"{signing_input}.{signature.decode()}")
+
+
+def test_a_revoked_service_credential_is_refused_within_seconds(http: Http, engine: sa.Engine) -> None:
+    from status.infra.tokens import RevokedCredentials
+
+    token = http.service_token("revocable", "COORDINATOR")
+    body = {"clientWorkflowKey": f"k-{time.time_ns()}", "ownerId": "u", "title": "t"}
+    assert http.client.post("/internal/v1/workflows", json=body, headers=http.auth(token)).status_code == 201
+    RevokedCredentials.revoke(engine, token, "left the company")
+    deadline = time.monotonic() + 20
+    status = 201
+    while time.monotonic() < deadline:  # every API process re-reads the list every few seconds
+        status = http.client.post("/internal/v1/workflows", json=body, headers=http.auth(token)).status_code
+        if status == 401:
+            break
+        time.sleep(0.1)
+    assert status == 401
+    other = http.service_token("revocable", "COORDINATOR")  # same producer, new credential: unaffected
+    assert http.client.post("/internal/v1/workflows", json=body, headers=http.auth(other)).status_code == 200
+
+
+def test_service_credentials_need_a_jti_and_expire_by_default(http: Http, settings: Settings) -> None:
+    claims = {"sub": "p", "tnt": http.tenant, "scp": "content", "roles": ["COORDINATOR"], "typ": "svc"}
+    no_jti = jwt.encode(claims, settings.service_token_secret, "HS256")
+    response = http.client.post(
+        "/internal/v1/workflows",
+        json={"clientWorkflowKey": "k-jti", "ownerId": "u", "title": "t"},
+        headers=http.auth(no_jti),
+    )
+    assert response.status_code == 401
+    from status.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["service-token", "--producer", "p", "--tenant", "t", "--scope", "s", "--role", "WORKER"]
+    )
+    assert args.ttl == 90 * 24 * 3600
