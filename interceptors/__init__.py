@@ -10,7 +10,7 @@ from interceptors._context import StepBinding, dynamic_step, task_step
 from interceptors._coordinator import CoordinatorActivities, TaskEventRequest, TaskStatus
 from interceptors._interceptor import TaskStatusInterceptor, current_execution, report_progress
 from interceptors._plugin import TaskStatusPlugin
-from interceptors._reporter import Reporter, ReporterConfig
+from interceptors._reporter import Reporter, ReporterConfig, read_undeliverable
 
 __all__ = [
     "CoordinatorActivities",
@@ -23,6 +23,7 @@ __all__ = [
     "TaskStatusPlugin",
     "current_execution",
     "dynamic_step",
+    "read_undeliverable",
     "report_progress",
     "task_step",
 ]

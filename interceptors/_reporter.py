@@ -16,13 +16,14 @@ sent in batches with jitter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +54,16 @@ CREATE TABLE IF NOT EXISTS event (
     body TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     UNIQUE (execution_key, seq)
+);
+-- Reports the status service refused for good: kept, with why, for an operator to list
+-- (task-observer undeliverable PATH) instead of vanishing.
+CREATE TABLE IF NOT EXISTS undeliverable (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_key TEXT NOT NULL,
+    event_id TEXT,
+    body TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    refused_at REAL NOT NULL
 );
 """
 
@@ -137,7 +148,8 @@ class Reporter:
         self._binds: asyncio.Semaphore | None = None
         self._backoff = 0.0
         self.delivered = 0
-        self.dropped = 0
+        self.dropped = 0  # refused for good (kept in the file's undeliverable table)
+        self.config_errors = 0  # the service refused this worker's credential (reports kept, retried)
 
     # ------------------------------------------------------------ writing (any thread, never waits for I/O)
     def begin(self, key: str, binding: StepBinding, attempt: int) -> ExecutionReporter:
@@ -354,7 +366,7 @@ class Reporter:
             raise _Retry(f"HTTP {response.status_code}")
         if response.status_code != 200:
             raise _Retry(f"HTTP {response.status_code}: {response.text[:200]}")
-        done, retry = [], False
+        done, refused, retry = [], [], False
         for (event_id, key, event), result in zip(events, response.json()["results"], strict=True):
             if result.get("accepted"):
                 done.append(event_id)
@@ -362,12 +374,13 @@ class Reporter:
                 continue
             code = result.get("error", {}).get("code")
             if code in FINAL_REJECTIONS:
-                log.warning("dropping event %s of %s: %s", event["eventId"], key, code)
+                log.warning("event %s of %s refused for good: %s", event["eventId"], key, code)
                 done.append(event_id)
+                refused.append((key, event, f"{code}: {result.get('error', {}).get('message', '')}"[:300]))
                 self.dropped += 1
             else:
                 retry = True
-        await asyncio.to_thread(self._forget, done)
+        await asyncio.to_thread(self._forget, done, refused)
         if retry:
             raise _Retry("retryable rejections")
         return len(events) == self.config.batch_size
@@ -403,10 +416,21 @@ class Reporter:
         refused_for_good = response.status_code < 500 and "DYNAMIC_STEP_LIMIT" in response.text
         if (response.status_code >= 500 or response.status_code == 429) and not refused_for_good:
             raise _Retry(f"HTTP {response.status_code}")
+        if response.status_code in (401, 403) and not refused_for_good:
+            # A credential problem is the deployment's, not these events': keep them, say so
+            # loudly, and retry (with backoff) until the credential is fixed.
+            self.config_errors += 1
+            log.error(
+                "the status service refuses this worker's credential (HTTP %s: %s); reports are kept and retried",
+                response.status_code,
+                response.text[:200],
+            )
+            raise _Retry(f"HTTP {response.status_code} (credential)")
         if response.status_code not in (200, 201):
             # The step can't be bound (unknown task/step, policy refused): its events can never land.
-            log.warning("cannot bind %s (%s); dropping its events", execution["key"], response.text[:200])
-            await asyncio.to_thread(self._drop_execution, execution["key"])
+            reason = f"bind refused: HTTP {response.status_code} {response.text[:300]}"
+            log.warning("cannot bind %s (%s); its events are kept as undeliverable", execution["key"], reason)
+            await asyncio.to_thread(self._drop_execution, execution["key"], reason)
             return False
         context = response.json()
         await asyncio.to_thread(self._bound, execution["key"], context["executionHandle"], context["executionId"])
@@ -419,11 +443,16 @@ class Reporter:
                 "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?", (handle, execution_id, key)
             )
 
-    def _forget(self, event_ids: list[int]) -> None:
+    def _forget(self, event_ids: list[int], refused: Sequence[tuple[str, dict[str, Any], str]] = ()) -> None:
+        """Delivered (or refused for good, kept in ``undeliverable`` with why) events leave the outbox."""
         if not event_ids:
             return
         with self._db_lock:
             self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at) VALUES (?, ?, ?, ?, ?)",
+                [(key, event["eventId"], json.dumps(event), reason, time.time()) for key, event, reason in refused],
+            )
             self._db.executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
             # A finished execution with nothing left to send is done.
             self._db.execute(
@@ -431,11 +460,16 @@ class Reporter:
             )
             self._db.execute("COMMIT")
 
-    def _drop_execution(self, key: str) -> None:
+    def _drop_execution(self, key: str, reason: str) -> None:
         with self._queue:
             self._next_seq.pop(key, None)
         with self._db_lock:
             self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(
+                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at)"
+                " SELECT execution_key, json_extract(body, '$.eventId'), body, ?, ? FROM event WHERE execution_key = ?",
+                (reason, time.time(), key),
+            )
             dropped = self._db.execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount
             self._db.execute("DELETE FROM execution WHERE key = ?", (key,))
             self._db.execute("COMMIT")
@@ -493,6 +527,21 @@ class Reporter:
 
 class _Retry(Exception):
     """A transient failure: back off and try again."""
+
+
+def read_undeliverable(path: str | Path) -> list[dict[str, Any]]:
+    """What a worker's outbox file holds as refused for good, oldest first (for operators)."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        try:
+            rows = db.execute(
+                "SELECT execution_key, event_id, reason, refused_at, body FROM undeliverable ORDER BY id"
+            ).fetchall()
+        except sqlite3.OperationalError:  # a file from before the table existed
+            return []
+    return [
+        {"executionKey": key, "eventId": event_id, "reason": reason, "refusedAt": at, "event": json.loads(body)}
+        for key, event_id, reason, at, body in rows
+    ]
 
 
 def execution_key(workflow_run_id: str | None, activity_id: str, attempt: int, task_queue: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from status.domain.auth import Role
@@ -126,6 +127,19 @@ def _revoke_service_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _undeliverable(args: argparse.Namespace) -> int:
+    import json
+
+    from interceptors import read_undeliverable
+
+    if not Path(args.outbox).is_file():
+        print(f"task-observer: no outbox file at {args.outbox}", file=sys.stderr)
+        return 2
+    for record in read_undeliverable(args.outbox):
+        print(json.dumps(record, sort_keys=True))
+    return 0
+
+
 def _user_token(args: argparse.Namespace) -> int:
     from status.infra.tokens import UserTokens
 
@@ -224,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     revoke.add_argument("credential", help="the token, or its jti")
     revoke.add_argument("--reason", default=None, help="why (kept with the revocation)")
+
+    lost = add(
+        "undeliverable",
+        _undeliverable,
+        "list the reports a worker's outbox file holds as refused for good, with why (JSON lines)",
+    )
+    lost.add_argument("outbox", help="the plugin's outbox file (TaskStatusPlugin outbox_path)")
 
     user = add("user-token", _user_token, "print a user token signed with the dev/test secret")
     user.add_argument("--tenant", required=True)

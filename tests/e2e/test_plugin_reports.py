@@ -1,0 +1,77 @@
+"""The plugin never loses a report silently (issue: hardening, item 6): credential problems keep and retry,
+reports refused for good are kept with why and listed by ``task-observer undeliverable``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from interceptors import Reporter, ReporterConfig, StepBinding, read_undeliverable
+from status.settings import Settings
+from tests.e2e.test_observer_process import CLI, _env
+from tests.integration.conftest import Http
+from tests.support.flows import create_workflow
+
+pytestmark = pytest.mark.mariadb
+
+
+async def _until(condition: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_refused_credential_keeps_the_reports_until_a_good_one_delivers_them(
+    api: Http, live_api: str, tmp_path: Path
+) -> None:
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    path = tmp_path / "outbox.sqlite3"
+    wrong = Reporter(ReporterConfig(live_api, "a-credential-from-another-deployment", "document-parser", path))
+    await wrong.start()
+    execution = wrong.begin("run/cred/1", StepBinding(task_id, "02_parse"), 1)
+    execution.completed()
+    await _until(lambda: wrong.config_errors > 0)
+    assert wrong.pending_events() == 2 and wrong.dropped == 0  # STARTED and COMPLETED, kept
+    assert read_undeliverable(path) == []
+    await wrong.stop(flush_timeout=0)
+
+    right = Reporter(
+        ReporterConfig(live_api, api.service_token("document-parser", "WORKER", "COORDINATOR"), "document-parser", path)
+    )
+    await right.start()
+    await right.drained(30)
+    await right.stop()
+    step = next(
+        s
+        for s in api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["steps"]
+        if s["stepId"] == "02_parse"
+    )
+    assert step["lifecycleStatus"] == "SUCCEEDED"
+
+
+async def test_reports_refused_for_good_are_kept_with_why_and_listed(
+    api: Http, live_api: str, tmp_path: Path, e2e_settings: Settings
+) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    token = api.service_token("document-parser", "WORKER", "COORDINATOR")
+    reporter = Reporter(ReporterConfig(live_api, token, "document-parser", path))
+    await reporter.start()
+    missing = "tsk_000_01M8NZZZZZZZZZZZZZZZZZZZZZ"  # a task the status service never had
+    execution = reporter.begin("run/gone/1", StepBinding(missing, "02_parse"), 1)
+    execution.completed()
+    await reporter.drained(30)
+    await reporter.stop()
+    kept = read_undeliverable(path)
+    assert [r["eventId"] for r in kept] == ["run/gone/1:1:STEP_STARTED", "run/gone/1:2:STEP_COMPLETED"]
+    assert all("bind refused: HTTP 404" in r["reason"] and "UNKNOWN_TASK" in r["reason"] for r in kept)
+    listed = subprocess.run(
+        [str(CLI), "undeliverable", str(path)], env=_env(e2e_settings), capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["eventId"] for line in listed.stdout.splitlines()] == [r["eventId"] for r in kept]
