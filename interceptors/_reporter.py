@@ -83,7 +83,6 @@ FINAL_REJECTIONS = frozenset(
         "OPERATION_MISMATCH",
         "PRODUCER_MISMATCH",
         "TOKEN_REVOKED",
-        "TOKEN_EXPIRED",
         "UNKNOWN_TASK",
         "UNKNOWN_STEP",
         "PAYLOAD_TOO_LARGE",
@@ -150,6 +149,7 @@ class Reporter:
         self.delivered = 0
         self.dropped = 0  # refused for good (kept in the file's undeliverable table)
         self.config_errors = 0  # the service refused this worker's credential (reports kept, retried)
+        self.rebinds = 0  # executions bound again after their handle expired
 
     # ------------------------------------------------------------ writing (any thread, never waits for I/O)
     def begin(self, key: str, binding: StepBinding, attempt: int) -> ExecutionReporter:
@@ -366,14 +366,19 @@ class Reporter:
             raise _Retry(f"HTTP {response.status_code}")
         if response.status_code != 200:
             raise _Retry(f"HTTP {response.status_code}: {response.text[:200]}")
-        done, refused, retry = [], [], False
+        done, refused, expired, retry = [], [], set(), False
         for (event_id, key, event), result in zip(events, response.json()["results"], strict=True):
             if result.get("accepted"):
                 done.append(event_id)
                 self.delivered += 1
                 continue
             code = result.get("error", {}).get("code")
-            if code in FINAL_REJECTIONS:
+            if code == "TOKEN_EXPIRED":
+                # The activity outlived its handle: bind the execution again (activation is
+                # idempotent per attempt and hands out a fresh handle), then send again.
+                expired.add(key)
+                retry = True
+            elif code in FINAL_REJECTIONS:
                 log.warning("event %s of %s refused for good: %s", event["eventId"], key, code)
                 done.append(event_id)
                 refused.append((key, event, f"{code}: {result.get('error', {}).get('message', '')}"[:300]))
@@ -381,6 +386,9 @@ class Reporter:
             else:
                 retry = True
         await asyncio.to_thread(self._forget, done, refused)
+        if expired:
+            await asyncio.to_thread(self._unbind, sorted(expired))
+            return True  # re-bound on the next batch
         if retry:
             raise _Retry("retryable rejections")
         return len(events) == self.config.batch_size
@@ -442,6 +450,11 @@ class Reporter:
             self._db.execute(
                 "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?", (handle, execution_id, key)
             )
+
+    def _unbind(self, keys: list[str]) -> None:
+        with self._db_lock:
+            self._db.executemany("UPDATE execution SET execution_handle = NULL WHERE key = ?", [(k,) for k in keys])
+        self.rebinds += len(keys)
 
     def _forget(self, event_ids: list[int], refused: Sequence[tuple[str, dict[str, Any], str]] = ()) -> None:
         """Delivered (or refused for good, kept in ``undeliverable`` with why) events leave the outbox."""

@@ -6,16 +6,24 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn
 
 from interceptors import Reporter, ReporterConfig, StepBinding, read_undeliverable
+from status.api.app import create_app
+from status.bootstrap import build_service
 from status.settings import Settings
 from tests.e2e.test_observer_process import CLI, _env
 from tests.integration.conftest import Http
 from tests.support.flows import create_workflow
+from tests.support.processes import free_port, wait_until
 
 pytestmark = pytest.mark.mariadb
 
@@ -75,3 +83,41 @@ async def test_reports_refused_for_good_are_kept_with_why_and_listed(
     )
     assert listed.returncode == 0, listed.stderr
     assert [json.loads(line)["eventId"] for line in listed.stdout.splitlines()] == [r["eventId"] for r in kept]
+
+
+@pytest.fixture
+def short_handles_api(e2e_settings: Settings, e2e_engine: Any) -> Iterator[str]:
+    """The status API with execution handles that expire after two seconds."""
+    settings = replace(e2e_settings, execution_token_ttl_seconds=2)
+    app = create_app(settings, e2e_engine, build_service(settings, e2e_engine))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 15, "status API")
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(15)
+
+
+async def test_an_activity_that_outlives_its_handle_still_reports_its_completion(
+    api: Http, short_handles_api: str, tmp_path: Path
+) -> None:
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    token = api.service_token("document-parser", "WORKER", "COORDINATOR")
+    reporter = Reporter(ReporterConfig(short_handles_api, token, "document-parser", tmp_path / "outbox.sqlite3"))
+    await reporter.start()
+    execution = reporter.begin("run/long/1", StepBinding(task_id, "02_parse"), 1)
+    await reporter.drained(30)  # bound, STARTED delivered
+    bound_at = time.monotonic()
+    await _until(lambda: time.monotonic() - bound_at > 3)  # the handle's two seconds are over
+    execution.completed()
+    await reporter.drained(30)
+    await reporter.stop()
+    assert reporter.rebinds >= 1 and reporter.dropped == 0
+    step = next(
+        s
+        for s in api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["steps"]
+        if s["stepId"] == "02_parse"
+    )
+    assert step["lifecycleStatus"] == "SUCCEEDED"
