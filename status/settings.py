@@ -106,6 +106,9 @@ class Settings:
     observer_metrics_port: int = 0
     internal_rate_per_second: float = 0.0
     internal_rate_burst: int = 0
+    # Public API requests per second per user and API process (0: no limit).
+    public_rate_per_second: float = 0.0
+    public_rate_burst: int = 0
     # Built dashboard (web/dist) served at /dashboard/; None serves none.
     dashboard_dir: Path | None = None
     # The observer's safety poll: how long an idle relay or projector waits for a wake-up
@@ -171,6 +174,8 @@ class Settings:
             observer_metrics_port=_int("OBSERVER_METRICS_PORT", 9108),
             internal_rate_per_second=_int("INTERNAL_RATE_PER_SECOND", 2000),
             internal_rate_burst=_int("INTERNAL_RATE_BURST", 4000),
+            public_rate_per_second=_int("PUBLIC_RATE_PER_SECOND", 20),
+            public_rate_burst=_int("PUBLIC_RATE_BURST", 60),
             dashboard_dir=_dashboard_dir(),
             relay_idle_ms=max(1, _int("RELAY_IDLE_MS", 1000)),
             wakeup_host=_env("WAKEUP_HOST", "127.0.0.1") or "127.0.0.1",

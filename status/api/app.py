@@ -58,15 +58,18 @@ log = logs.get("status.api")
 
 
 class RateLimiter:
-    """A token bucket per producer for the internal API (AC26), per API process.
+    """A token bucket per caller (a producer on the internal API, a user on the public one), per API process.
 
-    Limits protect the shared database from one misbehaving producer; they are
+    Limits protect the shared database from one misbehaving caller; they are
     per replica, so the cluster-wide rate is the per-process rate times replicas.
     """
 
-    def __init__(self, per_second: float, burst: int) -> None:
+    MAX_CALLERS = 100_000  # memory bound: past it the buckets start over (everyone full again)
+
+    def __init__(self, per_second: float, burst: int, who: str = "producer") -> None:
         self.per_second = per_second
         self.burst = burst
+        self.who = who
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -75,11 +78,15 @@ class RateLimiter:
             return
         now = time.monotonic()
         with self._lock:
+            if len(self._buckets) >= self.MAX_CALLERS and key not in self._buckets:
+                self._buckets.clear()
             tokens, last = self._buckets.get(key, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - last) * self.per_second)
             if tokens < 1.0:
                 self._buckets[key] = (tokens, now)
-                raise LimitExceeded("too many requests from this producer; slow down and retry", ErrorCode.RATE_LIMITED)
+                raise LimitExceeded(
+                    f"too many requests from this {self.who}; slow down and retry", ErrorCode.RATE_LIMITED
+                )
             self._buckets[key] = (tokens - 1.0, now)
 
 
@@ -99,6 +106,7 @@ class Api:
         self.service_tokens = ServiceTokens(settings.service_token_secret, RevokedCredentials(service.engine))
         self.user_tokens = UserTokens(settings.user_token_secret, settings.user_jwks_url)
         self.rate_limiter = RateLimiter(settings.internal_rate_per_second, settings.internal_rate_burst)
+        self.user_rate_limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst, "user")
         self.committer = GroupCommitter(
             service.report_group,
             max_group=settings.group_commit_max_events,
@@ -157,7 +165,9 @@ class Api:
         return caller
 
     def user(self, request: Request) -> UserPrincipal:
-        return self.user_tokens.verify(self.bearer(request))
+        principal = self.user_tokens.verify(self.bearer(request))
+        self.user_rate_limiter.check(principal.subject)
+        return principal
 
     # ------------------------------------------------------------ internal API
     async def create_workflow(self, request: Request) -> JSONResponse:

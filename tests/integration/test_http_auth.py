@@ -192,3 +192,15 @@ def test_service_credentials_need_a_jti_and_expire_by_default(http: Http, settin
         ["service-token", "--producer", "p", "--tenant", "t", "--scope", "s", "--role", "WORKER"]
     )
     assert args.ttl == 90 * 24 * 3600
+
+
+def test_the_public_api_is_rate_limited_per_user(
+    settings: Settings, engine: sa.Engine, service: StatusService, http: Http
+) -> None:
+    limited = replace(settings, public_rate_per_second=0.001, public_rate_burst=3)
+    with TestClient(create_app(limited, engine, service), raise_server_exceptions=False) as client:
+        codes = [client.get("/api/me/tasks", headers=http.user("busy")).status_code for _ in range(5)]
+        other = client.get("/api/me/tasks", headers=http.user("calm")).status_code
+        limited_body = client.get("/api/me/tasks", headers=http.user("busy")).json()
+    assert codes == [200, 200, 200, 429, 429] and other == 200
+    assert limited_body["error"]["code"] == "RATE_LIMITED" and "user" in limited_body["error"]["message"]
