@@ -137,18 +137,7 @@ class ExecutionCommands:
             notice = None
             if existing is None:
                 # A newer attempt supersedes the previous one: its late events become STALE_ATTEMPT.
-                previous = replace(current, superseded=True)
-                if not previous.lifecycle.terminal:
-                    previous = replace(
-                        previous,
-                        lifecycle=Lifecycle.TIMED_OUT,
-                        business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
-                        health=Health.HEALTHY,
-                        finished_at=now,
-                        version=previous.version + 1,
-                        updated_at=now,
-                    )
-                changed.append(previous)
+                changed.append(_superseded(current, statuses, now))
                 step = replace(
                     current,
                     attempt=cmd.attempt,
@@ -290,16 +279,15 @@ class ExecutionCommands:
             step_id = f"dyn_{cmd.client_step_key}"
             if any(s.step_id == step_id and s.attempt >= cmd.attempt for s in steps):
                 raise Conflict(f"attempt {cmd.attempt} of {step_id} is not new", ErrorCode.STALE_ATTEMPT)
-            for prev in (s for s in steps if s.step_id == step_id and not s.superseded):
-                conn.execute(
-                    sa.update(t.task_step)
-                    .where(
-                        t.task_step.c.task_id == prev.task_id,
-                        t.task_step.c.step_id == prev.step_id,
-                        t.task_step.c.attempt == prev.attempt,
-                    )
-                    .values(superseded=True, heartbeat_deadline_at=None)
-                )
+            # A newer attempt supersedes the previous ones; an unfinished one times out, so a
+            # step never shows two running attempts (as activation does for known steps).
+            superseded = [
+                _superseded(prev, statuses, now) for prev in steps if prev.step_id == step_id and not prev.superseded
+            ]
+            for old, prev in zip(
+                (s for s in steps if s.step_id == step_id and not s.superseded), superseded, strict=True
+            ):
+                repo.update_step(conn, prev, old)
                 repo.revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
             step = StepState(
                 task_id=task.task_id,
@@ -332,9 +320,8 @@ class ExecutionCommands:
             )
             repo.update_task(conn, task, before)
             frozen = self._freeze_operation(conn, op)
-            # The previous attempts were marked superseded just above.
-            for prev in (s for s in steps if s.step_id == step_id and not s.superseded):
-                view = view.changed(task, replace(prev, superseded=True))
+            for prev in superseded:  # written just above
+                view = view.changed(task, prev)
             view = view.changed(task, step)
             repo.insert_outbox(
                 conn,
@@ -424,3 +411,19 @@ class ExecutionCommands:
             .values(frozen_at=self.ctx.now())
         )
         return key
+
+
+def _superseded(previous: StepState, statuses: Any, now: datetime) -> StepState:
+    """An attempt a newer one replaced: marked superseded, and TIMED_OUT unless it had finished."""
+    previous = replace(previous, superseded=True)
+    if previous.lifecycle.terminal:
+        return previous
+    return replace(
+        previous,
+        lifecycle=Lifecycle.TIMED_OUT,
+        business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
+        health=Health.HEALTHY,
+        finished_at=now,
+        version=previous.version + 1,
+        updated_at=now,
+    )

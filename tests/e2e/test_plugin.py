@@ -114,6 +114,9 @@ async def test_document_example_reports_every_step(
         ("dyn_search-1", "SEARCH.WEB", "SUCCEEDED"),
     ]
     assert all(s["durationMs"] is not None and s["durationMs"] >= 0 for s in steps.values())
+    # The producer's own monotonic measure: the parse that succeeded slept 4 pages x 20 ms.
+    assert steps[("02_parse", 2)]["durationMs"] >= 4 * 20
+    assert steps[("02_parse", 2)]["durationMs"] < 60_000
     with e2e_engine.connect() as conn:
         events = conn.execute(
             sa.select(

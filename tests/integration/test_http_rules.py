@@ -539,3 +539,47 @@ def test_late_reports_after_the_task_finished_never_change_its_lifecycle(http: H
     assert report(http, late, "STEP_COMPLETED", 2, durationMs=12).status_code == 200
     snap = _snapshot(http, task_id)
     assert snap["lifecycleStatus"] == "SUCCEEDED" and _step(snap, "03_store")["lifecycleStatus"] == "SUCCEEDED"
+
+
+def test_a_superseded_attempt_never_reads_as_running(http: Http) -> None:
+    """A retried dynamic step (or known step) shows one running attempt: the replaced one timed out."""
+    policy = {"allowedParentOperations": ["AGENT.RUN"], "allowedChildOperations": ["SEARCH.*"], "maxDynamicSteps": 5}
+    created = http.client.post(
+        "/internal/v1/workflows",
+        headers=http.coordinator,
+        json={
+            "clientWorkflowKey": f"wf-{uuid.uuid4().hex}",
+            "ownerId": "user-1",
+            "title": "Agent",
+            "initialTasks": [
+                {
+                    "clientTaskKey": "t",
+                    "title": "Ask",
+                    "dynamicRegistrationPolicy": policy,
+                    "knownSteps": [{"stepId": "agent", "operationCode": "AGENT.RUN"}],
+                }
+            ],
+        },
+    ).json()
+    task_id = created["tasks"][0]["taskId"]
+    agent = activate(http, task_id, "agent", producer="agent-service")
+    url = f"/internal/v1/tasks/{task_id}/executions:register"
+    body = {
+        "clientStepKey": "tool",
+        "operationCode": "SEARCH.WEB",
+        "producerId": "search-service",
+        "parentExecutionId": agent["executionId"],
+    }
+    first = http.client.post(url, json={**body, "attempt": 1}, headers=http.auth(agent["executionToken"])).json()
+    assert report(http, first, "STEP_STARTED", 1).status_code == 200
+    second = http.client.post(url, json={**body, "attempt": 2}, headers=http.auth(agent["executionToken"]))
+    assert second.status_code == 201, second.text
+    attempts = {s["attempt"]: s for s in _snapshot(http, task_id)["steps"] if s["stepId"] == "dyn_tool"}
+    assert attempts[1]["lifecycleStatus"] == "TIMED_OUT" and attempts[2]["lifecycleStatus"] == "PENDING"
+    late = report(http, first, "STEP_PROGRESS", 2)
+    assert late.status_code in (403, 409)  # the replaced attempt's handle no longer reports
+    # The same for a known step activated again by a retry.
+    assert report(http, agent, "STEP_STARTED", 1).status_code == 200
+    activate(http, task_id, "agent", attempt=2, producer="agent-service")
+    agents = {s["attempt"]: s for s in _snapshot(http, task_id)["steps"] if s["stepId"] == "agent"}
+    assert agents[1]["lifecycleStatus"] == "TIMED_OUT"

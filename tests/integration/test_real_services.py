@@ -207,9 +207,17 @@ def test_schema_has_every_table_of_the_spec() -> None:
     assert spec_tables <= set(tables.metadata.tables)
 
 
+_LOOPS: list[asyncio.AbstractEventLoop] = []
+
+
+async def test_event_loop_is_shared_by_the_session_first() -> None:
+    # Session-scoped async fixtures (Temporal) need every test on the same loop.
+    _LOOPS.append(asyncio.get_running_loop())
+
+
 async def test_event_loop_is_shared_by_the_session() -> None:
-    # Session-scoped async fixtures (Temporal) need tests on the same loop.
-    assert asyncio.get_running_loop() is not None
+    assert _LOOPS, "runs after the test above (file order)"
+    assert asyncio.get_running_loop() is _LOOPS[0]  # a per-test loop would be another object
 
 
 @pytest.mark.parametrize("backend", ["mariadb", "sqlite"])
