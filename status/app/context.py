@@ -85,6 +85,19 @@ def require(caller: ServicePrincipal, role: Role) -> None:
         raise Forbidden(f"this needs the {role} role")
 
 
+def require_binder(caller: ServicePrincipal, producer_id: str) -> None:
+    """Binding an execution: a COORDINATOR for any producer, a WORKER only for itself.
+
+    A worker's plugin can then report with WORKER alone: it cannot grant access,
+    end tasks or broadcast, and cannot bind work in another producer's name.
+    """
+    if caller.has(Role.COORDINATOR):
+        return
+    if caller.has(Role.WORKER) and producer_id == caller.producer_id:
+        return
+    raise Forbidden("binding an execution needs COORDINATOR, or WORKER for the credential's own producerId")
+
+
 def operation(defs: Definitions, code: str, task_type: str | None, version: int | None = None) -> OperationDefinition:
     candidates = defs.operations if version is None else [d for d in defs.operations if d.version == version]
     op = find_operation(candidates, code, task_type)

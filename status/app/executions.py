@@ -21,12 +21,12 @@ from status.app.context import (
     check_heartbeat_settings,
     check_key,
     operation,
-    require,
+    require_binder,
 )
 from status.app.events import locked_view
 from status.app.step_cache import TaskView
 from status.domain import ids
-from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
 from status.domain.errors import Conflict, ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Health, Lifecycle
@@ -99,8 +99,8 @@ class ExecutionCommands:
 
     def activate_step(self, caller: ServicePrincipal, cmd: c.ActivateStep) -> ExecutionContext:
         """Create attempt N of a known step and bind an execution (idempotent per attempt)."""
-        require(caller, Role.COORDINATOR)
         check_key("producerId", cmd.producer_id)
+        require_binder(caller, cmd.producer_id)
         if cmd.attempt < 1:
             raise Invalid("attempt must be >= 1")
         check_heartbeat_settings(cmd.heartbeat_interval_seconds, cmd.heartbeat_timeout_seconds)
@@ -219,7 +219,7 @@ class ExecutionCommands:
         if cmd.attempt < 1:
             raise Invalid("attempt must be >= 1")
         if isinstance(caller, ServicePrincipal):
-            require(caller, Role.COORDINATOR)
+            require_binder(caller, cmd.producer_id)
             tenant, scope = caller.tenant_id, caller.authority_scope
             registrar = caller.producer_id
         else:

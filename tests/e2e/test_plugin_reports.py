@@ -49,9 +49,7 @@ async def test_a_refused_credential_keeps_the_reports_until_a_good_one_delivers_
     assert read_undeliverable(path) == []
     await wrong.stop(flush_timeout=0)
 
-    right = Reporter(
-        ReporterConfig(live_api, api.service_token("document-parser", "WORKER", "COORDINATOR"), "document-parser", path)
-    )
+    right = Reporter(ReporterConfig(live_api, api.service_token("document-parser", "WORKER"), "document-parser", path))
     await right.start()
     await right.drained(30)
     await right.stop()
@@ -67,7 +65,7 @@ async def test_reports_refused_for_good_are_kept_with_why_and_listed(
     api: Http, live_api: str, tmp_path: Path, e2e_settings: Settings
 ) -> None:
     path = tmp_path / "outbox.sqlite3"
-    token = api.service_token("document-parser", "WORKER", "COORDINATOR")
+    token = api.service_token("document-parser", "WORKER")
     reporter = Reporter(ReporterConfig(live_api, token, "document-parser", path))
     await reporter.start()
     missing = "tsk_000_01M8NZZZZZZZZZZZZZZZZZZZZZ"  # a task the status service never had
@@ -104,7 +102,7 @@ async def test_an_activity_that_outlives_its_handle_still_reports_its_completion
     api: Http, short_handles_api: str, tmp_path: Path
 ) -> None:
     task_id = create_workflow(api)["tasks"][0]["taskId"]
-    token = api.service_token("document-parser", "WORKER", "COORDINATOR")
+    token = api.service_token("document-parser", "WORKER")
     reporter = Reporter(ReporterConfig(short_handles_api, token, "document-parser", tmp_path / "outbox.sqlite3"))
     await reporter.start()
     execution = reporter.begin("run/long/1", StepBinding(task_id, "02_parse"), 1)

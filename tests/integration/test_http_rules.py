@@ -583,3 +583,23 @@ def test_a_superseded_attempt_never_reads_as_running(http: Http) -> None:
     activate(http, task_id, "agent", attempt=2, producer="agent-service")
     agents = {s["attempt"]: s for s in _snapshot(http, task_id)["steps"] if s["stepId"] == "agent"}
     assert agents[1]["lifecycleStatus"] == "TIMED_OUT"
+
+
+def test_a_worker_binds_its_own_executions_with_worker_alone_and_nothing_more(http: Http) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    worker = http.auth(http.service_token("document-parser", "WORKER"))
+    url = f"/internal/v1/tasks/{task_id}/steps/02_parse:activate"
+    other = http.client.post(url, json={"attempt": 1, "producerId": "someone-else"}, headers=worker)
+    assert other.status_code == 403 and other.json()["error"]["code"] == "PERMISSION_DENIED"
+    own = http.client.post(url, json={"attempt": 1, "producerId": "document-parser"}, headers=worker)
+    assert own.status_code in (200, 201), own.text
+    assert report(http, own.json(), "STEP_STARTED", 1).status_code == 200
+    # The coordinator's powers stay the coordinator's.
+    grant = http.client.put(f"/internal/v1/tasks/{task_id}/acl/USER/u2", json={}, headers=worker)
+    assert grant.status_code == 403
+    ended = http.client.post(
+        "/internal/v1/task-events",
+        headers=worker,
+        json=event_body("TASK_COMPLETED", 1, taskId=task_id, taskAttempt=1),
+    )
+    assert ended.status_code == 403
