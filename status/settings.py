@@ -109,6 +109,9 @@ class Settings:
     # Public API requests per second per user and API process (0: no limit).
     public_rate_per_second: float = 0.0
     public_rate_burst: int = 0
+    # JWKS mode: the audience and issuer user tokens must carry (both required in production).
+    user_jwks_audience: str | None = None
+    user_jwks_issuer: str | None = None
     # Built dashboard (web/dist) served at /dashboard/; None serves none.
     dashboard_dir: Path | None = None
     # The observer's safety poll: how long an idle relay or projector waits for a wake-up
@@ -148,6 +151,10 @@ class Settings:
                 raise SettingsError(f"{PREFIX}{name} must be at least 32 characters in production")
             secret_values[name] = value
         default_db = f"sqlite:///{data_dir / 'task-observer.sqlite3'}"
+        jwks_url = _env("USER_JWKS_URL")
+        if environment == "production" and jwks_url and not (_env("USER_JWKS_AUDIENCE") and _env("USER_JWKS_ISSUER")):
+            # Without them, any token the identity provider signs for another application is accepted.
+            raise SettingsError(f"{PREFIX}USER_JWKS_AUDIENCE and {PREFIX}USER_JWKS_ISSUER must be set with a JWKS")
         return cls(
             environment=environment,
             data_dir=data_dir,
@@ -176,6 +183,8 @@ class Settings:
             internal_rate_burst=_int("INTERNAL_RATE_BURST", 4000),
             public_rate_per_second=_int("PUBLIC_RATE_PER_SECOND", 20),
             public_rate_burst=_int("PUBLIC_RATE_BURST", 60),
+            user_jwks_audience=_env("USER_JWKS_AUDIENCE"),
+            user_jwks_issuer=_env("USER_JWKS_ISSUER"),
             dashboard_dir=_dashboard_dir(),
             relay_idle_ms=max(1, _int("RELAY_IDLE_MS", 1000)),
             wakeup_host=_env("WAKEUP_HOST", "127.0.0.1") or "127.0.0.1",

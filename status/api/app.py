@@ -104,7 +104,9 @@ class Api:
             settings.realtime_token_ttl_seconds,
         )
         self.service_tokens = ServiceTokens(settings.service_token_secret, RevokedCredentials(service.engine))
-        self.user_tokens = UserTokens(settings.user_token_secret, settings.user_jwks_url)
+        self.user_tokens = UserTokens(
+            settings.user_token_secret, settings.user_jwks_url, settings.user_jwks_audience, settings.user_jwks_issuer
+        )
         self.rate_limiter = RateLimiter(settings.internal_rate_per_second, settings.internal_rate_burst)
         self.user_rate_limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst, "user")
         self.committer = GroupCommitter(

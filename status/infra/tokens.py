@@ -7,6 +7,7 @@ kind is never accepted as another.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import secrets
 import threading
@@ -247,12 +248,59 @@ class ExecutionTokens:
         return parsed
 
 
-class UserTokens:
-    """User tokens: HMAC (dev/test, or a shared secret) or a JWKS endpoint."""
+class JwksKeys:
+    """An identity provider's signing keys, fetched at start and refreshed in the background.
 
-    def __init__(self, secret: str, jwks_url: str | None = None) -> None:
+    ``verify`` runs on the API's event loop for every request, so it never waits
+    for the identity provider: a key id it does not know is refused, and asks for
+    one background refetch (at most every ``refetch_seconds``: a flood of tokens
+    with made-up key ids cannot make the API hammer the provider).
+    """
+
+    def __init__(self, url: str, refresh_seconds: float = 600.0, refetch_seconds: float = 30.0) -> None:
+        self._client = jwt.PyJWKClient(url, cache_keys=False, cache_jwk_set=False)
+        self._refresh = refresh_seconds
+        self._refetch = refetch_seconds
+        self._keys: dict[str, Any] = {}
+        self._fetched_at = float("-inf")
+        self._fetching = threading.Lock()
+        self._fetch()
+
+    def key(self, kid: str | None) -> Any:
+        age = time.monotonic() - self._fetched_at
+        known = self._keys.get(kid or "")
+        if (known is None and age >= self._refetch) or age >= self._refresh:
+            self._fetch_in_background()
+        if known is None:
+            raise Unauthenticated("the user token's signing key is not known (yet); retry shortly")
+        return known
+
+    def _fetch_in_background(self) -> None:
+        if self._fetching.acquire(blocking=False):
+            threading.Thread(target=self._fetch_and_release, daemon=True).start()
+
+    def _fetch_and_release(self) -> None:
+        try:
+            self._fetch()
+        finally:
+            self._fetching.release()
+
+    def _fetch(self) -> None:
+        with contextlib.suppress(jwt.PyJWKClientError):  # keep the keys we have; try again later
+            self._keys = {k.key_id or "": k.key for k in self._client.get_signing_keys(refresh=True)}
+        self._fetched_at = time.monotonic()
+
+
+class UserTokens:
+    """User tokens: HMAC (dev/test, or a shared secret) or a JWKS endpoint (with audience and issuer)."""
+
+    def __init__(
+        self, secret: str, jwks_url: str | None = None, audience: str | None = None, issuer: str | None = None
+    ) -> None:
         self._secret = secret
-        self._jwks = jwt.PyJWKClient(jwks_url) if jwks_url else None
+        self._jwks = JwksKeys(jwks_url) if jwks_url else None
+        self._audience = audience
+        self._issuer = issuer
 
     def issue(self, tenant_id: str, user_id: str, ttl_seconds: int = 3600, projects: list[str] | None = None) -> str:
         now = int(time.time())
@@ -273,8 +321,16 @@ class UserTokens:
     def verify(self, token: str) -> UserPrincipal:
         try:
             if self._jwks is not None:
-                key = self._jwks.get_signing_key_from_jwt(token).key
-                claims = jwt.decode(token, key, algorithms=["RS256", "ES256"], options={"require": ["exp", "sub"]})
+                key = self._jwks.key(jwt.get_unverified_header(token).get("kid"))
+                required = ["exp", "sub"] + (["aud"] if self._audience else []) + (["iss"] if self._issuer else [])
+                claims = jwt.decode(
+                    token,
+                    key,
+                    algorithms=["RS256", "ES256"],
+                    audience=self._audience,
+                    issuer=self._issuer,
+                    options={"require": required},
+                )
             else:
                 claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
                 if claims.get("typ") != "usr":

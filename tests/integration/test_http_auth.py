@@ -25,15 +25,19 @@ from status.infra.tokens import UserTokens
 from status.settings import Settings
 from tests.integration.conftest import Http
 
+JWKS_HITS: list[str] = []
+
 
 @pytest.fixture
 def jwks() -> Iterator[tuple[str, rsa.RSAPrivateKey]]:
+    JWKS_HITS.clear()
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     body = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            JWKS_HITS.append(self.path)
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -204,3 +208,59 @@ def test_the_public_api_is_rate_limited_per_user(
         limited_body = client.get("/api/me/tasks", headers=http.user("busy")).json()
     assert codes == [200, 200, 200, 429, 429] and other == 200
     assert limited_body["error"]["code"] == "RATE_LIMITED" and "user" in limited_body["error"]["message"]
+
+
+def test_jwks_tokens_must_carry_the_configured_audience_and_issuer(jwks: tuple[str, rsa.RSAPrivateKey]) -> None:
+    url, key = jwks
+    tokens = UserTokens("unused-hmac-secret-0123456789abcdef0123456789", url, "task-observer", "https://idp.example")
+    base = {"sub": "alice", "tnt": "acme", "exp": 4_000_000_000}
+
+    def signed(**claims: object) -> str:
+        return jwt.encode({**base, **claims}, key, algorithm="RS256", headers={"kid": "k1"})
+
+    assert tokens.verify(signed(aud="task-observer", iss="https://idp.example")).user_id == "alice"
+    for wrong in (
+        signed(aud="another-app", iss="https://idp.example"),  # a token the provider issued for someone else
+        signed(aud="task-observer", iss="https://evil.example"),
+        signed(iss="https://idp.example"),  # no audience at all
+        signed(aud="task-observer"),
+    ):
+        with pytest.raises(Unauthenticated):
+            tokens.verify(wrong)
+
+
+def test_verifying_jwks_tokens_never_waits_for_the_identity_provider(jwks: tuple[str, rsa.RSAPrivateKey]) -> None:
+    url, key = jwks
+    tokens = UserTokens("unused-hmac-secret-0123456789abcdef0123456789", url)
+    fetched_at_start = len(JWKS_HITS)
+    assert fetched_at_start == 1
+    good = jwt.encode({"sub": "alice", "tnt": "acme", "exp": 4_000_000_000}, key, "RS256", headers={"kid": "k1"})
+    for _ in range(50):
+        tokens.verify(good)
+    assert len(JWKS_HITS) == fetched_at_start  # the keys came from memory
+    unknown = jwt.encode({"sub": "alice", "tnt": "acme", "exp": 4_000_000_000}, key, "RS256", headers={"kid": "k9"})
+    for _ in range(20):  # made-up key ids: refused at once, and no refetch within 30 s of the last fetch
+        with pytest.raises(Unauthenticated):
+            tokens.verify(unknown)
+    assert len(JWKS_HITS) == fetched_at_start
+
+
+def test_production_with_a_jwks_requires_audience_and_issuer(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    from status.settings import SettingsError
+
+    monkeypatch.setenv("TASK_OBSERVER_ENV", "production")
+    monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
+    for name in (
+        "CENTRIFUGO_API_KEY",
+        "CENTRIFUGO_TOKEN_SECRET",
+        "SERVICE_TOKEN_SECRET",
+        "EXECUTION_TOKEN_SECRET",
+        "USER_TOKEN_SECRET",
+    ):
+        monkeypatch.setenv(f"TASK_OBSERVER_{name}", name.lower() * 3)
+    monkeypatch.setenv("TASK_OBSERVER_USER_JWKS_URL", "https://idp.example/jwks.json")
+    with pytest.raises(SettingsError, match="AUDIENCE"):
+        Settings.from_env()
+    monkeypatch.setenv("TASK_OBSERVER_USER_JWKS_AUDIENCE", "task-observer")
+    monkeypatch.setenv("TASK_OBSERVER_USER_JWKS_ISSUER", "https://idp.example")
+    assert Settings.from_env().user_jwks_audience == "task-observer"
