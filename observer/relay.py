@@ -89,6 +89,7 @@ class PassResult:
     coalesced: int = 0
     retried: int = 0
     dead: int = 0
+    held: int = 0  # left due because Centrifugo could not be reached
     lag_seconds: list[float] = field(default_factory=list)
 
 
@@ -170,6 +171,9 @@ class OutboxRelay:
         )
         self._problems = logs.ProblemLog(log)
         self._claim_statements: dict[tuple[int, ...], Any] = {}
+        # While Centrifugo cannot be reached, the relay waits (0.25 s doubling to 5 s, jittered).
+        self._unreachable_backoff = 0.0
+        self._unreachable_until = float("-inf")
         # The last published batch while its mark is being written (see run_once).
         self._marking: asyncio.Future[None] | None = None
         self._in_flight: list[int] = []
@@ -306,6 +310,8 @@ class OutboxRelay:
         Publications still leave strictly one batch after the other.
         """
         result = PassResult()
+        if time.monotonic() < self._unreachable_until:
+            return result  # Centrifugo was unreachable a moment ago: wait before trying again
         # Database work runs in a thread so the publishing event loop never blocks on it.
         rows = await asyncio.to_thread(self.claim, self._in_flight)
         result.claimed = len(rows)
@@ -328,11 +334,12 @@ class OutboxRelay:
         except TransportError as exc:
             metrics.PUBLISH_ERRORS.labels(kind="transport").inc(len(to_send))
             self._problems.failed("publish", "cannot reach Centrifugo; rows wait and are retried", code=str(exc))
-            outcomes = [PublishResult(ok=False, error=f"transport: {exc}")] * len(to_send)
+            outcomes = [PublishResult(ok=False, error=f"transport: {exc}", unreachable=True)] * len(to_send)
         except Unauthorized:
             metrics.PUBLISH_ERRORS.labels(kind="unauthorized").inc(len(to_send))
             self._problems.failed("publish", "Centrifugo refused the API key; rows wait", code="unauthorized")
-            outcomes = [PublishResult(ok=False, error="unauthorized: check the Centrifugo API key")] * len(to_send)
+            unauthorized = PublishResult(ok=False, error="unauthorized: check the Centrifugo API key", unreachable=True)
+            outcomes = [unauthorized] * len(to_send)
         # One notice to many users: Centrifugo's broadcast, one call per batch row.
         for row in fanouts:
             try:
@@ -343,18 +350,24 @@ class OutboxRelay:
                 failed = [r for r in replies if not r.ok]
                 outcome = PublishResult(ok=not failed, error=failed[0].error if failed else None)
             except TransportError as exc:
-                outcome = PublishResult(ok=False, error=f"transport: {exc}")
+                outcome = PublishResult(ok=False, error=f"transport: {exc}", unreachable=True)
             to_send.append(row)
             outcomes = [*outcomes, outcome]
         for row, outcome in commands:
             to_send.append(row)
             outcomes = [*outcomes, outcome]
         metrics.PUBLISH_SECONDS.observe(time.perf_counter() - started)
+        if any(o.unreachable for o in outcomes):
+            self._unreachable_backoff = min(5.0, max(0.25, self._unreachable_backoff * 2))
+            self._unreachable_until = time.monotonic() + self._unreachable_backoff * random.uniform(0.5, 1.0)
+        else:
+            self._unreachable_backoff = 0.0
         write = self._mark(rows, to_send, outcomes, skipped, result)
         await self.flush()  # the previous batch's mark
         self._in_flight = [r.id for r in rows]
         self._marking = asyncio.ensure_future(asyncio.to_thread(_retrying, write))
-        if wait_for_mark:
+        if wait_for_mark or result.held:
+            # Held rows stay due: the next read must see them again, ahead of later rows.
             await self.flush()
         return result
 
@@ -362,9 +375,9 @@ class OutboxRelay:
         try:
             await self.publisher.unsubscribe(json.loads(row.payload)["user"], row.channel)
         except TransportError as exc:
-            return PublishResult(ok=False, error=f"transport: {exc}")
+            return PublishResult(ok=False, error=f"transport: {exc}", unreachable=True)
         except Unauthorized:
-            return PublishResult(ok=False, error="unauthorized: check the Centrifugo API key")
+            return PublishResult(ok=False, error="unauthorized: check the Centrifugo API key", unreachable=True)
         except CentApiResponseError as exc:
             return PublishResult(ok=False, permanent=exc.code in PERMANENT_CODES, error=f"centrifugo error {exc.code}")
         return PublishResult(ok=True)
@@ -393,6 +406,11 @@ class OutboxRelay:
         dead: list[tuple[ClaimedRow, str]] = []
         for row, outcome in zip(sent, outcomes, strict=True):
             if outcome.ok:
+                continue
+            if outcome.unreachable:
+                # Not this row's fault: it stays due as it is (no attempt counted, no back-off
+                # of its own, so rows are not reordered); the relay as a whole backs off.
+                result.held += 1
                 continue
             reason = _redact(outcome.error or "unknown error")
             if outcome.permanent or row.attempts >= self.config.max_attempts:

@@ -81,6 +81,8 @@ class PublishResult:
     ok: bool
     permanent: bool = False
     error: str | None = None
+    # The request itself failed (Centrifugo unreachable, key refused): not this message's fault.
+    unreachable: bool = False
 
 
 OK = PublishResult(ok=True)

@@ -1,0 +1,356 @@
+"""Faults under load (SPEC AC27, AC29, AC31): one fault per run, steady producers, a live client.
+
+    .venv/bin/python bench/faults.py [--fault api-kill|observer-kill|centrifugo-unreachable|all] [--seconds 20]
+
+Each run starts its own status API (``serve``) and observer (``observer --mode
+loops``) processes on a throwaway MariaDB database and a Centrifugo node of its
+own; HTTP producers report progress for a set of tasks (every report retried
+with its eventId until acknowledged, as the plugin does), and a WebSocket
+client follows the user's summary channel. Midway the fault is injected:
+
+* ``api-kill``: kill -9 of the status API, restarted 2 s later;
+* ``observer-kill``: kill -9 of the observer while it holds its partitions and
+  publishes, restarted 2 s later (it takes its partitions back at once);
+* ``centrifugo-unreachable``: the relay's way to Centrifugo drops every
+  connection for 20 s (a proxy), clients stay connected.
+
+Printed per fault: events acknowledged, acknowledged but lost (not in the
+event log), versions committed twice, versions the client saw go backwards,
+and the time from the end of the load until the client shows every task at
+its database version. Target: 0 lost, 0 duplicated, 0 regressions, < 10 s.
+
+Not covered here (yet): a Centrifugo node of two on Redis, MariaDB and Redis
+restarts — the test suite covers the node failover (tests/e2e/test_ha.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from common import REPO, centrifugo_node, scratch_database  # type: ignore[import-not-found]
+
+from status.domain.auth import Role, UserPrincipal
+from status.infra import tables as t
+from status.infra.tokens import RealtimeTokens, ServiceTokens
+from tests.support.processes import free_port, wait_until
+from tests.support.realtime import recording_client
+
+TENANT = "faults"
+USER = "viewer"
+CLI = str(REPO / ".venv" / "bin" / "task-observer")
+
+
+class DroppingProxy:
+    """TCP forwarding to Centrifugo that can refuse and cut every connection for a while."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.port = 0
+        self.down = False
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> DroppingProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def cut(self, down: bool) -> None:
+        self.down = down
+        if down:
+            for writer in list(self._writers):
+                writer.close()
+
+    async def close(self) -> None:
+        self.cut(True)
+        if self._server is not None:
+            self._server.close()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        current = asyncio.current_task()
+        if current is not None:
+            self._handlers.add(current)
+        if self.down:
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+        self._writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers -= {writer, up_writer}
+
+
+class Stack:
+    def __init__(self, url: str, node: Any, centrifugo_api_url: str) -> None:
+        self.url = url
+        self.node = node
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.tmp = Path(tempfile.mkdtemp())
+        self.env = {
+            **os.environ,
+            "TASK_OBSERVER_ENV": "test",
+            "TASK_OBSERVER_DATABASE_URL": url,
+            "TASK_OBSERVER_CENTRIFUGO_API_URL": centrifugo_api_url,
+            "TASK_OBSERVER_CENTRIFUGO_API_KEY": node.api_key,
+            "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node.token_secret,
+            "TASK_OBSERVER_CENTRIFUGO_PUBLIC_URL": node.ws_url,
+            "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
+            "TASK_OBSERVER_DATA_DIR": str(self.tmp),
+            "TASK_OBSERVER_INTERNAL_RATE_PER_SECOND": "0",
+            **{
+                f"TASK_OBSERVER_{n}": secrets.token_hex(32)
+                for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
+            },
+        }
+        self.api: subprocess.Popen[bytes] | None = None
+        self.observer: subprocess.Popen[bytes] | None = None
+
+    def start_api(self) -> None:
+        self.api = subprocess.Popen(
+            [CLI, "serve", "--port", str(self.port)], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_until(self._ready, 60, "status API")
+
+    def start_observer(self) -> None:
+        self.observer = subprocess.Popen(
+            [CLI, "observer", "--mode", "loops"], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def _ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.base}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        for proc in (self.api, self.observer):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(15)
+
+
+def producer(base: str, token: str, executions: list[dict[str, Any]], stop: threading.Event, acked: list[str]) -> None:
+    """Progress for its executions in turn; each report retried with its eventId until acknowledged."""
+    client = httpx.Client(base_url=base, timeout=5)
+    seq = dict.fromkeys(range(len(executions)), 1)
+    turn = 0
+    while not stop.is_set():
+        i = turn % len(executions)
+        turn += 1
+        seq[i] += 1
+        body = {
+            "eventId": f"faults-{executions[i]['executionId']}-{seq[i]}",
+            "eventType": "STEP_PROGRESS",
+            "sourceSeq": seq[i],
+            "occurredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "progress": {"current": seq[i] % 1000, "total": 1000},
+        }
+        while True:  # at least once, like the plugin's outbox
+            try:
+                response = client.post(
+                    "/internal/v1/task-events",
+                    json=body,
+                    headers={"Authorization": f"Bearer {executions[i]['executionToken']}"},
+                )
+                if response.status_code == 200:
+                    acked.append(str(body["eventId"]))
+                    break
+                if response.status_code < 500 and response.status_code != 429:
+                    break  # refused for good (not expected here)
+            except httpx.HTTPError:
+                pass
+            if stop.is_set():
+                return
+            time.sleep(0.2)
+        time.sleep(0.02)
+    _ = token
+
+
+async def run_fault(fault: str, seconds: float) -> dict[str, Any]:
+    with centrifugo_node() as node, scratch_database() as url:
+        proxy = await DroppingProxy(node.port).start()
+        stack = Stack(url, node, f"http://127.0.0.1:{proxy.port}/api")
+        stack.start_api()
+        stack.start_observer()
+        try:
+            token = ServiceTokens(stack.env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
+                "faults", TENANT, "s", [Role.COORDINATOR, Role.WORKER]
+            )
+            http = httpx.Client(base_url=stack.base, timeout=10, headers={"Authorization": f"Bearer {token}"})
+            executions = []
+            for n in range(8):
+                created = http.post(
+                    "/internal/v1/workflows",
+                    json={
+                        "clientWorkflowKey": f"wf-{uuid.uuid4().hex}",
+                        "ownerId": USER,
+                        "title": f"load {n}",
+                        "initialTasks": [
+                            {
+                                "clientTaskKey": "t",
+                                "title": "t",
+                                "knownSteps": [{"stepId": "s", "operationCode": "DOCUMENT.PARSE"}],
+                            }
+                        ],
+                    },
+                ).json()
+                task_id = created["tasks"][0]["taskId"]
+                ctx = http.post(
+                    f"/internal/v1/tasks/{task_id}/steps/s:activate", json={"attempt": 1, "producerId": "faults"}
+                ).json()
+                started = {
+                    "eventId": f"faults-{ctx['executionId']}-1",
+                    "eventType": "STEP_STARTED",
+                    "sourceSeq": 1,
+                    "occurredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+                http.post(
+                    "/internal/v1/task-events",
+                    json=started,
+                    headers={"Authorization": f"Bearer {ctx['executionToken']}"},
+                )
+                executions.append({**ctx, "taskId": task_id})
+
+            conn_token, _ = RealtimeTokens(node.token_secret, 3600).connection(
+                UserPrincipal(TENANT, USER), [f"task_user:{TENANT}/{USER}"]
+            )
+            client, recorder = recording_client(node.ws_url, conn_token)
+            await client.connect()
+            await recorder.next_subscribed(30)
+            seen: dict[str, list[int]] = {}
+
+            async def watch() -> None:
+                while True:
+                    _, _, data = await recorder.publications.get()
+                    if data.get("kind") == "task.summary":
+                        seen.setdefault(data["taskId"], []).append(int(data["taskVersion"]))
+
+            watcher = asyncio.create_task(watch())
+            stop = threading.Event()
+            acked: list[str] = []
+            threads = [
+                threading.Thread(target=producer, args=(stack.base, token, executions[i::2], stop, acked))
+                for i in range(2)
+            ]
+            for th in threads:
+                th.start()
+            await asyncio.sleep(seconds / 2)
+            if fault == "api-kill":
+                assert stack.api is not None
+                stack.api.send_signal(signal.SIGKILL)
+                stack.api.wait()
+                await asyncio.sleep(2)
+                await asyncio.to_thread(stack.start_api)
+            elif fault == "observer-kill":
+                assert stack.observer is not None
+                stack.observer.send_signal(signal.SIGKILL)
+                stack.observer.wait()
+                await asyncio.sleep(2)
+                stack.start_observer()
+            elif fault == "centrifugo-unreachable":
+                proxy.cut(True)
+                await asyncio.sleep(20)
+                proxy.cut(False)
+            await asyncio.sleep(seconds / 2)
+            stop.set()
+            for th in threads:
+                await asyncio.to_thread(th.join)
+            load_ended = time.monotonic()
+
+            engine = sa.create_engine(url)
+
+            def database_versions() -> dict[str, int]:
+                with engine.connect() as conn:
+                    return {
+                        r.id: int(r.version)
+                        for r in conn.execute(
+                            sa.select(t.task.c.id, t.task.c.version).where(
+                                t.task.c.id.in_([e["taskId"] for e in executions])
+                            )
+                        )
+                    }
+
+            converged = None
+            while time.monotonic() - load_ended < 60:
+                versions = database_versions()
+                if all(seen.get(task_id, [0])[-1] == v for task_id, v in versions.items()):
+                    converged = time.monotonic() - load_ended
+                    break
+                await asyncio.sleep(0.1)
+            with engine.connect() as conn:
+                logged = set(
+                    conn.scalars(sa.select(t.task_event_log.c.event_id).where(t.task_event_log.c.tenant_id == TENANT))
+                )
+                duplicated = conn.execute(
+                    sa.select(sa.func.count()).select_from(
+                        sa.select(t.task_event_log.c.task_id, t.task_event_log.c.task_version)
+                        .where(t.task_event_log.c.tenant_id == TENANT)
+                        .group_by(t.task_event_log.c.task_id, t.task_event_log.c.task_version)
+                        .having(sa.func.count() > 1)
+                        .subquery()
+                    )
+                ).scalar_one()
+            engine.dispose()
+            regressions = sum(1 for versions in seen.values() for a, b in itertools.pairwise(versions) if b < a)
+            watcher.cancel()
+            await client.disconnect()
+            return {
+                "fault": fault,
+                "acked": len(set(acked)),
+                "lost": len(set(acked) - logged),
+                "duplicated": int(duplicated),
+                "regressions": regressions,
+                "converged_s": converged,
+            }
+        finally:
+            stack.stop()
+            await proxy.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--fault", default="all", choices=["all", "api-kill", "observer-kill", "centrifugo-unreachable"]
+    )
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    faults = ["api-kill", "observer-kill", "centrifugo-unreachable"] if args.fault == "all" else [args.fault]
+    rows = [await run_fault(fault, args.seconds) for fault in faults]
+    print(f"{'fault':24s} {'acked':>7s} {'lost':>5s} {'dup':>4s} {'backwards':>9s} {'converged':>10s}")
+    for r in rows:
+        converged = f"{r['converged_s']:.1f} s" if r["converged_s"] is not None else "no (60 s)"
+        counts = f"{r['acked']:7d} {r['lost']:5d} {r['duplicated']:4d} {r['regressions']:9d}"
+        print(f"{r['fault']:24s} {counts} {converged:>10s}")
+    print("target: 0 lost, 0 duplicated, 0 backwards, converged < 10 s")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    asyncio.run(main())
