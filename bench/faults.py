@@ -1,6 +1,7 @@
 """Faults under load (SPEC AC27, AC29, AC31): one fault per run, steady producers, a live client.
 
-    .venv/bin/python bench/faults.py [--fault api-kill|observer-kill|centrifugo-unreachable|all] [--seconds 20]
+    .venv/bin/python bench/faults.py [--fault all|api-kill|observer-kill|centrifugo-unreachable|mariadb-restart|
+                                              centrifugo-node-kill|redis-restart] [--seconds 20]
 
 Each run starts its own status API (``serve``) and observer (``observer --mode
 loops``) processes on a throwaway MariaDB database and a Centrifugo node of its
@@ -12,15 +13,21 @@ client follows the user's summary channel. Midway the fault is injected:
 * ``observer-kill``: kill -9 of the observer while it holds its partitions and
   publishes, restarted 2 s later (it takes its partitions back at once);
 * ``centrifugo-unreachable``: the relay's way to Centrifugo drops every
-  connection for 20 s (a proxy), clients stay connected.
+  connection for 20 s (a proxy), clients stay connected;
+* ``mariadb-restart``: the MariaDB server this machine runs is stopped and
+  started again (``scripts/services down/up mariadb``; only when that script
+  started it);
+* ``centrifugo-node-kill``: two Centrifugo nodes on the Redis engine, the
+  client on node B through a failover proxy, the relay publishing to node A;
+  kill -9 of node B (the client reconnects to A);
+* ``redis-restart``: the same two nodes; the Redis server is stopped and
+  started again (``scripts/services``).
 
 Printed per fault: events acknowledged, acknowledged but lost (not in the
 event log), versions committed twice, versions the client saw go backwards,
 and the time from the end of the load until the client shows every task at
 its database version. Target: 0 lost, 0 duplicated, 0 regressions, < 10 s.
 
-Not covered here (yet): a Centrifugo node of two on Redis, MariaDB and Redis
-restarts — the test suite covers the node failover (tests/e2e/test_ha.py).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +56,8 @@ from common import REPO, centrifugo_node, scratch_database  # type: ignore[impor
 from status.domain.auth import Role, UserPrincipal
 from status.infra import tables as t
 from status.infra.tokens import RealtimeTokens, ServiceTokens
-from tests.support.processes import free_port, wait_until
+from tests.support.processes import CentrifugoNode, free_port, wait_until
+from tests.support.proxy import FailoverProxy
 from tests.support.realtime import recording_client
 
 TENANT = "faults"
@@ -193,9 +202,32 @@ def producer(base: str, token: str, executions: list[dict[str, Any]], stop: thre
     _ = token
 
 
+@contextlib.contextmanager
+def centrifugo_nodes(redis: bool) -> Iterator[tuple[CentrifugoNode, CentrifugoNode | None]]:
+    """One node, or two sharing the Redis engine (and one API key and token secret)."""
+    if not redis:
+        with centrifugo_node() as node:
+            yield node, None
+        return
+    workdir = Path(tempfile.mkdtemp())
+    shared = {"api_key": secrets.token_hex(16), "token_secret": secrets.token_hex(32)}
+    a = CentrifugoNode(workdir=workdir, redis_address="redis://127.0.0.1:6379", **shared).start()
+    b = CentrifugoNode(workdir=workdir, redis_address="redis://127.0.0.1:6379", **shared).start()
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
 async def run_fault(fault: str, seconds: float) -> dict[str, Any]:
-    with centrifugo_node() as node, scratch_database() as url:
+    with (
+        centrifugo_nodes(fault in ("centrifugo-node-kill", "redis-restart")) as (node, node_b),
+        scratch_database() as url,
+    ):
         proxy = await DroppingProxy(node.port).start()
+        # The client's way in: node B first when there are two, failing over to A.
+        balancer = await FailoverProxy([p.port for p in (node_b, node) if p is not None]).start()
         stack = Stack(url, node, f"http://127.0.0.1:{proxy.port}/api")
         stack.start_api()
         stack.start_observer()
@@ -241,7 +273,7 @@ async def run_fault(fault: str, seconds: float) -> dict[str, Any]:
             conn_token, _ = RealtimeTokens(node.token_secret, 3600).connection(
                 UserPrincipal(TENANT, USER), [f"task_user:{TENANT}/{USER}"]
             )
-            client, recorder = recording_client(node.ws_url, conn_token)
+            client, recorder = recording_client(f"ws://127.0.0.1:{balancer.port}/connection/websocket", conn_token)
             await client.connect()
             await recorder.next_subscribed(30)
             seen: dict[str, list[int]] = {}
@@ -274,6 +306,19 @@ async def run_fault(fault: str, seconds: float) -> dict[str, Any]:
                 stack.observer.wait()
                 await asyncio.sleep(2)
                 stack.start_observer()
+            elif fault == "mariadb-restart":
+                services = str(REPO / "scripts" / "services")
+                await asyncio.to_thread(subprocess.run, [services, "down", "mariadb"], check=True, capture_output=True)
+                await asyncio.sleep(2)
+                await asyncio.to_thread(subprocess.run, [services, "up", "mariadb"], check=True, capture_output=True)
+            elif fault == "centrifugo-node-kill":
+                assert node_b is not None
+                node_b.stop(kill=True)
+            elif fault == "redis-restart":
+                services = str(REPO / "scripts" / "services")
+                await asyncio.to_thread(subprocess.run, [services, "down", "redis"], check=True, capture_output=True)
+                await asyncio.sleep(2)
+                await asyncio.to_thread(subprocess.run, [services, "up", "redis"], check=True, capture_output=True)
             elif fault == "centrifugo-unreachable":
                 proxy.cut(True)
                 await asyncio.sleep(20)
@@ -332,16 +377,24 @@ async def run_fault(fault: str, seconds: float) -> dict[str, Any]:
         finally:
             stack.stop()
             await proxy.close()
+            await balancer.close()
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--fault", default="all", choices=["all", "api-kill", "observer-kill", "centrifugo-unreachable"]
-    )
+    choices = [
+        "all",
+        "api-kill",
+        "observer-kill",
+        "centrifugo-unreachable",
+        "mariadb-restart",
+        "centrifugo-node-kill",
+        "redis-restart",
+    ]
+    parser.add_argument("--fault", default="all", choices=choices)
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
-    faults = ["api-kill", "observer-kill", "centrifugo-unreachable"] if args.fault == "all" else [args.fault]
+    faults = choices[1:] if args.fault == "all" else [args.fault]
     rows = [await run_fault(fault, args.seconds) for fault in faults]
     print(f"{'fault':24s} {'acked':>7s} {'lost':>5s} {'dup':>4s} {'backwards':>9s} {'converged':>10s}")
     for r in rows:

@@ -29,7 +29,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -357,6 +357,10 @@ class OutboxRelay:
             to_send.append(row)
             outcomes = [*outcomes, outcome]
         metrics.PUBLISH_SECONDS.observe(time.perf_counter() - started)
+        if outcomes and all(not o.ok and not o.permanent for o in outcomes):
+            # Every command failed and none for good (the broker behind Centrifugo is down,
+            # a node is overloaded): a node problem, not these rows' — hold them like an outage.
+            outcomes = [o if o.unreachable else replace(o, unreachable=True, counted=True) for o in outcomes]
         if any(o.unreachable for o in outcomes):
             self._unreachable_backoff = min(5.0, max(0.25, self._unreachable_backoff * 2))
             self._unreachable_until = time.monotonic() + self._unreachable_backoff * random.uniform(0.5, 1.0)
@@ -404,13 +408,17 @@ class OutboxRelay:
         published = [r.id for r, o in zip(sent, outcomes, strict=True) if o.ok] + sorted(skipped)
         retry: list[tuple[ClaimedRow, str]] = []
         dead: list[tuple[ClaimedRow, str]] = []
+        counted: list[ClaimedRow] = []
         for row, outcome in zip(sent, outcomes, strict=True):
             if outcome.ok:
                 continue
-            if outcome.unreachable:
-                # Not this row's fault: it stays due as it is (no attempt counted, no back-off
-                # of its own, so rows are not reordered); the relay as a whole backs off.
+            if outcome.unreachable and not (outcome.counted and row.attempts >= self.config.max_attempts):
+                # Not this row's fault: it stays due as it is (no back-off of its own, so rows
+                # are not reordered); the relay as a whole backs off. Refusals by Centrifugo
+                # itself still count, so one row no node ever takes goes DEAD in the end.
                 result.held += 1
+                if outcome.counted:
+                    counted.append(row)
                 continue
             reason = _redact(outcome.error or "unknown error")
             if outcome.permanent or row.attempts >= self.config.max_attempts:
@@ -437,6 +445,12 @@ class OutboxRelay:
                             attempts=row.attempts,
                             last_error=reason,
                         )
+                    )
+                if counted:
+                    conn.execute(
+                        sa.update(ot)
+                        .where(ot.c.id.in_([r.id for r in counted]), ot.c.status == "PENDING")
+                        .values(attempts=ot.c.attempts + 1)
                     )
                 for row, reason in dead:
                     conn.execute(

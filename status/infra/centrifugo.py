@@ -83,6 +83,9 @@ class PublishResult:
     error: str | None = None
     # The request itself failed (Centrifugo unreachable, key refused): not this message's fault.
     unreachable: bool = False
+    # With ``unreachable``: Centrifugo answered, refusing every command (its broker is down);
+    # such refusals count towards a row's attempts.
+    counted: bool = False
 
 
 OK = PublishResult(ok=True)
