@@ -12,6 +12,7 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -81,6 +82,24 @@ def _decode(token: str, secret: str, typ: str, *, check_exp: bool = True) -> dic
     return claims
 
 
+class _InBackground:
+    """Runs ``work`` on a daemon thread, one run at a time; a call while one runs is dropped."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self._work = work
+        self._running = threading.Lock()
+
+    def __call__(self) -> None:
+        if self._running.acquire(blocking=False):
+            threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        finally:
+            self._running.release()
+
+
 class RevokedCredentials:
     """The ``jti``s of revoked service credentials, re-read at most every ``refresh_seconds``.
 
@@ -93,20 +112,14 @@ class RevokedCredentials:
         self._refresh = refresh_seconds
         self._jtis: frozenset[str] = frozenset()
         self._read_at = float("-inf")
-        self._reading = threading.Lock()
+        self._reload_in_background = _InBackground(self._reload)
         self._reload()  # at start-up; afterwards in the background
 
     def __contains__(self, jti: object) -> bool:
         # Checked on the event loop for every request: never wait for the database here.
-        if time.monotonic() - self._read_at >= self._refresh and self._reading.acquire(blocking=False):
-            threading.Thread(target=self._reload_and_release, daemon=True).start()
+        if time.monotonic() - self._read_at >= self._refresh:
+            self._reload_in_background()
         return jti in self._jtis
-
-    def _reload_and_release(self) -> None:
-        try:
-            self._reload()
-        finally:
-            self._reading.release()
 
     def _reload(self) -> None:
         try:
@@ -263,7 +276,7 @@ class JwksKeys:
         self._refetch = refetch_seconds
         self._keys: dict[str, Any] = {}
         self._fetched_at = float("-inf")
-        self._fetching = threading.Lock()
+        self._fetch_in_background = _InBackground(self._fetch)
         self._fetch()
 
     def key(self, kid: str | None) -> Any:
@@ -274,16 +287,6 @@ class JwksKeys:
         if known is None:
             raise Unauthenticated("the user token's signing key is not known (yet); retry shortly")
         return known
-
-    def _fetch_in_background(self) -> None:
-        if self._fetching.acquire(blocking=False):
-            threading.Thread(target=self._fetch_and_release, daemon=True).start()
-
-    def _fetch_and_release(self) -> None:
-        try:
-            self._fetch()
-        finally:
-            self._fetching.release()
 
     def _fetch(self) -> None:
         with contextlib.suppress(jwt.PyJWKClientError):  # keep the keys we have; try again later

@@ -95,25 +95,7 @@ def make_relay(e2e_engine: sa.Engine) -> Iterator[Callable[..., OutboxRelay]]:
 @pytest.fixture(scope="session")
 def live_api(e2e_settings: Settings, e2e_engine: sa.Engine, e2e_service: StatusService) -> Iterator[str]:
     """The status API on a real socket (uvicorn in a thread), for clients that need a URL."""
-    import threading
+    from tests.support.processes import serving
 
-    import uvicorn
-
-    from tests.support.processes import free_port, wait_until
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(e2e_settings, e2e_engine, e2e_service),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            lifespan="off",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, 15, "status API")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(15)
+    with serving(create_app(e2e_settings, e2e_engine, e2e_service)) as url:
+        yield url

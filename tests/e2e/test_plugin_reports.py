@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -14,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from interceptors import Reporter, ReporterConfig, StepBinding, read_undeliverable
 from status.api.app import create_app
@@ -23,7 +21,7 @@ from status.settings import Settings
 from tests.e2e.test_observer_process import CLI, _env
 from tests.integration.conftest import Http
 from tests.support.flows import create_workflow
-from tests.support.processes import free_port, wait_until
+from tests.support.processes import serving
 
 pytestmark = pytest.mark.mariadb
 
@@ -87,15 +85,8 @@ async def test_reports_refused_for_good_are_kept_with_why_and_listed(
 def short_handles_api(e2e_settings: Settings, e2e_engine: Any) -> Iterator[str]:
     """The status API with execution handles that expire after two seconds."""
     settings = replace(e2e_settings, execution_token_ttl_seconds=2)
-    app = create_app(settings, e2e_engine, build_service(settings, e2e_engine))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, 15, "status API")
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(15)
+    with serving(create_app(settings, e2e_engine, build_service(settings, e2e_engine))) as url:
+        yield url
 
 
 async def test_an_activity_that_outlives_its_handle_still_reports_its_completion(

@@ -151,14 +151,8 @@ def test_ac5_unclassified_tasks_work_end_to_end(http: Http) -> None:
 
 
 # ------------------------------------------------------------------ AC6
-def test_ac6_dynamic_registration_is_idempotent_and_limited(http: Http) -> None:
-    policy = {
-        "allowedParentOperations": ["AGENT.RUN"],
-        "allowedChildOperations": ["SEARCH.*"],
-        "maxDynamicSteps": 2,
-        "maxDepth": 1,
-        "maxParallelExecutions": 5,
-    }
+def _agent_task(http: Http, policy: dict) -> tuple[str, dict]:
+    """A task with one known AGENT.RUN step under ``policy``, its agent execution activated."""
     created = http.client.post(
         "/internal/v1/workflows",
         headers=http.coordinator,
@@ -177,7 +171,18 @@ def test_ac6_dynamic_registration_is_idempotent_and_limited(http: Http) -> None:
         },
     ).json()
     task_id = created["tasks"][0]["taskId"]
-    agent = activate(http, task_id, "agent", producer="agent-service")
+    return task_id, activate(http, task_id, "agent", producer="agent-service")
+
+
+def test_ac6_dynamic_registration_is_idempotent_and_limited(http: Http) -> None:
+    policy = {
+        "allowedParentOperations": ["AGENT.RUN"],
+        "allowedChildOperations": ["SEARCH.*"],
+        "maxDynamicSteps": 2,
+        "maxDepth": 1,
+        "maxParallelExecutions": 5,
+    }
+    task_id, agent = _agent_task(http, policy)
     register = {
         "clientStepKey": "tool-1",
         "operationCode": "SEARCH.WEB",
@@ -544,25 +549,7 @@ def test_late_reports_after_the_task_finished_never_change_its_lifecycle(http: H
 def test_a_superseded_attempt_never_reads_as_running(http: Http) -> None:
     """A retried dynamic step (or known step) shows one running attempt: the replaced one timed out."""
     policy = {"allowedParentOperations": ["AGENT.RUN"], "allowedChildOperations": ["SEARCH.*"], "maxDynamicSteps": 5}
-    created = http.client.post(
-        "/internal/v1/workflows",
-        headers=http.coordinator,
-        json={
-            "clientWorkflowKey": f"wf-{uuid.uuid4().hex}",
-            "ownerId": "user-1",
-            "title": "Agent",
-            "initialTasks": [
-                {
-                    "clientTaskKey": "t",
-                    "title": "Ask",
-                    "dynamicRegistrationPolicy": policy,
-                    "knownSteps": [{"stepId": "agent", "operationCode": "AGENT.RUN"}],
-                }
-            ],
-        },
-    ).json()
-    task_id = created["tasks"][0]["taskId"]
-    agent = activate(http, task_id, "agent", producer="agent-service")
+    task_id, agent = _agent_task(http, policy)
     url = f"/internal/v1/tasks/{task_id}/executions:register"
     body = {
         "clientStepKey": "tool",

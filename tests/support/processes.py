@@ -7,17 +7,20 @@ misconfigured CI run is loud instead of silently skipping.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +138,20 @@ class CentrifugoNode:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """An ASGI app on a real socket (uvicorn in a thread) for clients that need a URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 15, "the status API")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
