@@ -377,7 +377,8 @@ class OutboxRelay:
 
     async def _unsubscribe(self, row: ClaimedRow) -> PublishResult:
         try:
-            await self.publisher.unsubscribe(json.loads(row.payload)["user"], row.channel)
+            for user in json.loads(row.payload)["users"]:
+                await self.publisher.unsubscribe(user, row.channel)
         except TransportError as exc:
             return PublishResult(ok=False, error=f"transport: {exc}", unreachable=True)
         except Unauthorized:

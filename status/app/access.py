@@ -8,6 +8,7 @@ check ``task_acl`` at the time of asking, so a revocation also blocks them.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,6 +20,7 @@ from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
 from status.domain.ids import is_principal_id
 from status.domain.lifecycle import EventType
+from status.domain.model import TaskState
 from status.domain.projections import detail_channel
 from status.infra import repository as repo
 from status.infra import tables as t
@@ -99,22 +101,63 @@ class AccessCommands:
             rows = outbox.service_event(
                 conn, task, load_view(conn, task), EventType.TASK_ACCESS_CHANGED, caller.producer_id, change, now
             )
-            if not grant and principal_type == "USER" and principal_id != task.owner_id:
-                rows.append(outbox.removal_row(task, principal_id, rows[0]["event_id"], now))
-                # Live data stops too: Centrifugo ends the user's detail subscriptions (after
-                # commit, through the relay; ahead of this very change's detail message, on
-                # the same channel), and the user's SSE watch entries for it go now.
-                rows.insert(0, outbox.unsubscribe_row(task, principal_id, rows[0]["event_id"], now))
-                grants = t.realtime_grant
-                conn.execute(
-                    sa.delete(grants).where(
-                        grants.c.tenant_id == task.tenant_id,
-                        grants.c.user_id == principal_id,
-                        grants.c.channel == detail_channel(task.tenant_id, task.task_id),
-                    )
-                )
+            if not grant:
+                rows = self._revoked_rows(conn, task, principal_type, principal_id, rows, now)
             repo.insert_outbox(conn, rows)
             uow.commit()
             return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}
 
         return run_in_transaction(self.ctx.engine, work)
+
+    @staticmethod
+    def _revoked_rows(
+        conn: sa.Connection,
+        task: TaskState,
+        principal_type: str,
+        principal_id: str,
+        rows: list[dict[str, Any]],
+        now: datetime,
+    ) -> list[dict[str, Any]]:
+        """What a revoke tells the world besides the change itself: live data stops at once.
+
+        Whoever may have lost the task loses its detail subscriptions (Centrifugo ends them,
+        through the relay, ahead of this change's own detail message on that channel) and
+        their SSE watch entries for it. For a USER that is the user; for a PROJECT or ROLE
+        the service does not know the members, so it is every current holder of the task's
+        detail channel other than the owner and users granted directly — one who can still
+        see the task through another grant subscribes again (tokens re-check the ACL).
+        A USER also gets a ``task.removed`` tombstone on their summary channel, a PROJECT on
+        its project channel.
+        """
+        event_id = rows[0]["event_id"]
+        channel = detail_channel(task.tenant_id, task.task_id)
+        grants, acl = t.realtime_grant, t.task_acl
+        if principal_type == "USER":
+            users = [] if principal_id == task.owner_id else [principal_id]
+        else:
+            direct = set(
+                conn.scalars(
+                    sa.select(acl.c.principal_id).where(
+                        acl.c.task_id == task.task_id, acl.c.principal_type == "USER", acl.c.revoked_at.is_(None)
+                    )
+                )
+            )
+            holders = conn.scalars(
+                sa.select(grants.c.user_id)
+                .where(grants.c.tenant_id == task.tenant_id, grants.c.channel == channel)
+                .distinct()
+            )
+            users = sorted(set(holders) - direct - {task.owner_id})
+        if users:
+            rows = [outbox.unsubscribe_row(task, users, event_id, now), *rows]
+            conn.execute(
+                sa.delete(grants).where(
+                    grants.c.tenant_id == task.tenant_id, grants.c.user_id.in_(users), grants.c.channel == channel
+                )
+            )
+        if principal_type == "USER" and users:
+            rows.append(outbox.removal_row(task, principal_id, event_id, now))
+        elif principal_type == "PROJECT" and principal_id != task.project_id:
+            # (The task's own project keeps getting its broadcasts: the task still names it.)
+            rows.append(outbox.project_removal_row(task, principal_id, event_id, now))
+        return rows

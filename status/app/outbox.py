@@ -127,15 +127,31 @@ def removal_row(task: TaskState, user_id: str, event_id: str, now: datetime) -> 
     )
 
 
-def unsubscribe_row(task: TaskState, user_id: str, event_id: str, now: datetime) -> dict[str, Any]:
-    """After a revoke: end the user's live subscriptions to the task's detail channel (must be delivered)."""
+def unsubscribe_row(task: TaskState, user_ids: Sequence[str], event_id: str, now: datetime) -> dict[str, Any]:
+    """After a revoke: end these users' live subscriptions to the task's detail channel (must be delivered)."""
     return _row(
         "TASK",
         task.task_id,
         task.version,
         detail_channel(task.tenant_id, task.task_id),
         Projection.UNSUBSCRIBE,
-        {"user": UserPrincipal(task.tenant_id, user_id).subject},  # the user as Centrifugo knows it
+        # the users as Centrifugo knows them
+        {"users": [UserPrincipal(task.tenant_id, u).subject for u in user_ids]},
+        must_deliver=True,
+        event_id=event_id,
+        now=now,
+    )
+
+
+def project_removal_row(task: TaskState, project_id: str, event_id: str, now: datetime) -> dict[str, Any]:
+    """The tombstone on a project's channel when the project lost the task (must be delivered)."""
+    return _row(
+        "TASK",
+        task.task_id,
+        task.version,
+        project_channel(task.tenant_id, project_id),
+        Projection.PROJECT_BROADCAST,
+        task_removed(task),
         must_deliver=True,
         event_id=event_id,
         now=now,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from observer.relay import OutboxRelay
 from status.infra import tables as t
+from status.infra.centrifugo import CentrifugoApi
 from tests.e2e.test_realtime_delivery import DetailRecorder, connect_user, drain, next_for_task
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
+from tests.support.realtime import recording_client
 
 pytestmark = pytest.mark.centrifugo
 
@@ -54,5 +57,38 @@ async def test_a_revoked_viewer_stops_receiving_the_task_at_once(
     await drain(relay)
     assert subscription.state.value == "unsubscribed" and detail.publications.empty()
     refused = api.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=login)
+    assert refused.status_code == 404
+    await client.disconnect()
+
+
+async def test_a_project_revocation_ends_its_members_live_data(
+    api: Http, relay: OutboxRelay, e2e_settings: Any
+) -> None:
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    shared = api.client.put(f"/internal/v1/tasks/{task_id}/acl/PROJECT/alpha", json={}, headers=api.coordinator)
+    assert shared.status_code == 200, shared.text
+    await drain(relay)
+    member = {"Authorization": f"Bearer {api.user_tokens.issue(api.tenant, 'member', projects=['alpha'])}"}
+    session = api.client.get("/api/realtime/session", headers=member).json()
+    client, recorder = recording_client(session["endpoints"]["websocket"], session["token"])
+    await client.connect()
+    await recorder.next_subscribed()
+    grant = api.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=member).json()
+    detail = DetailRecorder()
+    subscription = client.new_subscription(grant["channel"], events=detail, token=grant["token"])
+    await subscription.subscribe()
+    await asyncio.wait_for(detail.subscribed.get(), 10)
+
+    revoked = api.client.delete(f"/internal/v1/tasks/{task_id}/acl/PROJECT/alpha", headers=api.coordinator)
+    assert revoked.status_code == 200 and revoked.json()["changed"] is True
+    await drain(relay)
+    await asyncio.wait_for(detail.ended.get(), 10)  # the member's detail subscription ended server-side
+    api_client = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
+    try:
+        project = await api_client.history(f"task_project:{api.tenant}/alpha")
+    finally:
+        await api_client.aclose()
+    assert any(p.get("kind") == "task.removed" and p.get("taskId") == task_id for p in project)
+    refused = api.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=member)
     assert refused.status_code == 404
     await client.disconnect()
