@@ -156,6 +156,7 @@ class EventCommands:
             uow.commit()
             return outcomes, group
 
+        self._validate_ahead(items)
         if len(items) == 1:
             outcomes, group = run_in_transaction(self.ctx.engine, work)
             self.publish(group)
@@ -166,6 +167,29 @@ class EventCommands:
             return [self._alone(item) for item in items]
         self.publish(group)
         return outcomes
+
+    def _validate_ahead(self, items: Sequence[tuple[EventCaller, c.ReportEvent]]) -> None:
+        """Validate event data against its schema before any row lock is taken.
+
+        Validation costs what the tenant's schema and the producer's data make it cost;
+        done under the task's row lock it would hold every other report of that task.
+        The validator remembers the answer, so the decision under the lock only looks it
+        up (and still decides: which schemas an operation allows is checked there).
+        """
+        with_data = [(caller, cmd) for caller, cmd in items if cmd.data is not None]
+        if not with_data:
+            return
+        with self.ctx.engine.connect() as conn:
+            for caller, cmd in with_data:
+                assert cmd.data is not None
+                defs = self.ctx.definitions_for(conn, caller.tenant_id, caller.authority_scope)
+                documents = {
+                    json.dumps(d, sort_keys=True): d
+                    for op in defs.operations
+                    if (d := op.schema_documents.get(cmd.data.schema)) is not None
+                }
+                for document in documents.values():
+                    self.ctx.validator.errors(cmd.data.schema, document, cmd.data.value)
 
     def apply_locked(self, uow: UnitOfWork, caller: EventCaller, cmd: c.ReportEvent) -> tuple[dict[str, Any], Group]:
         """Apply one event inside the caller's transaction (the reconciler's re-check under lock) and commit."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
@@ -52,11 +53,35 @@ def _compiled(document_json: str) -> Draft202012Validator:
 
 
 class JsonSchemaValidator:
-    """Implements ``status.domain.definitions.SchemaValidator``; compiled validators are cached."""
+    """Implements ``status.domain.definitions.SchemaValidator``; compiled validators and results are cached.
+
+    Results are remembered (bounded) per schema document and value, so that the event
+    path can validate data *before* it takes the task's row lock and the decision under
+    the lock finds the answer instead of validating again (see ``EventCommands``).
+    """
+
+    def __init__(self, remembered: int = 4096) -> None:
+        self._results: dict[tuple[str, str], list[str]] = {}
+        self._remembered = remembered
+        self._lock = threading.Lock()
 
     def errors(self, schema_id: str, document: Mapping[str, Any], value: Any) -> list[str]:
+        document_json = json.dumps(document, sort_keys=True)
+        key = (document_json, json.dumps(value, sort_keys=True, default=str))
+        found = self._results.get(key)
+        if found is not None:
+            return found
+        result = self._validate(schema_id, document_json, value)
+        with self._lock:
+            if len(self._results) >= self._remembered:
+                self._results.clear()
+            self._results[key] = result
+        return result
+
+    @staticmethod
+    def _validate(schema_id: str, document_json: str, value: Any) -> list[str]:
         try:
-            validator = _compiled(json.dumps(document, sort_keys=True))
+            validator = _compiled(document_json)
         except SchemaError as exc:
             return [f"the registered schema {schema_id} is invalid: {exc.message}"]
         try:
