@@ -71,7 +71,7 @@ from examples.document_processing import (
 from interceptors import TaskStatusPlugin
 from status.domain.auth import Role, UserPrincipal
 from status.infra import tables as t
-from status.infra.tokens import RealtimeTokens, ServiceTokens
+from status.infra.tokens import RealtimeTokens, ServiceTokens, UserTokens
 from tests.support.processes import CentrifugoNode, free_port, temporal_binary, wait_until
 from tests.support.proxy import FailoverProxy
 from tests.support.realtime import recording_client
@@ -292,7 +292,8 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             client, recorder = recording_client(f"ws://127.0.0.1:{balancer.port}/connection/websocket", conn_token)
             await client.connect()
             await recorder.next_subscribed(30)
-            seen: dict[str, list[int]] = {}
+            seen: dict[str, list[int]] = {}  # publications, in arrival order
+            snapshots: dict[str, int] = {}  # versions loaded after a resubscribe that could not recover
 
             async def watch() -> None:
                 while True:
@@ -300,7 +301,33 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                     if data.get("kind") == "task.summary":
                         seen.setdefault(data["taskId"], []).append(int(data["taskVersion"]))
 
+            user_token = UserTokens(stack.env["TASK_OBSERVER_USER_TOKEN_SECRET"]).issue(TENANT, USER)
+
+            def snapshot_versions() -> dict[str, int]:
+                """What a client does when history could not fill the gap (AC30): the tasks' snapshots."""
+                with sa.create_engine(url).connect() as conn:
+                    ids = list(conn.scalars(sa.select(t.task.c.id).where(t.task.c.tenant_id == TENANT)))
+                found: dict[str, int] = {}
+                for start in range(0, len(ids), 100):
+                    response = httpx.post(
+                        f"{stack.base}/api/tasks/status:batchGet",
+                        json={"taskIds": ids[start : start + 100]},
+                        headers={"Authorization": f"Bearer {user_token}"},
+                        timeout=10,
+                    )
+                    found |= {s["taskId"]: int(s["taskVersion"]) for s in response.json().get("tasks", [])}
+                return found
+
+            async def resubscribed() -> None:
+                while True:
+                    context = await recorder.subscribed.get()
+                    if context.was_recovering and not context.recovered:
+                        with contextlib.suppress(httpx.HTTPError, ValueError):
+                            for task_id, version in (await asyncio.to_thread(snapshot_versions)).items():
+                                snapshots[task_id] = max(version, snapshots.get(task_id, 0))
+
             watcher = asyncio.create_task(watch())
+            recoverer = asyncio.create_task(resubscribed())
             plugin_stop = asyncio.Event()
             plugin = TaskStatusPlugin(stack.base, token, outbox_path=stack.tmp / "worker.outbox.sqlite3")
             temporal = await Client.connect(temporal_address)
@@ -392,7 +419,9 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             converged = None
             while time.monotonic() - load_ended < 60:
                 versions = database_versions()
-                if all(seen.get(task_id, [0])[-1] == v for task_id, v in versions.items()):
+                # What the client shows: the newest version it has, by publication or snapshot.
+                shown = {task_id: max([*seen.get(task_id, [0]), snapshots.get(task_id, 0)]) for task_id in versions}
+                if all(shown[task_id] == v for task_id, v in versions.items()):
                     converged = time.monotonic() - load_ended
                     break
                 await asyncio.sleep(0.1)
@@ -428,6 +457,7 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                 await worker_run
             executor.shutdown(wait=False)
             watcher.cancel()
+            recoverer.cancel()
             await client.disconnect()
             return {
                 "plugin_runs": len(runs),
