@@ -236,6 +236,14 @@ def centrifugo_nodes(redis: bool) -> Iterator[tuple[CentrifugoNode, CentrifugoNo
         b.stop()
 
 
+async def _restart_service(name: str) -> None:
+    """Stop a service this machine runs through scripts/services, and start it again 2 s later."""
+    services = str(REPO / "scripts" / "services")
+    await asyncio.to_thread(subprocess.run, [services, "down", name], check=True, capture_output=True)
+    await asyncio.sleep(2)
+    await asyncio.to_thread(subprocess.run, [services, "up", name], check=True, capture_output=True)
+
+
 async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[str, Any]:
     with (
         centrifugo_nodes(fault in ("centrifugo-node-kill", "redis-restart")) as (node, node_b),
@@ -380,18 +388,12 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                 await asyncio.sleep(2)
                 stack.start_observer()
             elif fault == "mariadb-restart":
-                services = str(REPO / "scripts" / "services")
-                await asyncio.to_thread(subprocess.run, [services, "down", "mariadb"], check=True, capture_output=True)
-                await asyncio.sleep(2)
-                await asyncio.to_thread(subprocess.run, [services, "up", "mariadb"], check=True, capture_output=True)
+                await _restart_service("mariadb")
             elif fault == "centrifugo-node-kill":
                 assert node_b is not None
                 node_b.stop(kill=True)
             elif fault == "redis-restart":
-                services = str(REPO / "scripts" / "services")
-                await asyncio.to_thread(subprocess.run, [services, "down", "redis"], check=True, capture_output=True)
-                await asyncio.sleep(2)
-                await asyncio.to_thread(subprocess.run, [services, "up", "redis"], check=True, capture_output=True)
+                await _restart_service("redis")
             elif fault == "centrifugo-unreachable":
                 proxy.cut(True)
                 await asyncio.sleep(20)

@@ -21,7 +21,7 @@ from status.domain.errors import Forbidden, Invalid
 from status.domain.ids import is_principal_id
 from status.domain.lifecycle import EventType
 from status.domain.model import TaskState
-from status.domain.projections import detail_channel
+from status.domain.projections import Projection, detail_channel, project_channel, user_channel
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.uow import UnitOfWork, run_in_transaction
@@ -156,8 +156,10 @@ class AccessCommands:
                 )
             )
         if principal_type == "USER" and users:
-            rows.append(outbox.removal_row(task, principal_id, event_id, now))
+            own = user_channel(task.tenant_id, principal_id)
+            rows.append(outbox.removal_row(task, own, Projection.USER_SUMMARY, event_id, now))
         elif principal_type == "PROJECT" and principal_id != task.project_id:
             # (The task's own project keeps getting its broadcasts: the task still names it.)
-            rows.append(outbox.project_removal_row(task, principal_id, event_id, now))
+            project = project_channel(task.tenant_id, principal_id)
+            rows.append(outbox.removal_row(task, project, Projection.PROJECT_BROADCAST, event_id, now))
         return rows

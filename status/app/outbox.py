@@ -112,14 +112,14 @@ def task_rows(
     return rows
 
 
-def removal_row(task: TaskState, user_id: str, event_id: str, now: datetime) -> dict[str, Any]:
-    """The tombstone telling a user who lost access to drop the task (must be delivered)."""
+def removal_row(task: TaskState, channel: str, projection: str, event_id: str, now: datetime) -> dict[str, Any]:
+    """The tombstone telling whoever follows ``channel`` (a user's, a project's) to drop the task (must deliver)."""
     return _row(
         "TASK",
         task.task_id,
         task.version,
-        user_channel(task.tenant_id, user_id),
-        Projection.USER_SUMMARY,
+        channel,
+        projection,
         task_removed(task),
         must_deliver=True,
         event_id=event_id,
@@ -137,21 +137,6 @@ def unsubscribe_row(task: TaskState, user_ids: Sequence[str], event_id: str, now
         Projection.UNSUBSCRIBE,
         # the users as Centrifugo knows them
         {"users": [UserPrincipal(task.tenant_id, u).subject for u in user_ids]},
-        must_deliver=True,
-        event_id=event_id,
-        now=now,
-    )
-
-
-def project_removal_row(task: TaskState, project_id: str, event_id: str, now: datetime) -> dict[str, Any]:
-    """The tombstone on a project's channel when the project lost the task (must be delivered)."""
-    return _row(
-        "TASK",
-        task.task_id,
-        task.version,
-        project_channel(task.tenant_id, project_id),
-        Projection.PROJECT_BROADCAST,
-        task_removed(task),
         must_deliver=True,
         event_id=event_id,
         now=now,
