@@ -30,9 +30,11 @@ class TaskEventRequest:
     source_seq: int
     task_attempt: int = 1
     duration_ms: int | None = None
-    failure_code: str | None = None
-    failure_message: str | None = None
+    failure_code: str | None = None  # TASK_FAILED: the error's stable code
+    failure_message: str | None = None  # ... its user-safe message (seed's userMessage)
     failed_step_id: str | None = None
+    failure_category: str = "UNKNOWN"
+    failure_retryable: bool | None = None
 
 
 class CoordinatorActivities:
@@ -74,11 +76,15 @@ class CoordinatorActivities:
         if request.duration_ms is not None:
             body["durationMs"] = request.duration_ms
         if request.failure_code is not None:
-            body["failure"] = {
+            # The seed's TASK_FAILED shape: error {category, code, retryable, userMessage} + failedStepId.
+            body["error"] = {
+                "category": request.failure_category,
                 "code": request.failure_code,
-                "message": request.failure_message,
-                "failedStepId": request.failed_step_id,
+                "retryable": request.failure_retryable,
+                "userMessage": request.failure_message or "",
             }
+            if request.failed_step_id is not None:
+                body["failedStepId"] = request.failed_step_id
         return await self._call("POST", "/internal/v1/task-events", body)
 
     @activity.defn(name=CLASSIFY)

@@ -112,7 +112,7 @@ class ExecutionReporter:
         self, category: str, code: str, message: str, retryable: bool | None, diagnostics_ref: str | None
     ) -> None:
         self._flush_progress()
-        error = {"category": category, "code": code, "message": message, "retryable": retryable}
+        error = {"category": category, "code": code, "userMessage": message, "retryable": retryable}
         if diagnostics_ref:
             error["diagnosticsRef"] = diagnostics_ref
         self.reporter.enqueue(

@@ -173,8 +173,10 @@ def classify(err: BaseException, info: temporalio.activity.Info) -> tuple[str, s
     if isinstance(err, temporalio.exceptions.ApplicationError):
         non_retryable = err.non_retryable or (retry is not None and err.type in (retry.non_retryable_error_types or []))
         code = err.type or "APPLICATION_ERROR"
-        category = "INPUT" if non_retryable else "DEPENDENCY"
-        return category, _safe_code(code), "The step failed.", bool(attempts_left and not non_retryable)
+        category = "BUSINESS_INPUT" if non_retryable else "DEPENDENCY"
+        retryable = bool(attempts_left and not non_retryable)
+        message = "The step failed and will be retried." if retryable else "The step failed."
+        return category, _safe_code(code), message, retryable
     if isinstance(err, TimeoutError | asyncio.TimeoutError):
         return "TIMEOUT", "TIMEOUT", "The step timed out.", bool(attempts_left)
     return "SYSTEM", _safe_code(type(err).__name__), "The step failed unexpectedly.", bool(attempts_left)

@@ -421,7 +421,10 @@ class Reporter:
             payload["heartbeatIntervalSeconds"] = max(1, round(self.config.heartbeat_interval))
             payload["heartbeatTimeoutSeconds"] = self.config.heartbeat_timeout_seconds
         response = await self._client.post(url, json=payload)
-        refused_for_good = response.status_code < 500 and "DYNAMIC_STEP_LIMIT" in response.text
+        # A registration the task's policy refuses (namespace or count) never succeeds on retry.
+        refused_for_good = response.status_code < 500 and any(
+            code in response.text for code in ("DYNAMIC_STEP_LIMIT", "DYNAMIC_STEP_NOT_ALLOWED")
+        )
         if (response.status_code >= 500 or response.status_code == 429) and not refused_for_good:
             raise _Retry(f"HTTP {response.status_code}")
         if response.status_code in (401, 403) and not refused_for_good:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 from status.app import commands as c
@@ -141,17 +141,38 @@ class DataIn(Strict):
     value: Any = None
 
 
+UserMessage = Annotated[str, StringConstraints(max_length=512)]
+
+
 class ErrorIn(Strict):
+    """Seed §3.7's error object; ``userMessage`` is redacted before anyone sees it, ``diagnosticsRef``
+    is kept for operators and never appears in a projection or read API."""
+
     category: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     code: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    message: Annotated[str, StringConstraints(max_length=512)] = ""
     retryable: bool | None = None
+    user_message: UserMessage | None = None
     diagnostics_ref: Annotated[str, StringConstraints(max_length=255)] | None = None
+    message: UserMessage | None = Field(
+        default=None, description="Deprecated: use userMessage.", json_schema_extra={"deprecated": True}
+    )
+
+    @model_validator(mode="after")
+    def _one_message(self) -> ErrorIn:
+        if self.user_message is not None and self.message is not None:
+            raise ValueError("send userMessage only (message is its deprecated name)")
+        return self
+
+    def domain(self) -> StepError:
+        text = self.user_message if self.user_message is not None else self.message
+        return StepError(self.category, self.code, text or "", self.retryable, self.diagnostics_ref)
 
 
 class FailureIn(Strict):
+    """Deprecated TASK_FAILED body (before the seed's ``error`` + ``failedStepId``)."""
+
     code: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    message: Annotated[str, StringConstraints(max_length=512)] | None = None
+    message: UserMessage | None = None
     failed_step_id: Key | None = None
 
 
@@ -179,7 +200,25 @@ class EventIn(Strict):
     duration_ms: Count | None = None
     data: DataIn | None = None
     error: ErrorIn | None = None
-    failure: FailureIn | None = None
+    failed_step_id: Key | None = None
+    failure: FailureIn | None = Field(
+        default=None,
+        description="Deprecated: use error and failedStepId.",
+        json_schema_extra={"deprecated": True},
+    )
+
+    @model_validator(mode="after")
+    def _one_failure_shape(self) -> EventIn:
+        if self.failure is not None and (self.error is not None or self.failed_step_id is not None):
+            raise ValueError("send error and failedStepId (failure is their deprecated form), not both")
+        return self
+
+    def _error(self) -> StepError | None:
+        if self.error is not None:
+            return self.error.domain()
+        if self.failure is not None:
+            return StepError("UNKNOWN", self.failure.code, self.failure.message or "", None, None)
+        return None
 
     def command(self) -> c.ReportEvent:
         return c.ReportEvent(
@@ -205,18 +244,8 @@ class EventIn(Strict):
             else None,
             duration_ms=self.duration_ms,
             data=DataBody(self.data.schema_, self.data.value) if self.data else None,
-            error=StepError(
-                self.error.category,
-                self.error.code,
-                self.error.message,
-                self.error.retryable,
-                self.error.diagnostics_ref,
-            )
-            if self.error
-            else None,
-            failure_code=self.failure.code if self.failure else None,
-            failure_message=self.failure.message if self.failure else None,
-            failed_step_id=self.failure.failed_step_id if self.failure else None,
+            error=self._error(),
+            failed_step_id=self.failed_step_id or (self.failure.failed_step_id if self.failure else None),
         )
 
 

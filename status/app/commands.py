@@ -92,8 +92,6 @@ class ReportEvent:
     error: StepError | None = None
     health: str | None = None
     reason: str | None = None
-    failure_code: str | None = None
-    failure_message: str | None = None
     failed_step_id: str | None = None
     summary: DataBody | None = None
 
@@ -117,13 +115,15 @@ class ReportEvent:
             else [
                 self.error.category,
                 self.error.code,
-                self.error.message,
+                self.error.user_message,
                 self.error.retryable,
                 self.error.diagnostics_ref,
             ],
             "health": self.health,
             "reason": self.reason,
-            "failure": [self.failure_code, self.failure_message, self.failed_step_id],
+            # Kept in its pre-0.6 shape (TASK_FAILED's error now travels in "error") so events stored
+            # before the upgrade keep their fingerprints: a retry across it stays a duplicate.
+            "failure": [None, None, self.failed_step_id],
             "summary": None if self.summary is None else [self.summary.schema, self.summary.value],
         }
 

@@ -346,12 +346,12 @@ class EventCommands:
                 occurred_at=cmd.occurred_at,
                 business_status=cmd.business_status,
                 duration_ms=cmd.duration_ms,
-                failure_code=cmd.failure_code,
-                failure_message=cmd.failure_message,
+                error=cmd.error,
                 failed_step_id=cmd.failed_step_id,
             ),
             statuses=defs.status_set(task.task_type, task.status_definition_version),
             now=received_at,
+            failed_operation_code=_operation_of(view, cmd.failed_step_id),
         )
         # Execution handles stay valid: a worker's outbox may still deliver the
         # steps' own late events; the task's lifecycle is final either way.
@@ -411,7 +411,7 @@ class EventCommands:
                 committed_at=committed_at,
                 duration_ms=cmd.duration_ms,
                 data_schema=data.schema if data else None,
-                error_code=(cmd.error.code if cmd.error else cmd.failure_code),
+                error_code=cmd.error.code if cmd.error else None,
                 payload={k: v for k, v in cmd.content().items() if v is not None},
             )
         )
@@ -534,3 +534,11 @@ def load_view(conn: sa.Connection, task: TaskState) -> TaskView:
     """Every step and USER viewer of a locked task, read once (a cache miss)."""
     viewers = outbox.viewers_of(task, repo.acl_users(conn, task.task_id))
     return view_of(task, repo.steps_of(conn, task.task_id), viewers)
+
+
+def _operation_of(view: TaskView, step_id: str | None) -> str | None:
+    """The operation of a task's step (for a TASK_FAILED notice's operationCode), if it is known."""
+    if step_id is None:
+        return None
+    attempts = [s for s in view.steps.all() if s.step_id == step_id]
+    return attempts[-1].operation_code if attempts else None

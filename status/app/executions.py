@@ -160,10 +160,11 @@ class ExecutionCommands:
                     error=None,
                 )
                 notice = Notice(
-                    id=f"{task.task_id}:{task.version + 1}",
-                    kind="RETRYING",
-                    severity=Severity.INFO,
-                    title=f"{step.display_name or step.operation_code} is being retried (attempt {cmd.attempt})",
+                    f"{task.task_id}:{task.version + 1}",
+                    "STEP_RETRYING",
+                    Severity.INFO,
+                    f"{step.display_name or step.operation_code} is being retried (attempt {cmd.attempt})",
+                    operation_code=step.operation_code,
                     step_id=step.step_id,
                 )
             else:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from status.app.service import StatusService
 from status.domain.auth import UserPrincipal
-from status.domain.errors import ErrorCode, Forbidden, Invalid, LimitExceeded, NotFound
+from status.domain.errors import Conflict, ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.projections import (
     SYSTEM_CHANNEL,
     detail_channel,
@@ -124,11 +124,10 @@ class RealtimeService:
             conn.execute(sa.delete(g).where(g.c.session_id == session_id, g.c.expires_at <= now))
             held = set(conn.scalars(sa.select(g.c.channel).where(g.c.session_id == session_id).with_for_update()))
             if channel not in held and len(held) >= self.detail_limit:
-                raise LimitExceeded(
+                raise Conflict(
                     f"this session already holds {len(held)} detail subscriptions (limit {self.detail_limit}); "
                     "release one first",
-                    ErrorCode.RATE_LIMITED,
-                    retryable=False,
+                    ErrorCode.DETAIL_SUBSCRIPTION_LIMIT,
                 )
             if channel in held:
                 conn.execute(
@@ -165,9 +164,7 @@ class RealtimeService:
         """
         wanted = list(dict.fromkeys(task_ids))
         if len(wanted) > self.detail_limit:
-            raise LimitExceeded(
-                f"at most {self.detail_limit} tasks per watch set", ErrorCode.RATE_LIMITED, retryable=False
-            )
+            raise Conflict(f"at most {self.detail_limit} tasks per watch set", ErrorCode.DETAIL_SUBSCRIPTION_LIMIT)
         session = f"sse:{user.subject}:{client_id}"
         now = self.status.now()
         expires = now + self.ttl

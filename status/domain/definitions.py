@@ -202,19 +202,26 @@ class DynamicRegistrationPolicy:
         running_dynamic: int,
         registered_last_minute: int,
     ) -> None:
-        """Raise DYNAMIC_STEP_LIMIT when a registration breaks the policy."""
+        """Refuse a registration outside the policy's namespaces (DYNAMIC_STEP_NOT_ALLOWED, 403) or
+        past its counts and rates (DYNAMIC_STEP_LIMIT, 429)."""
 
         def deny(reason: str) -> LimitExceeded:
             return LimitExceeded(reason, ErrorCode.DYNAMIC_STEP_LIMIT, retryable=False)
 
+        # Depth first: a registration under a dynamic step is "too deep" before its parent's namespace.
+        if depth > self.max_depth:
+            raise deny(f"nesting depth {depth} exceeds {self.max_depth}")
         if not any(fnmatch.fnmatchcase(operation_code, p) for p in self.allowed_child_operations):
-            raise deny(f"operation {operation_code} is outside the allowed child namespaces")
+            raise Forbidden(
+                f"operation {operation_code} is outside the allowed child namespaces",
+                ErrorCode.DYNAMIC_STEP_NOT_ALLOWED,
+            )
         if parent_operation is not None and not any(
             fnmatch.fnmatchcase(parent_operation, p) for p in self.allowed_parent_operations
         ):
-            raise deny(f"operation {parent_operation} may not register child steps")
-        if depth > self.max_depth:
-            raise deny(f"nesting depth {depth} exceeds {self.max_depth}")
+            raise Forbidden(
+                f"operation {parent_operation} may not register child steps", ErrorCode.DYNAMIC_STEP_NOT_ALLOWED
+            )
         if dynamic_steps >= self.max_dynamic_steps:
             raise deny(f"the task already has {dynamic_steps} dynamic steps (max {self.max_dynamic_steps})")
         if running_dynamic >= self.max_parallel_executions:

@@ -35,6 +35,8 @@ class ErrorCode(StrEnum):
     UNKNOWN_BUSINESS_STATUS = "UNKNOWN_BUSINESS_STATUS"
     VALIDATION_FAILED = "VALIDATION_FAILED"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    DYNAMIC_STEP_NOT_ALLOWED = "DYNAMIC_STEP_NOT_ALLOWED"
+    DETAIL_SUBSCRIPTION_LIMIT = "DETAIL_SUBSCRIPTION_LIMIT"
     DYNAMIC_STEP_LIMIT = "DYNAMIC_STEP_LIMIT"
     RATE_LIMITED = "RATE_LIMITED"
     UNAVAILABLE = "UNAVAILABLE"
@@ -123,6 +125,10 @@ CODE_CLASS: dict[ErrorCode, type[DomainError]] = {
     ErrorCode.TERMINAL_STATE: Conflict,
     ErrorCode.VERSION_PRECONDITION_FAILED: Conflict,
     ErrorCode.DEFINITION_FROZEN: Conflict,
+    # Not a rate: the client must release a detail subscription (LRU) first (seed §6.5).
+    ErrorCode.DETAIL_SUBSCRIPTION_LIMIT: Conflict,
+    # A policy refusal: retrying the same registration can never succeed.
+    ErrorCode.DYNAMIC_STEP_NOT_ALLOWED: Forbidden,
     ErrorCode.SCHEMA_REJECTED: Invalid,
     ErrorCode.UNKNOWN_BUSINESS_STATUS: Invalid,
     ErrorCode.VALIDATION_FAILED: Invalid,

@@ -24,11 +24,13 @@ class Progress:
 
 @dataclass(frozen=True)
 class StepError:
-    """A classified, redacted step error; ``message`` is already safe for users."""
+    """A classified error (seed §3.7): ``code`` drives clients' actions, ``user_message`` is safe to
+    show (length-limited and redacted before it gets here), ``diagnostics_ref`` is for operators only
+    and never leaves the service."""
 
     category: str
     code: str
-    message: str
+    user_message: str
     retryable: bool | None = None
     diagnostics_ref: str | None = None
 
@@ -99,8 +101,7 @@ class TaskState:
     operation_definition_version: int | None = None
     summary_schema: str | None = None
     summary_data: Any = None
-    failure_code: str | None = None
-    failure_message: str | None = None
+    failure: StepError | None = None  # TASK_FAILED's error (or the last correction's)
     failed_step_id: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None

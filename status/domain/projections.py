@@ -90,8 +90,8 @@ def _step_detail(step: StepState) -> dict[str, Any]:
         error = {
             "category": step.error.category,
             "code": step.error.code,
-            "message": step.error.message,
             "retryable": step.error.retryable,
+            "userMessage": step.error.user_message or None,
         }
     return {
         "stepId": step.step_id,
@@ -136,9 +136,17 @@ def _task_core(task: TaskState, now: datetime) -> dict[str, Any]:
         "finishedAt": iso(task.finished_at),
         "asOf": iso(now),
         **task_timing(task, now),
-        "failure": {"code": task.failure_code, "message": task.failure_message, "stepId": task.failed_step_id}
-        if task.failure_code
+        # The projection of TASK_FAILED's error (SPEC §6): never its diagnosticsRef.
+        "failure": {
+            "category": task.failure.category,
+            "code": task.failure.code,
+            "userMessage": task.failure.user_message or None,
+            "retryable": task.failure.retryable,
+            "failedStepId": task.failed_step_id,
+        }
+        if task.failure
         else None,
+        "failedStepId": task.failed_step_id,
     }
 
 

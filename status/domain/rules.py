@@ -35,7 +35,47 @@ PHASE_CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 ERROR_CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 MAX_PHASE_LABEL = 128
 MAX_ERROR_MESSAGE = 512
-ERROR_CATEGORIES = frozenset({"INPUT", "DEPENDENCY", "SYSTEM", "TIMEOUT", "PERMISSION", "BUSINESS", "UNKNOWN"})
+# The seed's categories (BUSINESS_INPUT, DEPENDENCY, SYSTEM …) plus the short forms accepted before.
+ERROR_CATEGORIES = frozenset(
+    {
+        "BUSINESS_INPUT",
+        "INPUT",
+        "BUSINESS",
+        "DEPENDENCY",
+        "SYSTEM",
+        "TIMEOUT",
+        "PERMISSION",
+        "CANCELLED",
+        "UNKNOWN",
+    }
+)
+
+# What a user must never see in a message (seed §3.7: no stacks, SQL, storage addresses, keys,
+# third-party responses).  Producers should send a curated text; these catch what slips through.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]+")
+_URL_RE = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{1,15}://\S+")
+_ASSIGNED_SECRET_RE = re.compile(
+    r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|authorization|bearer)(\s*[=:]\s*|\s+)\S+"
+)
+_TOKEN_RE = re.compile(
+    r"\beyJ[\w-]+\.[\w-]+\.[\w-]*|\b(?=[A-Za-z0-9+/_=-]*\d)(?=[A-Za-z0-9+/_=-]*[A-Za-z])[A-Za-z0-9+/_=-]{32,}"
+)
+_PATH_RE = re.compile(r"(?<![\w/])(?:/[\w.@~-]+){2,}/?|\b[A-Za-z]:\\\S+")
+_EMAIL_RE = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+
+
+def safe_user_message(text: str) -> str:
+    """A message as users may see it: one line, links, paths, addresses and secrets removed, bounded."""
+    text = _CONTROL_RE.sub(" ", text)
+    text = _URL_RE.sub("[link removed]", text)
+    text = _ASSIGNED_SECRET_RE.sub(lambda m: f"{m.group(1)}=[redacted]", text)
+    text = _TOKEN_RE.sub("[redacted]", text)
+    text = _EMAIL_RE.sub("[address removed]", text)
+    text = _PATH_RE.sub("[path removed]", text)
+    text = " ".join(text.split())
+    if len(text) > MAX_ERROR_MESSAGE:
+        text = text[: MAX_ERROR_MESSAGE - 1].rstrip() + "…"
+    return text
 
 
 @dataclass(frozen=True)
@@ -76,35 +116,45 @@ class TaskEvent:
     occurred_at: datetime
     business_status: str | None = None
     duration_ms: int | None = None
-    failure_code: str | None = None
-    failure_message: str | None = None
+    error: StepError | None = None  # TASK_FAILED: seed §3.7 error object
     failed_step_id: str | None = None
     summary: DataBody | None = None
 
 
 @dataclass(frozen=True)
 class Notice:
-    """A user-facing notice on the summary channel (R13); id = taskId:taskVersion."""
+    """A user-facing notice on the summary channel (R13, seed §6.8); id = taskId:taskVersion.
+
+    ``level`` follows the seed's notice policy: a step failure that will be retried or that the
+    task survives is a WARNING, a task failure an ERROR; ``requires_action`` marks what the user
+    must act on (clients keep those and errors until dismissed).
+    """
 
     id: str
-    kind: str
-    severity: Severity
+    type: str
+    level: Severity
     title: str
-    step_id: str | None = None
-    code: str | None = None
     message: str | None = None
+    operation_code: str | None = None
+    error_code: str | None = None
+    retryable: bool | None = None
     requires_action: bool = False
+    actions: tuple[str, ...] = ()
+    step_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "kind": self.kind,
-            "severity": self.severity.value,
+            "type": self.type,
+            "level": self.level.value,
             "title": self.title,
-            "stepId": self.step_id,
-            "code": self.code,
             "message": self.message,
+            "operationCode": self.operation_code,
+            "errorCode": self.error_code,
+            "retryable": self.retryable,
             "requiresAction": self.requires_action,
+            "actions": list(self.actions),
+            "stepId": self.step_id,
         }
 
 
@@ -135,15 +185,19 @@ def validate_phase(code: str | None, label: str | None) -> None:
         raise Invalid(f"phaseLabel must be at most {MAX_PHASE_LABEL} characters")
 
 
-def validate_error(err: StepError | None) -> None:
+def checked_error(err: StepError | None) -> StepError | None:
+    """The error as stored and shown: category and code checked, ``user_message`` made safe."""
     if err is None:
-        return
+        return None
     if err.category not in ERROR_CATEGORIES:
         raise Invalid(f"error.category must be one of {sorted(ERROR_CATEGORIES)}")
     if not ERROR_CODE_RE.match(err.code):
         raise Invalid("error.code must be 1–128 characters of [A-Za-z0-9_.:-]")
-    if len(err.message) > MAX_ERROR_MESSAGE:
-        raise Invalid(f"error.message must be at most {MAX_ERROR_MESSAGE} characters")
+    if len(err.user_message) > MAX_ERROR_MESSAGE:
+        raise Invalid(f"error.userMessage must be at most {MAX_ERROR_MESSAGE} characters")
+    if err.diagnostics_ref is not None and len(err.diagnostics_ref) > 255:
+        raise Invalid("error.diagnosticsRef must be at most 255 characters")
+    return replace(err, user_message=safe_user_message(err.user_message))
 
 
 def _ms_between(start: datetime | None, end: datetime) -> int | None:
@@ -191,7 +245,7 @@ def apply_step_event(
     business = statuses.resolve(event.business_status, lifecycle, step.business_status)
     validate_phase(event.phase_code, event.phase_label)
     validate_progress(event.progress)
-    validate_error(event.error)
+    error = checked_error(event.error)
     data_schema, state_data = step.data_schema, step.state_data
     if event.data is not None:
         operation.check_data(event.event_type, event.data.schema, event.data.value, validator)
@@ -216,7 +270,7 @@ def apply_step_event(
         finished_at=now if lifecycle.terminal else step.finished_at,
         # The producer's monotonic duration is kept as reported (AC19).
         duration_ms=event.duration_ms if event.duration_ms is not None else step.duration_ms,
-        error=event.error or step.error,
+        error=error or step.error,
         stale_since=(now if health is Health.STALE else None),
         # A STALE execution that reports again has proven it is alive.
         last_heartbeat_at=now if lifecycle is Lifecycle.RUNNING else step.last_heartbeat_at,
@@ -262,35 +316,59 @@ def _step_notice(
     operation: OperationDefinition,
     requires_action: bool,
 ) -> Notice | None:
-    nid = f"{task.task_id}:{task.version}"
+    """The seed's notice policy (§6.8) for a step change; None when users need not be told."""
     name = after.display_name or after.operation_code
+
+    def notice(type_: str, level: Severity, title: str, message: str | None = None, **more: Any) -> Notice:
+        return Notice(
+            f"{task.task_id}:{task.version}",
+            type_,
+            level,
+            title,
+            message,
+            operation_code=after.operation_code,
+            step_id=after.step_id,
+            **more,
+        )
+
     if after.lifecycle is Lifecycle.FAILED and before.lifecycle is not Lifecycle.FAILED:
         policy = after.failure_policy or operation.failure_policy.value
-        waiting = policy == FailurePolicy.WAIT_FOR_USER.value
-        return Notice(
-            id=nid,
-            kind="STEP_FAILED",
-            severity=Severity.WARNING if policy == FailurePolicy.CONTINUE_WITH_WARNING.value else Severity.ERROR,
-            title=f"{name} failed",
-            step_id=after.step_id,
-            code=after.error.code if after.error else None,
-            message=after.error.message if after.error else None,
-            requires_action=waiting,
-        )
+        err = after.error
+        text = err.user_message or None if err else None
+        failed = {"error_code": err.code if err else None, "retryable": err.retryable if err else None}
+        if policy == FailurePolicy.WAIT_FOR_USER.value:
+            return notice(
+                "STEP_FAILED",
+                Severity.WARNING,
+                f"{name} needs your action",
+                text,
+                requires_action=True,
+                actions=("VIEW_DETAILS",),
+                **failed,
+            )
+        if err is not None and err.retryable:
+            return notice("STEP_FAILED", Severity.WARNING, f"{name} failed, retrying", text, **failed)
+        if policy == FailurePolicy.CONTINUE_WITH_WARNING.value:
+            return notice("STEP_FAILED", Severity.WARNING, f"{name} failed; the task continues", text, **failed)
+        return notice("STEP_FAILED", Severity.ERROR, f"{name} failed", text, actions=("VIEW_DETAILS",), **failed)
     if after.lifecycle is Lifecycle.TIMED_OUT:
-        return Notice(nid, "STEP_TIMED_OUT", Severity.ERROR, f"{name} timed out", step_id=after.step_id)
+        return notice("STEP_TIMED_OUT", Severity.ERROR, f"{name} timed out")
     if after.health is Health.STALE and before.health is not Health.STALE:
-        return Notice(nid, "STALE", Severity.WARNING, f"{name} stopped reporting", step_id=after.step_id)
+        return notice(
+            "STALE",
+            Severity.WARNING,
+            f"{name}: status temporarily unconfirmed",
+            "Still running, but its executor has stopped reporting; this clears when it reports again.",
+        )
     if after.health is Health.HEALTHY and before.health is Health.STALE:
-        return Notice(nid, "RECOVERED", Severity.INFO, f"{name} is reporting again", step_id=after.step_id)
+        return notice("RECOVERED", Severity.INFO, f"{name} is reporting again")
     if requires_action and after.business_status != before.business_status:
-        return Notice(
-            nid,
+        return notice(
             "ACTION_REQUIRED",
             Severity.WARNING,
             f"{name} needs your action",
-            step_id=after.step_id,
             requires_action=True,
+            actions=("VIEW_DETAILS",),
         )
     return None
 
@@ -301,6 +379,7 @@ def apply_task_event(
     *,
     statuses: StatusDefinitionSet,
     now: datetime,
+    failed_operation_code: str | None = None,
 ) -> Outcome:
     """Decide a Coordinator event (R4): task attempt, coordinator sequence, state machine."""
     if event.task_attempt != task.attempt:
@@ -315,11 +394,9 @@ def apply_task_event(
         )
     lifecycle = next_task_lifecycle(event.event_type, task.lifecycle)
     business = statuses.resolve(event.business_status, lifecycle, task.business_status)
-    if event.event_type is EventType.TASK_FAILED:
-        if not event.failure_code or not ERROR_CODE_RE.match(event.failure_code):
-            raise Invalid("TASK_FAILED needs a failure.code of [A-Za-z0-9_.:-]")
-        if event.failure_message is not None and len(event.failure_message) > MAX_ERROR_MESSAGE:
-            raise Invalid(f"failure.message must be at most {MAX_ERROR_MESSAGE} characters")
+    error = checked_error(event.error)
+    if event.event_type is EventType.TASK_FAILED and error is None:
+        raise Invalid("TASK_FAILED needs an error {category, code, retryable, userMessage}")
     version = task.version + 1
     new_task = replace(
         task,
@@ -330,8 +407,7 @@ def apply_task_event(
         started_at=task.started_at,
         finished_at=now,
         duration_ms=event.duration_ms,
-        failure_code=event.failure_code if lifecycle is Lifecycle.FAILED else None,
-        failure_message=event.failure_message if lifecycle is Lifecycle.FAILED else None,
+        failure=error if lifecycle is Lifecycle.FAILED else None,
         failed_step_id=event.failed_step_id if lifecycle is Lifecycle.FAILED else None,
         # A finished task is no longer waiting on a silent executor.
         health=Health.DEGRADED if task.health is Health.DEGRADED else Health.HEALTHY,
@@ -340,15 +416,18 @@ def apply_task_event(
         updated_at=now,
     )
     notice = None
-    if lifecycle is Lifecycle.FAILED:
+    if lifecycle is Lifecycle.FAILED and error is not None:
         notice = Notice(
-            id=f"{task.task_id}:{version}",
-            kind="TASK_FAILED",
-            severity=Severity.ERROR,
-            title=f"{task.title} failed",
+            f"{task.task_id}:{version}",
+            "TASK_FAILED",
+            Severity.ERROR,
+            f"{task.title} failed",
+            error.user_message or None,
+            operation_code=failed_operation_code,
+            error_code=error.code,
+            retryable=error.retryable,
+            actions=("RETRY", "VIEW_DETAILS") if error.retryable else ("VIEW_DETAILS",),
             step_id=event.failed_step_id,
-            code=event.failure_code,
-            message=event.failure_message,
         )
     return Outcome(new_task, None, notice, must_deliver=True)
 

@@ -45,8 +45,15 @@ def task_from_row(row: Mapping[Any, Any]) -> TaskState:
         operation_definition_version=row["operation_definition_version"],
         summary_schema=row["summary_schema"],
         summary_data=row["summary_data"],
-        failure_code=row["failure_code"],
-        failure_message=row["failure_message"],
+        failure=StepError(
+            category=row["failure_category"] or "UNKNOWN",
+            code=row["failure_code"],
+            user_message=row["failure_message"] or "",
+            retryable=row["failure_retryable"],
+            diagnostics_ref=row["failure_diagnostics_ref"],
+        )
+        if row["failure_code"] is not None
+        else None,
         failed_step_id=row["failed_step_id"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
@@ -72,14 +79,23 @@ def task_values(task: TaskState) -> dict[str, Any]:
         "operation_definition_version": task.operation_definition_version,
         "summary_schema": task.summary_schema,
         "summary_data": task.summary_data,
-        "failure_code": task.failure_code,
-        "failure_message": task.failure_message,
+        **_failure_values(task.failure),
         "failed_step_id": task.failed_step_id,
         "started_at": task.started_at,
         "finished_at": task.finished_at,
         "duration_ms": task.duration_ms,
         "dynamic_step_count": task.dynamic_step_count,
         "updated_at": task.updated_at,
+    }
+
+
+def _failure_values(failure: StepError | None) -> dict[str, Any]:
+    return {
+        "failure_category": failure.category if failure else None,
+        "failure_code": failure.code if failure else None,
+        "failure_message": failure.user_message if failure else None,
+        "failure_retryable": failure.retryable if failure else None,
+        "failure_diagnostics_ref": failure.diagnostics_ref if failure else None,
     }
 
 
@@ -92,7 +108,7 @@ def step_from_row(row: Mapping[Any, Any]) -> StepState:
         error = StepError(
             category=row["error_category"] or "UNKNOWN",
             code=row["error_code"],
-            message=row["error_message"] or "",
+            user_message=row["error_message"] or "",
             retryable=row["error_retryable"],
             diagnostics_ref=row["diagnostics_ref"],
         )
@@ -180,7 +196,7 @@ def step_values(step: StepState) -> dict[str, Any]:
         "duration_ms": step.duration_ms,
         "error_category": err.category if err else None,
         "error_code": err.code if err else None,
-        "error_message": err.message if err else None,
+        "error_message": err.user_message if err else None,
         "error_retryable": err.retryable if err else None,
         "diagnostics_ref": err.diagnostics_ref if err else None,
         "updated_at": step.updated_at,

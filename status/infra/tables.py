@@ -97,9 +97,13 @@ task = sa.Table(
     sa.Column("summary_data", Json, nullable=True),
     sa.Column("dynamic_registration_policy", Json, nullable=True),
     sa.Column("dynamic_step_count", sa.Integer, nullable=False, server_default="0"),
+    # TASK_FAILED's error object (seed §3.7); failure_diagnostics_ref is for operators only.
     sa.Column("failure_code", sa.String(128), nullable=True),
     sa.Column("failure_message", sa.String(512), nullable=True),
     sa.Column("failed_step_id", sa.String(128), nullable=True),
+    sa.Column("failure_category", sa.String(64), nullable=True),
+    sa.Column("failure_retryable", sa.Boolean, nullable=True),
+    sa.Column("failure_diagnostics_ref", sa.String(255), nullable=True),
     sa.Column("request_hash", sa.String(64), nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("started_at", Timestamp, nullable=True),

@@ -63,7 +63,8 @@ async def test_sse_stream_with_a_watch_set(api: Http, live_api: str, relay: Outb
                 headers={"Authorization": f"Bearer {login}"},
                 json={"sessionId": session["sessionId"], "taskIds": [f"t{i}" for i in range(4)]},
             )
-            assert too_many.status_code == 429  # bounded by DETAIL_SUBSCRIPTION_LIMIT (3 here)
+            assert too_many.status_code == 409  # bounded by the detail limit (3 here)
+            assert too_many.json()["error"]["code"] == "DETAIL_SUBSCRIPTION_LIMIT"
             ctx = activate(api, mine)
             assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
             await drain(relay)

@@ -69,9 +69,11 @@ async def test_a_run_that_gives_up_fails_its_task(
     snap = api.client.get(f"/api/tasks/{task['taskId']}", headers=api.user("user-1")).json()
     assert snap["lifecycleStatus"] == "FAILED"
     assert snap["failure"] == {
+        "category": "UNKNOWN",
         "code": "PROCESSING_FAILED",
-        "message": "The document could not be processed.",
-        "stepId": "02_parse",
+        "userMessage": "The document could not be processed.",
+        "retryable": None,
+        "failedStepId": "02_parse",
     }
     attempts = [(s["attempt"], s["lifecycleStatus"]) for s in snap["steps"] if s["stepId"] == "02_parse"]
     assert attempts == [(1, "FAILED"), (2, "FAILED"), (3, "FAILED")]

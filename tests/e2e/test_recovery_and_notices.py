@@ -116,8 +116,8 @@ async def test_ac32_detail_limit_and_independent_unsubscribe(api: Http, relay: O
     assert limit == 3
     login = api.user("user-1")  # one login session: the limit is per session
     tokens = [api.client.post("/api/realtime/subscription-token", json={"taskId": t}, headers=login) for t in created]
-    assert [r.status_code for r in tokens] == [200, 200, 200, 429]
-    assert tokens[3].json()["error"]["code"] == "RATE_LIMITED"
+    assert [r.status_code for r in tokens] == [200, 200, 200, 409]
+    assert tokens[3].json()["error"]["code"] == "DETAIL_SUBSCRIPTION_LIMIT"
     recorders = {}
     subs = {}
     for task_id, token in zip(created[:3], tokens[:3], strict=True):

@@ -194,13 +194,15 @@ def test_ac6_dynamic_registration_is_idempotent_and_limited(http: Http) -> None:
     again = http.client.post(url, json=register, headers=http.auth(agent["executionToken"]))
     assert first.status_code == 201 and again.status_code == 200, first.text
     assert first.json()["executionId"] == again.json()["executionId"] and first.json()["stepId"] == "dyn_tool-1"
-    # Outside the namespace, too deep, too many: DYNAMIC_STEP_LIMIT.
+    # Outside the namespace: a policy refusal (403), never a 429 a client would retry.
     outside = http.client.post(
         url,
         json={**register, "clientStepKey": "x", "operationCode": "TOOL.SHELL"},
         headers=http.auth(agent["executionToken"]),
     )
-    assert outside.status_code == 429 and outside.json()["error"]["code"] == "DYNAMIC_STEP_LIMIT"
+    assert outside.status_code == 403 and outside.json()["error"]["code"] == "DYNAMIC_STEP_NOT_ALLOWED"
+    assert outside.json()["error"]["retryable"] is False
+    # Too deep, too many: DYNAMIC_STEP_LIMIT.
     deep = http.client.post(
         url,
         json={**register, "clientStepKey": "deep", "parentExecutionId": first.json()["executionId"]},
@@ -419,7 +421,7 @@ def test_ac13_projections_respect_their_whitelists(http: Http, engine: sa.Engine
             "asOf",
         }
     failed = by_projection["USER_SUMMARY"][-1]
-    assert failed["notice"]["kind"] == "STEP_FAILED" and failed["notice"]["id"] == f"{task_id}:{failed['taskVersion']}"
+    assert failed["notice"]["type"] == "STEP_FAILED" and failed["notice"]["id"] == f"{task_id}:{failed['taskVersion']}"
 
 
 # ------------------------------------------------------------------ AC18 / AC19

@@ -68,8 +68,7 @@ def test_failed_step_notice_and_coordinator_completion(service: StatusService, c
             1,
             task_id=task_id,
             task_attempt=1,
-            failure_code="PARSE_FAILED",
-            failure_message="Parsing failed",
+            error=StepError("BUSINESS_INPUT", "PARSE_FAILED", "Parsing failed", False),
         ),
     )
     assert done["lifecycleStatus"] == "FAILED"
@@ -83,4 +82,4 @@ def test_failed_step_notice_and_coordinator_completion(service: StatusService, c
             )
             if p.get("notice")
         ]
-    assert [n["kind"] for n in notices] == ["STEP_FAILED", "TASK_FAILED"]
+    assert [(n["type"], n["level"]) for n in notices] == [("STEP_FAILED", "WARNING"), ("TASK_FAILED", "ERROR")]

@@ -90,6 +90,16 @@ def test_ac23_stale_once_and_healthy_once(
     row = _step_row(service, task_id)
     assert (row["health"], row["lifecycle_status"]) == ("STALE", "RUNNING")  # STALE never means FAILED
     version_stale, outbox_stale, _ = _versions_and_outbox(service, task_id)
+    # Seed §6.8: a silent executor is a WARNING that the status is unconfirmed, never a failure.
+    with service.engine.connect() as conn:
+        summary = conn.scalars(
+            sa.select(t.task_outbox.c.payload)
+            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
+            .order_by(t.task_outbox.c.id.desc())
+            .limit(1)
+        ).one()
+    assert summary["notice"]["type"] == "STALE" and summary["notice"]["level"] == "WARNING"
+    assert "temporarily unconfirmed" in summary["notice"]["title"] and summary["lifecycleStatus"] == "RUNNING"
     recovered = stale.record_heartbeats(worker, [c.Heartbeat(7, execution_handle=ctx.execution_handle)])
     assert recovered["results"][0]["reason"] == "RECOVERED"
     again = stale.record_heartbeats(worker, [c.Heartbeat(8, execution_handle=ctx.execution_handle)])

@@ -62,8 +62,8 @@ def report(http: Http, ctx: dict[str, Any], event_type: str, seq: int, **fields:
 
 
 def fail_task(http: Http, task_id: str, code: str, message: str | None = None) -> Any:
-    """The coordinator ends the task as FAILED (TASK_FAILED, attempt 1)."""
-    failure = {"code": code, **({"message": message} if message else {})}
+    """The coordinator ends the task as FAILED (TASK_FAILED, attempt 1) with the seed's error object."""
+    error = {"category": "BUSINESS_INPUT", "code": code, "retryable": False, "userMessage": message or ""}
     return http.client.post(
         "/internal/v1/task-events",
         headers=http.coordinator,
@@ -74,6 +74,6 @@ def fail_task(http: Http, task_id: str, code: str, message: str | None = None) -
             "taskId": task_id,
             "taskAttempt": 1,
             "occurredAt": "2026-01-01T00:00:00Z",
-            "failure": failure,
+            "error": error,
         },
     )

@@ -13,7 +13,7 @@ import pytest
 from status.api.errors import status_for
 from status.domain import ids
 from status.domain.definitions import DynamicRegistrationPolicy, Severity, generic_statuses
-from status.domain.errors import CODE_CLASS, DomainError, ErrorCode, LimitExceeded, error
+from status.domain.errors import CODE_CLASS, DomainError, ErrorCode, Forbidden, LimitExceeded, error
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepError, StepState, TaskState
 from status.domain.projections import project_broadcast, task_detail, user_summary
@@ -41,6 +41,8 @@ SPEC_STATUS = {
     "SCHEMA_REJECTED": 422,
     "UNKNOWN_BUSINESS_STATUS": 422,
     "VALIDATION_FAILED": 422,
+    "DYNAMIC_STEP_NOT_ALLOWED": 403,
+    "DETAIL_SUBSCRIPTION_LIMIT": 409,
     "DYNAMIC_STEP_LIMIT": 429,
     "RATE_LIMITED": 429,
 }
@@ -91,8 +93,7 @@ def _state() -> tuple[TaskState, list[StepState]]:
         updated_at=now,
         started_at=now,
         project_id="p",
-        failure_code="X",
-        failure_message="secret-ish message",
+        failure=StepError("SYSTEM", "X", "secret-ish message", False, "diag-task"),
     )
     step = StepState(
         task_id="tsk_001_X",
@@ -123,7 +124,7 @@ def test_ac13_projection_whitelists() -> None:
     assert summary["elapsedMs"] == 5000 and summary["asOf"] == "2026-01-01T12:00:05.000Z"
     detail = task_detail(task, steps, now, None)
     assert detail["state"]["steps"][0]["data"]["value"]["page"] == 3
-    assert "diag-123" not in str(detail)
+    assert "diag-123" not in str(detail) and "diag-task" not in str(detail) and "diag-task" not in str(summary)
     broadcast = project_broadcast(task, steps, now)
     assert "Contract.pdf" not in str(broadcast) and "secret-ish" not in str(broadcast)
 
@@ -156,16 +157,20 @@ def test_dynamic_policy_limits() -> None:
         "registered_last_minute": 0,
     }
     policy.check(**ok)  # type: ignore[arg-type]
+    # Outside the namespaces: a policy refusal (403), not a limit a client would retry.
+    for change in ({"operation_code": "TOOL.X"}, {"parent_operation": "OTHER"}):
+        with pytest.raises(Forbidden) as refused:
+            policy.check(**{**ok, **change})  # type: ignore[arg-type]
+        assert refused.value.code is ErrorCode.DYNAMIC_STEP_NOT_ALLOWED
     for change in (
-        {"operation_code": "TOOL.X"},
-        {"parent_operation": "OTHER"},
         {"depth": 2},
         {"dynamic_steps": 2},
         {"running_dynamic": 1},
         {"registered_last_minute": 5},
     ):
-        with pytest.raises(LimitExceeded):
+        with pytest.raises(LimitExceeded) as limited:
             policy.check(**{**ok, **change})  # type: ignore[arg-type]
+        assert limited.value.code is ErrorCode.DYNAMIC_STEP_LIMIT
 
 
 FORBIDDEN = ("sqlalchemy", "starlette", "temporalio", "pymysql", "cent", "jwt", "httpx", "pydantic", "jsonschema")

@@ -188,7 +188,7 @@ class Dashboard {
         current ? h('span', { class: 'current-step' }, `${current.displayName ?? current.operationCode}${current.phaseLabel ? ` · ${current.phaseLabel}` : ''}`) : null,
         h('span', { class: 'version muted' }, `v${view.summaryVersion}`),
       ),
-      s.failure ? h('div', { class: 'failure' }, `${s.failure.code}${s.failure.message ? `: ${s.failure.message}` : ''}`) : null,
+      s.failure ? h('div', { class: 'failure' }, `${s.failure.code}${s.failure.userMessage ? `: ${s.failure.userMessage}` : ''}`) : null,
     );
   }
 
@@ -225,7 +225,7 @@ class Dashboard {
         h('span', {}, 'queued ', h('b', {}, formatDuration(s.queueDurationMs))),
         h('span', {}, 'version ', h('b', {}, (view.detailVersion ?? view.summaryVersion).toString())),
       ),
-      s.failure ? h('p', { class: 'failure' }, `${s.failure.code}${s.failure.message ? `: ${s.failure.message}` : ''}`) : null,
+      s.failure ? h('p', { class: 'failure' }, `${s.failure.code}${s.failure.userMessage ? `: ${s.failure.userMessage}` : ''}`) : null,
       d === null ? h('p', { class: 'muted' }, 'Loading steps…') : null,
       h('div', { class: 'timeline' }, ...steps.map((step) => this.stepRow(step, start, span))),
       d?.stepsOmitted ? h('p', { class: 'muted steps-omitted' }, `${d.stepsOmitted} earlier finished steps not shown`) : null,
@@ -286,18 +286,24 @@ class Dashboard {
   private toast(source: NoticeSource): void {
     const container = byId('toasts');
     const id = source.kind === 'task' ? source.notice.id : source.message.id;
-    const severity = source.kind === 'task' ? source.notice.severity : source.message.level;
+    const severity = source.kind === 'task' ? source.notice.level : source.message.level;
     const title = source.kind === 'task' ? source.notice.title : 'Notice';
-    const text =
-      source.kind === 'task'
-        ? `${this.client.store.task(source.taskId)?.summary.title ?? source.taskId}: ${source.notice.message ?? source.notice.code ?? ''}`
-        : source.message.text;
+    let text: string;
+    if (source.kind === 'task') {
+      // "<task>: <what the service says>", never a dangling colon when it says nothing more.
+      const taskTitle = this.client.store.task(source.taskId)?.summary.title ?? source.taskId;
+      const detail = source.notice.message ?? source.notice.errorCode;
+      text = detail ? `${taskTitle}: ${detail}` : taskTitle;
+    } else {
+      text = source.message.text;
+    }
     const close = h('button', { class: 'close', type: 'button', 'aria-label': 'dismiss' }, '×');
     const toast = h('div', { class: 'toast', 'data-notice-id': id, 'data-severity': severity, role: 'status' }, close, h('strong', {}, title), h('div', {}, text));
     close.addEventListener('click', () => toast.remove());
     container.append(toast);
     const requiresAction = source.kind === 'task' && source.notice.requiresAction;
-    // Failures stay until dismissed; informational notices fade.
+    // Task failures and actions the user must take stay until dismissed; warnings (a step failure
+    // that will be retried, a task that continues degraded, a silent executor) and information fade.
     if (!requiresAction && severity !== 'ERROR' && severity !== 'CRITICAL') setTimeout(() => toast.remove(), 8000);
   }
 }

@@ -232,7 +232,7 @@ export class TaskStatusClient {
     } catch (error) {
       // The server's per-session budget may still count a subscription another tab or an earlier page
       // left behind; give back our oldest and try once more.
-      if (error instanceof ApiError && error.code === 'RATE_LIMITED' && this.detailOrder.size > 1) {
+      if (error instanceof ApiError && error.code === 'DETAIL_SUBSCRIPTION_LIMIT' && this.detailOrder.size > 1) {
         const oldest = this.detailOrder.keys()[0];
         if (oldest !== undefined && oldest !== taskId) {
           this.detailOrder.delete(oldest);

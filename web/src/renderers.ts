@@ -44,7 +44,7 @@ export function genericCard(step: StepDetail): RenderedStep {
       fields.push({ label: 'progress', value: `${progress.percent}%` });
     }
   }
-  if (step.error) fields.push({ label: 'error', value: `${step.error.code}${step.error.message ? `: ${step.error.message}` : ''}` });
+  if (step.error) fields.push({ label: 'error', value: `${step.error.code}${step.error.userMessage ? `: ${step.error.userMessage}` : ''}` });
   return { renderer: 'generic', title: step.displayName ?? step.operationCode, fields };
 }
 

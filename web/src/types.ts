@@ -23,21 +23,31 @@ export interface TaskProgress {
   percent: number | null;
 }
 
+/** A notice on the summary channel (seed §6.8); `id` is `taskId:taskVersion`. */
 export interface Notice {
   id: string;
-  kind: string;
-  severity: string;
+  /** STEP_FAILED, TASK_FAILED, STALE, RECOVERED, STEP_RETRYING, STEP_TIMED_OUT, ACTION_REQUIRED, CORRECTED… */
+  type: string;
+  level: 'INFO' | 'WARNING' | 'ERROR' | string;
   title: string;
-  stepId: string | null;
-  code: string | null;
+  /** Safe to show (the error's userMessage); null when there is nothing to add to the title. */
   message: string | null;
+  operationCode: string | null;
+  errorCode: string | null;
+  retryable: boolean | null;
   requiresAction: boolean;
+  /** Product actions the UI may offer (VIEW_DETAILS, RETRY …). */
+  actions: string[];
+  stepId: string | null;
 }
 
+/** The projection of TASK_FAILED's error (SPEC §6). */
 export interface TaskFailure {
+  category: string | null;
   code: string;
-  message: string | null;
-  stepId: string | null;
+  userMessage: string | null;
+  retryable: boolean | null;
+  failedStepId: string | null;
 }
 
 /** Fields shared by the list-level summary and the full snapshot. */
@@ -85,8 +95,9 @@ export interface TaskSummaryMessage extends TaskCore {
 export interface StepError {
   category: string | null;
   code: string;
-  message: string | null;
   retryable: boolean | null;
+  /** Safe to show; redacted and length-limited by the service. */
+  userMessage: string | null;
 }
 
 export interface StepData {

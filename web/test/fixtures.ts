@@ -125,13 +125,16 @@ export function workflow(workflowId: string, version: number | string, overrides
 export function notice(id: string, overrides: Partial<Notice> = {}): Notice {
   return {
     id,
-    kind: 'STEP_FAILED',
-    severity: 'ERROR',
+    type: 'STEP_FAILED',
+    level: 'ERROR',
     title: 'Parse failed',
-    stepId: 'parse',
-    code: 'PARSE_ERROR',
     message: 'bad page',
+    operationCode: 'DOCUMENT.PARSE',
+    errorCode: 'PARSE_ERROR',
+    retryable: false,
     requiresAction: false,
+    actions: ['VIEW_DETAILS'],
+    stepId: 'parse',
     ...overrides,
   };
 }

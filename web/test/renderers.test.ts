@@ -7,7 +7,7 @@ describe('renderer registry (AC21)', () => {
   it('falls back to the generic card for an unknown operation and schema, still showing lifecycle', () => {
     const registry = exampleRenderers();
     const rendered = registry.render(
-      step('x', { operationCode: 'SOMETHING.NEW', lifecycleStatus: 'FAILED', data: { schema: 'new.v9', value: { a: 1 } }, error: { category: 'BUSINESS', code: 'E1', message: 'boom', retryable: false } }),
+      step('x', { operationCode: 'SOMETHING.NEW', lifecycleStatus: 'FAILED', data: { schema: 'new.v9', value: { a: 1 } }, error: { category: 'BUSINESS', code: 'E1', retryable: false, userMessage: 'boom' } }),
     );
     expect(rendered.renderer).toBe('generic');
     expect(rendered.fields).toContainEqual({ label: 'status', value: 'FAILED' });
