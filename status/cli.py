@@ -177,6 +177,54 @@ def _definitions_load(args: argparse.Namespace) -> int:
     return 0
 
 
+def _correct(args: argparse.Namespace) -> int:
+    import json
+    import uuid
+
+    import sqlalchemy as sa
+
+    from status.app.corrections import Correct
+    from status.bootstrap import build_service
+    from status.domain.auth import ServicePrincipal
+    from status.domain.errors import DomainError
+    from status.infra import tables
+    from status.infra.db import create_engine
+
+    settings = Settings.from_env()
+    engine = create_engine(settings.database_url)
+    try:
+        with engine.connect() as conn:
+            owner = conn.execute(
+                sa.select(tables.task.c.tenant_id, tables.task.c.authority_scope).where(tables.task.c.id == args.task)
+            ).first()
+        if owner is None:
+            print(f"task-observer: UNKNOWN_TASK: task {args.task} does not exist", file=sys.stderr)
+            return 1
+        # An operator with database access acts as ADMIN of the task's own tenant and scope.
+        admin = ServicePrincipal(
+            f"cli:{args.operator}", owner.tenant_id, owner.authority_scope, frozenset({Role.ADMIN})
+        )
+        cmd = Correct(
+            task_id=args.task,
+            correction_id=args.correction_id or f"cli-{uuid.uuid4().hex}",
+            operator_id=args.operator,
+            reason=args.reason,
+            step_id=args.step,
+            attempt=args.attempt,
+            lifecycle_status=args.lifecycle,
+            business_status=args.business_status,
+            expected_task_version=args.expected_version,
+        )
+        result = build_service(settings, engine).correct(admin, cmd)
+    except DomainError as err:
+        print(f"task-observer: {err.code}: {err.message}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    print(json.dumps(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="task-observer",
@@ -245,6 +293,28 @@ def build_parser() -> argparse.ArgumentParser:
         "list the reports a worker's outbox file holds as refused for good, with why (JSON lines)",
     )
     lost.add_argument("outbox", help="the plugin's outbox file (TaskStatusPlugin outbox_path)")
+
+    correct = add(
+        "correct",
+        _correct,
+        "correct a task's or a step attempt's status as an operator (audited; users get a notice)",
+    )
+    correct.add_argument("task", help="taskId")
+    correct.add_argument("--operator", required=True, help="who corrects (kept in the audit record)")
+    correct.add_argument("--reason", required=True, help="why (kept in the audit record)")
+    correct.add_argument("--step", default=None, help="stepId to correct (default: the task itself)")
+    correct.add_argument("--attempt", type=int, default=None, help="the step's attempt (default: its newest)")
+    correct.add_argument(
+        "--lifecycle",
+        choices=["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"],
+        default=None,
+        help="the corrected lifecycle status",
+    )
+    correct.add_argument("--business-status", default=None, help="the corrected (registered) business status")
+    correct.add_argument("--expected-version", type=int, default=None, help="refuse unless the task is at this version")
+    correct.add_argument(
+        "--correction-id", default=None, help="idempotency key (default: a new one); reuse it to retry safely"
+    )
 
     user = add("user-token", _user_token, "print a user token signed with the dev/test secret")
     user.add_argument("--tenant", required=True)

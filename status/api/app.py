@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 
 from status import logs
 from status.api import metrics
+from status.api.corrections import CorrectionEndpoints
 from status.api.errors import domain_error_handler, error_body, unexpected_error_handler
 from status.api.models import (
     AclIn,
@@ -41,6 +42,7 @@ from status.api.models import (
     WatchSetIn,
 )
 from status.api.openapi import build_openapi
+from status.api.references import ReferenceEndpoints
 from status.app import commands as c
 from status.app.group_commit import GroupCommitter
 from status.app.realtime import RealtimeEndpoints, RealtimeService
@@ -485,6 +487,8 @@ def routes(api: Api) -> list[Route]:
         Route("/internal/v1/tasks/{task_id}/acl/{principal_type}/{principal_id}", api.acl, methods=["PUT", "DELETE"]),
         Route("/internal/v1/definitions", api.put_definitions, methods=["PUT"]),
         Route("/internal/v1/broadcasts", api.broadcast, methods=["POST"]),
+        *ReferenceEndpoints(api).routes(),
+        *CorrectionEndpoints(api).routes(),
         Route("/api/tasks/status:batchGet", api.batch_get, methods=["POST"]),
         Route("/api/tasks/{task_id}/events", api.task_events, methods=["GET"]),
         Route("/api/tasks/{task_id}", api.get_task, methods=["GET"]),

@@ -62,6 +62,24 @@ class DynamicPolicyIn(Strict):
     registrations_per_minute: int = Field(default=60, ge=1, le=10_000)
 
 
+RefType = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
+RefValue = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f]+$")]
+
+
+class ExternalRefIn(Strict):
+    """Another system's id for the task, in the credential's authority scope (seed §5)."""
+
+    ref_type: RefType
+    ref_value: RefValue
+
+
+class AttachRefsIn(Strict):
+    external_refs: list[ExternalRefIn] = Field(min_length=1, max_length=20)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(r.ref_type, r.ref_value) for r in self.external_refs]
+
+
 class NewTaskIn(Strict):
     client_task_key: Key
     title: Title
@@ -71,6 +89,7 @@ class NewTaskIn(Strict):
     project_id: PrincipalId | None = None
     known_steps: list[KnownStepIn] = Field(default_factory=list, max_length=200)
     dynamic_registration_policy: DynamicPolicyIn | None = None
+    external_refs: list[ExternalRefIn] = Field(default_factory=list, max_length=20)
 
     def command(self) -> c.NewTask:
         return c.NewTask(
@@ -87,6 +106,7 @@ class NewTaskIn(Strict):
             dynamic_registration_policy=self.dynamic_registration_policy.model_dump(by_alias=True)
             if self.dynamic_registration_policy
             else None,
+            external_refs=tuple((r.ref_type, r.ref_value) for r in self.external_refs),
         )
 
 
@@ -247,6 +267,20 @@ class EventIn(Strict):
             error=self._error(),
             failed_step_id=self.failed_step_id or (self.failure.failed_step_id if self.failure else None),
         )
+
+
+class CorrectionIn(Strict):
+    """An operator's correction of a task (no stepId) or of one step attempt (seed's admin command)."""
+
+    correction_id: Key
+    operator_id: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f]+$")]
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+    step_id: Key | None = None
+    attempt: int | None = Field(default=None, ge=1, le=10_000)
+    lifecycle_status: Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"] | None = None
+    business_status: ShortKey | None = None
+    error: ErrorIn | None = None
+    expected_task_version: Annotated[str, StringConstraints(pattern=r"^[0-9]{1,19}$")] | None = None
 
 
 class EventBatchIn(Strict):

@@ -30,6 +30,18 @@ ERROR = {
     },
 }
 ANY_OBJECT = {"type": "object", "additionalProperties": True}
+_REF = [("refType", True, "e.g. ORDER_ID"), ("refValue", True, "the other system's id")]
+
+# path → query parameters (name, required, description)
+QUERY_PARAMETERS: dict[str, list[tuple[str, bool, str]]] = {
+    "/internal/v1/external-refs": _REF,
+    "/api/tasks:byExternalRef": [
+        *_REF,
+        ("authorityScope", False, "needed only when the reference exists in several scopes"),
+    ],
+    "/api/tasks/{taskId}/events": [("afterTaskVersion", False, "decimal"), ("limit", False, "1–500")],
+    "/api/me/tasks": [("cursor", False, "from nextCursor"), ("limit", False, "1–100")],
+}
 
 # (method, path, summary, request model or None, auth, success status)
 OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
@@ -101,6 +113,39 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "service",
         "201",
     ),
+    (
+        "post",
+        "/internal/v1/tasks/{taskId}/external-refs",
+        "Attach other systems' ids to a task (idempotent; EXTERNAL_REF_CONFLICT if another task has one)",
+        m.AttachRefsIn,
+        "service",
+        "201",
+    ),
+    (
+        "get",
+        "/internal/v1/external-refs",
+        "The task an external reference maps to, in the credential's authority scope",
+        None,
+        "service",
+        "200",
+    ),
+    (
+        "get",
+        "/api/tasks:byExternalRef",
+        "Snapshot of the task an external reference maps to (404 when unknown or not visible)",
+        None,
+        "user",
+        "200",
+    ),
+    (
+        "post",
+        "/internal/v1/tasks/{taskId}/corrections",
+        "Admin correction of a task's or a step attempt's status (ADMIN; audited; idempotent by correctionId)",
+        m.CorrectionIn,
+        "service",
+        "201",
+    ),
+    ("get", "/internal/v1/tasks/{taskId}/corrections", "Audit records of a task's corrections", None, "service", "200"),
     ("get", "/api/tasks/{taskId}", "Task snapshot (404 when not visible)", None, "user", "200"),
     ("get", "/api/tasks/{taskId}/events", "Committed timeline after afterTaskVersion", None, "user", "200"),
     (
@@ -161,10 +206,13 @@ def build_openapi() -> dict[str, Any]:
             },
         }
         params = [p.strip("{}") for p in path.replace(":", "/").split("/") if p.startswith("{")]
-        if params:
-            op["parameters"] = [
-                {"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params
-            ]
+        parameters = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
+        parameters += [
+            {"name": name, "in": "query", "required": required, "description": text, "schema": {"type": "string"}}
+            for name, required, text in QUERY_PARAMETERS.get(path, [])
+        ]
+        if parameters:
+            op["parameters"] = parameters
         if model is not None:
             schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
             components.update(schema.pop("$defs", {}))

@@ -29,6 +29,7 @@ class NewTask:
     project_id: str | None = None
     known_steps: tuple[KnownStep, ...] = ()
     dynamic_registration_policy: dict[str, Any] | None = None
+    external_refs: tuple[tuple[str, str], ...] = ()  # (refType, refValue) in the caller's scope
 
 
 @dataclass(frozen=True)

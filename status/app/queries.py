@@ -19,6 +19,7 @@ from status.app.context import AppContext
 from status.domain.aggregate import fold
 from status.domain.auth import UserPrincipal
 from status.domain.errors import ErrorCode, Invalid, NotFound
+from status.domain.lifecycle import EventType
 from status.domain.projections import iso, task_snapshot, user_summary, workflow_summary
 from status.infra import repository as repo
 from status.infra import tables as t
@@ -81,6 +82,12 @@ class Queries:
                 "durationMs": r["duration_ms"],
                 "occurredAt": iso(r["occurred_at"]),
                 "committedAt": iso(r["committed_at"]),
+                # A correction shows as one: what an operator changed (who and why stay in the audit).
+                **(
+                    {"correction": {"changes": (r["payload"] or {}).get("changes", [])}}
+                    if r["event_type"] == EventType.ADMIN_CORRECTION.value
+                    else {}
+                ),
             }
             for r in rows[:limit]
         ]

@@ -21,9 +21,11 @@ import sqlalchemy as sa
 from status.app.access import AccessCommands
 from status.app.broadcasts import BroadcastCommands
 from status.app.context import AppContext, EventCaller
+from status.app.corrections import CorrectionCommands
 from status.app.definitions import default_document, save_definitions
 from status.app.events import EventCommands
 from status.app.executions import ExecutionCommands, ExecutionContext
+from status.app.external_refs import ExternalRefCommands
 from status.app.health import HealthCommands
 from status.app.queries import Queries
 from status.app.workflows import WorkflowCommands
@@ -71,6 +73,8 @@ class StatusService:
         self.access = AccessCommands(self.ctx)
         self.broadcasts = BroadcastCommands(self.ctx)
         self.queries = Queries(self.ctx)
+        self.external_refs = ExternalRefCommands(self.ctx, self.queries)
+        self.corrections = CorrectionCommands(self.ctx)
         # The commands, by capability.
         self.create_workflow = self.workflows.create_workflow
         self.add_task = self.workflows.add_task
@@ -85,6 +89,11 @@ class StatusService:
         self.grant_access = self.access.grant_access
         self.revoke_access = self.access.revoke_access
         self.broadcast = self.broadcasts.broadcast
+        self.correct = self.corrections.correct
+        self.corrections_of = self.corrections.corrections_of
+        self.attach_external_refs = self.external_refs.attach
+        self.lookup_external_ref = self.external_refs.lookup
+        self.task_by_external_ref = self.external_refs.task_for_user
         # The reads.
         self.can_see_task = self.queries.can_see_task
         self.get_task = self.queries.get_task

@@ -20,6 +20,7 @@ from status.app.context import (
     require,
 )
 from status.app.events import load_view
+from status.app.external_refs import attach_in, check_refs, retry_on_duplicate
 from status.app.step_cache import view_of
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
@@ -135,7 +136,8 @@ class WorkflowCommands:
                 "tasks": results,
             }
 
-        return run_in_transaction(self.ctx.engine, work)
+        result: dict[str, Any] = retry_on_duplicate(self.ctx.engine, work)
+        return result
 
     def add_task(self, caller: ServicePrincipal, workflow_id: str, new_task: c.NewTask) -> dict[str, Any]:
         """Add a task to a workflow idempotently by ``clientTaskKey``."""
@@ -168,7 +170,8 @@ class WorkflowCommands:
             uow.commit()
             return {**result, "workflowId": workflow.workflow_id, "workflowVersion": str(workflow.version)}
 
-        return run_in_transaction(self.ctx.engine, work)
+        result: dict[str, Any] = retry_on_duplicate(self.ctx.engine, work)
+        return result
 
     def _add_task(
         self,
@@ -194,17 +197,19 @@ class WorkflowCommands:
             raise Invalid("knownSteps have duplicate stepIds")
         policy = new_task.dynamic_registration_policy or workflow_policy
         DynamicRegistrationPolicy.from_json(policy)  # validates the shape
-        request_hash = content_hash(
-            {
-                "title": new_task.title,
-                "owner": owner,
-                "type": new_task.task_type,
-                "product": new_task.product_id,
-                "project": new_task.project_id,
-                "steps": [vars(s) for s in new_task.known_steps],
-                "policy": policy,
-            }
-        )
+        refs = check_refs(new_task.external_refs)
+        content: dict[str, Any] = {
+            "title": new_task.title,
+            "owner": owner,
+            "type": new_task.task_type,
+            "product": new_task.product_id,
+            "project": new_task.project_id,
+            "steps": [vars(s) for s in new_task.known_steps],
+            "policy": policy,
+        }
+        if refs:  # only when present, so tasks created before references keep their hashes
+            content["externalRefs"] = [list(r) for r in refs]
+        request_hash = content_hash(content)
         existing = (
             conn.execute(
                 sa.select(t.task.c.id, t.task.c.version, t.task.c.request_hash).where(
@@ -290,6 +295,7 @@ class WorkflowCommands:
             )
             repo.insert_step(conn, step)
             steps.append(step)
+        attach_in(conn, task.tenant_id, task.authority_scope, task.task_id, refs, now)
         rows = outbox.service_event(
             conn,
             task,

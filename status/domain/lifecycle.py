@@ -50,6 +50,8 @@ class EventType(StrEnum):
     TASK_ACCESS_CHANGED = "TASK_ACCESS_CHANGED"
     STEP_ACTIVATED = "STEP_ACTIVATED"
     STEP_REGISTERED = "STEP_REGISTERED"
+    # An operator's correction (its own command, audited; never a producer's report).
+    ADMIN_CORRECTION = "ADMIN_CORRECTION"
 
 
 #: Events a producer may submit for a step, and what they do to its lifecycle.

@@ -370,6 +370,47 @@ task_external_ref = sa.Table(
     **MYSQL_TABLE_ARGS,
 )
 
+task_correction = sa.Table(
+    "task_correction",
+    metadata,
+    # The audit record of an admin correction: who, why, what moved from what to what, and when.
+    sa.Column("tenant_id", sa.String(64), primary_key=True),
+    sa.Column("correction_id", sa.String(128), primary_key=True),
+    sa.Column("task_id", Id, nullable=False),
+    sa.Column("task_version", Version, nullable=False),
+    sa.Column("step_id", sa.String(128), nullable=True),
+    sa.Column("step_attempt", sa.Integer, nullable=True),
+    sa.Column("operator_id", sa.String(64), nullable=False),
+    sa.Column("credential_id", sa.String(128), nullable=False),
+    sa.Column("reason", sa.String(500), nullable=False),
+    sa.Column("changes", Json, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("task_correction_task_idx", "task_id", "task_version"),
+    **MYSQL_TABLE_ARGS,
+)
+
+user_notification = sa.Table(
+    "user_notification",
+    metadata,
+    # Durable notices for users who were offline (seed "可选离线通知"): one per
+    # userId + taskId + taskVersion + notificationType, so a retried write never notifies twice;
+    # read state lives here, shared by every device of the user.
+    sa.Column("tenant_id", sa.String(64), primary_key=True),
+    sa.Column("user_id", sa.String(64), primary_key=True),
+    sa.Column("notification_id", sa.String(200), primary_key=True),  # taskId:taskVersion:type
+    sa.Column("task_id", Id, nullable=False),
+    sa.Column("task_version", Version, nullable=False),
+    sa.Column("notification_type", sa.String(32), nullable=False),
+    sa.Column("level", sa.String(16), nullable=False),
+    sa.Column("title", sa.String(300), nullable=False),
+    sa.Column("message", sa.String(600), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("read_at", Timestamp, nullable=True),
+    sa.Index("user_notification_list_idx", "tenant_id", "user_id", "created_at"),
+    sa.Index("user_notification_unread_idx", "tenant_id", "user_id", "read_at", "created_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
 task_status_definition = sa.Table(
     "task_status_definition",
     metadata,

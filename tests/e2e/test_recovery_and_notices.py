@@ -102,7 +102,7 @@ async def test_ac22_failure_notices_reach_summary_only_clients(api: Http, relay:
         message = await next_for_task(events, task_id)
         if message.get("notice"):
             notices.append(message["notice"])
-    assert [n["kind"] for n in notices] == ["STEP_FAILED", "TASK_FAILED"]
+    assert [(n["type"], n["level"]) for n in notices] == [("STEP_FAILED", "ERROR"), ("TASK_FAILED", "ERROR")]
     assert notices[0]["message"] == "The OCR service is down" and notices[0]["id"].startswith(task_id + ":")
     await client.disconnect()
 

@@ -199,7 +199,7 @@ async def test_ac24_coalescing_under_backlog_never_drops_notices_or_terminal(
     delivered = [
         p for p in await _history(centrifugo.api_url, centrifugo.api_key, summary) if p.get("taskId") == task_id
     ]
-    kinds = [p["notice"]["kind"] for p in delivered if p.get("notice")]
+    kinds = [p["notice"]["type"] for p in delivered if p.get("notice")]
     assert "STEP_FAILED" in kinds  # the notice survived coalescing
     final = max(int(r["aggregate_version"]) for r in _rows(e2e_engine, task_id))
     assert int(delivered[-1]["taskVersion"]) == final

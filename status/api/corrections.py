@@ -1,0 +1,52 @@
+"""HTTP adapter of the admin correction command and its audit trail."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from status.api.models import CorrectionIn
+from status.app.corrections import Correct
+
+if TYPE_CHECKING:
+    from status.api.app import Api
+
+
+class CorrectionEndpoints:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.service = api.service
+
+    async def correct(self, request: Request) -> JSONResponse:
+        caller = self.api.service_principal(request)
+        body = await self.api.parse(request, CorrectionIn)
+        cmd = Correct(
+            task_id=request.path_params["task_id"],
+            correction_id=body.correction_id,
+            operator_id=body.operator_id,
+            reason=body.reason,
+            step_id=body.step_id,
+            attempt=body.attempt,
+            lifecycle_status=body.lifecycle_status,
+            business_status=body.business_status,
+            error=body.error.domain() if body.error else None,
+            expected_task_version=int(body.expected_task_version) if body.expected_task_version else None,
+        )
+        result = await run_in_threadpool(self.service.correct, caller, cmd)
+        return JSONResponse(result, status_code=200 if result["duplicate"] else 201)
+
+    async def corrections(self, request: Request) -> JSONResponse:
+        caller = self.api.service_principal(request)
+        return JSONResponse(
+            await run_in_threadpool(self.service.corrections_of, caller, request.path_params["task_id"])
+        )
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/internal/v1/tasks/{task_id}/corrections", self.correct, methods=["POST"]),
+            Route("/internal/v1/tasks/{task_id}/corrections", self.corrections, methods=["GET"]),
+        ]

@@ -1,0 +1,231 @@
+"""The admin correction command (seed: "管理员纠错命令"; domain rules in ``status.domain.corrections``).
+
+ADMIN only, idempotent by ``correctionId``; one transaction writes the corrected task/step, the
+event-log record (``ADMIN_CORRECTION``, shown in the timeline), the dedup result, the audit record
+(operator, reason, old and new values, time) and the outbox rows carrying a ``CORRECTED`` notice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app import outbox
+from status.app.context import AppContext, check_key, content_hash, require
+from status.app.events import locked_view
+from status.domain.aggregate import affects_workflow
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.corrections import Correction, apply_correction
+from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
+from status.domain.lifecycle import EventType, Lifecycle
+from status.domain.model import StepError
+from status.domain.projections import iso
+from status.infra import repository as repo
+from status.infra import tables as t
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+
+@dataclass(frozen=True)
+class Correct:
+    task_id: str
+    correction_id: str
+    operator_id: str
+    reason: str
+    step_id: str | None = None
+    attempt: int | None = None  # default: the step's newest attempt
+    lifecycle_status: str | None = None
+    business_status: str | None = None
+    error: StepError | None = None
+    expected_task_version: int | None = None
+
+    def content(self) -> dict[str, Any]:
+        return {
+            "operator": self.operator_id,
+            "reason": self.reason,
+            "step": [self.step_id, self.attempt],
+            "set": [self.lifecycle_status, self.business_status],
+            "error": None if self.error is None else vars(self.error),
+            "expected": self.expected_task_version,
+        }
+
+
+class CorrectionCommands:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    def correct(self, caller: ServicePrincipal, cmd: Correct) -> dict[str, Any]:
+        require(caller, Role.ADMIN)
+        check_key("correctionId", cmd.correction_id)
+        check_key("operatorId", cmd.operator_id, 64)
+        try:
+            lifecycle = Lifecycle(cmd.lifecycle_status) if cmd.lifecycle_status is not None else None
+        except ValueError as exc:
+            raise Invalid(f"unknown lifecycleStatus {cmd.lifecycle_status!r}") from exc
+        correction = Correction(cmd.operator_id, cmd.reason, lifecycle, cmd.business_status, cmd.error)
+        # Its own namespace of ids: a correction can never collide with a producer's eventId.
+        event_id = f"correction:{cmd.correction_id}"
+        fingerprint = content_hash({"task": cmd.task_id} | cmd.content())
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            conn, now = uow.conn, self.ctx.now()
+            view, stored = locked_view(
+                self.ctx, conn, cmd.task_id, (caller.tenant_id, caller.authority_scope), event_id=event_id
+            )
+            if stored is not None:
+                stored_hash, stored_result = stored
+                if stored_hash != fingerprint:
+                    raise Conflict(
+                        "correctionId was already used with different content", ErrorCode.IDEMPOTENCY_CONFLICT
+                    )
+                return {**dict(stored_result), "duplicate": True}
+            task = view.task
+            if cmd.expected_task_version is not None and cmd.expected_task_version != task.version:
+                raise Conflict(
+                    f"the task is at version {task.version}, not {cmd.expected_task_version}",
+                    ErrorCode.VERSION_PRECONDITION_FAILED,
+                )
+            step = None
+            if cmd.step_id is not None:
+                attempts = [s for s in view.steps.all() if s.step_id == cmd.step_id]
+                if cmd.attempt is not None:
+                    attempts = [s for s in attempts if s.attempt == cmd.attempt]
+                if not attempts:
+                    raise NotFound(f"step {cmd.step_id} has no such attempt", ErrorCode.UNKNOWN_STEP)
+                step = max(attempts, key=lambda s: s.attempt)
+            elif cmd.attempt is not None:
+                raise Invalid("attempt needs a stepId")
+            defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+            outcome = apply_correction(
+                task,
+                step,
+                correction,
+                statuses=defs.status_set(task.task_type, task.status_definition_version),
+                other_steps_stale=step is not None and view.steps.stale_besides(step.step_id, step.attempt),
+                now=now,
+            )
+            new_task, new_step = outcome.task, outcome.step
+            if new_step is not None:
+                repo.update_step(conn, new_step, step)
+                if new_step.lifecycle.terminal and new_step.execution_id:
+                    # The executor's late reports must not overwrite what the operator settled.
+                    repo.revoke_handles(conn, new_step.execution_id, "ADMIN_CORRECTION", now)
+            repo.update_task(conn, new_task, task)
+            view = view.changed(new_task, new_step)
+            audit = {"operatorId": cmd.operator_id, "reason": cmd.reason, "changes": outcome.changes}
+            repo.insert_events(
+                conn,
+                [
+                    outbox.event_row(
+                        event_id=event_id,
+                        task=new_task,
+                        step=new_step,
+                        event_type=EventType.ADMIN_CORRECTION.value,
+                        producer_id=f"admin:{cmd.operator_id}",
+                        # Unique per task, so repeated corrections of one step never collide.
+                        source_seq=new_task.version,
+                        occurred_at=now,
+                        received_at=now,
+                        committed_at=now,
+                        error_code=new_step.error.code if new_step and new_step.error else None,
+                        payload=audit,
+                    )
+                ],
+            )
+            conn.execute(
+                sa.insert(t.task_correction).values(
+                    tenant_id=task.tenant_id,
+                    correction_id=cmd.correction_id,
+                    task_id=task.task_id,
+                    task_version=new_task.version,
+                    step_id=new_step.step_id if new_step else None,
+                    step_attempt=new_step.attempt if new_step else None,
+                    operator_id=cmd.operator_id,
+                    credential_id=caller.producer_id,
+                    reason=cmd.reason,
+                    changes=outcome.changes,
+                    created_at=now,
+                )
+            )
+            result = {
+                "correctionId": cmd.correction_id,
+                "accepted": True,
+                "duplicate": False,
+                "taskId": task.task_id,
+                "stepId": new_step.step_id if new_step else None,
+                "attempt": new_step.attempt if new_step else None,
+                "taskVersion": str(new_task.version),
+                "stepVersion": str(new_step.version) if new_step else None,
+                "changes": outcome.changes,
+                "committedAt": iso(now),
+            }
+            repo.insert_dedups(
+                conn,
+                [
+                    {
+                        "tenant_id": task.tenant_id,
+                        "event_id": event_id,
+                        "task_id": task.task_id,
+                        "payload_hash": fingerprint,
+                        "result": result,
+                        "created_at": now,
+                    }
+                ],
+            )
+            if affects_workflow(task, new_task):
+                repo.insert_changes(conn, [outbox.change_row(new_task, now)])
+            trigger = {
+                "eventId": event_id,
+                "eventType": EventType.ADMIN_CORRECTION.value,
+                "stepId": new_step.step_id if new_step else None,
+                "operationCode": new_step.operation_code if new_step else None,
+                "committedAt": iso(now),
+            }
+            repo.insert_outbox(
+                conn,
+                outbox.task_rows(
+                    new_task,
+                    view.steps,
+                    view.viewers,
+                    notice=outcome.notice,
+                    trigger=trigger,
+                    must_deliver=True,
+                    event_id=event_id,
+                    broadcast=True,
+                    now=now,
+                ),
+            )
+            uow.commit()
+            return result
+
+        return run_in_transaction(self.ctx.engine, work)
+
+    def corrections_of(self, caller: ServicePrincipal, task_id: str) -> dict[str, Any]:
+        """The audit records of a task's corrections (ADMIN; operators and reasons included)."""
+        require(caller, Role.ADMIN)
+        c = t.task_correction
+        with self.ctx.engine.connect() as conn:
+            owner = conn.execute(
+                sa.select(t.task.c.tenant_id, t.task.c.authority_scope).where(t.task.c.id == task_id)
+            ).first()
+            if owner is None or tuple(owner) != (caller.tenant_id, caller.authority_scope):
+                raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+            rows = conn.execute(sa.select(c).where(c.c.task_id == task_id).order_by(c.c.task_version)).mappings()
+            return {
+                "taskId": task_id,
+                "corrections": [
+                    {
+                        "correctionId": r["correction_id"],
+                        "taskVersion": str(r["task_version"]),
+                        "stepId": r["step_id"],
+                        "attempt": r["step_attempt"],
+                        "operatorId": r["operator_id"],
+                        "credentialId": r["credential_id"],
+                        "reason": r["reason"],
+                        "changes": r["changes"],
+                        "correctedAt": iso(r["created_at"]),
+                    }
+                    for r in rows
+                ],
+            }

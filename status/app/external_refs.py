@@ -1,0 +1,155 @@
+"""External references (seed §5 ``task_external_ref``): other systems' ids for one canonical task.
+
+An order system knows ``ORDER_ID=SO-1042``, a ticket system ``TICKET=INC-7``; both must land on
+the same taskId.  A reference is unique per ``(tenant, authorityScope, refType, refValue)``; the
+scope is the caller credential's, never the body's, so one scope can't claim another's ids.
+Attaching the same reference to the same task again is a no-op; to another task, a conflict.
+References are lookup keys, not projection state: attaching one moves no version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app.context import AppContext, require
+from status.app.queries import Queries
+from status.domain.auth import Role, ServicePrincipal, UserPrincipal
+from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
+from status.domain.projections import iso
+from status.infra import tables as t
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+REF_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+MAX_REF_VALUE = 255
+MAX_REFS_PER_REQUEST = 20
+
+
+def check_refs(refs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The references of one request, checked and without repeats (order kept)."""
+    if len(refs) > MAX_REFS_PER_REQUEST:
+        raise Invalid(f"at most {MAX_REFS_PER_REQUEST} externalRefs per request")
+    for ref_type, ref_value in refs:
+        if not REF_TYPE_RE.match(ref_type):
+            raise Invalid("refType must be 1–64 characters of [A-Za-z0-9_.:-]")
+        if not ref_value or len(ref_value) > MAX_REF_VALUE or any(ord(ch) < 32 for ch in ref_value):
+            raise Invalid(f"refValue must be 1–{MAX_REF_VALUE} printable characters")
+    return list(dict.fromkeys(refs))
+
+
+def attach_in(
+    conn: sa.Connection, tenant_id: str, scope: str, task_id: str, refs: Sequence[tuple[str, str]], now: datetime
+) -> list[dict[str, Any]]:
+    """Attach references inside the caller's transaction (task creation or ``attach``)."""
+    x = t.task_external_ref
+    results = []
+    for ref_type, ref_value in refs:
+        key = (x.c.tenant_id == tenant_id, x.c.authority_scope == scope, x.c.ref_type == ref_type)
+        owner = conn.execute(sa.select(x.c.task_id).where(*key, x.c.ref_value == ref_value).with_for_update()).scalar()
+        if owner is not None and owner != task_id:
+            raise Conflict(f"{ref_type} {ref_value!r} already refers to another task", ErrorCode.EXTERNAL_REF_CONFLICT)
+        if owner is None:
+            conn.execute(
+                sa.insert(x).values(
+                    tenant_id=tenant_id,
+                    authority_scope=scope,
+                    ref_type=ref_type,
+                    ref_value=ref_value,
+                    task_id=task_id,
+                    created_at=now,
+                )
+            )
+        results.append({"refType": ref_type, "refValue": ref_value, "created": owner is None})
+    return results
+
+
+def retry_on_duplicate(engine: sa.Engine, work: Any) -> Any:
+    """Run a transaction that inserts references; a concurrent insert of the same key loses the race
+    with a duplicate-key error, and the re-run then sees the winner (same task: no-op; other: conflict)."""
+    try:
+        return run_in_transaction(engine, work)
+    except sa.exc.IntegrityError:
+        return run_in_transaction(engine, work)
+
+
+class ExternalRefCommands:
+    def __init__(self, ctx: AppContext, queries: Queries) -> None:
+        self.ctx = ctx
+        self.queries = queries
+
+    def attach(self, caller: ServicePrincipal, task_id: str, refs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        """Attach references to an existing task of the caller's tenant and scope (idempotent)."""
+        require(caller, Role.COORDINATOR)
+        wanted = check_refs(refs)
+        if not wanted:
+            raise Invalid("externalRefs must not be empty")
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            conn = uow.conn
+            # The task row first (the fixed lock order: task, then what hangs off it).
+            row = conn.execute(
+                sa.select(t.task.c.tenant_id, t.task.c.authority_scope).where(t.task.c.id == task_id).with_for_update()
+            ).first()
+            if row is None or (row.tenant_id, row.authority_scope) != (caller.tenant_id, caller.authority_scope):
+                raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+            results = attach_in(conn, caller.tenant_id, caller.authority_scope, task_id, wanted, self.ctx.now())
+            uow.commit()
+            return {"taskId": task_id, "externalRefs": results}
+
+        result: dict[str, Any] = retry_on_duplicate(self.ctx.engine, work)
+        return result
+
+    def lookup(self, caller: ServicePrincipal, ref_type: str, ref_value: str) -> dict[str, Any]:
+        """The task a reference maps to, in the caller's tenant and scope (internal API)."""
+        require(caller, Role.COORDINATOR)
+        check_refs([(ref_type, ref_value)])
+        x = t.task_external_ref
+        with self.ctx.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(x.c.task_id, x.c.created_at, t.task.c.workflow_id, t.task.c.version)
+                .join(t.task, t.task.c.id == x.c.task_id)
+                .where(
+                    x.c.tenant_id == caller.tenant_id,
+                    x.c.authority_scope == caller.authority_scope,
+                    x.c.ref_type == ref_type,
+                    x.c.ref_value == ref_value,
+                )
+            ).first()
+        if row is None:
+            raise NotFound(f"no task has {ref_type} {ref_value!r}", ErrorCode.NOT_FOUND)
+        return {
+            "taskId": row.task_id,
+            "workflowId": row.workflow_id,
+            "taskVersion": str(row.version),
+            "authorityScope": caller.authority_scope,
+            "refType": ref_type,
+            "refValue": ref_value,
+            "attachedAt": iso(row.created_at),
+        }
+
+    def task_for_user(
+        self, user: UserPrincipal, ref_type: str, ref_value: str, authority_scope: str | None
+    ) -> dict[str, Any]:
+        """The snapshot of the task a reference maps to, if this user may see it (public API).
+
+        An invisible task answers exactly like an unknown reference (no probing).
+        """
+        check_refs([(ref_type, ref_value)])
+        x = t.task_external_ref
+        query = sa.select(x.c.task_id).where(
+            x.c.tenant_id == user.tenant_id, x.c.ref_type == ref_type, x.c.ref_value == ref_value
+        )
+        if authority_scope is not None:
+            query = query.where(x.c.authority_scope == authority_scope)
+        with self.ctx.engine.connect() as conn:
+            candidates = list(conn.scalars(query.limit(10)))
+            visible = [task_id for task_id in candidates if self.queries.can_see_task(conn, user, task_id)]
+        if not visible:
+            raise NotFound("task not found", ErrorCode.NOT_FOUND)
+        if len(visible) > 1:
+            raise Invalid("this reference exists in several authority scopes; pass authorityScope")
+        return self.queries.get_task(user, visible[0])

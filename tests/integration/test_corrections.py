@@ -1,0 +1,151 @@
+"""The admin correction command over HTTP and the CLI (seed: an operator's correction is its own
+audited command, never a fake worker report)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from status.cli import main
+from status.infra import tables as t
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow, fail_task, report
+
+
+def _admin(http: Http) -> dict[str, str]:
+    return http.auth(http.service_token("ops-console", "ADMIN"))
+
+
+def _correct(http: Http, task_id: str, headers: dict[str, str] | None = None, **body: Any) -> Any:
+    payload = {"correctionId": f"fix-{uuid.uuid4().hex}", "operatorId": "alice", "reason": "ticket OPS-12", **body}
+    return http.client.post(f"/internal/v1/tasks/{task_id}/corrections", json=payload, headers=headers or _admin(http))
+
+
+def _latest_summary(engine: sa.Engine, task_id: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        return dict(
+            conn.scalars(
+                sa.select(t.task_outbox.c.payload)
+                .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
+                .order_by(t.task_outbox.c.id.desc())
+                .limit(1)
+            ).one()
+        )
+
+
+def test_an_operator_overrides_a_terminal_task_state_with_an_audit_a_version_and_a_notice(
+    http: Http, engine: sa.Engine
+) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    assert fail_task(http, task_id, "PARSE_FAILED", "Parsing failed").status_code == 200
+    before = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    # The coordinator's own path can't move a terminal task (that is the state machine).
+    again = http.client.post(
+        "/internal/v1/task-events",
+        headers=http.coordinator,
+        json={
+            "eventId": f"evt-{uuid.uuid4().hex}",
+            "eventType": "TASK_COMPLETED",
+            "sourceSeq": 2,
+            "taskId": task_id,
+            "taskAttempt": 1,
+            "occurredAt": "2026-01-01T00:00:00Z",
+        },
+    )
+    assert again.status_code == 409
+    body = {"correctionId": "fix-1", "lifecycleStatus": "SUCCEEDED", "reason": "the output was verified by hand"}
+    fixed = _correct(http, task_id, **body)
+    assert fixed.status_code == 201, fixed.text
+    result = fixed.json()
+    assert int(result["taskVersion"]) == int(before["taskVersion"]) + 1
+    assert result["changes"] == [
+        {"field": "lifecycleStatus", "old": "FAILED", "new": "SUCCEEDED"},
+        {"field": "businessStatus", "old": "FAILED", "new": "SUCCEEDED"},
+    ]
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert snap["lifecycleStatus"] == "SUCCEEDED" and snap["failure"] is None
+    assert snap["taskVersion"] == result["taskVersion"]
+    # The same correction again is the same result; the same id with other content is refused.
+    retried = _correct(http, task_id, **body)
+    assert retried.status_code == 200 and retried.json()["duplicate"] is True
+    assert retried.json()["taskVersion"] == result["taskVersion"]
+    clash = _correct(http, task_id, **{**body, "lifecycleStatus": "CANCELLED"})
+    assert clash.status_code == 409 and clash.json()["error"]["code"] == "IDEMPOTENCY_CONFLICT"
+    # Users are told, on the summary channel, with a notice of its own kind.
+    notice = _latest_summary(engine, task_id)["notice"]
+    assert notice["type"] == "CORRECTED" and notice["id"] == f"{task_id}:{result['taskVersion']}"
+    assert "FAILED → SUCCEEDED" in notice["message"] and "hand" not in notice["message"]
+    # The timeline shows it as a correction (what changed, not who or why).
+    timeline = http.client.get(f"/api/tasks/{task_id}/events", headers=http.user("user-1")).json()["events"]
+    shown = timeline[-1]
+    assert shown["eventType"] == "ADMIN_CORRECTION" and shown["taskVersion"] == result["taskVersion"]
+    assert shown["correction"]["changes"] == result["changes"] and "alice" not in json.dumps(timeline)
+    # The audit has who, why, old and new values, and when.
+    audit = http.client.get(f"/internal/v1/tasks/{task_id}/corrections", headers=_admin(http)).json()
+    (record,) = audit["corrections"]
+    assert record["operatorId"] == "alice" and record["reason"] == "the output was verified by hand"
+    assert record["changes"] == result["changes"] and record["correctedAt"] and record["credentialId"] == "ops-console"
+
+
+def test_a_step_attempt_is_corrected_and_its_executor_can_no_longer_overwrite_it(http: Http) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
+    fixed = _correct(http, task_id, stepId="02_parse", lifecycleStatus="CANCELLED")
+    assert fixed.status_code == 201, fixed.text
+    assert fixed.json()["stepId"] == "02_parse" and fixed.json()["attempt"] == 1
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    step = next(s for s in snap["steps"] if s["stepId"] == "02_parse")
+    assert step["lifecycleStatus"] == "CANCELLED" and step["finishedAt"] is not None
+    assert snap["lifecycleStatus"] == "RUNNING"  # only what was corrected moves
+    late = report(http, ctx, "STEP_COMPLETED", 2)
+    assert late.status_code in (403, 409), late.text
+    after = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert next(s for s in after["steps"] if s["stepId"] == "02_parse")["lifecycleStatus"] == "CANCELLED"
+
+
+def test_corrections_are_refused_clearly(http: Http) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    denied = _correct(http, task_id, headers=http.coordinator, lifecycleStatus="CANCELLED")
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "PERMISSION_DENIED"
+    other = http.auth(http.service_token("ops", "ADMIN", tenant="other-tenant"))
+    assert _correct(http, task_id, headers=other, lifecycleStatus="CANCELLED").status_code == 404
+    nothing = _correct(http, task_id, lifecycleStatus="PENDING")
+    assert nothing.status_code == 422 and nothing.json()["error"]["code"] == "VALIDATION_FAILED"
+    unknown = _correct(http, task_id, businessStatus="NO_SUCH_STATUS")
+    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "UNKNOWN_BUSINESS_STATUS"
+    stale = _correct(http, task_id, lifecycleStatus="CANCELLED", expectedTaskVersion="99")
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "VERSION_PRECONDITION_FAILED"
+    no_step = _correct(http, task_id, stepId="99_none", lifecycleStatus="CANCELLED")
+    assert no_step.status_code == 404 and no_step.json()["error"]["code"] == "UNKNOWN_STEP"
+    no_reason = _correct(http, task_id, lifecycleStatus="CANCELLED", reason="")
+    assert no_reason.status_code == 422
+    # A producer can't pass a report off as a correction.
+    ctx = activate(http, task_id)
+    forged = report(http, ctx, "ADMIN_CORRECTION", 1)
+    assert forged.status_code == 422 and forged.json()["error"]["code"] == "VALIDATION_FAILED"
+
+
+def test_the_cli_corrects_through_the_same_command(
+    http: Http, db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    monkeypatch.setenv("TASK_OBSERVER_DATABASE_URL", db_url)
+    monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
+    code = main(
+        ["correct", task_id, "--operator", "bob", "--reason", "stuck after an outage", "--lifecycle", "CANCELLED"]
+    )
+    assert code == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["changes"][0] == {"field": "lifecycleStatus", "old": "PENDING", "new": "CANCELLED"}
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert snap["lifecycleStatus"] == "CANCELLED" and snap["taskVersion"] == result["taskVersion"]
+    audit = http.client.get(f"/internal/v1/tasks/{task_id}/corrections", headers=_admin(http)).json()
+    assert audit["corrections"][0]["operatorId"] == "bob" and audit["corrections"][0]["credentialId"] == "cli:bob"
+    # An unknown task is a clear error, not a traceback.
+    assert main(["correct", "tsk_nope", "--operator", "bob", "--reason", "x", "--lifecycle", "CANCELLED"]) == 1
+    assert "UNKNOWN_TASK" in capsys.readouterr().err
