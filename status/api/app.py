@@ -41,6 +41,7 @@ from status.api.models import (
     SubscriptionIn,
     WatchSetIn,
 )
+from status.api.notifications import NotificationEndpoints
 from status.api.openapi import build_openapi
 from status.api.references import ReferenceEndpoints
 from status.app import commands as c
@@ -489,6 +490,7 @@ def routes(api: Api) -> list[Route]:
         Route("/internal/v1/broadcasts", api.broadcast, methods=["POST"]),
         *ReferenceEndpoints(api).routes(),
         *CorrectionEndpoints(api).routes(),
+        *NotificationEndpoints(api).routes(),
         Route("/api/tasks/status:batchGet", api.batch_get, methods=["POST"]),
         Route("/api/tasks/{task_id}/events", api.task_events, methods=["GET"]),
         Route("/api/tasks/{task_id}", api.get_task, methods=["GET"]),

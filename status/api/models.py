@@ -354,6 +354,23 @@ class ReleaseIn(BaseModel):
     channel: Annotated[str, StringConstraints(min_length=3, max_length=255)]
 
 
+class MarkReadIn(BaseModel):
+    """Mark some notifications read (``ids``) or all of them (``all``: true)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[Annotated[str, StringConstraints(min_length=1, max_length=200)]] | None = Field(
+        default=None, min_length=1, max_length=200
+    )
+    all: bool = False
+
+    @model_validator(mode="after")
+    def _one_of(self) -> MarkReadIn:
+        if (self.ids is None) == (not self.all):
+            raise ValueError("send either ids or all: true")
+        return self
+
+
 class WatchSetIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -41,6 +41,11 @@ QUERY_PARAMETERS: dict[str, list[tuple[str, bool, str]]] = {
     ],
     "/api/tasks/{taskId}/events": [("afterTaskVersion", False, "decimal"), ("limit", False, "1–500")],
     "/api/me/tasks": [("cursor", False, "from nextCursor"), ("limit", False, "1–100")],
+    "/api/me/notifications": [
+        ("unread", False, "true: unread only"),
+        ("cursor", False, "from nextCursor"),
+        ("limit", False, "1–100"),
+    ],
 }
 
 # (method, path, summary, request model or None, auth, success status)
@@ -157,6 +162,22 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "200",
     ),
     ("get", "/api/me/tasks", "The user's tasks, newest first", None, "user", "200"),
+    (
+        "get",
+        "/api/me/notifications",
+        "The user's durable notifications (terminal and action-required changes), newest first, with unreadCount",
+        None,
+        "user",
+        "200",
+    ),
+    (
+        "post",
+        "/api/me/notifications:read",
+        "Mark notifications read (ids, or all: true); shared by all of the user's devices",
+        m.MarkReadIn,
+        "user",
+        "200",
+    ),
     ("get", "/api/workflows/{workflowId}", "Workflow summary", None, "user", "200"),
     ("get", "/api/workflows/{workflowId}/tasks", "Workflow summary and its visible tasks", None, "user", "200"),
     ("get", "/api/realtime/session", "Centrifugo connection token, endpoints and channel names", None, "user", "200"),

@@ -21,6 +21,7 @@ from status.domain.corrections import Correction, apply_correction
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepError
+from status.domain.notifications import notifications_for
 from status.domain.projections import iso
 from status.infra import repository as repo
 from status.infra import tables as t
@@ -196,6 +197,11 @@ class CorrectionCommands:
                     now=now,
                 ),
             )
+            found = notifications_for(task, new_task, outcome.notice)
+            if found:
+                records, hints = outbox.notification_rows(new_task, view.viewers, found, event_id, now)
+                repo.insert_notifications(conn, records)
+                repo.insert_outbox(conn, hints)
             uow.commit()
             return result
 

@@ -45,6 +45,7 @@ from status.domain.errors import (
 )
 from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health
 from status.domain.model import StepState, TaskState
+from status.domain.notifications import notifications_for
 from status.domain.projections import iso
 from status.domain.rules import Outcome, StepEvent, TaskEvent, apply_step_event, apply_task_event
 from status.infra import repository as repo
@@ -81,11 +82,13 @@ class Group:
     dedups: list[dict[str, Any]] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
     outbox: list[dict[str, Any]] = field(default_factory=list)
+    notifications: list[dict[str, Any]] = field(default_factory=list)
 
     def flush(self, conn: sa.Connection) -> None:
         repo.insert_events(conn, self.events)
         repo.insert_dedups(conn, self.dedups)
         repo.insert_changes(conn, self.changes)
+        repo.insert_notifications(conn, self.notifications)
         repo.insert_outbox(conn, self.outbox)
 
 
@@ -464,6 +467,11 @@ class EventCommands:
             broadcast=lifecycle_changed or outcome.must_deliver,
             now=committed_at,
         )
+        found = notifications_for(before_task, task, outcome.notice)
+        if found:
+            records, hints = outbox.notification_rows(task, view.viewers, found, cmd.event_id, committed_at)
+            group.notifications += records
+            group.outbox += hints
         return result
 
     # ------------------------------------------------------------ helpers

@@ -20,6 +20,7 @@ from status.app.step_cache import TaskView
 from status.domain.auth import UserPrincipal
 from status.domain.lifecycle import EventType
 from status.domain.model import StepState, TaskState, WorkflowState
+from status.domain.notifications import Notification
 from status.domain.projections import (
     Projection,
     detail_channel,
@@ -110,6 +111,50 @@ def task_rows(
             )
         )
     return rows
+
+
+def notification_rows(
+    task: TaskState, viewers: Sequence[str], found: Sequence[Notification], event_id: str, now: datetime
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Durable notification records for each viewer, and one realtime hint on each one's channel."""
+    records, hints = [], []
+    payload = {
+        "kind": "notification.created",
+        "schemaVersion": 1,
+        "taskId": task.task_id,
+        "notifications": [n.to_json(now) for n in found],
+    }
+    for user in viewers:
+        records += [
+            {
+                "tenant_id": task.tenant_id,
+                "user_id": user,
+                "notification_id": n.id,
+                "task_id": n.task_id,
+                "task_version": n.task_version,
+                "notification_type": n.type,
+                "level": n.level,
+                "title": n.title[:300],
+                "message": n.message[:600] if n.message else None,
+                "created_at": now,
+                "read_at": None,
+            }
+            for n in found
+        ]
+        hints.append(
+            _row(
+                "TASK",
+                task.task_id,
+                task.version,
+                user_channel(task.tenant_id, user),
+                Projection.USER_NOTIFICATION,
+                payload,
+                must_deliver=True,
+                event_id=event_id,
+                now=now,
+            )
+        )
+    return records, hints
 
 
 def removal_row(task: TaskState, channel: str, projection: str, event_id: str, now: datetime) -> dict[str, Any]:

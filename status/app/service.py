@@ -27,6 +27,7 @@ from status.app.events import EventCommands
 from status.app.executions import ExecutionCommands, ExecutionContext
 from status.app.external_refs import ExternalRefCommands
 from status.app.health import HealthCommands
+from status.app.notifications import NotificationQueries
 from status.app.queries import Queries
 from status.app.workflows import WorkflowCommands
 from status.domain.auth import Role, ServicePrincipal
@@ -75,6 +76,7 @@ class StatusService:
         self.queries = Queries(self.ctx)
         self.external_refs = ExternalRefCommands(self.ctx, self.queries)
         self.corrections = CorrectionCommands(self.ctx)
+        self.notifications = NotificationQueries(self.ctx)
         # The commands, by capability.
         self.create_workflow = self.workflows.create_workflow
         self.add_task = self.workflows.add_task
@@ -102,6 +104,8 @@ class StatusService:
         self.my_tasks = self.queries.my_tasks
         self.get_workflow = self.queries.get_workflow
         self.snapshot = self.queries.snapshot
+        self.my_notifications = self.notifications.list_for
+        self.mark_notifications_read = self.notifications.mark_read
 
     def now(self) -> datetime:
         return self.ctx.now()

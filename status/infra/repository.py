@@ -381,6 +381,11 @@ def revoke_handles(conn: sa.Connection, execution_id: str | None, reason: str, n
         conn.execute(_REVOKE_HANDLES, {"_execution_id": execution_id, "_now": now, "_reason": reason})
 
 
+def insert_notifications(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        conn.execute(sa.insert(t.user_notification), list(rows))
+
+
 def insert_changes(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Workflow projector feed rows (one multi-row INSERT)."""
     if rows:

@@ -268,6 +268,52 @@ def test_dashboard_recovers_from_snapshots_after_a_centrifugo_restart(stack: Sta
     page.context.close()
 
 
+def test_what_happened_while_away_is_an_unread_list_not_a_burst_of_old_toasts(stack: Stack, browser: Browser) -> None:
+    user = f"carol-{uuid.uuid4().hex[:6]}"
+    # The task fails while the user has no page open.
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    response = coordinator_fail(stack.http, task_id, "PARSE_FAILED", "The file could not be read.")
+    assert response.status_code == 200, response.text
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    expect(card(page, task_id)).to_have_attribute("data-status", "FAILED", timeout=TIMEOUT_MS)
+    entry = page.locator(
+        f'#inbox-list li[data-notification-id="{task_id}:{response.json()["taskVersion"]}:TASK_FAILED"]'
+    )
+    expect(entry).to_contain_text("The file could not be read.", timeout=TIMEOUT_MS)
+    expect(page.locator("#unread-count")).to_have_text("1")
+    expect(page.locator(".toast")).to_have_count(0)  # loading state never re-pops an old failure
+    # While the page is open, a new terminal change arrives as a live hint and joins the list.
+    second = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    done = stack.http.client.post(
+        "/internal/v1/task-events",
+        headers=stack.http.coordinator,
+        json={
+            "eventId": f"evt-{uuid.uuid4().hex}",
+            "eventType": "TASK_COMPLETED",
+            "sourceSeq": 1,
+            "taskId": second,
+            "taskAttempt": 1,
+            "occurredAt": "2026-01-01T00:00:00Z",
+        },
+    )
+    assert done.status_code == 200, done.text
+    expect(page.locator("#unread-count")).to_have_text("2", timeout=TIMEOUT_MS)
+    # Marked read here, it is read everywhere: a reload (another device) shows nothing unread.
+    page.locator("#inbox-toggle").click()
+    page.locator("#inbox-read-all").click()
+    expect(page.locator("#unread-count")).to_have_text("0", timeout=TIMEOUT_MS)
+    other = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(other)
+    expect(card(other, task_id)).to_have_attribute("data-status", "FAILED", timeout=TIMEOUT_MS)
+    expect(other.locator("#unread-count")).to_have_text("0", timeout=TIMEOUT_MS)
+    expect(other.locator(".toast")).to_have_count(0)
+    screenshot(page, "dashboard-unread")
+    for p in (page, other):
+        assert_never_went_back(p)
+        p.context.close()
+
+
 def test_a_second_user_never_sees_the_first_users_task(stack: Stack, browser: Browser) -> None:
     alice, bob = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
     alice_page = open_dashboard(browser, stack.base_url, stack.user_token(alice))

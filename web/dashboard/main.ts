@@ -21,6 +21,7 @@ import {
   type StepDetail,
   type TaskView,
   type TransportName,
+  type UserNotification,
 } from '../src/index.js';
 
 const TOKEN_KEY = 'task-status-observer.token';
@@ -81,17 +82,88 @@ function transportsFromQuery(): TransportName[] | undefined {
 const renderers = exampleRenderers();
 const ticker = new SharedTicker(1000);
 
-class Dashboard {
-  private selected: string | null = null;
-  private frame = 0;
-  private stopTicker: (() => void) | null = null;
+/**
+ * The unread list: durable notifications kept by the service, so what a user missed while away
+ * (or read on another device) shows correctly after a reload; snapshots never re-pop old toasts.
+ */
+class Inbox {
+  private loading: Promise<void> | null = null;
+  private again = false;
 
   constructor(private readonly client: TaskStatusClient) {}
 
   start(): void {
+    const toggle = byId('inbox-toggle');
+    toggle.addEventListener('click', () => {
+      const panel = byId('inbox');
+      panel.hidden = !panel.hidden;
+      toggle.setAttribute('aria-expanded', String(!panel.hidden));
+    });
+    byId('inbox-read-all').addEventListener('click', () => {
+      this.client.api.markNotificationsRead('all').then(() => this.refresh(), (error: unknown) => console.warn('notifications', error));
+    });
+    byId('inbox-list').addEventListener('click', (event) => {
+      const id = (event.target as HTMLElement).closest<HTMLElement>('[data-mark-read]')?.dataset.markRead;
+      if (id) this.client.api.markNotificationsRead([id]).then(() => this.refresh(), (error: unknown) => console.warn('notifications', error));
+    });
+    this.refresh();
+  }
+
+  /** Reload the unread list (one request at a time; a hint during a load triggers one more). */
+  refresh(): void {
+    if (this.loading) {
+      this.again = true;
+      return;
+    }
+    this.loading = this.client.api
+      .notifications({ unread: true, limit: 20 })
+      .then((page) => this.draw(page.notifications, page.unreadCount))
+      .catch((error: unknown) => console.warn('notifications', error))
+      .finally(() => {
+        this.loading = null;
+        if (this.again) {
+          this.again = false;
+          this.refresh();
+        }
+      });
+  }
+
+  private draw(items: UserNotification[], unread: number): void {
+    const toggle = byId('inbox-toggle');
+    toggle.dataset.unread = String(unread);
+    byId('unread-count').textContent = String(unread);
+    byId('inbox-list').replaceChildren(
+      ...(items.length === 0
+        ? [h('li', { class: 'muted' }, 'Nothing unread.')]
+        : items.map((n) =>
+            h(
+              'li',
+              { 'data-notification-id': n.id, 'data-level': n.level, 'data-type': n.type },
+              h('span', { class: 'text' }, n.message ? `${n.title}: ${n.message}` : n.title),
+              h('time', { class: 'muted', datetime: n.createdAt }, new Date(n.createdAt).toLocaleTimeString()),
+              h('button', { type: 'button', 'data-mark-read': n.id, 'aria-label': 'mark read' }, '✓'),
+            ),
+          )),
+    );
+  }
+}
+
+class Dashboard {
+  readonly inbox: Inbox;
+  private selected: string | null = null;
+  private frame = 0;
+  private stopTicker: (() => void) | null = null;
+
+  constructor(private readonly client: TaskStatusClient) {
+    this.inbox = new Inbox(client);
+  }
+
+  start(): void {
+    this.inbox.start();
     const store = this.client.store;
     store.subscribe((change) => {
       if (change.type === 'notice') this.toast(change.notice);
+      if (change.type === 'notifications') this.inbox.refresh();
       if (change.type === 'removed' && change.taskId === this.selected) this.select(null);
       this.schedule();
     });

@@ -3,6 +3,7 @@
 import type {
   BatchGetResult,
   MyTasksPage,
+  NotificationsPage,
   RealtimeSession,
   SubscriptionGrant,
   TaskSnapshot,
@@ -69,6 +70,18 @@ export class StatusApi {
     const query = new URLSearchParams({ limit: String(limit) });
     if (cursor) query.set('cursor', cursor);
     return this.request('GET', `/api/me/tasks?${query}`);
+  }
+
+  /** The user's durable notifications, newest first (unread only by default). */
+  notifications(options: { unread?: boolean; cursor?: string | null; limit?: number } = {}): Promise<NotificationsPage> {
+    const query = new URLSearchParams({ unread: String(options.unread ?? true), limit: String(options.limit ?? 50) });
+    if (options.cursor) query.set('cursor', options.cursor);
+    return this.request('GET', `/api/me/notifications?${query}`);
+  }
+
+  /** Mark notifications read on every device of the user: some by id, or `'all'`. */
+  markNotificationsRead(ids: string[] | 'all'): Promise<{ marked: number; unreadCount: number }> {
+    return this.request('POST', '/api/me/notifications:read', ids === 'all' ? { all: true } : { ids });
   }
 
   private async request<T>(method: string, path: string, body?: unknown): Promise<T> {

@@ -11,6 +11,7 @@ import {
   TERMINAL_LIFECYCLES,
   type CurrentStep,
   type Notice,
+  type NotificationCreatedMessage,
   type StepDetail,
   type SystemNoticeMessage,
   type TaskCore,
@@ -49,7 +50,9 @@ export type StoreChange =
   | { type: 'task'; taskId: string; summaryChanged: boolean; detailChanged: boolean }
   | { type: 'removed'; taskId: string }
   | { type: 'workflow'; workflowId: string }
-  | { type: 'notice'; notice: NoticeSource };
+  | { type: 'notice'; notice: NoticeSource }
+  /** New durable notifications were stored for this user (refresh an unread list). */
+  | { type: 'notifications'; message: NotificationCreatedMessage };
 
 export type StoreListener = (change: StoreChange) => void;
 
@@ -283,6 +286,9 @@ export class TaskStore {
         return this.applyWorkflow(message as WorkflowSummaryMessage);
       case 'system.notice':
         return this.applySystemNotice(message as SystemNoticeMessage);
+      case 'notification.created':
+        this.emit({ type: 'notifications', message: message as NotificationCreatedMessage });
+        return true;
       default:
         return false;
     }

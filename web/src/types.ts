@@ -189,12 +189,43 @@ export interface SystemNoticeMessage {
   [extra: string]: unknown;
 }
 
+/** A durable notification (terminal or action-required change), kept until read on any device. */
+export interface UserNotification {
+  /** `taskId:taskVersion:type` */
+  id: string;
+  taskId: string;
+  taskVersion: string;
+  /** TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED, TASK_TIMED_OUT, ACTION_REQUIRED */
+  type: string;
+  level: string;
+  title: string;
+  message: string | null;
+  createdAt: string;
+  readAt: string | null;
+  read: boolean;
+}
+
+/** The realtime hint on the user channel that new notifications were stored. */
+export interface NotificationCreatedMessage {
+  kind: 'notification.created';
+  schemaVersion: number;
+  taskId: string;
+  notifications: UserNotification[];
+}
+
+export interface NotificationsPage {
+  notifications: UserNotification[];
+  unreadCount: number;
+  nextCursor: string | null;
+}
+
 export type ChannelMessage =
   | TaskSummaryMessage
   | TaskDetailMessage
   | TaskRemovedMessage
   | WorkflowSummaryMessage
-  | SystemNoticeMessage;
+  | SystemNoticeMessage
+  | NotificationCreatedMessage;
 
 export interface RealtimeSession {
   token: string;

@@ -234,3 +234,20 @@ describe('knownVersions and nonTerminalTaskIds', () => {
     expect(store.nonTerminalTaskIds()).toEqual(['a']);
   });
 });
+
+describe('durable notification hints', () => {
+  it('pass a notification.created message on to listeners without touching task state', () => {
+    const { store, changes } = storeWithLog();
+    const hint = {
+      kind: 'notification.created',
+      schemaVersion: 1,
+      taskId: 't1',
+      notifications: [
+        { id: 't1:5:TASK_FAILED', taskId: 't1', taskVersion: '5', type: 'TASK_FAILED', level: 'ERROR', title: 'Doc failed', message: null, createdAt: '2026-11-30T00:00:00.000Z', readAt: null, read: false },
+      ],
+    };
+    expect(store.apply(hint)).toBe(true);
+    expect(store.task('t1')).toBeUndefined();
+    expect(changes).toEqual([{ type: 'notifications', message: hint }]);
+  });
+});

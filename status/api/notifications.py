@@ -1,0 +1,52 @@
+"""HTTP adapter of users' durable notifications: the unread list and marking read."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from status.api.models import MarkReadIn
+from status.domain.errors import Invalid
+
+if TYPE_CHECKING:
+    from status.api.app import Api
+
+
+class NotificationEndpoints:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.service = api.service
+
+    async def list_notifications(self, request: Request) -> JSONResponse:
+        user = self.api.user(request)
+        unread = request.query_params.get("unread", "false").lower()
+        if unread not in ("true", "false"):
+            raise Invalid("unread must be true or false")
+        cursor = request.query_params.get("cursor") or None
+        if cursor is not None and len(cursor) > 512:
+            raise Invalid("cursor is not valid")
+        raw_limit = request.query_params.get("limit") or "50"
+        if not raw_limit.isdigit() or len(raw_limit) > 4:
+            raise Invalid("limit must be a positive integer")
+        result = await run_in_threadpool(
+            lambda: self.service.my_notifications(
+                user, unread_only=unread == "true", cursor=cursor, limit=int(raw_limit)
+            )
+        )
+        return JSONResponse(result)
+
+    async def mark_read(self, request: Request) -> JSONResponse:
+        user = self.api.user(request)
+        body = await self.api.parse(request, MarkReadIn)
+        ids = None if body.all else body.ids
+        return JSONResponse(await run_in_threadpool(self.service.mark_notifications_read, user, ids))
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/api/me/notifications", self.list_notifications, methods=["GET"]),
+            Route("/api/me/notifications:read", self.mark_read, methods=["POST"]),
+        ]
