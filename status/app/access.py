@@ -99,7 +99,14 @@ class AccessCommands:
                 "permission": permission,
             }
             rows = outbox.service_event(
-                conn, task, load_view(conn, task), EventType.TASK_ACCESS_CHANGED, caller.producer_id, change, now
+                conn,
+                task,
+                load_view(conn, task),
+                EventType.TASK_ACCESS_CHANGED,
+                caller.producer_id,
+                change,
+                now,
+                durations=self.ctx.durations,
             )
             if not grant:
                 rows = self._revoked_rows(conn, task, principal_type, principal_id, rows, now)

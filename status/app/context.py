@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.app.definitions import DefinitionCache, Definitions
+from status.app.durations import DurationHistory
 from status.app.step_cache import StepCache
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.definitions import OperationDefinition, SchemaValidator, find_operation
@@ -48,6 +49,7 @@ class AppContext:
     heartbeat_timeout_seconds: int = 60
     definitions: DefinitionCache = field(default_factory=DefinitionCache)
     steps: StepCache = field(default_factory=StepCache)
+    durations: DurationHistory = field(default_factory=DurationHistory)
 
     def now(self) -> datetime:
         return repo.now_ms(self.clock())

@@ -195,6 +195,7 @@ class CorrectionCommands:
                     event_id=event_id,
                     broadcast=True,
                     now=now,
+                    history=self.ctx.durations.for_task(conn, new_task, view.steps.current()),
                 ),
             )
             found = notifications_for(task, new_task, outcome.notice)

@@ -43,7 +43,7 @@ from status.domain.errors import (
     TooLarge,
     Unavailable,
 )
-from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health
+from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health, Lifecycle
 from status.domain.model import StepState, TaskState
 from status.domain.notifications import notifications_for
 from status.domain.projections import iso
@@ -456,6 +456,8 @@ class EventCommands:
             "data": {"schema": step.data_schema, "value": step.state_data} if step and data else None,
             "committedAt": iso(committed_at),
         }
+        if step is not None and step.lifecycle is Lifecycle.SUCCEEDED:
+            self.ctx.durations.completed(task, step)
         group.outbox += outbox.task_rows(
             task,
             view.steps,
@@ -466,6 +468,7 @@ class EventCommands:
             event_id=cmd.event_id,
             broadcast=lifecycle_changed or outcome.must_deliver,
             now=committed_at,
+            history=self.ctx.durations.for_task(conn, task, view.steps.current()),
         )
         found = notifications_for(before_task, task, outcome.notice)
         if found:

@@ -206,6 +206,7 @@ class ExecutionCommands:
                     now,
                     step=step,
                     notice=notice,
+                    durations=self.ctx.durations,
                 ),
             )
             return self._context(conn, task, step, created=True, now=now, uow=uow), view, frozen
@@ -335,6 +336,7 @@ class ExecutionCommands:
                     {"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
                     now,
                     step=step,
+                    durations=self.ctx.durations,
                 ),
             )
             return self._context(conn, task, step, created=True, now=now, uow=uow), view, frozen

@@ -16,12 +16,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from status.app.durations import DurationHistory
 from status.app.step_cache import TaskView
 from status.domain.auth import UserPrincipal
 from status.domain.lifecycle import EventType
 from status.domain.model import StepState, TaskState, WorkflowState
 from status.domain.notifications import Notification
 from status.domain.projections import (
+    History,
     Projection,
     detail_channel,
     iso,
@@ -82,9 +84,10 @@ def task_rows(
     event_id: str,
     broadcast: bool,
     now: datetime,
+    history: History | None = None,
 ) -> list[dict[str, Any]]:
     """One row per channel of a task change, each with the projection's full state and version."""
-    summary = user_summary(task, steps, now, notice)
+    summary = user_summary(task, steps, now, notice, history)
 
     def row(channel: str, projection: str, payload: dict[str, Any]) -> dict[str, Any]:
         return _row(
@@ -100,7 +103,7 @@ def task_rows(
         )
 
     rows = [row(user_channel(task.tenant_id, user), Projection.USER_SUMMARY, summary) for user in viewers]
-    detail = task_detail(task, steps, now, trigger)
+    detail = task_detail(task, steps, now, trigger, history)
     rows.append(row(detail_channel(task.tenant_id, task.task_id), Projection.TASK_DETAIL, detail))
     if broadcast and task.project_id:
         rows.append(
@@ -280,6 +283,7 @@ def service_event(
     notice: Notice | None = None,
     must_deliver: bool = True,
     broadcast: bool = False,
+    durations: DurationHistory | None = None,
 ) -> list[dict[str, Any]]:
     """Log a change the service itself made (creation, activation, classification, access)
     at the task's current version; returns its outbox rows for the caller to add to."""
@@ -315,4 +319,5 @@ def service_event(
         event_id=event_id,
         broadcast=broadcast,
         now=now,
+        history=durations.for_task(conn, task, view.steps.current()) if durations else None,
     )

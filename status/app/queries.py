@@ -44,7 +44,8 @@ class Queries:
             if row is None:
                 raise NotFound("task not found", ErrorCode.NOT_FOUND)
             task = repo.task_from_row(row)
-            return task_snapshot(task, repo.steps_of(conn, task_id), self.ctx.now())
+            steps = repo.steps_of(conn, task_id)
+            return task_snapshot(task, steps, self.ctx.now(), self.ctx.durations.for_task(conn, task, steps))
 
     def task_events(self, user: UserPrincipal, task_id: str, after_version: int, limit: int) -> dict[str, Any]:
         """The committed timeline after ``after_version`` (AC18); says when history was purged."""
@@ -109,9 +110,10 @@ class Queries:
             tasks = {r["id"]: repo.task_from_row(r) for r in rows}
             changed = [tid for tid, task in tasks.items() if task.version > known.get(tid, 0)]
             steps = repo.steps_of_tasks(conn, changed)
+            history = {tid: self.ctx.durations.for_task(conn, tasks[tid], steps[tid]) for tid in changed}
         now = self.ctx.now()
         return {
-            "tasks": [task_snapshot(tasks[tid], steps[tid], now) for tid in changed],
+            "tasks": [task_snapshot(tasks[tid], steps[tid], now, history[tid]) for tid in changed],
             "unchanged": [tid for tid in tasks if tid not in changed],
             "notFound": [tid for tid in wanted if tid not in tasks],
             "asOf": iso(now),
@@ -131,9 +133,11 @@ class Queries:
             rows = conn.execute(query).mappings().all()
             tasks = [repo.task_from_row(r) for r in rows[:limit]]
             steps = repo.steps_of_tasks(conn, [task.task_id for task in tasks])
+            history = {x.task_id: self.ctx.durations.for_task(conn, x, steps[x.task_id]) for x in tasks}
         now = self.ctx.now()
         next_cursor = _encode_cursor(tasks[-1].created_at, tasks[-1].task_id) if len(rows) > limit else None
-        return {"tasks": [user_summary(task, steps[task.task_id], now) for task in tasks], "nextCursor": next_cursor}
+        summaries = [user_summary(x, steps[x.task_id], now, None, history[x.task_id]) for x in tasks]
+        return {"tasks": summaries, "nextCursor": next_cursor}
 
     def get_workflow(self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool) -> dict[str, Any]:
         """The workflow summary and its ACL-trimmed tasks; NOT_FOUND unless the user sees it."""
@@ -166,7 +170,11 @@ class Queries:
                 tasks = [repo.task_from_row(r) for r in task_rows]
                 steps = repo.steps_of_tasks(conn, [task.task_id for task in tasks])
                 now = self.ctx.now()
-                result = {"workflow": result, "tasks": [user_summary(x, steps[x.task_id], now) for x in tasks]}
+                summaries = [
+                    user_summary(x, steps[x.task_id], now, None, self.ctx.durations.for_task(conn, x, steps[x.task_id]))
+                    for x in tasks
+                ]
+                result = {"workflow": result, "tasks": summaries}
             return result
 
     def snapshot(self, task_id: str) -> dict[str, Any] | None:
@@ -175,7 +183,8 @@ class Queries:
             task = repo.load_task(conn, task_id)
             if task is None:
                 return None
-            return task_snapshot(task, repo.steps_of(conn, task_id), self.ctx.now())
+            steps = repo.steps_of(conn, task_id)
+            return task_snapshot(task, steps, self.ctx.now(), self.ctx.durations.for_task(conn, task, steps))
 
 
 def _encode_cursor(created_at: datetime, task_id: str) -> str:

@@ -305,6 +305,7 @@ class WorkflowCommands:
             {"knownSteps": step_ids},
             now,
             broadcast=True,
+            durations=self.ctx.durations,
         )
         return (
             {"clientTaskKey": new_task.client_task_key, "taskId": task.task_id, "taskVersion": "1", "created": True},
@@ -384,6 +385,7 @@ class WorkflowCommands:
                     {"before": before, "after": after},
                     now,
                     must_deliver=False,
+                    durations=self.ctx.durations,
                 ),
             )
             uow.commit()

@@ -7,10 +7,11 @@ Versions travel as decimal strings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from status.domain.eta import DurationStats, Estimate, step_estimate, task_estimate
 from status.domain.lifecycle import Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
 from status.domain.rules import Notice, task_timing
@@ -68,6 +69,23 @@ def _progress(progress: Progress | None) -> dict[str, Any] | None:
 
 
 Steps = StepSet | Iterable[StepState]
+# operationCode → past durations of that operation for the task's type (status.domain.eta)
+History = Mapping[str, DurationStats | None]
+
+
+def _estimates(
+    task: TaskState, steps: StepSet, history: History | None, now: datetime
+) -> tuple[dict[tuple[str, int], Estimate | None], Estimate | None]:
+    """Per unfinished step attempt and for the task; nothing without history to go on."""
+    if history is None or task.lifecycle.terminal:
+        return {}, None
+    current = steps.current()
+    per_step = {
+        (s.step_id, s.attempt): step_estimate(s, history.get(s.operation_code), now)
+        for s in current
+        if not s.lifecycle.terminal
+    }
+    return per_step, task_estimate(task.lifecycle, current, per_step)
 
 
 def _as_set(steps: Steps) -> StepSet:
@@ -84,7 +102,7 @@ def task_progress(steps: Steps) -> dict[str, Any]:
     return {"completedSteps": done, "totalSteps": total, "percent": percent}
 
 
-def _step_detail(step: StepState) -> dict[str, Any]:
+def _step_detail(step: StepState, estimate: Estimate | None = None) -> dict[str, Any]:
     error = None
     if step.error is not None:
         # diagnosticsRef stays server-side (seed §5: for operators only).
@@ -116,6 +134,7 @@ def _step_detail(step: StepState) -> dict[str, Any]:
         "data": {"schema": step.data_schema, "value": step.state_data} if step.data_schema else None,
         "error": error,
         "failurePolicy": step.failure_policy,
+        **(estimate.to_json() if estimate else {}),
     }
 
 
@@ -151,31 +170,39 @@ def _task_core(task: TaskState, now: datetime) -> dict[str, Any]:
     }
 
 
-def task_snapshot(task: TaskState, steps: Steps, now: datetime) -> dict[str, Any]:
+def task_snapshot(task: TaskState, steps: Steps, now: datetime, history: History | None = None) -> dict[str, Any]:
     """The full detail state (GET /api/tasks/{id}): every step attempt."""
     step_set = _as_set(steps)
-    return _state(task, step_set, step_set.all(), now)
+    return _state(task, step_set, step_set.all(), now, history)
 
 
-def _state(task: TaskState, steps: StepSet, shown: Sequence[StepState], now: datetime) -> dict[str, Any]:
+def _state(
+    task: TaskState, steps: StepSet, shown: Sequence[StepState], now: datetime, history: History | None
+) -> dict[str, Any]:
+    per_step, overall = _estimates(task, steps, history, now)
     return {
         "workflowId": task.workflow_id,
         "taskId": task.task_id,
         **_task_core(task, now),
+        **(overall.to_json() if overall else {}),
         "progress": task_progress(steps),
         "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
-        "steps": [_step_detail(s) for s in shown],
+        "steps": [_step_detail(s, per_step.get((s.step_id, s.attempt))) for s in shown],
     }
 
 
-def user_summary(task: TaskState, steps: Steps, now: datetime, notice: Notice | None = None) -> dict[str, Any]:
+def user_summary(
+    task: TaskState, steps: Steps, now: datetime, notice: Notice | None = None, history: History | None = None
+) -> dict[str, Any]:
     """USER_SUMMARY: list-level state; no step data, no results, no diagnostics."""
     step_set = _as_set(steps)
     running = step_set.running()
     current = running[-1] if running else None
+    _, overall = _estimates(task, step_set, history, now)
     message = {
         **_envelope("task.summary", task),
         **_task_core(task, now),
+        **(overall.to_json() if overall else {}),
         "progress": task_progress(step_set),
         "currentStep": {
             "stepId": current.step_id,
@@ -191,7 +218,13 @@ def user_summary(task: TaskState, steps: Steps, now: datetime, notice: Notice | 
     return message
 
 
-def task_detail(task: TaskState, steps: Steps, now: datetime, trigger: dict[str, Any] | None) -> dict[str, Any]:
+def task_detail(
+    task: TaskState,
+    steps: Steps,
+    now: datetime,
+    trigger: dict[str, Any] | None,
+    history: History | None = None,
+) -> dict[str, Any]:
     """TASK_DETAIL: the task state plus the event that produced this version.
 
     Its steps are the task's attempts up to ``DETAIL_WINDOW``; a larger task
@@ -202,7 +235,7 @@ def task_detail(task: TaskState, steps: Steps, now: datetime, trigger: dict[str,
     """
     step_set = _as_set(steps)
     shown, omitted = step_set.window()
-    state = _state(task, step_set, shown, now)
+    state = _state(task, step_set, shown, now, history)
     return {
         **_envelope("task.detail", task),
         "taskVersion": str(task.version),

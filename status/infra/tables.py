@@ -172,6 +172,8 @@ task_step = sa.Table(
     sa.UniqueConstraint("task_id", "client_step_key", "attempt", name="task_step_client_key_uk"),
     sa.UniqueConstraint("execution_id", name="task_step_execution_uk"),
     sa.Index("task_step_heartbeat_idx", "lifecycle_status", "health", "heartbeat_deadline_at"),
+    # ETA history: the newest successes of an operation (status.app.durations).
+    sa.Index("task_step_duration_idx", "operation_code", "lifecycle_status", "finished_at"),
     **MYSQL_TABLE_ARGS,
 )
 

@@ -314,6 +314,27 @@ def test_what_happened_while_away_is_an_unread_list_not_a_burst_of_old_toasts(st
         p.context.close()
 
 
+def test_a_running_task_says_about_how_long_is_left(stack: Stack, browser: Browser) -> None:
+    user = f"dave-{uuid.uuid4().hex[:6]}"
+    task_type = f"ETA_{uuid.uuid4().hex[:6].upper()}"
+    steps = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"}]
+    for _ in range(3):  # history: two-minute parses of this task type
+        done = create_workflow(stack.http, owner=user, taskType=task_type, knownSteps=steps)["tasks"][0]["taskId"]
+        ctx = activate(stack.http, done)
+        assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+        assert report(stack.http, ctx, "STEP_COMPLETED", 2, durationMs=120_000).status_code == 200
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    task_id = create_workflow(stack.http, owner=user, taskType=task_type, knownSteps=steps)["tasks"][0]["taskId"]
+    ctx = activate(stack.http, task_id)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    expect(card(page, task_id).locator(".eta")).to_have_text("about 2 min left", timeout=TIMEOUT_MS)
+    assert report(stack.http, ctx, "STEP_COMPLETED", 2, durationMs=1_000).status_code == 200
+    expect(card(page, task_id).locator(".eta")).to_have_text("", timeout=TIMEOUT_MS)  # nothing left to estimate
+    assert_never_went_back(page)
+    page.context.close()
+
+
 def test_a_second_user_never_sees_the_first_users_task(stack: Stack, browser: Browser) -> None:
     alice, bob = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
     alice_page = open_dashboard(browser, stack.base_url, stack.user_token(alice))

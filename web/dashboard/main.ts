@@ -15,7 +15,9 @@ import {
   elapsedAt,
   exampleRenderers,
   formatDuration,
+  formatRemaining,
   isTerminal,
+  remainingAt,
   type ConnectionState,
   type NoticeSource,
   type StepDetail,
@@ -256,6 +258,7 @@ class Dashboard {
         'div',
         { class: 'sub' },
         h('span', { class: 'elapsed', 'data-task-id': view.taskId }, ''),
+        h('span', { class: 'eta', 'data-task-id': view.taskId }, formatRemaining(remainingAt(s, view.summaryReceivedAt, performance.now()))),
         h('span', {}, `${s.progress.completedSteps}/${s.progress.totalSteps} steps`),
         current ? h('span', { class: 'current-step' }, `${current.displayName ?? current.operationCode}${current.phaseLabel ? ` · ${current.phaseLabel}` : ''}`) : null,
         h('span', { class: 'version muted' }, `v${view.summaryVersion}`),
@@ -352,6 +355,10 @@ class Dashboard {
       const view = this.client.store.task(el.dataset.taskId ?? '');
       if (!view) continue;
       el.textContent = `elapsed ${formatDuration(elapsedAt(view.summary, view.summaryReceivedAt, now))}`;
+    }
+    for (const el of document.querySelectorAll<HTMLElement>('.eta')) {
+      const view = this.client.store.task(el.dataset.taskId ?? '');
+      if (view) el.textContent = formatRemaining(remainingAt(view.summary, view.summaryReceivedAt, now));
     }
   }
 

@@ -33,6 +33,15 @@ export {
   type TaskSummaryState,
   type TaskView,
 } from './store.js';
-export { SharedTicker, elapsedAt, formatDuration, type ElapsedInput, type TickerScheduler } from './timers.js';
+export {
+  SharedTicker,
+  elapsedAt,
+  formatDuration,
+  formatRemaining,
+  remainingAt,
+  type ElapsedInput,
+  type EtaInput,
+  type TickerScheduler,
+} from './timers.js';
 export * from './types.js';
 export { VersionGate, compareVersions, parseVersion } from './versions.js';

@@ -20,6 +20,29 @@ export function elapsedAt(state: ElapsedInput, receivedAt: number, now: number):
   return state.elapsedMs + Math.max(0, now - receivedAt);
 }
 
+export interface EtaInput {
+  /** Estimated ms left as of `asOf` (absent when the service can't say). */
+  etaMs?: number;
+  lifecycleStatus: string;
+}
+
+/** Estimated ms left at local time `now` for a state received at `receivedAt`; null when unknown. */
+export function remainingAt(state: EtaInput, receivedAt: number, now: number): number | null {
+  if (state.etaMs === undefined || state.etaMs === null || isTerminal(state)) return null;
+  return Math.max(0, state.etaMs - Math.max(0, now - receivedAt));
+}
+
+/** "about 2 min left", "about 1 h 10 min left", "less than a minute left"; "finishing…" once past it. */
+export function formatRemaining(ms: number | null): string {
+  if (ms === null) return '';
+  if (ms <= 0) return 'finishing…';
+  const minutes = Math.round(ms / 60_000);
+  if (minutes < 1) return 'less than a minute left';
+  if (minutes < 60) return `about ${minutes} min left`;
+  const hours = Math.floor(minutes / 60);
+  return `about ${hours} h ${minutes % 60} min left`;
+}
+
 /** "1h 02m", "3m 07s", "12.4s", "850ms". */
 export function formatDuration(ms: number | null): string {
   if (ms === null || !Number.isFinite(ms)) return '—';

@@ -74,6 +74,9 @@ export interface TaskCore {
   elapsedMs: number | null;
   failure: TaskFailure | null;
   progress: TaskProgress;
+  /** Estimated ms left as of `asOf` and how sure the service is (0–1); absent when unknown. */
+  etaMs?: number;
+  etaConfidence?: number;
 }
 
 export interface CurrentStep {
@@ -127,6 +130,9 @@ export interface StepDetail {
   data: StepData | null;
   error: StepError | null;
   failurePolicy: string | null;
+  /** Estimated ms left for a running or pending attempt; absent when unknown. */
+  etaMs?: number;
+  etaConfidence?: number;
 }
 
 /** Full task state: `GET /api/tasks/{id}`, `status:batchGet` entries and `task.detail`'s `state`. */

@@ -251,3 +251,17 @@ describe('durable notification hints', () => {
     expect(changes).toEqual([{ type: 'notifications', message: hint }]);
   });
 });
+
+describe('remaining time', () => {
+  it('counts down locally from etaMs and says nothing when the service does not know', async () => {
+    const { formatRemaining, remainingAt } = await import('../src/timers.js');
+    const state = { etaMs: 150_000, lifecycleStatus: 'RUNNING' };
+    expect(remainingAt(state, 1_000, 31_000)).toBe(120_000);
+    expect(formatRemaining(remainingAt(state, 1_000, 31_000))).toBe('about 2 min left');
+    expect(formatRemaining(remainingAt(state, 0, 200_000))).toBe('finishing…');
+    expect(remainingAt({ lifecycleStatus: 'RUNNING' }, 0, 10)).toBeNull();
+    expect(remainingAt({ etaMs: 5_000, lifecycleStatus: 'SUCCEEDED' }, 0, 10)).toBeNull();
+    expect(formatRemaining(20_000)).toBe('less than a minute left');
+    expect(formatRemaining(4_200_000)).toBe('about 1 h 10 min left');
+  });
+});

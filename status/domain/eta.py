@@ -1,0 +1,114 @@
+"""Estimated time left, per running step and per task (none of the peers offer it).
+
+Two witnesses, combined by how much each can know:
+
+* **history** — durations (the producers' own ``durationMs``) of recently completed steps of the
+  same operation and task type; the median is robust to the odd hour-long outlier, the
+  interquartile range says how much to trust it;
+* **rate** — the step's progress so far: at fraction ``p`` after ``elapsed``, the rest takes about
+  ``elapsed·(1−p)/p``; it grows reliable as ``p`` grows.
+
+An estimate is only carried when it means something (``None`` otherwise: no history and no
+measurable progress, or a step already past what history has seen).  Estimates are computed when
+a projection is built, for the state of that version: time passing never makes a version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from statistics import median, quantiles
+
+from status.domain.lifecycle import Lifecycle
+from status.domain.model import StepState
+
+MIN_SAMPLES = 3
+MIN_RATE_FRACTION = 0.02
+MIN_RATE_ELAPSED_MS = 1000
+
+
+@dataclass(frozen=True)
+class DurationStats:
+    count: int
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+
+    @classmethod
+    def of(cls, durations: Sequence[float]) -> DurationStats | None:
+        """Robust statistics of past durations; None below ``MIN_SAMPLES``."""
+        values = sorted(d for d in durations if d is not None and d >= 0)
+        if len(values) < MIN_SAMPLES:
+            return None
+        q1, _, q3 = quantiles(values, n=4, method="inclusive")
+        return cls(len(values), float(median(values)), float(q1), float(q3))
+
+    @property
+    def confidence(self) -> float:
+        """More samples and a tighter spread: more trust (0–1)."""
+        spread = (self.p75_ms - self.p25_ms) / self.median_ms if self.median_ms > 0 else 1.0
+        return (self.count / (self.count + 5)) * (1 - 0.5 * min(1.0, spread))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    remaining_ms: int
+    confidence: float
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"etaMs": self.remaining_ms, "etaConfidence": round(self.confidence, 2)}
+
+
+def _fraction(step: StepState) -> float | None:
+    percent = step.progress.percent if step.progress else None
+    return None if percent is None else percent / 100
+
+
+def step_estimate(step: StepState, stats: DurationStats | None, now: datetime) -> Estimate | None:
+    """Time left for one step attempt (PENDING: its typical duration; RUNNING: see the module doc)."""
+    if step.lifecycle is Lifecycle.PENDING:
+        return Estimate(round(stats.median_ms), 0.8 * stats.confidence) if stats else None
+    if step.lifecycle is not Lifecycle.RUNNING:
+        return None
+    elapsed = max(0.0, (now - step.started_at).total_seconds() * 1000) if step.started_at else 0.0
+    history = None
+    if stats is not None:
+        if elapsed <= stats.median_ms:
+            history = Estimate(round(stats.median_ms - elapsed), stats.confidence)
+        elif elapsed <= stats.p75_ms:  # slower than usual, still within what history has seen
+            history = Estimate(round(stats.p75_ms - elapsed), 0.5 * stats.confidence)
+    p = _fraction(step)
+    rate = None
+    if p is not None and MIN_RATE_FRACTION <= p < 1 and elapsed >= MIN_RATE_ELAPSED_MS:
+        rate = Estimate(round(elapsed * (1 - p) / p), 0.9 * p)
+    if history and rate:
+        assert p is not None
+        return Estimate(
+            round(p * rate.remaining_ms + (1 - p) * history.remaining_ms),
+            1 - (1 - rate.confidence) * (1 - history.confidence),
+        )
+    return rate or history
+
+
+def task_estimate(
+    lifecycle: Lifecycle, current: Sequence[StepState], estimates: Mapping[tuple[str, int], Estimate | None]
+) -> Estimate | None:
+    """Time left for a task: its running steps (in parallel: the longest) then its pending ones (in
+    turn).  Unknown as soon as one unfinished step is; absent for a finished task."""
+    if lifecycle.terminal:
+        return None
+    running: list[Estimate] = []
+    pending: list[Estimate] = []
+    for step in current:
+        if step.lifecycle.terminal:
+            continue
+        estimate = estimates.get((step.step_id, step.attempt))
+        if estimate is None:
+            return None
+        (running if step.lifecycle is Lifecycle.RUNNING else pending).append(estimate)
+    parts = running + pending
+    if not parts:
+        return None
+    remaining = max((e.remaining_ms for e in running), default=0) + sum(e.remaining_ms for e in pending)
+    return Estimate(remaining, min(e.confidence for e in parts))

@@ -1,0 +1,104 @@
+"""ETAs over HTTP with deterministic durations: from the history of the same operation and task
+type, carried in snapshots, summaries and published projections, absent when unknown, and never
+a version of their own."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.infra import tables as t
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow, report
+
+PARSE_ONLY = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"}]
+
+
+def _parse_task(http: Http, task_type: str) -> tuple[str, dict[str, Any]]:
+    task_id = create_workflow(http, taskType=task_type, knownSteps=PARSE_ONLY)["tasks"][0]["taskId"]
+    return task_id, activate(http, task_id)
+
+
+def _history(http: Http, task_type: str, durations: list[int]) -> None:
+    for duration in durations:
+        _, ctx = _parse_task(http, task_type)
+        assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
+        done = report(http, ctx, "STEP_COMPLETED", 2, durationMs=duration)
+        assert done.status_code == 200, done.text
+
+
+def _outbox_count(engine: sa.Engine, task_id: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
+            ).scalar_one()
+        )
+
+
+def test_a_running_step_and_its_task_get_an_eta_from_history(http: Http, engine: sa.Engine) -> None:
+    task_type = f"DOC_{uuid.uuid4().hex[:6].upper()}"
+    # One outlier among steady one-minute runs: the median ignores it.
+    _history(http, task_type, [60_000, 60_000, 60_000, 60_000, 3_600_000])
+    task_id, ctx = _parse_task(http, task_type)
+    started = report(http, ctx, "STEP_STARTED", 1)
+    assert started.status_code == 200
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    step = next(s for s in snap["steps"] if s["stepId"] == "02_parse")
+    assert 50_000 <= step["etaMs"] <= 60_000, step
+    assert 0 < step["etaConfidence"] < 1
+    assert snap["etaMs"] == step["etaMs"] and snap["etaConfidence"] == step["etaConfidence"]
+    listed = http.client.get("/api/me/tasks", headers=http.user("user-1")).json()["tasks"]
+    summary = next(x for x in listed if x["taskId"] == task_id)
+    assert 50_000 <= summary["etaMs"] <= 60_000
+    # The published projections of that version carry it too.
+    with engine.connect() as conn:
+        published = conn.execute(
+            sa.select(t.task_outbox.c.projection, t.task_outbox.c.payload).where(
+                t.task_outbox.c.aggregate_id == task_id,
+                t.task_outbox.c.aggregate_version == int(started.json()["taskVersion"]),
+            )
+        ).all()
+    by_projection = dict(published)
+    assert 50_000 <= by_projection["USER_SUMMARY"]["etaMs"] <= 60_000
+    detail_step = next(s for s in by_projection["TASK_DETAIL"]["state"]["steps"] if s["stepId"] == "02_parse")
+    assert 50_000 <= detail_step["etaMs"] <= 60_000
+    # Time passing changes the estimate a reader sees, never the version or the outbox.
+    rows = _outbox_count(engine, task_id)
+    again = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert again["taskVersion"] == snap["taskVersion"] and again["etaMs"] <= snap["etaMs"]
+    assert _outbox_count(engine, task_id) == rows
+    # A finished task has no ETA.
+    assert report(http, ctx, "STEP_COMPLETED", 2, durationMs=61_000).status_code == 200
+    done = http.client.post(
+        "/internal/v1/task-events",
+        headers=http.coordinator,
+        json={
+            "eventId": f"evt-{uuid.uuid4().hex}",
+            "eventType": "TASK_COMPLETED",
+            "sourceSeq": 1,
+            "taskId": task_id,
+            "taskAttempt": 1,
+            "occurredAt": "2026-01-01T00:00:00Z",
+        },
+    )
+    assert done.status_code == 200
+    final = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert "etaMs" not in final and all("etaMs" not in s for s in final["steps"])
+
+
+def test_no_history_means_no_eta(http: Http) -> None:
+    task_type = f"DOC_{uuid.uuid4().hex[:6].upper()}"
+    _history(http, task_type, [60_000, 60_000])  # too few samples to say anything
+    task_id, ctx = _parse_task(http, task_type)
+    assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert "etaMs" not in snap and "etaConfidence" not in snap
+    assert all("etaMs" not in s for s in snap["steps"])
+    # Another task type's history is not this one's.
+    other = f"DOC_{uuid.uuid4().hex[:6].upper()}"
+    _history(http, other, [60_000, 60_000, 60_000])
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert "etaMs" not in snap

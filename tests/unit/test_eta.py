@@ -1,0 +1,84 @@
+"""ETA rules with deterministic durations (status.domain.eta)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from status.domain.eta import DurationStats, Estimate, step_estimate, task_estimate
+from status.domain.lifecycle import Lifecycle
+from status.domain.model import Progress, StepState
+
+NOW = datetime(2026, 11, 30, 12, 0, 0)
+
+
+def _step(step_id: str, lifecycle: Lifecycle, *, elapsed_s: float = 0, progress: Progress | None = None) -> StepState:
+    return StepState(
+        task_id="t",
+        step_id=step_id,
+        attempt=1,
+        client_step_key=step_id,
+        operation_code="DOCUMENT.PARSE",
+        operation_definition_version=1,
+        service_name="*",
+        lifecycle=lifecycle,
+        business_status=lifecycle.value,
+        version=1,
+        started_at=NOW - timedelta(seconds=elapsed_s) if lifecycle is not Lifecycle.PENDING else None,
+        progress=progress,
+    )
+
+
+def test_history_is_robust_to_outliers_and_needs_a_few_samples() -> None:
+    assert DurationStats.of([60_000, 60_000]) is None
+    stats = DurationStats.of([58_000, 60_000, 61_000, 59_000, 3_600_000])  # one stuck run
+    assert stats is not None and stats.median_ms == 60_000 and stats.count == 5
+    tight = DurationStats.of([60_000] * 20)
+    loose = DurationStats.of([10_000, 60_000, 200_000, 30_000, 90_000])
+    assert tight is not None and loose is not None and tight.confidence > loose.confidence
+
+
+def test_a_running_step_counts_down_from_its_history() -> None:
+    stats = DurationStats.of([60_000] * 10)
+    estimate = step_estimate(_step("p", Lifecycle.RUNNING, elapsed_s=20), stats, NOW)
+    assert estimate is not None and estimate.remaining_ms == 40_000
+    # Past the typical duration and past what history has seen: no honest estimate.
+    assert step_estimate(_step("p", Lifecycle.RUNNING, elapsed_s=90), stats, NOW) is None
+    # Pending: its typical duration, with less confidence.
+    pending = step_estimate(_step("p", Lifecycle.PENDING), stats, NOW)
+    assert pending is not None and pending.remaining_ms == 60_000 and stats is not None
+    assert pending.confidence < stats.confidence
+    assert step_estimate(_step("p", Lifecycle.SUCCEEDED), stats, NOW) is None
+
+
+def test_progress_rate_alone_and_blended_with_history() -> None:
+    half = Progress(50, 100)
+    alone = step_estimate(_step("p", Lifecycle.RUNNING, elapsed_s=30, progress=half), None, NOW)
+    assert alone == Estimate(30_000, 0.45)
+    # Too early to measure a rate: nothing to go on without history.
+    assert step_estimate(_step("p", Lifecycle.RUNNING, elapsed_s=0.5, progress=half), None, NOW) is None
+    stats = DurationStats.of([100_000] * 10)
+    assert stats is not None
+    blended = step_estimate(_step("p", Lifecycle.RUNNING, elapsed_s=30, progress=half), stats, NOW)
+    # history says 70 s left, the rate says 30 s; at 50 % each counts half.
+    assert blended is not None and blended.remaining_ms == 50_000
+    assert blended.confidence > max(0.45, stats.confidence)
+
+
+def test_a_task_adds_its_pending_steps_to_its_longest_running_one() -> None:
+    running_a, running_b, pending = (
+        _step("a", Lifecycle.RUNNING),
+        _step("b", Lifecycle.RUNNING),
+        _step("c", Lifecycle.PENDING),
+    )
+    done = _step("d", Lifecycle.SUCCEEDED)
+    steps = [running_a, running_b, pending, done]
+    estimates = {
+        ("a", 1): Estimate(10_000, 0.9),
+        ("b", 1): Estimate(25_000, 0.8),
+        ("c", 1): Estimate(60_000, 0.5),
+    }
+    total = task_estimate(Lifecycle.RUNNING, steps, estimates)
+    assert total == Estimate(85_000, 0.5)
+    # One unfinished step without an estimate makes the task's unknown; a finished task has none.
+    assert task_estimate(Lifecycle.RUNNING, steps, {**estimates, ("c", 1): None}) is None
+    assert task_estimate(Lifecycle.SUCCEEDED, steps, estimates) is None
