@@ -207,6 +207,8 @@ def _progress_cost(service: StatusService, coordinator: ServicePrincipal, steps:
     cold_service = StatusService(service.engine, execution_tokens=service._tokens, validator=JsonSchemaValidator())
     cold_service.definitions = service.definitions  # definitions are loaded once a few seconds, not per event
     cold_service.ctx.definitions = service.definitions
+    # ETA history is per operation and refreshed once a minute, like definitions: not per event.
+    cold_service.ctx.durations = service.ctx.durations
     with _statements(service.engine) as cold:
         cold_service.report_event(claims, event("STEP_PROGRESS", 3, progress=Progress(2, 10)))
     return warm, cold
