@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +36,9 @@ def _serve(args: argparse.Namespace) -> int:
     from status.infra.db import create_engine
 
     logs.configure()
+    if args.grpc_port is not None:
+        # Through the environment, so every worker process of --workers reads it too.
+        os.environ["TASK_OBSERVER_GRPC_PORT"] = str(args.grpc_port)
     settings = Settings.from_env()
     engine = create_engine(settings.database_url)
     service = build_service(settings, engine)
@@ -246,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument(
         "--workers", type=int, default=1, help="API processes sharing the port (default 1; about one per core)"
+    )
+    serve.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="also serve the gRPC adapter on this port (default: TASK_OBSERVER_GRPC_PORT, 0 = off)",
     )
     serve.add_argument(
         "--access-log",

@@ -126,6 +126,9 @@ class Settings:
     # this many such transactions run at once per API process (more queue for the next group).
     group_commit_max_events: int = 64
     group_commit_in_flight: int = 2
+    # The gRPC adapter (task_status_wire/task_events.proto) beside the HTTP API; port 0: off.
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 0
 
     @property
     def is_production(self) -> bool:
@@ -192,4 +195,6 @@ class Settings:
             wakeup_advertise_host=_env("WAKEUP_ADVERTISE_HOST"),
             group_commit_max_events=max(1, _int("GROUP_COMMIT_MAX_EVENTS", 64)),
             group_commit_in_flight=max(1, _int("GROUP_COMMIT_IN_FLIGHT", 2)),
+            grpc_host=_env("GRPC_HOST", "127.0.0.1") or "127.0.0.1",
+            grpc_port=_int("GRPC_PORT", 0),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -144,6 +145,11 @@ class Api:
             raw = {}
         if not isinstance(raw, dict):
             raise Invalid("the request body must be a JSON object")
+        return self.validated(model, raw)
+
+    @staticmethod
+    def validated(model: type[M], raw: dict[str, Any]) -> M:
+        """``raw`` as ``model``; mistakes are VALIDATION_FAILED naming the first bad field (REST and gRPC)."""
         try:
             return model.model_validate(raw)
         except ValidationError as exc:
@@ -160,14 +166,21 @@ class Api:
         return token.strip()
 
     def service_principal(self, request: Request) -> ServicePrincipal:
-        principal = self.service_tokens.verify(self.bearer(request))
-        self.rate_limiter.check(f"{principal.tenant_id}/{principal.producer_id}")
-        return principal
+        return self.service_principal_of(self.bearer(request))
 
     def event_caller(self, request: Request) -> EventCaller:
-        caller = self.service.resolve_caller(self.bearer(request), self.service_tokens)
+        return self.event_caller_of(self.bearer(request))
+
+    def event_caller_of(self, bearer: str) -> EventCaller:
+        """An execution token's claims or a service token's principal, rate-limited per producer."""
+        caller = self.service.resolve_caller(bearer, self.service_tokens)
         self.rate_limiter.check(f"{caller.tenant_id}/{caller.producer_id}")
         return caller
+
+    def service_principal_of(self, bearer: str) -> ServicePrincipal:
+        principal = self.service_tokens.verify(bearer)
+        self.rate_limiter.check(f"{principal.tenant_id}/{principal.producer_id}")
+        return principal
 
     def user(self, request: Request) -> UserPrincipal:
         principal = self.user_tokens.verify(self.bearer(request))
@@ -556,7 +569,21 @@ def create_app(settings: Settings, engine: sa.Engine | None = None, service: Sta
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "VALIDATION_FAILED")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        grpc_server = None
+        if settings.grpc_port:
+            from status.api.grpc_server import start_grpc_server
+
+            grpc_server, app.state.grpc_port = await start_grpc_server(api, settings.grpc_host, settings.grpc_port)
+        try:
+            yield
+        finally:
+            if grpc_server is not None:
+                await grpc_server.stop(grace=2)
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),

@@ -1,0 +1,202 @@
+"""The gRPC adapter (``task_status_wire/task_events.proto``): authentication, decoding and
+protocol-level error mapping only (seed §3.3).  Each message becomes the REST body it stands for,
+is validated by the same request model and runs through the same application service, so the
+same eventId gets the same result and taskVersion over REST, REST batch and gRPC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from starlette.concurrency import run_in_threadpool
+
+from status import logs
+from status.api.errors import HTTP_STATUS, status_for
+from status.api.models import EventBatchIn, EventIn, HeartbeatBatchIn
+from status.app.group_commit import GroupCommitter
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.errors import DomainError, Forbidden, Invalid, NotFound, Unauthenticated
+from task_status_wire import convert
+from task_status_wire import task_events_pb2 as pb
+from task_status_wire import task_events_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from status.api.app import Api
+
+log = logs.get("status.grpc")
+
+# The HTTP statuses of the error table, as gRPC status codes.
+GRPC_STATUS = {
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.FAILED_PRECONDITION,
+    413: grpc.StatusCode.INVALID_ARGUMENT,
+    422: grpc.StatusCode.INVALID_ARGUMENT,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
+assert set(HTTP_STATUS.values()) <= set(GRPC_STATUS)
+MAX_REFS_PER_STREAM = 10_000
+
+
+def _rejection(err: DomainError) -> pb.Rejection:
+    return pb.Rejection(code=err.code.value, message=err.message, retryable=err.retryable)
+
+
+def _bearer(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            scheme, _, token = str(value).partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    raise Unauthenticated("a Bearer credential is required in the authorization metadata")
+
+
+def _event(msg: pb.Event) -> Any:
+    try:
+        body = convert.event_to_json(msg)
+    except convert.WireError as exc:
+        raise Invalid(str(exc)) from exc
+    return body
+
+
+class TaskEventsService(pb_grpc.TaskEventsServicer):
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.service = api.service
+        # Its own group committer (same service method as REST's): groups never span event loops.
+        self.committer = GroupCommitter(
+            api.service.report_group,
+            max_group=api.settings.group_commit_max_events,
+            max_in_flight=api.settings.group_commit_in_flight,
+        )
+
+    async def _abort(self, context: grpc.aio.ServicerContext, err: DomainError) -> None:
+        context.set_trailing_metadata(
+            (("task-status-error-code", err.code.value), ("task-status-retryable", str(err.retryable).lower()))
+        )
+        await context.abort(GRPC_STATUS[status_for(err)], err.message)
+
+    async def ReportEvent(self, request: pb.Event, context: grpc.aio.ServicerContext) -> pb.EventResult:
+        try:
+            caller = self.api.event_caller_of(_bearer(context))
+            cmd = self.api.validated(EventIn, _event(request)).command()
+            result = await self.committer.submit(caller, cmd)
+        except DomainError as err:
+            await self._abort(context, err)
+            raise AssertionError("unreachable") from err  # abort raises
+        return convert.result_to_proto(result)
+
+    async def ReportEvents(self, request: pb.EventBatch, context: grpc.aio.ServicerContext) -> pb.EventBatchResult:
+        try:
+            caller = self.api.event_caller_of(_bearer(context))
+            batch = self.api.validated(EventBatchIn, {"events": [_event(e) for e in request.events]})
+            results = await run_in_threadpool(self.service.report_events, caller, [e.command() for e in batch.events])
+        except DomainError as err:
+            await self._abort(context, err)
+            raise AssertionError("unreachable") from err
+        return pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
+
+    async def RecordHeartbeats(
+        self, request: pb.HeartbeatBatch, context: grpc.aio.ServicerContext
+    ) -> pb.HeartbeatBatchResult:
+        try:
+            caller = self.api.service_principal_of(_bearer(context))
+            raw = {"heartbeats": [convert.heartbeat_to_json(h) for h in request.heartbeats]}
+            batch = self.api.validated(HeartbeatBatchIn, raw)
+            result = await run_in_threadpool(
+                self.service.record_heartbeats, caller, [h.command() for h in batch.heartbeats]
+            )
+        except DomainError as err:
+            await self._abort(context, err)
+            raise AssertionError("unreachable") from err
+        return pb.HeartbeatBatchResult(
+            results=[convert.heartbeat_result_to_proto(r) for r in result["results"]], received_at=result["receivedAt"]
+        )
+
+    async def Stream(
+        self, request_iterator: AsyncIterator[pb.StreamRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.StreamResponse]:
+        try:
+            principal = self.api.service_principal_of(_bearer(context))
+            if not principal.has(Role.WORKER):
+                raise Forbidden("the stream needs a service token with the WORKER role")
+        except DomainError as err:
+            await self._abort(context, err)
+            return
+        # ref → (execution token, its claims): this connection's short numbers, gone with it.
+        bound: dict[int, tuple[str, ExecutionClaims]] = {}
+        async for request in request_iterator:
+            try:
+                yield await self._stream_item(principal, bound, request)
+            except DomainError as err:
+                yield pb.StreamResponse(request_id=request.request_id, error=_rejection(err))
+
+    async def _stream_item(
+        self, principal: ServicePrincipal, bound: dict[int, tuple[str, ExecutionClaims]], request: pb.StreamRequest
+    ) -> pb.StreamResponse:
+        kind = request.WhichOneof("body")
+        if kind == "bind":
+            token = request.bind.execution_token
+            claims = self.service.resolve_caller(token, self.api.service_tokens)
+            if not isinstance(claims, ExecutionClaims):
+                raise Invalid("bind takes an execution token")
+            if claims.tenant_id != principal.tenant_id:
+                raise NotFound("unknown execution")
+            if len(bound) >= MAX_REFS_PER_STREAM:
+                raise Invalid(f"at most {MAX_REFS_PER_STREAM} executions per stream; open another")
+            ref = len(bound) + 1
+            bound[ref] = (token, claims)
+            return pb.StreamResponse(
+                request_id=request.request_id,
+                bound=pb.Bound(
+                    ref=ref, execution_id=claims.execution_id, task_id=claims.task_id, step_id=claims.step_id
+                ),
+            )
+        if kind == "event":
+            token, claims = self._ref(bound, request.event.ref)
+            self.api.rate_limiter.check(f"{claims.tenant_id}/{claims.producer_id}")
+            cmd = self.api.validated(EventIn, _event(request.event.event)).command()
+            try:
+                result = await self.committer.submit(claims, cmd)
+            except DomainError as err:
+                result = {
+                    "eventId": cmd.event_id,
+                    "accepted": False,
+                    "error": {"code": err.code.value, "message": err.message, "retryable": err.retryable},
+                }
+            return pb.StreamResponse(request_id=request.request_id, event=convert.result_to_proto(result))
+        if kind == "heartbeat":
+            token, _ = self._ref(bound, request.heartbeat.ref)
+            beat: dict[str, Any] = {"heartbeatSeq": request.heartbeat.heartbeat_seq, "executionToken": token}
+            if request.heartbeat.HasField("observed_at"):
+                beat["observedAt"] = request.heartbeat.observed_at
+            batch = self.api.validated(HeartbeatBatchIn, {"heartbeats": [beat]})
+            result = await run_in_threadpool(
+                self.service.record_heartbeats, principal, [h.command() for h in batch.heartbeats]
+            )
+            return pb.StreamResponse(
+                request_id=request.request_id, heartbeat=convert.heartbeat_result_to_proto(result["results"][0])
+            )
+        raise Invalid("a stream request carries bind, event or heartbeat")
+
+    @staticmethod
+    def _ref(bound: dict[int, tuple[str, ExecutionClaims]], ref: int) -> tuple[str, ExecutionClaims]:
+        found = bound.get(ref)
+        if found is None:
+            # After a reconnect every execution must be bound again: numbers never outlive a stream.
+            raise NotFound(f"ref {ref} is not bound on this stream; bind the execution first")
+        return found
+
+
+async def start_grpc_server(api: Api, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+    """Serve the adapter on host:port (0: any free port); returns the server and its port."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1), ("grpc.max_receive_message_length", 4 << 20)])
+    pb_grpc.add_TaskEventsServicer_to_server(TaskEventsService(api), server)  # type: ignore[no-untyped-call]
+    bound_port = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    log.info("gRPC adapter listening", address=f"{host}:{bound_port}")
+    return server, bound_port

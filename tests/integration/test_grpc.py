@@ -1,0 +1,204 @@
+"""The gRPC adapter (task_status_wire/task_events.proto): one set of semantics with REST.
+
+The same eventId gets the same result and taskVersion over REST, REST batch and gRPC (unary,
+batch and stream); rejections carry the same stable codes; a stream binds executions to short
+numbers that never outlive it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+import pytest
+from starlette.testclient import TestClient
+
+from status.api.grpc_server import start_grpc_server
+from task_status_wire import convert
+from task_status_wire import task_events_pb2 as pb
+from task_status_wire import task_events_pb2_grpc as pb_grpc
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow
+
+
+@pytest.fixture
+async def stub(app_client: TestClient) -> AsyncIterator[pb_grpc.TaskEventsStub]:
+    server, port = await start_grpc_server(app_client.app.state.api, "127.0.0.1", 0)  # type: ignore[attr-defined]
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield pb_grpc.TaskEventsStub(channel)
+    finally:
+        await channel.close()
+        await server.stop(grace=None)
+
+
+def _meta(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def _body(event_type: str, seq: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "eventId": fields.pop("eventId", f"evt-{uuid.uuid4().hex}"),
+        "eventType": event_type,
+        "sourceSeq": seq,
+        "occurredAt": datetime.now(UTC).isoformat(),
+        **fields,
+    }
+
+
+def _semantic(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without the flag that says whether this copy was the first."""
+    return {k: v for k, v in result.items() if k != "duplicate"}
+
+
+async def test_the_same_event_id_gets_the_same_result_over_rest_batch_and_grpc(
+    http: Http, stub: pb_grpc.TaskEventsStub
+) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    token = ctx["executionToken"]
+    started = _body("STEP_STARTED", 1)
+    progress = _body("STEP_PROGRESS", 2, progress={"current": 3, "total": 8, "unit": "page"}, phaseLabel="page 3")
+    # First over gRPC (unary), then the same eventId over REST, REST batch, gRPC batch.
+    first = convert.result_to_json(await stub.ReportEvent(convert.event_from_json(started), metadata=_meta(token)))
+    assert first["accepted"] is True and first["duplicate"] is False
+    rest = http.client.post("/internal/v1/task-events", json=started, headers=http.auth(token)).json()
+    rest_batch = http.client.post(
+        "/internal/v1/task-events:batch", json={"events": [started]}, headers=http.auth(token)
+    ).json()["results"][0]
+    grpc_batch = await stub.ReportEvents(
+        pb.EventBatch(events=[convert.event_from_json(started)]), metadata=_meta(token)
+    )
+    for again in (rest, rest_batch, convert.result_to_json(grpc_batch.results[0])):
+        assert again["duplicate"] is True
+        assert _semantic(again) == _semantic(first)
+    # The other way round: first over REST, then gRPC (unary and batch) answer with its result.
+    over_rest = http.client.post("/internal/v1/task-events", json=progress, headers=http.auth(token)).json()
+    assert over_rest["accepted"] is True and int(over_rest["taskVersion"]) == int(first["taskVersion"]) + 1
+    unary = convert.result_to_json(await stub.ReportEvent(convert.event_from_json(progress), metadata=_meta(token)))
+    batch = await stub.ReportEvents(pb.EventBatch(events=[convert.event_from_json(progress)]), metadata=_meta(token))
+    for again in (unary, convert.result_to_json(batch.results[0])):
+        assert again["duplicate"] is True and _semantic(again) == _semantic(over_rest)
+    # The same eventId with other content is the same conflict on both transports.
+    clash = {**progress, "phaseLabel": "page 4"}
+    rest_clash = http.client.post("/internal/v1/task-events", json=clash, headers=http.auth(token))
+    assert rest_clash.status_code == 409 and rest_clash.json()["error"]["code"] == "EVENT_ID_CONFLICT"
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.ReportEvent(convert.event_from_json(clash), metadata=_meta(token))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert dict(refused.value.trailing_metadata() or ())["task-status-error-code"] == "EVENT_ID_CONFLICT"
+    # And the snapshot saw each event once.
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert snap["taskVersion"] == over_rest["taskVersion"]
+    parse = next(s for s in snap["steps"] if s["stepId"] == "02_parse")
+    assert parse["progress"]["current"] == 3 and parse["phaseLabel"] == "page 3"
+
+
+async def test_rejections_keep_their_stable_codes_over_grpc(http: Http, stub: pb_grpc.TaskEventsStub) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    token = ctx["executionToken"]
+
+    async def refusal(event: pb.Event, metadata: Any) -> tuple[grpc.StatusCode, str]:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.ReportEvent(event, metadata=metadata)
+        return info.value.code(), dict(info.value.trailing_metadata() or ()).get("task-status-error-code", "")
+
+    ok = convert.event_from_json(_body("STEP_STARTED", 1))
+    assert await refusal(ok, ()) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+    assert await refusal(ok, _meta("not-a-token")) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+    unknown_type = convert.event_from_json(_body("STEP_EXPLODED", 1))
+    assert await refusal(unknown_type, _meta(token)) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
+    not_json = convert.event_from_json(_body("STEP_STARTED", 1))
+    not_json.data.schema = "x.v1"
+    not_json.data.value_json = "{not json"
+    assert await refusal(not_json, _meta(token)) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
+    too_long = convert.event_from_json(_body("STEP_STARTED", 1, phaseLabel="x" * 500))
+    assert await refusal(too_long, _meta(token)) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
+    assert (await stub.ReportEvent(ok, metadata=_meta(token))).accepted
+    regress = convert.event_from_json(_body("STEP_PROGRESS", 1))
+    assert await refusal(regress, _meta(token)) == (grpc.StatusCode.FAILED_PRECONDITION, "SOURCE_SEQ_REGRESSION")
+    other_producer = convert.event_from_json(_body("STEP_PROGRESS", 5, producerId="someone-else"))
+    assert await refusal(other_producer, _meta(token)) == (grpc.StatusCode.PERMISSION_DENIED, "PRODUCER_MISMATCH")
+    # In a batch, each item is decided on its own, with the REST codes.
+    batch = await stub.ReportEvents(
+        pb.EventBatch(events=[regress, convert.event_from_json(_body("STEP_PROGRESS", 6))]), metadata=_meta(token)
+    )
+    assert [r.accepted for r in batch.results] == [False, True]
+    assert batch.results[0].error.code == "SOURCE_SEQ_REGRESSION"
+
+
+async def test_a_stream_binds_short_numbers_that_die_with_it(http: Http, stub: pb_grpc.TaskEventsStub) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    worker = _meta(http.service_token("document-parser", "WORKER"))
+
+    def event(request_id: int, ref: int, event_type: str, seq: int, **fields: Any) -> pb.StreamRequest:
+        compact = convert.event_from_json(_body(event_type, seq, **fields))
+        return pb.StreamRequest(request_id=request_id, event=pb.StreamEvent(ref=ref, event=compact))
+
+    requests = [
+        pb.StreamRequest(request_id=1, bind=pb.Bind(execution_token=ctx["executionToken"])),
+        event(2, 1, "STEP_STARTED", 1),
+        event(3, 1, "STEP_PROGRESS", 2, progress={"current": 1, "total": 4}),
+        pb.StreamRequest(request_id=4, heartbeat=pb.StreamHeartbeat(ref=1, heartbeat_seq=1)),
+        event(5, 9, "STEP_PROGRESS", 3),
+    ]
+    responses = [r async for r in stub.Stream(iter(requests), metadata=worker)]
+    assert [r.request_id for r in responses] == [1, 2, 3, 4, 5]
+    assert responses[0].bound.ref == 1 and responses[0].bound.execution_id == ctx["executionId"]
+    assert responses[1].event.accepted and responses[2].event.accepted
+    assert int(responses[2].event.task_version) == int(responses[1].event.task_version) + 1
+    assert responses[3].heartbeat.accepted and responses[3].heartbeat.execution_id == ctx["executionId"]
+    assert responses[4].error.code == "NOT_FOUND"  # never bound on this stream
+    # A new stream (a reconnect) knows no numbers: the execution must be bound again.
+    again = [
+        event(1, 1, "STEP_PROGRESS", 3, progress={"current": 2, "total": 4}),
+        pb.StreamRequest(request_id=2, bind=pb.Bind(execution_token=ctx["executionToken"])),
+        event(3, 1, "STEP_PROGRESS", 3, progress={"current": 2, "total": 4}),
+    ]
+    responses = [r async for r in stub.Stream(iter(again), metadata=worker)]
+    assert responses[0].error.code == "NOT_FOUND" and "bind" in responses[0].error.message
+    assert responses[1].bound.ref == 1 and responses[2].event.accepted
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert next(s for s in snap["steps"] if s["stepId"] == "02_parse")["progress"]["current"] == 2
+    # A rejected event comes back as its result and the stream goes on; binding takes execution tokens only.
+    more = [
+        pb.StreamRequest(request_id=1, bind=pb.Bind(execution_token=ctx["executionToken"])),
+        event(2, 1, "STEP_PROGRESS", 2),  # sourceSeq 2 was taken above
+        pb.StreamRequest(request_id=3, bind=pb.Bind(execution_token=http.service_token("x", "WORKER"))),
+        pb.StreamRequest(request_id=4, bind=pb.Bind(execution_token="garbage")),
+        event(5, 1, "STEP_PROGRESS", 4, progress={"current": 3, "total": 4}),
+    ]
+    responses = [r async for r in stub.Stream(iter(more), metadata=worker)]
+    assert not responses[1].event.accepted and responses[1].event.error.code == "SOURCE_SEQ_REGRESSION"
+    assert responses[2].error.code == "VALIDATION_FAILED" and responses[3].error.code == "UNAUTHENTICATED"
+    assert responses[4].event.accepted
+    # Streams need a WORKER service token.
+    coordinator = _meta(http.service_token("coordinator-1", "COORDINATOR"))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        _ = [r async for r in stub.Stream(iter(requests[:1]), metadata=coordinator)]
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_heartbeat_batches_over_grpc(http: Http, stub: pb_grpc.TaskEventsStub) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    assert (
+        http.client.post(
+            "/internal/v1/task-events", json=_body("STEP_STARTED", 1), headers=http.auth(ctx["executionToken"])
+        ).status_code
+        == 200
+    )
+    worker = _meta(http.service_token("document-parser", "WORKER"))
+    beats = pb.HeartbeatBatch(
+        heartbeats=[
+            convert.heartbeat_from_json({"heartbeatSeq": 1, "executionHandle": ctx["executionHandle"]}),
+            convert.heartbeat_from_json({"heartbeatSeq": 1, "executionHandle": "no-such-handle-123"}),
+        ]
+    )
+    result = await stub.RecordHeartbeats(beats, metadata=worker)
+    assert [r.accepted for r in result.results] == [True, False] and result.received_at

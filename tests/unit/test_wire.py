@@ -1,0 +1,74 @@
+"""The gRPC wire contract: generated modules match the .proto, and messages round-trip to the
+REST JSON shapes the service validates."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from task_status_wire import convert
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ("task_events_pb2.py", "task_events_pb2.pyi", "task_events_pb2_grpc.py")
+
+
+def test_generated_modules_are_current(tmp_path: Path) -> None:
+    (tmp_path / "task_status_wire").mkdir()
+    shutil.copy(ROOT / "task_status_wire" / "task_events.proto", tmp_path / "task_status_wire")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I",
+            ".",
+            "--python_out=.",
+            "--pyi_out=.",
+            "--grpc_python_out=.",
+            "task_status_wire/task_events.proto",
+        ],
+        cwd=tmp_path,
+        check=True,
+    )
+    for name in GENERATED:
+        fresh = (tmp_path / "task_status_wire" / name).read_text()
+        assert fresh == (ROOT / "task_status_wire" / name).read_text(), f"run scripts/proto ({name} is stale)"
+
+
+def test_events_round_trip_between_json_and_protobuf() -> None:
+    body = {
+        "eventId": "evt-1",
+        "eventType": "STEP_FAILED",
+        "sourceSeq": 7,
+        "occurredAt": "2026-11-30T10:00:00+00:00",
+        "executionHandle": "h-123456789",
+        "stepAttempt": 2,
+        "progress": {"current": 3.0, "total": 8.0, "unit": "page"},
+        "durationMs": 18240,
+        "data": {"schema": "document.parse.v1", "value": {"pages": [1, 2], "ok": False, "note": None}},
+        "error": {"category": "BUSINESS_INPUT", "code": "BAD", "retryable": False, "userMessage": "Convert it"},
+        "failedStepId": "02_parse",
+    }
+    assert convert.event_to_json(convert.event_from_json(body)) == body
+    minimal = {"eventId": "e", "eventType": "STEP_STARTED", "sourceSeq": 1, "occurredAt": "2026-11-30T10:00:00Z"}
+    assert convert.event_to_json(convert.event_from_json(minimal)) == minimal
+    result = {
+        "eventId": "e",
+        "accepted": True,
+        "duplicate": False,
+        "stale": False,
+        "taskId": "t",
+        "stepId": None,
+        "operationCode": None,
+        "taskVersion": "12",
+        "stepVersion": None,
+        "lifecycleStatus": "RUNNING",
+        "businessStatus": "RUNNING",
+        "taskLifecycleStatus": "RUNNING",
+        "committedAt": "2026-11-30T10:00:00.000Z",
+    }
+    assert convert.result_to_json(convert.result_to_proto(result)) == result
+    rejected = {"eventId": "e", "accepted": False, "error": {"code": "X", "message": "m", "retryable": True}}
+    assert convert.result_to_json(convert.result_to_proto(rejected)) == rejected
