@@ -15,6 +15,8 @@ What is measured, in one run on the same machine:
   serve`` (uvicorn, one process), one producer per task, keep-alive clients.
 * ``http batch``: ``POST /internal/v1/task-events:batch`` with many tasks'
   events per request.
+* ``grpc single`` / ``grpc batch``: the same two loads through the gRPC adapter
+  (``ReportEvent`` / ``ReportEvents``, protobuf over HTTP/2) of the same server.
 * ``API CPU per event``: the API process tree's CPU time (from /proc) over the
   events it accepted in that phase — the load generator is this process.
 * cost growth: one producer's progress events on a task with 10 vs 1,000
@@ -40,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pymysql
 import sqlalchemy as sa
@@ -52,6 +55,9 @@ from common import process_tree_cpu  # type: ignore[import-not-found]  # noqa: E
 from status.domain.auth import Role  # noqa: E402
 from status.infra import migrate  # noqa: E402
 from status.infra.tokens import ServiceTokens  # noqa: E402
+from task_status_wire import convert  # noqa: E402
+from task_status_wire import task_events_pb2 as pb  # noqa: E402
+from task_status_wire import task_events_pb2_grpc as pb_grpc  # noqa: E402
 
 SERVER = os.environ.get("TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306")
 
@@ -204,7 +210,7 @@ def ceiling(db: str, producers: int, seconds: float) -> dict[str, float]:
 class Api:
     """``task-observer serve`` as a separate process (or process tree with --workers)."""
 
-    def __init__(self, db: str, port: int, secrets_env: dict[str, str], workers: int) -> None:
+    def __init__(self, db: str, port: int, secrets_env: dict[str, str], workers: int, grpc_port: int) -> None:
         env = {
             **os.environ,
             **secrets_env,
@@ -212,7 +218,15 @@ class Api:
             "TASK_OBSERVER_DATABASE_URL": f"{SERVER}/{db}?charset=utf8mb4",
             "TASK_OBSERVER_INTERNAL_RATE_PER_SECOND": "0",
         }
-        command = [str(REPO / ".venv" / "bin" / "task-observer"), "serve", "--port", str(port)]
+        command = [
+            str(REPO / ".venv" / "bin" / "task-observer"),
+            "serve",
+            "--port",
+            str(port),
+            "--grpc-port",
+            str(grpc_port),
+        ]
+        self.grpc_target = f"127.0.0.1:{grpc_port}"
         self.proc = subprocess.Popen(
             [*command, "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -349,6 +363,55 @@ def http_batch(load: Load, producers: int, seconds: float, batch_size: int) -> d
                 stats.add(time.perf_counter() - start, accepted)
 
     return measure("http batch", load.api, stats, lambda: run_threads(clients, seconds, batcher))
+
+
+def grpc_single(load: Load, producers: int, seconds: float) -> dict[str, float]:
+    executions = [load.execution(load.task()) for _ in range(producers)]
+    stats = Stats()
+    metadata = (("authorization", load.worker["Authorization"]),)
+
+    def producer(i: int, running: Callable[[], bool]) -> None:
+        ctx = executions[i]
+        with grpc.insecure_channel(load.api.grpc_target) as channel:
+            stub = pb_grpc.TaskEventsStub(channel)
+            while running():
+                ctx["seq"] += 1
+                start = time.perf_counter()
+                message = convert.event_from_json(_event("STEP_PROGRESS", ctx["seq"], ctx["executionHandle"]))
+                try:
+                    stub.ReportEvent(message, metadata=metadata, timeout=30)
+                except grpc.RpcError:
+                    stats.errors += 1
+                    continue
+                stats.add(time.perf_counter() - start, 1)
+
+    return measure("grpc single", load.api, stats, lambda: run_threads(producers, seconds, producer))
+
+
+def grpc_batch(load: Load, producers: int, seconds: float, batch_size: int) -> dict[str, float]:
+    executions = [load.execution(load.task()) for _ in range(batch_size)]
+    stats = Stats()
+    lock = threading.Lock()
+    clients = max(2, producers // 4)
+    metadata = (("authorization", load.worker["Authorization"]),)
+
+    def batcher(i: int, running: Callable[[], bool]) -> None:
+        mine = executions[i::clients]
+        with grpc.insecure_channel(load.api.grpc_target) as channel:
+            stub = pb_grpc.TaskEventsStub(channel)
+            while running():
+                with lock:
+                    for ctx in mine:
+                        ctx["seq"] += 1
+                    events = [_event("STEP_PROGRESS", ctx["seq"], ctx["executionHandle"]) for ctx in mine]
+                start = time.perf_counter()
+                batch = pb.EventBatch(events=[convert.event_from_json(e) for e in events])
+                reply = stub.ReportEvents(batch, metadata=metadata, timeout=60)
+                accepted = sum(1 for x in reply.results if x.accepted)
+                stats.errors += len(events) - accepted
+                stats.add(time.perf_counter() - start, accepted)
+
+    return measure("grpc batch", load.api, stats, lambda: run_threads(clients, seconds, batcher))
 
 
 def one_producer(load: Load, name: str, ctx: dict[str, Any], seconds: float) -> dict[str, float]:
@@ -490,7 +553,7 @@ def main() -> None:
                 "USER_TOKEN_SECRET",
             )
         }
-        api = Api(db, args.port, env, args.workers)
+        api = Api(db, args.port, env, args.workers, args.port + 1)
         try:
             load = Load(api, ServiceTokens(env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]), db)
             single = http_single(load, args.producers, args.seconds)
@@ -503,6 +566,14 @@ def main() -> None:
             print(
                 f"API CPU per event:    single {single['cpu_ms_per_event']:.2f} ms,"
                 f" batch {batch['cpu_ms_per_event']:.2f} ms  (target <= 1 ms)"
+            )
+            g_single = grpc_single(load, args.producers, args.seconds)
+            g_batch = grpc_batch(load, args.producers, args.seconds, args.batch_size)
+            print(
+                f"gRPC / HTTP:          single {g_single['events_per_s'] / single['events_per_s']:.2f}x events/s"
+                f" ({g_single['cpu_ms_per_event']:.2f} vs {single['cpu_ms_per_event']:.2f} ms API CPU/event),"
+                f" batch {g_batch['events_per_s'] / batch['events_per_s']:.2f}x"
+                f" ({g_batch['cpu_ms_per_event']:.2f} vs {batch['cpu_ms_per_event']:.2f} ms)"
             )
             few = one_producer(load, "10 steps", load.execution(load.task(steps=10)), args.seconds / 2)
             many = one_producer(load, "1000 steps", load.execution(load.task(steps=10, padding=990)), args.seconds / 2)

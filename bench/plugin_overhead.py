@@ -7,7 +7,8 @@ API as a separate process on MariaDB, and the plugin delivering to it.  The
 two costs are printed apart: the worker process's CPU per activity (this
 process: the worker, its Temporal core threads and the plugin's reporter,
 until its outbox is drained) with and without the plugin, and the status
-API's CPU per activity; throughput beside them.
+API's CPU per activity; throughput beside them.  The plugin runs twice: reporting
+over REST, then over the gRPC adapter (``grpc_target``).
 """
 
 from __future__ import annotations
@@ -81,9 +82,16 @@ async def main() -> None:
     tokens = ServiceTokens(secrets_env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"])
     worker_token = tokens.issue("bench-worker", "bench", "s", [Role.WORKER, Role.COORDINATOR])
     with scratch_database() as url:
-        port = free_port()
+        port, grpc_port = free_port(), free_port()
         api = subprocess.Popen(
-            [str(REPO / ".venv" / "bin" / "task-observer"), "serve", "--port", str(port)],
+            [
+                str(REPO / ".venv" / "bin" / "task-observer"),
+                "serve",
+                "--port",
+                str(port),
+                "--grpc-port",
+                str(grpc_port),
+            ],
             env={**os.environ, **secrets_env, "TASK_OBSERVER_ENV": "test", "TASK_OBSERVER_DATABASE_URL": url},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -106,21 +114,27 @@ async def main() -> None:
             try:
                 await run_batch(env, [], new_tasks(5), args.steps)  # warm-up
                 without, cpu_without = await run_batch(env, [], new_tasks(args.workflows), args.steps)
-                plugin = TaskStatusPlugin(base, worker_token, outbox_path=Path(tempfile.mkdtemp()) / "o.sqlite3")
-                tasks = new_tasks(args.workflows)
-                api_cpu = process_tree_cpu(api.pid)
-                with_plugin, cpu_with = await run_batch(env, [plugin], tasks, args.steps)
-                api_ms = 1000 * (process_tree_cpu(api.pid) - api_cpu) / (args.workflows * args.steps)
+                figures = {}
+                for transport, target in (("REST", None), ("gRPC", f"127.0.0.1:{grpc_port}")):
+                    outbox = Path(tempfile.mkdtemp()) / "o.sqlite3"
+                    plugin = TaskStatusPlugin(base, worker_token, outbox_path=outbox, grpc_target=target)
+                    tasks = new_tasks(args.workflows)
+                    api_cpu = process_tree_cpu(api.pid)
+                    rate, cpu = await run_batch(env, [plugin], tasks, args.steps)
+                    api_ms = 1000 * (process_tree_cpu(api.pid) - api_cpu) / (args.workflows * args.steps)
+                    figures[transport] = (rate, cpu, api_ms)
             finally:
                 await env.shutdown()
         finally:
             api.terminate()
             api.wait(10)
     print(f"without plugin  {without:8.1f} activities/s   worker CPU {cpu_without:6.2f} ms/activity")
-    print(f"with plugin     {with_plugin:8.1f} activities/s   worker CPU {cpu_with:6.2f} ms/activity")
-    print(f"status API      {'':8}                 API CPU    {api_ms:6.2f} ms/activity")
-    print(f"worker CPU ratio {cpu_with / cpu_without:7.2f}   (target <= 1.1)")
-    print(f"throughput ratio {with_plugin / without:7.2f}")
+    for transport, (rate, cpu, api_ms) in figures.items():
+        print(
+            f"plugin ({transport:<4}) {rate:8.1f} activities/s   worker CPU {cpu:6.2f} ms/activity"
+            f"   API CPU {api_ms:6.2f} ms/activity   worker CPU ratio {cpu / cpu_without:5.2f} (target <= 1.1)"
+            f"   throughput ratio {rate / without:5.2f}"
+        )
 
 
 if __name__ == "__main__":

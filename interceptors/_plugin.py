@@ -46,6 +46,7 @@ class TaskStatusPlugin(SimplePlugin):
         heartbeat_interval: float = 5.0,
         heartbeat_timeout_seconds: int | None = None,
         progress_from_heartbeats: bool = False,
+        grpc_target: str | None = None,
     ) -> None:
         producer = producer_id or str(jwt.decode(service_token, options={"verify_signature": False})["sub"])
         path = Path(outbox_path) if outbox_path else Path(".task-status") / f"{producer}.outbox.sqlite3"
@@ -57,6 +58,7 @@ class TaskStatusPlugin(SimplePlugin):
                 outbox_path=path,
                 heartbeat_interval=heartbeat_interval,
                 heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+                grpc_target=grpc_target,
             )
         )
         self.coordinator = CoordinatorActivities(status_url, service_token)

@@ -113,6 +113,9 @@ class ReporterConfig:
     progress_min_delta: float = 0.05
     batch_size: int = 200
     http_timeout: float = 5.0
+    # "host:port" of the service's gRPC adapter: events and heartbeats then travel as protobuf
+    # over one HTTP/2 connection (binding stays on REST). None: everything over REST.
+    grpc_target: str | None = None
 
 
 class Reporter:
@@ -144,6 +147,7 @@ class Reporter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
+        self._grpc: _GrpcTransport | None = None
         self._binds: asyncio.Semaphore | None = None
         self._backoff = 0.0
         self.delivered = 0
@@ -276,6 +280,8 @@ class Reporter:
             # grew the pool to 100 and made each request cost that scan. Binds wait their turn.
             limits=httpx.Limits(max_connections=BIND_CONCURRENCY + 2, max_keepalive_connections=BIND_CONCURRENCY + 2),
         )
+        if self.config.grpc_target:
+            self._grpc = _GrpcTransport(self.config.grpc_target, self.config.service_token, self.config.http_timeout)
         self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._heartbeat_loop())]
 
     async def stop(self, flush_timeout: float = 5.0) -> None:
@@ -288,6 +294,8 @@ class Reporter:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._client is not None:
             await self._client.aclose()
+        if self._grpc is not None:
+            await self._grpc.close()
         await asyncio.to_thread(self.close)
 
     def close(self) -> None:
@@ -360,14 +368,9 @@ class Reporter:
             if not all(outcomes):
                 return True  # some events were dropped; reload the batch
         body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
-        assert self._client is not None
-        response = await self._client.post("/internal/v1/task-events:batch", json={"events": body})
-        if response.status_code >= 500 or response.status_code == 429:
-            raise _Retry(f"HTTP {response.status_code}")
-        if response.status_code != 200:
-            raise _Retry(f"HTTP {response.status_code}: {response.text[:200]}")
+        results = await (self._grpc.report_events(body) if self._grpc else self._post_events(body))
         done, refused, expired, retry = [], [], set(), False
-        for (event_id, key, event), result in zip(events, response.json()["results"], strict=True):
+        for (event_id, key, event), result in zip(events, results, strict=True):
             if result.get("accepted"):
                 done.append(event_id)
                 self.delivered += 1
@@ -392,6 +395,16 @@ class Reporter:
         if retry:
             raise _Retry("retryable rejections")
         return len(events) == self.config.batch_size
+
+    async def _post_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        assert self._client is not None
+        response = await self._client.post("/internal/v1/task-events:batch", json={"events": body})
+        if response.status_code >= 500 or response.status_code == 429:
+            raise _Retry(f"HTTP {response.status_code}")
+        if response.status_code != 200:
+            raise _Retry(f"HTTP {response.status_code}: {response.text[:200]}")
+        results: list[dict[str, Any]] = response.json()["results"]
+        return results
 
     async def _bind_in_turn(self, execution: dict[str, Any]) -> bool:
         assert self._binds is not None
@@ -528,13 +541,16 @@ class Reporter:
             items.append((key, {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": _now_iso()}))
         if not items:
             return 0
-        assert self._client is not None
-        response = await self._client.post(
-            "/internal/v1/task-heartbeats:batch", json={"heartbeats": [item for _, item in items]}
-        )
-        if response.status_code != 200:
+        beats = [item for _, item in items]
+        if self._grpc is not None:
+            results = await self._grpc.record_heartbeats(beats)
+        else:
+            assert self._client is not None
+            response = await self._client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": beats})
+            results = response.json()["results"] if response.status_code == 200 else None
+        if results is None:
             return 0
-        for (key, item), result in zip(items, response.json()["results"], strict=True):
+        for (key, item), result in zip(items, results, strict=True):
             self._sent_heartbeats[key] = int(item["heartbeatSeq"])
             if not result["accepted"] and result["reason"] in ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED"):
                 self.heartbeats.pop(key, None)
@@ -543,6 +559,44 @@ class Reporter:
 
 class _Retry(Exception):
     """A transient failure: back off and try again."""
+
+
+class _GrpcTransport:
+    """Events and heartbeats over the service's gRPC adapter (the same semantics as REST)."""
+
+    def __init__(self, target: str, service_token: str, timeout: float) -> None:
+        import grpc  # only workers that choose gRPC need grpcio
+
+        from task_status_wire import convert
+        from task_status_wire import task_events_pb2 as pb
+        from task_status_wire import task_events_pb2_grpc as pb_grpc
+
+        self._grpc, self._convert, self._pb = grpc, convert, pb
+        self._channel = grpc.aio.insecure_channel(target)
+        self._stub = pb_grpc.TaskEventsStub(self._channel)  # type: ignore[no-untyped-call]
+        self._metadata = (("authorization", f"Bearer {service_token}"),)
+        self._timeout = timeout
+
+    async def report_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        request = self._pb.EventBatch(events=[self._convert.event_from_json(e) for e in body])
+        try:
+            reply = await self._stub.ReportEvents(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.aio.AioRpcError as exc:
+            # Unavailable, overloaded, a refused credential: the events stay queued (as on REST).
+            raise _Retry(f"gRPC {exc.code().name}") from exc
+        return [self._convert.result_to_json(r) for r in reply.results]
+
+    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        request = self._pb.HeartbeatBatch(heartbeats=[self._convert.heartbeat_from_json(b) for b in beats])
+        try:
+            reply = await self._stub.RecordHeartbeats(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.aio.AioRpcError as exc:
+            log.info("heartbeats not delivered (gRPC %s); next round", exc.code().name)
+            return None
+        return [self._convert.heartbeat_result_to_json(r) for r in reply.results]
+
+    async def close(self) -> None:
+        await self._channel.close()
 
 
 def read_undeliverable(path: str | Path) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import grpc
 from starlette.concurrency import run_in_threadpool
 
 from status import logs
+from status.api import metrics
 from status.api.errors import HTTP_STATUS, status_for
 from status.api.models import EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
@@ -74,7 +75,8 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             max_in_flight=api.settings.group_commit_in_flight,
         )
 
-    async def _abort(self, context: grpc.aio.ServicerContext, err: DomainError) -> None:
+    async def _abort(self, context: grpc.aio.ServicerContext, method: str, err: DomainError) -> None:
+        metrics.GRPC_CALLS.labels(method=method, code=err.code.value).inc()
         context.set_trailing_metadata(
             (("task-status-error-code", err.code.value), ("task-status-retryable", str(err.retryable).lower()))
         )
@@ -86,8 +88,9 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             cmd = self.api.validated(EventIn, _event(request)).command()
             result = await self.committer.submit(caller, cmd)
         except DomainError as err:
-            await self._abort(context, err)
+            await self._abort(context, "ReportEvent", err)
             raise AssertionError("unreachable") from err  # abort raises
+        metrics.GRPC_CALLS.labels(method="ReportEvent", code="OK").inc()
         return convert.result_to_proto(result)
 
     async def ReportEvents(self, request: pb.EventBatch, context: grpc.aio.ServicerContext) -> pb.EventBatchResult:
@@ -96,8 +99,9 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             batch = self.api.validated(EventBatchIn, {"events": [_event(e) for e in request.events]})
             results = await run_in_threadpool(self.service.report_events, caller, [e.command() for e in batch.events])
         except DomainError as err:
-            await self._abort(context, err)
+            await self._abort(context, "ReportEvents", err)
             raise AssertionError("unreachable") from err
+        metrics.GRPC_CALLS.labels(method="ReportEvents", code="OK").inc()
         return pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
 
     async def RecordHeartbeats(
@@ -111,8 +115,9 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
                 self.service.record_heartbeats, caller, [h.command() for h in batch.heartbeats]
             )
         except DomainError as err:
-            await self._abort(context, err)
+            await self._abort(context, "RecordHeartbeats", err)
             raise AssertionError("unreachable") from err
+        metrics.GRPC_CALLS.labels(method="RecordHeartbeats", code="OK").inc()
         return pb.HeartbeatBatchResult(
             results=[convert.heartbeat_result_to_proto(r) for r in result["results"]], received_at=result["receivedAt"]
         )
@@ -125,11 +130,12 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             if not principal.has(Role.WORKER):
                 raise Forbidden("the stream needs a service token with the WORKER role")
         except DomainError as err:
-            await self._abort(context, err)
+            await self._abort(context, "Stream", err)
             return
         # ref → (execution token, its claims): this connection's short numbers, gone with it.
         bound: dict[int, tuple[str, ExecutionClaims]] = {}
         async for request in request_iterator:
+            metrics.GRPC_CALLS.labels(method="Stream", code=request.WhichOneof("body") or "").inc()
             try:
                 yield await self._stream_item(principal, bound, request)
             except DomainError as err:

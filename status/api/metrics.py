@@ -16,3 +16,9 @@ INGEST_SECONDS = Histogram(
     registry=REGISTRY,
 )
 HEARTBEATS = Counter("task_status_heartbeats_total", "Heartbeat items by result", ["result"], registry=REGISTRY)
+GRPC_CALLS = Counter(
+    "task_status_grpc_calls_total",
+    "gRPC adapter calls by method and result code",
+    ["method", "code"],
+    registry=REGISTRY,
+)

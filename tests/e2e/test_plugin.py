@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,13 @@ from examples.document_processing import (
     store_result,
 )
 from interceptors import TaskStatusPlugin
+from status.api.app import create_app
+from status.app.service import StatusService
 from status.infra import tables as t
+from status.infra.metrics import REGISTRY
+from status.settings import Settings
 from tests.integration.conftest import Http
+from tests.support.processes import free_port, serving
 
 pytestmark = [pytest.mark.temporal]
 
@@ -157,3 +163,44 @@ async def test_document_example_reports_every_step(
     assert (
         api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["taskVersion"] == snap["taskVersion"]
     )
+
+
+async def test_the_plugin_reports_over_grpc_with_the_same_outcome(
+    api: Http,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_settings: Settings,
+    e2e_engine: sa.Engine,
+    e2e_service: StatusService,
+) -> None:
+    """grpc_target: events and heartbeats travel over the gRPC adapter; the task ends exactly as over REST."""
+    grpc_port = free_port()
+    app = create_app(dataclasses.replace(e2e_settings, grpc_port=grpc_port), e2e_engine, e2e_service)
+    calls = REGISTRY.get_sample_value("task_status_grpc_calls_total", {"method": "ReportEvents", "code": "OK"}) or 0.0
+    with serving(app, lifespan="on") as url:
+        plugin = _plugin(api, url, tmp_path, grpc_target=f"127.0.0.1:{grpc_port}")
+        with concurrent.futures.ThreadPoolExecutor(4) as executor:
+            async with Worker(
+                temporal_env.client,
+                task_queue=task_queue,
+                workflows=[DocumentWorkflow],
+                activities=[prepare_file, parse_document, store_result, search_web],
+                activity_executor=executor,
+                plugins=[plugin],
+            ):
+                result = await temporal_env.client.execute_workflow(
+                    DocumentWorkflow.run,
+                    DocumentRequest("user-1", "grpc.pdf", pages=3),
+                    id=f"doc-{uuid.uuid4()}",
+                    task_queue=task_queue,
+                )
+                await plugin.reporter.drained()
+    after = REGISTRY.get_sample_value("task_status_grpc_calls_total", {"method": "ReportEvents", "code": "OK"}) or 0.0
+    assert after > calls  # the events did go over gRPC
+    assert plugin.reporter.delivered > 0 and plugin.reporter.dropped == 0
+    snap = api.client.get(f"/api/tasks/{result['taskId']}", headers=api.user("user-1")).json()
+    assert snap["lifecycleStatus"] == "SUCCEEDED"
+    steps = {(s["stepId"], s["attempt"]): s["lifecycleStatus"] for s in snap["steps"]}
+    assert steps[("02_parse", 1)] == "FAILED" and steps[("02_parse", 2)] == "SUCCEEDED"
+    assert steps[("03_store", 1)] == "SUCCEEDED"

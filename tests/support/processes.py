@@ -141,12 +141,13 @@ class CentrifugoNode:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """An ASGI app on a real socket (uvicorn in a thread) for clients that need a URL."""
+def serving(app: Any, *, lifespan: str = "off") -> Iterator[str]:
+    """An ASGI app on a real socket (uvicorn in a thread) for clients that need a URL
+    (``lifespan="on"`` also starts what the app starts with it, e.g. its gRPC adapter)."""
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started, 15, "the status API")
