@@ -337,7 +337,8 @@ class Api:
         if cursor is not None and len(cursor) > 512:
             raise Invalid("cursor is not valid")
         limit = _int_param(request, "limit", 50)
-        return JSONResponse(await run_in_threadpool(self.service.my_tasks, user, cursor, limit))
+        status = request.query_params.get("status") or None
+        return JSONResponse(await run_in_threadpool(self.service.my_tasks, user, cursor, limit, status))
 
     async def workflow(self, request: Request) -> JSONResponse:
         user = self.user(request)

@@ -40,7 +40,11 @@ QUERY_PARAMETERS: dict[str, list[tuple[str, bool, str]]] = {
         ("authorityScope", False, "needed only when the reference exists in several scopes"),
     ],
     "/api/tasks/{taskId}/events": [("afterTaskVersion", False, "decimal"), ("limit", False, "1–500")],
-    "/api/me/tasks": [("cursor", False, "from nextCursor"), ("limit", False, "1–100")],
+    "/api/me/tasks": [
+        ("cursor", False, "from nextCursor"),
+        ("limit", False, "1–100"),
+        ("status", False, "running | failed | needs_action | done"),
+    ],
     "/api/me/notifications": [
         ("unread", False, "true: unread only"),
         ("cursor", False, "from nextCursor"),

@@ -18,8 +18,9 @@ import sqlalchemy as sa
 from status.app.context import AppContext
 from status.domain.aggregate import fold
 from status.domain.auth import UserPrincipal
+from status.domain.definitions import FailurePolicy
 from status.domain.errors import ErrorCode, Invalid, NotFound
-from status.domain.lifecycle import EventType
+from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.projections import iso, task_snapshot, user_summary, workflow_summary
 from status.infra import repository as repo
 from status.infra import tables as t
@@ -119,10 +120,15 @@ class Queries:
             "asOf": iso(now),
         }
 
-    def my_tasks(self, user: UserPrincipal, cursor: str | None, limit: int) -> dict[str, Any]:
-        """The user's visible tasks, newest first, keyset-paginated."""
+    def my_tasks(
+        self, user: UserPrincipal, cursor: str | None, limit: int, status: str | None = None
+    ) -> dict[str, Any]:
+        """The user's visible tasks, newest first, keyset-paginated; ``status`` narrows the list to
+        ``running``, ``failed``, ``needs_action`` or ``done`` tasks."""
         limit = max(1, min(limit, 100))
         query = sa.select(t.task).where(self._visible(user))
+        if status is not None:
+            query = query.where(_status_filter(status))
         if cursor:
             created, task_id = _decode_cursor(cursor)
             query = query.where(
@@ -185,6 +191,37 @@ class Queries:
                 return None
             steps = repo.steps_of(conn, task_id)
             return task_snapshot(task, steps, self.ctx.now(), self.ctx.durations.for_task(conn, task, steps))
+
+
+_RUNNING = (Lifecycle.PENDING.value, Lifecycle.RUNNING.value)
+_FAILED = (Lifecycle.FAILED.value, Lifecycle.TIMED_OUT.value)
+_DONE = (Lifecycle.SUCCEEDED.value, Lifecycle.CANCELLED.value)
+STATUS_FILTERS = ("running", "failed", "needs_action", "done")
+
+
+def _status_filter(status: str) -> Any:
+    lifecycle = t.task.c.lifecycle_status
+    if status == "running":
+        return lifecycle.in_(_RUNNING)
+    if status == "failed":
+        return lifecycle.in_(_FAILED)
+    if status == "done":
+        return lifecycle.in_(_DONE)
+    if status == "needs_action":
+        # Unfinished, with a step that failed and waits for the user (WAIT_FOR_USER).
+        s = t.task_step
+        waiting = (
+            sa.select(s.c.task_id)
+            .where(
+                s.c.task_id == t.task.c.id,
+                s.c.lifecycle_status == Lifecycle.FAILED.value,
+                s.c.failure_policy == FailurePolicy.WAIT_FOR_USER.value,
+                s.c.superseded.is_(sa.false()),
+            )
+            .exists()
+        )
+        return sa.and_(lifecycle.in_(_RUNNING), waiting)
+    raise Invalid(f"status must be one of {', '.join(STATUS_FILTERS)}")
 
 
 def _encode_cursor(created_at: datetime, task_id: str) -> str:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from status.domain.eta import DurationStats, Estimate, step_estimate, task_estimate
-from status.domain.lifecycle import Lifecycle
+from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
 from status.domain.rules import Notice, task_timing
 from status.domain.stepset import StepSet
@@ -79,13 +79,29 @@ def _estimates(
     """Per unfinished step attempt and for the task; nothing without history to go on."""
     if history is None or task.lifecycle.terminal:
         return {}, None
-    current = steps.current()
-    per_step = {
-        (s.step_id, s.attempt): step_estimate(s, history.get(s.operation_code), now)
-        for s in current
-        if not s.lifecycle.terminal
-    }
-    return per_step, task_estimate(task.lifecycle, current, per_step)
+    open_steps = steps.unfinished_current()
+    per_step = {(s.step_id, s.attempt): step_estimate(s, history.get(s.operation_code), now) for s in open_steps}
+    return per_step, task_estimate(task.lifecycle, open_steps, per_step)
+
+
+def _needs_action(task: TaskState, steps: StepSet) -> bool:
+    """Unfinished, with a step that failed and waits for the user (WAIT_FOR_USER)."""
+    return not task.lifecycle.terminal and any(
+        s.lifecycle is Lifecycle.FAILED and s.failure_policy == "WAIT_FOR_USER" for s in steps.latest.values()
+    )
+
+
+def _silent_since(task: TaskState, steps: StepSet) -> str | None:
+    """While a task is STALE: since when its silent executor last proved alive (for "no heartbeat for 40 s")."""
+    if task.health is not Health.STALE:
+        return None
+    seen = [
+        s.last_heartbeat_at or s.started_at or s.activated_at
+        for s in steps.unfinished_current()
+        if s.health is Health.STALE
+    ]
+    known = [t for t in seen if t is not None]
+    return iso(min(known)) if known else None
 
 
 def _as_set(steps: Steps) -> StepSet:
@@ -93,13 +109,16 @@ def _as_set(steps: Steps) -> StepSet:
 
 
 def task_progress(steps: Steps) -> dict[str, Any]:
-    current = _as_set(steps).known_current()
+    """Progress over the KNOWN steps (their count is fixed up front, so it never goes backwards);
+    ``addedSteps`` counts the steps registered while running, shown beside it."""
+    step_set = _as_set(steps)
+    current = step_set.known_current()
     done = sum(1 for s in current if s.lifecycle is Lifecycle.SUCCEEDED)
     running = [s for s in current if s.lifecycle is Lifecycle.RUNNING]
     partial = sum((s.progress.percent or 0) / 100 for s in running if s.progress)
     total = len(current)
     percent = round(100 * (done + partial) / total, 2) if total else None
-    return {"completedSteps": done, "totalSteps": total, "percent": percent}
+    return {"completedSteps": done, "totalSteps": total, "percent": percent, "addedSteps": step_set.added}
 
 
 def _step_detail(step: StepState, estimate: Estimate | None = None) -> dict[str, Any]:
@@ -134,6 +153,9 @@ def _step_detail(step: StepState, estimate: Estimate | None = None) -> dict[str,
         "data": {"schema": step.data_schema, "value": step.state_data} if step.data_schema else None,
         "error": error,
         "failurePolicy": step.failure_policy,
+        # While STALE: when the executor last proved alive, so a UI can say how long it has been silent.
+        "lastHeartbeatAt": iso(step.last_heartbeat_at or step.started_at) if step.health is Health.STALE else None,
+        "staleSince": iso(step.stale_since),
         **(estimate.to_json() if estimate else {}),
     }
 
@@ -185,6 +207,8 @@ def _state(
         "taskId": task.task_id,
         **_task_core(task, now),
         **(overall.to_json() if overall else {}),
+        "silentSince": _silent_since(task, steps),
+        "needsAction": _needs_action(task, steps),
         "progress": task_progress(steps),
         "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
         "steps": [_step_detail(s, per_step.get((s.step_id, s.attempt))) for s in shown],
@@ -203,6 +227,8 @@ def user_summary(
         **_envelope("task.summary", task),
         **_task_core(task, now),
         **(overall.to_json() if overall else {}),
+        "silentSince": _silent_since(task, step_set),
+        "needsAction": _needs_action(task, step_set),
         "progress": task_progress(step_set),
         "currentStep": {
             "stepId": current.step_id,

@@ -82,6 +82,16 @@ class StepSet:
         """The latest attempt of every step, in display order."""
         return sorted(self.latest.values(), key=lambda s: (s.step_order, s.step_id))
 
+    def unfinished_current(self) -> list[StepState]:
+        """Latest attempts that have not finished (bounded by what is running or pending, not by size)."""
+        found = (self.attempts[key] for key in self.unfinished)
+        return [s for s in found if self.latest[s.step_id] is s]
+
+    @property
+    def added(self) -> int:
+        """How many steps were registered while running (DYNAMIC), counting each step once."""
+        return len(self.latest) - len(self.known)
+
     def known_current(self) -> list[StepState]:
         """The latest attempt of every KNOWN step (what task progress counts)."""
         return list(self.known.values())

@@ -9,6 +9,7 @@ showed a lower version than it showed before.
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import uuid
@@ -24,9 +25,11 @@ from playwright.sync_api import Browser, Page, Route, WebSocketRoute, expect
 from starlette.testclient import TestClient
 
 from status.api.app import create_app
+from status.app.service import StatusService
 from status.bootstrap import build_service
 from status.infra.db import create_engine
-from status.infra.tokens import ServiceTokens, UserTokens
+from status.infra.schemas import JsonSchemaValidator
+from status.infra.tokens import ExecutionTokens, ServiceTokens, UserTokens
 from tests.integration.conftest import Http
 from tests.support.browser import VERSION_WATCH, chromium, open_dashboard, require_dashboard, screenshot
 from tests.support.flows import activate, create_workflow, report
@@ -331,6 +334,135 @@ def test_a_running_task_says_about_how_long_is_left(stack: Stack, browser: Brows
     expect(card(page, task_id).locator(".eta")).to_have_text("about 2 min left", timeout=TIMEOUT_MS)
     assert report(stack.http, ctx, "STEP_COMPLETED", 2, durationMs=1_000).status_code == 200
     expect(card(page, task_id).locator(".eta")).to_have_text("", timeout=TIMEOUT_MS)  # nothing left to estimate
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_a_retried_step_failure_is_a_passing_warning_and_a_task_failure_stays(stack: Stack, browser: Browser) -> None:
+    user = f"erin-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    failing = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    retried = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    # First a task failure (an alarm), then a step failure that will be retried (not one).
+    response = coordinator_fail(stack.http, failing, "PARSE_FAILED", "The file could not be read.")
+    assert response.status_code == 200, response.text
+    error_toast = page.locator(f'.toast[data-notice-id="{failing}:{response.json()["taskVersion"]}"]')
+    expect(error_toast).to_have_attribute("data-severity", "ERROR", timeout=TIMEOUT_MS)
+    ctx = activate(stack.http, retried)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    error = {"category": "DEPENDENCY", "code": "OCR_BUSY", "retryable": True, "userMessage": "The OCR service is busy."}
+    failed = report(stack.http, ctx, "STEP_FAILED", 2, error=error)
+    assert failed.status_code == 200, failed.text
+    warning = page.locator(f'.toast[data-notice-id="{retried}:{failed.json()["taskVersion"]}"]')
+    expect(warning).to_have_attribute("data-severity", "WARNING", timeout=TIMEOUT_MS)
+    # No dangling colon: the task's title, then what the service said.
+    expect(warning).to_contain_text("Contract.pdf: The OCR service is busy.")
+    expect(warning).to_contain_text("failed, retrying")
+    expect(warning).to_have_count(0, timeout=TIMEOUT_MS)  # it fades by itself …
+    expect(error_toast).to_have_count(1)  # … the task failure, shown earlier, is still there
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_card_counts_agree_with_the_detail_rows(stack: Stack, browser: Browser) -> None:
+    user = f"fay-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    policy = {
+        "allowedParentOperations": ["DOCUMENT.PARSE"],
+        "allowedChildOperations": ["SEARCH.*"],
+        "maxDynamicSteps": 5,
+    }
+    task_id = create_workflow(stack.http, owner=user, dynamicRegistrationPolicy=policy)["tasks"][0]["taskId"]
+    first = activate(stack.http, task_id)
+    assert report(stack.http, first, "STEP_STARTED", 1).status_code == 200
+    error = {"category": "DEPENDENCY", "code": "OCR_BUSY", "retryable": True, "userMessage": "busy"}
+    assert report(stack.http, first, "STEP_FAILED", 2, error=error).status_code == 200
+    second = activate(stack.http, task_id, attempt=2)
+    assert report(stack.http, second, "STEP_STARTED", 1).status_code == 200
+    child = stack.http.client.post(
+        f"/internal/v1/tasks/{task_id}/executions:register",
+        json={
+            "clientStepKey": "search-0",
+            "operationCode": "SEARCH.WEB",
+            "producerId": "search-service",
+            "parentExecutionId": second["executionId"],
+        },
+        headers=stack.http.auth(second["executionToken"]),
+    )
+    assert child.status_code == 201, child.text
+    expect(card(page, task_id)).to_have_attribute("data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS)
+    expect(card(page, task_id).locator(".steps")).to_have_text("0/3 steps · 1 added")
+    card(page, task_id).click()
+    rows = page.locator("#detail .timeline > .step")
+    expect(rows).to_have_count(3, timeout=TIMEOUT_MS)  # as many rows as the card counts
+    parse = page.locator('#detail .timeline > .step[data-step-id="02_parse"]')
+    expect(parse).to_have_attribute("data-attempt", "2")
+    expect(parse.locator(".attempts li")).to_have_text(["attempt 1: FAILED (busy)"])  # an attempt of one step
+    expect(parse.locator(".children .step")).to_have_count(1)  # the added step, under the one that added it
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_filters_and_pages(stack: Stack, browser: Browser) -> None:
+    user = f"gus-{uuid.uuid4().hex[:6]}"
+    tasks = [create_workflow(stack.http, owner=user)["tasks"][0]["taskId"] for _ in range(55)]
+    for task_id in tasks[:3]:
+        assert coordinator_fail(stack.http, task_id, "PARSE_FAILED").status_code == 200
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    cards = page.locator("article.task")
+    expect(cards).to_have_count(50, timeout=TIMEOUT_MS)  # one page, not everything at once
+    page.locator("button.more").click()
+    expect(cards).to_have_count(55, timeout=TIMEOUT_MS)
+    expect(page.locator("button.more")).to_have_count(0)
+    page.locator('#filters [data-filter="failed"]').click()
+    expect(cards).to_have_count(3, timeout=TIMEOUT_MS)
+    expect(page.locator('article.task[data-status="FAILED"]')).to_have_count(3)
+    page.locator('#filters [data-filter="running"]').click()
+    expect(cards).to_have_count(50, timeout=TIMEOUT_MS)
+    expect(page.locator('article.task[data-status="FAILED"]')).to_have_count(0)
+    page.locator('#filters [data-filter="done"]').click()
+    expect(page.locator("#tasks .empty")).to_be_visible(timeout=TIMEOUT_MS)
+    # The server pages with the same filters.
+    listed = stack.http.client.get("/api/me/tasks?status=failed&limit=2", headers=stack.http.user(user)).json()
+    assert len(listed["tasks"]) == 2 and listed["nextCursor"]
+    rest = stack.http.client.get(
+        f"/api/me/tasks?status=failed&limit=2&cursor={listed['nextCursor']}", headers=stack.http.user(user)
+    ).json()
+    assert {t["taskId"] for t in listed["tasks"] + rest["tasks"]} == set(tasks[:3])
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_a_silent_executor_reads_as_how_long_it_has_been_silent(stack: Stack, browser: Browser) -> None:
+    user = f"hal-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    response = stack.http.client.post(
+        f"/internal/v1/tasks/{task_id}/steps/02_parse:activate",
+        json={
+            "attempt": 1,
+            "producerId": "document-parser",
+            "heartbeatIntervalSeconds": 1,
+            "heartbeatTimeoutSeconds": 2,
+        },
+        headers=stack.http.coordinator,
+    )
+    assert response.status_code == 201, response.text
+    assert report(stack.http, response.json(), "STEP_STARTED", 1).status_code == 200
+    # The health reconciler's pass, run by the test until the two-second deadline has passed.
+    reconciler = StatusService(
+        stack.engine, execution_tokens=ExecutionTokens(secrets.token_hex(32)), validator=JsonSchemaValidator()
+    )
+    wait_until(lambda: reconciler.mark_stale(tenant_scope=(stack.http.tenant, "content")), 20, "STALE")
+    expect(card(page, task_id)).to_have_attribute("data-health", "STALE", timeout=TIMEOUT_MS)
+    silence = card(page, task_id).locator(".silence")
+    expect(silence).to_contain_text(re.compile(r"no heartbeat for [0-9]+ s \(since "))
+    first = silence.inner_text()
+    expect(silence).not_to_have_text(first, timeout=TIMEOUT_MS)  # it keeps counting without messages
     assert_never_went_back(page)
     page.context.close()
 

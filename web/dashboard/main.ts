@@ -22,6 +22,7 @@ import {
   type NoticeSource,
   type StepDetail,
   type TaskView,
+  type TaskFilter,
   type TransportName,
   type UserNotification,
 } from '../src/index.js';
@@ -150,9 +151,55 @@ class Inbox {
   }
 }
 
+type Filter = 'all' | TaskFilter;
+const PAGE_SIZE = 50;
+const SNAPSHOT_CAP = 1000; // TaskStatusClient loads up to 10 pages of 100 at start and on recovery
+
+function matchesFilter(view: TaskView, filter: Filter): boolean {
+  const s = view.summary;
+  switch (filter) {
+    case 'running':
+      return s.lifecycleStatus === 'PENDING' || s.lifecycleStatus === 'RUNNING';
+    case 'failed':
+      return s.lifecycleStatus === 'FAILED' || s.lifecycleStatus === 'TIMED_OUT';
+    case 'done':
+      return s.lifecycleStatus === 'SUCCEEDED' || s.lifecycleStatus === 'CANCELLED';
+    case 'needs_action':
+      return s.needsAction === true;
+    default:
+      return true;
+  }
+}
+
+/** "no heartbeat for 40 s (since 10:02:11)": how long a STALE task's executor has been silent. */
+function silenceText(s: TaskView['summary'], receivedAt: number, now: number): string {
+  if (s.health !== 'STALE') return '';
+  if (!s.silentSince) return 'no heartbeat';
+  const since = Date.parse(s.silentSince);
+  const silent = Date.parse(s.asOf) - since + Math.max(0, now - receivedAt);
+  const seconds = Math.max(0, Math.round(silent / 1000));
+  const amount = seconds < 120 ? `${seconds} s` : `${Math.round(seconds / 60)} min`;
+  return `no heartbeat for ${amount} (since ${new Date(since).toLocaleTimeString()})`;
+}
+
+/** Replace an element's children only when they differ (keeps DOM work to what changed). */
+function setChildren(parent: HTMLElement, children: Node[]): void {
+  const current = parent.childNodes;
+  if (current.length === children.length && children.every((child, i) => current[i] === child)) return;
+  parent.replaceChildren(...children);
+}
+
 class Dashboard {
   readonly inbox: Inbox;
   private selected: string | null = null;
+  private filter: Filter = 'all';
+  private limit = PAGE_SIZE;
+  /** The server's next page per filter (undefined: not asked yet; null: no more). */
+  private readonly cursors = new Map<Filter, string | null | undefined>();
+  private readonly cards = new Map<string, { el: HTMLElement; key: string }>();
+  private readonly sections = new Map<string, { el: HTMLElement; header: HTMLElement; key: string }>();
+  private readonly empty = h('p', { class: 'empty muted' }, 'No tasks yet.');
+  private readonly moreButton = h('button', { class: 'more', type: 'button' }, 'Show more');
   private frame = 0;
   private stopTicker: (() => void) | null = null;
 
@@ -174,6 +221,13 @@ class Dashboard {
     byId('tasks').addEventListener('click', (event) => {
       const card = (event.target as HTMLElement).closest<HTMLElement>('.task');
       if (card?.dataset.taskId) this.select(card.dataset.taskId);
+    });
+    this.moreButton.addEventListener('click', () => {
+      this.showMore().catch((error: unknown) => console.warn('more tasks', error));
+    });
+    byId('filters').addEventListener('click', (event) => {
+      const filter = (event.target as HTMLElement).closest<HTMLElement>('[data-filter]')?.dataset.filter;
+      if (filter) this.setFilter(filter as Filter);
     });
   }
 
@@ -206,35 +260,107 @@ class Dashboard {
   }
 
   private render(): void {
-    const store = this.client.store;
-    const groups = store.tasksByWorkflow();
-    const list = byId('tasks');
-    list.replaceChildren(
-      ...(groups.length === 0
-        ? [h('p', { class: 'empty muted' }, 'No tasks yet.')]
-        : groups.map(({ workflowId, workflow, tasks }) =>
-            h(
-              'section',
-              { class: 'workflow', 'data-workflow-id': workflowId, 'data-workflow-version': workflow?.workflowVersion },
-              h(
-                'header',
-                {},
-                h('strong', {}, workflow?.title ?? 'Workflow'),
-                workflow ? h('span', { class: 'badge', 'data-status': workflow.lifecycleStatus }, workflow.lifecycleStatus) : null,
-                h('span', {}, workflowId),
-              ),
-              ...tasks.map((view) => this.taskCard(view)),
-            ),
-          )),
-    );
+    this.renderList();
     this.renderDetail();
     this.updateTicker();
     this.tick();
   }
 
+  /**
+   * The list: the current filter's newest tasks, a page at a time, grouped by workflow. Cards and
+   * sections are kept by id and rebuilt only when their version changed, so a progress tick costs
+   * one card, not the page (1,000 tasks at 100 events/s stay smooth: bench/dashboard.py).
+   */
+  private renderList(): void {
+    const store = this.client.store;
+    const matching = store.allTasks().filter((view) => matchesFilter(view, this.filter));
+    const shown = matching.slice(0, this.limit);
+    const groups = new Map<string, TaskView[]>();
+    for (const view of shown) {
+      const group = groups.get(view.workflowId);
+      if (group) group.push(view);
+      else groups.set(view.workflowId, [view]);
+    }
+    const sections: HTMLElement[] = [];
+    const liveTasks = new Set<string>();
+    for (const [workflowId, tasks] of groups) {
+      const workflow = store.workflow(workflowId);
+      const key = `${workflow?.workflowVersion ?? ''}|${workflow?.lifecycleStatus ?? ''}|${workflow?.title ?? ''}`;
+      let section = this.sections.get(workflowId);
+      if (!section || section.key !== key) {
+        const header = h(
+          'header',
+          {},
+          h('strong', {}, workflow?.title ?? 'Workflow'),
+          workflow ? h('span', { class: 'badge', 'data-status': workflow.lifecycleStatus }, workflow.lifecycleStatus) : null,
+          h('span', {}, workflowId),
+        );
+        const el = section?.el ?? h('section', { class: 'workflow', 'data-workflow-id': workflowId });
+        if (workflow) el.dataset.workflowVersion = workflow.workflowVersion;
+        if (section) section.header.replaceWith(header);
+        else el.append(header);
+        section = { el, header, key };
+        this.sections.set(workflowId, section);
+      }
+      const cards = tasks.map((view) => {
+        liveTasks.add(view.taskId);
+        const cardKey = `${view.summaryVersion}|${view.taskId === this.selected ? 1 : 0}`;
+        const known = this.cards.get(view.taskId);
+        if (known && known.key === cardKey) return known.el;
+        const el = this.taskCard(view);
+        known?.el.replaceWith(el);
+        this.cards.set(view.taskId, { el, key: cardKey });
+        return el;
+      });
+      setChildren(section.el, [section.header, ...cards]);
+      sections.push(section.el);
+    }
+    for (const taskId of [...this.cards.keys()]) if (!liveTasks.has(taskId)) this.cards.delete(taskId);
+    for (const workflowId of [...this.sections.keys()]) if (!groups.has(workflowId)) this.sections.delete(workflowId);
+    const more = matching.length > shown.length || (this.mayHaveMore() && this.cursors.get(this.filter) !== null);
+    const list = byId('tasks');
+    list.dataset.filter = this.filter;
+    list.dataset.shown = String(shown.length);
+    setChildren(list, [
+      ...(sections.length === 0 ? [this.empty] : sections),
+      ...(more && sections.length > 0 ? [this.moreButton] : []),
+    ]);
+    for (const button of document.querySelectorAll<HTMLElement>('#filters [data-filter]')) {
+      button.setAttribute('aria-pressed', String(button.dataset.filter === this.filter));
+    }
+  }
+
+  /** One more page of the current filter: from what the store holds, and from the server past it. */
+  private async showMore(): Promise<void> {
+    this.limit += PAGE_SIZE;
+    const status = this.filter === 'all' ? undefined : this.filter;
+    const held = this.client.store.allTasks().filter((view) => matchesFilter(view, this.filter)).length;
+    const cursor = this.cursors.get(this.filter);
+    if (held < this.limit && cursor !== null && this.mayHaveMore()) {
+      // One server page per click, of this filter, past what the store holds.
+      const page = await this.client.api.myTasks(cursor ?? null, PAGE_SIZE, status);
+      for (const summary of page.tasks) this.client.store.applySummary(summary);
+      this.cursors.set(this.filter, page.nextCursor);
+    }
+    this.schedule();
+  }
+
+  /** The client loads the newest tasks up to its snapshot cap; only past that can the server hold more. */
+  private mayHaveMore(): boolean {
+    return this.client.store.taskIds().length >= SNAPSHOT_CAP;
+  }
+
+  private setFilter(filter: Filter): void {
+    this.filter = filter;
+    this.limit = PAGE_SIZE;
+    this.schedule();
+  }
+
   private taskCard(view: TaskView): HTMLElement {
     const s = view.summary;
-    const percent = isTerminal(s) && s.lifecycleStatus === 'SUCCEEDED' ? 100 : (s.progress.percent ?? 0);
+    // What is known, never a forced 100 %: a task can succeed with a step's reports lost.
+    const percent = s.progress.percent ?? (s.lifecycleStatus === 'SUCCEEDED' ? 100 : 0);
+    const added = s.progress.addedSteps ?? 0;
     const current = s.currentStep;
     return h(
       'article',
@@ -259,13 +385,15 @@ class Dashboard {
         { class: 'sub' },
         h('span', { class: 'elapsed', 'data-task-id': view.taskId }, ''),
         h('span', { class: 'eta', 'data-task-id': view.taskId }, formatRemaining(remainingAt(s, view.summaryReceivedAt, performance.now()))),
-        h('span', {}, `${s.progress.completedSteps}/${s.progress.totalSteps} steps`),
+        h('span', { class: 'steps' }, `${s.progress.completedSteps}/${s.progress.totalSteps} steps${added ? ` · ${added} added` : ''}`),
+        s.health === 'STALE' ? h('span', { class: 'silence', 'data-task-id': view.taskId }, silenceText(s, view.summaryReceivedAt, performance.now())) : null,
         current ? h('span', { class: 'current-step' }, `${current.displayName ?? current.operationCode}${current.phaseLabel ? ` · ${current.phaseLabel}` : ''}`) : null,
         h('span', { class: 'version muted' }, `v${view.summaryVersion}`),
       ),
       s.failure ? h('div', { class: 'failure' }, `${s.failure.code}${s.failure.userMessage ? `: ${s.failure.userMessage}` : ''}`) : null,
     );
   }
+
 
   private renderDetail(): void {
     const panel = byId('detail');
@@ -302,13 +430,43 @@ class Dashboard {
       ),
       s.failure ? h('p', { class: 'failure' }, `${s.failure.code}${s.failure.userMessage ? `: ${s.failure.userMessage}` : ''}`) : null,
       d === null ? h('p', { class: 'muted' }, 'Loading steps…') : null,
-      h('div', { class: 'timeline' }, ...steps.map((step) => this.stepRow(step, start, span))),
+      h('div', { class: 'timeline' }, ...this.stepRows(steps, start, span)),
       d?.stepsOmitted ? h('p', { class: 'muted steps-omitted' }, `${d.stepsOmitted} earlier finished steps not shown`) : null,
       ),
     );
   }
 
-  private stepRow(step: StepDetail, start: number, span: number): HTMLElement {
+  /**
+   * One row per step, so rows agree with the card's count: earlier attempts inside their step's
+   * row, steps registered while running (DYNAMIC) inside the row of the step that registered them.
+   */
+  private stepRows(steps: StepDetail[], start: number, span: number): HTMLElement[] {
+    const latest = new Map<string, StepDetail>();
+    const earlier = new Map<string, StepDetail[]>();
+    const stepOfExecution = new Map<string, string>();
+    for (const step of steps) {
+      if (step.executionId) stepOfExecution.set(step.executionId, step.stepId);
+      const known = latest.get(step.stepId);
+      if (!known || step.attempt > known.attempt) {
+        if (known) earlier.set(step.stepId, [...(earlier.get(step.stepId) ?? []), known]);
+        latest.set(step.stepId, step);
+      } else {
+        earlier.set(step.stepId, [...(earlier.get(step.stepId) ?? []), step]);
+      }
+    }
+    const children = new Map<string, StepDetail[]>();
+    const top: StepDetail[] = [];
+    for (const step of latest.values()) {
+      const parent = step.parentExecutionId ? stepOfExecution.get(step.parentExecutionId) : undefined;
+      if (parent && parent !== step.stepId && latest.has(parent)) children.set(parent, [...(children.get(parent) ?? []), step]);
+      else top.push(step);
+    }
+    const row = (step: StepDetail): HTMLElement =>
+      this.stepRow(step, start, span, earlier.get(step.stepId) ?? [], (children.get(step.stepId) ?? []).map(row));
+    return top.map(row);
+  }
+
+  private stepRow(step: StepDetail, start: number, span: number, earlier: StepDetail[] = [], nested: HTMLElement[] = []): HTMLElement {
     const rendered = renderers.render(step);
     // A bar only for the time the attempt actually ran (or has been running): a pending step has none.
     const from = Date.parse(step.startedAt ?? '');
@@ -336,6 +494,22 @@ class Dashboard {
       ),
       h('div', { class: 'lane' }, bar),
       h('div', { class: 'fields' }, ...rendered.fields.map((f) => h('span', {}, `${f.label} `, h('b', {}, f.value)))),
+      earlier.length
+        ? h(
+            'ul',
+            { class: 'attempts' },
+            ...earlier
+              .sort((a, b) => a.attempt - b.attempt)
+              .map((a) =>
+                h(
+                  'li',
+                  { 'data-attempt': a.attempt, 'data-status': a.lifecycleStatus },
+                  `attempt ${a.attempt}: ${a.lifecycleStatus}${a.error ? ` (${a.error.userMessage ?? a.error.code})` : ''}`,
+                ),
+              ),
+          )
+        : null,
+      nested.length ? h('div', { class: 'children' }, ...nested) : null,
     );
   }
 
@@ -359,6 +533,10 @@ class Dashboard {
     for (const el of document.querySelectorAll<HTMLElement>('.eta')) {
       const view = this.client.store.task(el.dataset.taskId ?? '');
       if (view) el.textContent = formatRemaining(remainingAt(view.summary, view.summaryReceivedAt, now));
+    }
+    for (const el of document.querySelectorAll<HTMLElement>('.silence')) {
+      const view = this.client.store.task(el.dataset.taskId ?? '');
+      if (view) el.textContent = silenceText(view.summary, view.summaryReceivedAt, now);
     }
   }
 

@@ -5,6 +5,7 @@ import type {
   MyTasksPage,
   NotificationsPage,
   RealtimeSession,
+  TaskFilter,
   SubscriptionGrant,
   TaskSnapshot,
   WorkflowSummaryMessage,
@@ -66,9 +67,11 @@ export class StatusApi {
     return this.request('POST', '/api/tasks/status:batchGet', { taskIds, knownVersions });
   }
 
-  myTasks(cursor: string | null, limit = 100): Promise<MyTasksPage> {
+  /** The user's tasks, newest first; `status` narrows to running, failed, needs_action or done. */
+  myTasks(cursor: string | null, limit = 100, status?: TaskFilter): Promise<MyTasksPage> {
     const query = new URLSearchParams({ limit: String(limit) });
     if (cursor) query.set('cursor', cursor);
+    if (status) query.set('status', status);
     return this.request('GET', `/api/me/tasks?${query}`);
   }
 

@@ -17,10 +17,12 @@ export interface Progress {
   percent: number | null;
 }
 
+/** Progress over the task's known steps; `addedSteps` counts steps registered while it ran. */
 export interface TaskProgress {
   completedSteps: number;
   totalSteps: number;
   percent: number | null;
+  addedSteps?: number;
 }
 
 /** A notice on the summary channel (seed §6.8); `id` is `taskId:taskVersion`. */
@@ -77,6 +79,10 @@ export interface TaskCore {
   /** Estimated ms left as of `asOf` and how sure the service is (0–1); absent when unknown. */
   etaMs?: number;
   etaConfidence?: number;
+  /** While STALE: when the silent executor last proved alive. */
+  silentSince?: string | null;
+  /** A step failed and waits for the user. */
+  needsAction?: boolean;
 }
 
 export interface CurrentStep {
@@ -130,6 +136,9 @@ export interface StepDetail {
   data: StepData | null;
   error: StepError | null;
   failurePolicy: string | null;
+  /** While STALE: when its executor last proved alive. */
+  lastHeartbeatAt?: string | null;
+  staleSince?: string | null;
   /** Estimated ms left for a running or pending attempt; absent when unknown. */
   etaMs?: number;
   etaConfidence?: number;
@@ -255,6 +264,9 @@ export interface BatchGetResult {
   notFound: string[];
   asOf: string;
 }
+
+/** Server-side list filters of `GET /api/me/tasks?status=`. */
+export type TaskFilter = 'running' | 'failed' | 'needs_action' | 'done';
 
 export interface MyTasksPage {
   tasks: TaskSummaryMessage[];
