@@ -583,3 +583,20 @@ def test_dashboard_is_served_and_the_root_points_to_it(stack: Stack) -> None:
     assert root.status_code == 307 and root.headers["location"] == "/dashboard/"
     index = stack.http.client.get("/dashboard/")
     assert index.status_code == 200 and "Task Status Observer" in index.text
+
+
+def test_a_react_page_driven_by_the_hooks_updates_live(stack: Stack, browser: Browser) -> None:
+    user = f"ivy-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user), page="react.html")
+    expect(page.locator("#react-connection")).to_have_attribute("data-state", "LIVE", timeout=TIMEOUT_MS)
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    item = page.locator(f'#react-tasks li[data-task-id="{task_id}"]')
+    expect(item).to_have_attribute("data-status", "PENDING", timeout=TIMEOUT_MS)
+    ctx = activate(stack.http, task_id)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    expect(item).to_have_attribute("data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS)
+    expect(item).to_have_attribute("data-status", "RUNNING")
+    assert report(stack.http, ctx, "STEP_COMPLETED", 2).status_code == 200
+    expect(item).to_have_attribute("data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS)
+    expect(item).to_contain_text("1/3 steps")
+    page.context.close()

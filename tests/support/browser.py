@@ -79,14 +79,15 @@ def chromium() -> Iterator[tuple[Playwright, Browser]]:
             browser.close()
 
 
-def open_dashboard(browser: Browser, base_url: str, token: str, query: str = "") -> Page:
-    """A fresh browser context (its own storage) with the version watch, logged in via the URL fragment."""
+def open_dashboard(browser: Browser, base_url: str, token: str, query: str = "", page: str = "") -> Page:
+    """A fresh browser context (its own storage) with the version watch, logged in via the URL fragment
+    (``page``: another page of the built site, e.g. ``react.html``)."""
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     context.add_init_script(VERSION_WATCH)
-    page = context.new_page()
-    page.on("console", lambda message: _console(message.type, message.text))
-    page.goto(f"{base_url}/dashboard/{query}#token={token}")
-    return page
+    tab = context.new_page()
+    tab.on("console", lambda message: _console(message.type, message.text))
+    tab.goto(f"{base_url}/dashboard/{page}{query}#token={token}")
+    return tab
 
 
 def _console(kind: str, text: str) -> None:
