@@ -80,3 +80,48 @@ class VideoExportWorkflow:
             result = await workflow.execute_activity(package, render, start_to_close_timeout=timedelta(minutes=1))
         await TaskStatus.complete_task(task_id)
         return {"taskId": task_id, "result": result}
+
+
+TASK_QUEUE = "examples-video"
+
+
+async def main() -> None:
+    """Run one export on a worker of its own (queue ``examples-video``) and print its task id.
+
+        export TASK_STATUS_URL=http://127.0.0.1:8080
+        export TASK_STATUS_TOKEN=$(task-observer service-token \\
+            --producer video-worker --tenant demo --scope examples --role WORKER --role COORDINATOR)
+        python -m examples.video_export
+    """
+    import os
+    import uuid
+
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from interceptors import TaskStatusPlugin
+
+    client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
+    # An outbox file of its own: examples/worker.py may run beside it with the same token.
+    plugin = TaskStatusPlugin(
+        os.environ["TASK_STATUS_URL"], os.environ["TASK_STATUS_TOKEN"], outbox_path=".task-status/video-export.sqlite3"
+    )
+    async with Worker(
+        client,
+        task_queue=TASK_QUEUE,
+        workflows=[VideoExportWorkflow],
+        activities=[transcode, package],
+        plugins=[plugin],
+    ):
+        result = await client.execute_workflow(
+            VideoExportWorkflow.run,
+            ExportRequest(os.environ.get("DEMO_USER", "alice"), f"holiday-{uuid.uuid4().hex[:6]}.mov"),
+            id=f"video-{uuid.uuid4()}",
+            task_queue=TASK_QUEUE,
+        )
+        await plugin.reporter.drained()
+    print(f"exported {result['result']} (task {result['taskId']})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,6 +1,10 @@
 """Start a document run and print its live status as the user's browser would receive it.
 
-    python -m examples.watch_run   # with the worker of examples/worker.py running
+    export TASK_STATUS_USER_TOKEN=...   # printed by task-observer dev (user alice of tenant demo)
+    python -m examples.watch_run        # with the worker of examples/worker.py running
+
+It prints its own run only (the user may have others going, e.g. the dev stack's demo), and
+exits when that run has ended.
 
 Uses the public API for a realtime session (connection token for the user's
 own summary channel) and centrifuge-python (the test/dev extra) to listen.
@@ -19,6 +23,7 @@ from centrifuge import Client, ClientEventHandler, ServerPublicationContext
 from temporalio.client import Client as TemporalClient
 
 from examples.document_processing import DocumentRequest, DocumentWorkflow
+from examples.worker import TASK_QUEUE
 
 
 def describe(message: dict[str, Any]) -> str:
@@ -27,9 +32,10 @@ def describe(message: dict[str, Any]) -> str:
         progress = (message.get("progress") or {}).get("percent")
         notice = message.get("notice") or {}
         return (
-            f"v{message['taskVersion']:>3} {message['lifecycleStatus']:<9} {message['health']:<8} "
-            f"{progress if progress is not None else '-':>6}%  {step.get('phaseLabel') or step.get('stepId') or ''}"
-            + (f"  [{notice.get('kind')}: {notice.get('title')}]" if notice else "")
+            f"{message.get('title')}  v{message['taskVersion']:>3} {message['lifecycleStatus']:<9} "
+            f"{message['health']:<8} {progress if progress is not None else '-':>6}%  "
+            f"{step.get('phaseLabel') or step.get('stepId') or ''}"
+            + (f"  [{notice.get('type')}: {notice.get('title')}]" if notice else "")
         )
     return f"{message.get('kind')}: {message.get('workflowVersion') or message.get('taskVersion')}"
 
@@ -40,8 +46,13 @@ async def watch(
     start_run: Callable[[], Any],
     printer: Callable[[str], None] = print,
     timeout: float = 120,
+    title: str | None = None,
 ) -> list[str]:
-    """Connect as the user, start the run, print summaries until the task is terminal."""
+    """Connect as the user, start the run, print its summaries until its task is terminal.
+
+    ``title`` (unique per run) picks the run's task out of the user's channel before the run has
+    said its task id; without it, only messages after the run returned its task id count.
+    """
     async with httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {user_token}"}) as http:
         session = (await http.get("/api/realtime/session")).json()
     lines: list[str] = []
@@ -51,8 +62,12 @@ async def watch(
     class Printer(ClientEventHandler):
         async def on_publication(self, ctx: ServerPublicationContext) -> None:
             message = ctx.pub.data
-            if task_ids and message.get("taskId") not in task_ids and message.get("kind") == "task.summary":
-                return
+            if message.get("kind") != "task.summary":
+                return  # other kinds (workflow summaries, notification hints) are not this run's status
+            if not task_ids and title is not None and message.get("title") == title:
+                task_ids.add(message["taskId"])
+            if message.get("taskId") not in task_ids:
+                return  # another task of this user
             line = describe(message)
             lines.append(line)
             printer(line)
@@ -78,15 +93,18 @@ async def watch(
 async def main() -> None:
     temporal = await TemporalClient.connect(os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
 
+    title = f"contract-{uuid.uuid4().hex[:6]}.pdf"
+
     async def start() -> Any:
         return await temporal.execute_workflow(
             DocumentWorkflow.run,
-            DocumentRequest(os.environ.get("DEMO_USER", "alice"), "contract.pdf"),
+            DocumentRequest(os.environ.get("DEMO_USER", "alice"), title),
             id=f"doc-{uuid.uuid4()}",
-            task_queue="documents",
+            task_queue=TASK_QUEUE,
         )
 
-    await watch(os.environ.get("TASK_STATUS_URL", "http://127.0.0.1:8080"), os.environ["TASK_STATUS_USER_TOKEN"], start)
+    url = os.environ.get("TASK_STATUS_URL", "http://127.0.0.1:8080")
+    await watch(url, os.environ["TASK_STATUS_USER_TOKEN"], start, title=title)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,13 @@
 """A worker with the plugin in one line: ``plugins=[TaskStatusPlugin(url, token)]``.
 
-    TASK_STATUS_URL=http://127.0.0.1:8080 TASK_STATUS_TOKEN=$(task-observer service-token \\
-        --producer doc-worker --tenant acme --scope docs --role WORKER --role COORDINATOR) \\
-        python -m examples.worker
+    export TASK_STATUS_URL=http://127.0.0.1:8080
+    export TASK_STATUS_TOKEN=$(task-observer service-token \\
+        --producer example-worker --tenant demo --scope examples --role WORKER --role COORDINATOR)
+    python -m examples.worker
+
+It serves its own task queue (``examples-documents``), so next to ``task-observer dev`` it never
+takes the demo's runs (queue ``demo-documents``). Its runs belong to the tenant of its token
+(``demo`` above: the dev stack's user ``alice`` sees them on the dashboard too).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from temporalio.worker import Worker
 from examples.document_processing import DocumentWorkflow, parse_document, prepare_file, search_web, store_result
 from interceptors import TaskStatusPlugin
 
-TASK_QUEUE = "documents"
+TASK_QUEUE = "examples-documents"
 
 
 async def main() -> None:

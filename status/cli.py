@@ -92,7 +92,8 @@ def _dev(args: argparse.Namespace) -> int:
             "task-observer: dev is a demo stack; it refuses to run with TASK_OBSERVER_ENV=production", file=sys.stderr
         )
         return 2
-    asyncio.run(run_dev(settings, DevPorts(args.port, args.centrifugo_port, args.temporal_port)))
+    ports = DevPorts(args.port, args.centrifugo_port, args.temporal_port, args.temporal_ui_port, args.metrics_port)
+    asyncio.run(run_dev(settings, ports))
     return 0
 
 
@@ -243,11 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     migrate = add("migrate", _migrate, "apply database migrations (Alembic) to the configured database")
-    migrate.add_argument("--revision", default="head")
+    migrate.add_argument("--revision", default="head", help="Alembic revision to upgrade to (default: head)")
 
     serve = add("serve", _serve, "run the status API")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
     serve.add_argument(
         "--workers", type=int, default=1, help="API processes sharing the port (default 1; about one per core)"
     )
@@ -273,13 +274,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     dev = add("dev", _dev, "run the demo stack: SQLite, Centrifugo, Temporal, API, observer and an example worker")
-    dev.add_argument("--port", type=int, default=8080, help="status API port")
-    dev.add_argument("--centrifugo-port", type=int, default=8000)
-    dev.add_argument("--temporal-port", type=int, default=7233)
+    dev.add_argument("--port", type=int, default=8080, help="status API and dashboard port (default 8080)")
+    dev.add_argument("--centrifugo-port", type=int, default=8000, help="Centrifugo port (default 8000)")
+    dev.add_argument("--temporal-port", type=int, default=7233, help="Temporal dev server port (default 7233)")
+    dev.add_argument(
+        "--temporal-ui-port", type=int, default=8233, help="the Temporal dev server's web UI (default 8233)"
+    )
+    dev.add_argument("--metrics-port", type=int, default=9108, help="the observer's /metrics port (default 9108)")
 
     token = add("service-token", _service_token, "print a service credential for the internal API")
     token.add_argument("--producer", required=True, help="producerId of the service")
-    token.add_argument("--tenant", required=True)
+    token.add_argument("--tenant", required=True, help="tenant the credential acts in")
     token.add_argument("--scope", required=True, help="authority scope (immutable security namespace)")
     token.add_argument("--role", action="append", required=True, help="COORDINATOR, WORKER, HEALTH or ADMIN; repeat")
     token.add_argument(
@@ -327,19 +332,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     user = add("user-token", _user_token, "print a user token signed with the dev/test secret")
-    user.add_argument("--tenant", required=True)
-    user.add_argument("--user", required=True)
-    user.add_argument("--ttl", type=int, default=3600)
-    user.add_argument("--project", action="append", default=[])
+    user.add_argument("--tenant", required=True, help="the user's tenant")
+    user.add_argument("--user", required=True, help="userId (the token's subject)")
+    user.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    user.add_argument("--project", action="append", default=[], help="a project the user belongs to; repeat")
 
     definitions = add("definitions", lambda _: 2, "manage versioned status and operation definitions")
     sub = definitions.add_subparsers(dest="action", required=True, metavar="ACTION")
     load = sub.add_parser(
         "load", help="store the definitions of a JSON file (new versions only; frozen ones must match)"
     )
-    load.add_argument("file")
+    load.add_argument("file", help="JSON document with operations and/or statuses")
     load.add_argument("--tenant", default=None, help="tenant of the definitions (default: global defaults)")
-    load.add_argument("--scope", default="*")
+    load.add_argument("--scope", default="*", help="authority scope of the definitions (default: all)")
     load.set_defaults(handler=_definitions_load)
     return parser
 

@@ -38,6 +38,12 @@ class DevPorts:
     api: int = 8080
     centrifugo: int = 8000
     temporal: int = 7233
+    temporal_ui: int = 8233  # the Temporal dev server's web UI: the same runs, seen from Temporal
+    metrics: int = 9108  # the observer's Prometheus /metrics (the documented OBSERVER_METRICS_PORT)
+
+
+# The demo's own task queue: example workers use theirs, so neither ever takes the other's runs.
+DEMO_TASK_QUEUE = "demo-documents"
 
 
 def _port_open(port: int) -> bool:
@@ -80,7 +86,7 @@ class DevStack:
             centrifugo_public_url=f"ws://127.0.0.1:{ports.centrifugo}/connection/websocket",
             temporal_address=f"127.0.0.1:{ports.temporal}",
             heartbeat_grace_seconds=5,
-            observer_metrics_port=0,
+            observer_metrics_port=ports.metrics if not _port_open(ports.metrics) else 0,
         )
         self.children: list[subprocess.Popen[bytes]] = []
         self.data_dir = settings.data_dir
@@ -135,11 +141,12 @@ class DevStack:
                 binary,
                 "server",
                 "start-dev",
-                "--headless",
                 "--ip",
                 "127.0.0.1",
                 "--port",
                 str(self.ports.temporal),
+                "--ui-port",
+                str(self.ports.temporal_ui),
                 "--db-filename",
                 str(self.data_dir / "temporal.db"),
                 "--log-level",
@@ -224,7 +231,11 @@ class DevStack:
             print("  dashboard     not built: scripts/web build (scripts/dev does it)")
         print(f"  status API    http://127.0.0.1:{self.ports.api}  (OpenAPI: /openapi.json)")
         print(f"  centrifugo    ws://127.0.0.1:{self.ports.centrifugo}/connection/websocket")
-        print(f"  temporal      {settings.temporal_address}")
+        print(f"  temporal      {settings.temporal_address}  (web UI: http://127.0.0.1:{self.ports.temporal_ui})")
+        if settings.observer_metrics_port:
+            print(f"  metrics       http://127.0.0.1:{settings.observer_metrics_port}/metrics  (observer)")
+        else:
+            print(f"  metrics       port {self.ports.metrics} is taken; the observer serves no /metrics")
         print(f"  demo login    user '{DEMO_USER}' of tenant '{TENANT}':")
         print(f"                export TASK_STATUS_USER_TOKEN={user_token}")
         print(
@@ -243,7 +254,7 @@ class DevStack:
                         DocumentWorkflow.run,
                         DocumentRequest(DEMO_USER, f"document-{n}.pdf", pages=8, page_seconds=0.75),
                         id=f"demo-{uuid.uuid4()}",
-                        task_queue="documents",
+                        task_queue=DEMO_TASK_QUEUE,
                     )
                     print(f"  demo run {n} finished", flush=True)
                 with contextlib.suppress(TimeoutError):
@@ -252,7 +263,7 @@ class DevStack:
         with concurrent.futures.ThreadPoolExecutor(8) as executor:
             async with Worker(
                 client,
-                task_queue="documents",
+                task_queue=DEMO_TASK_QUEUE,
                 workflows=[DocumentWorkflow],
                 activities=[prepare_file, parse_document, store_result, search_web],
                 activity_executor=executor,

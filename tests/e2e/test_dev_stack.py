@@ -22,9 +22,59 @@ from tests.support.processes import free_port, wait_until
 pytestmark = [pytest.mark.temporal, pytest.mark.centrifugo]
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def readme_examples() -> str:
+    """The shell lines of the README's "Run the examples" block."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("### Run the examples", 1)[1]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def run_the_readme_examples(
+    tmp_path: Path, env: dict[str, str], api: int, temporal: int, user_token: str, log: Path
+) -> None:
+    """The README's example commands, next to the running dev stack: they work, print only their
+    own runs, and never take the demo's (different task queues)."""
+    demo_runs_before = log.read_text().count("demo run ")
+    script = readme_examples().replace("127.0.0.1:8080", f"127.0.0.1:{api}")
+    script = script.replace("127.0.0.1:7233", f"127.0.0.1:{temporal}")
+    lines = [line for line in script.splitlines() if "TASK_STATUS_USER_TOKEN=" not in line]  # set below
+    venv_bin = str(Path(sys.executable).parent)
+    result = subprocess.run(
+        ["bash", "-euc", "\n".join(lines)],
+        cwd=REPO,
+        env={**env, "PATH": f"{venv_bin}:{env['PATH']}", "TASK_STATUS_USER_TOKEN": user_token},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    watched = [line for line in result.stdout.splitlines() if line.startswith("contract-")]
+    assert watched and any("SUCCEEDED" in line for line in watched), result.stdout
+    titles = {line.split()[0] for line in watched}
+    assert len(titles) == 1  # its own run only, though the demo's runs went on meanwhile
+    assert "exported " in result.stdout
+    # The demo's runs go on (none were taken by the example workers: no demo run hangs) …
+    wait_until(lambda: log.read_text().count("demo run ") > demo_runs_before, 120, "a demo run after the examples")
+    # … and every report of a demo task came from the demo's worker, every example task's from the examples'.
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "task-observer.sqlite3") as db:
+        producers = db.execute(
+            "SELECT t.title, e.producer_id FROM task_event_log e JOIN task t ON t.id = e.task_id"
+            " WHERE e.event_type LIKE 'STEP_%' AND e.event_type != 'STEP_HEALTH_CHANGED'"
+        ).fetchall()
+    demo = {producer for title, producer in producers if title.startswith("document-")}
+    examples = {producer for title, producer in producers if not title.startswith("document-")}
+    assert demo == {"demo-worker"}, demo
+    assert examples and "demo-worker" not in examples, examples
+
+
 def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
     require_dashboard()
-    api, cent, temporal = free_port(), free_port(), free_port()
+    api, cent, temporal, temporal_ui, metrics = (free_port() for _ in range(5))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASK_OBSERVER_")}
     env.update({"TASK_OBSERVER_DATA_DIR": str(tmp_path), "TASK_OBSERVER_ENV": "dev"})
     log = tmp_path / "dev.out"
@@ -39,6 +89,10 @@ def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
                 str(cent),
                 "--temporal-port",
                 str(temporal),
+                "--temporal-ui-port",
+                str(temporal_ui),
+                "--metrics-port",
+                str(metrics),
             ],
             env=env,
             stdout=out,
@@ -59,6 +113,16 @@ def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
             return any(t["lifecycleStatus"] == "SUCCEEDED" for t in response.json().get("tasks", []))
 
         wait_until(succeeded, 120, "an example run reaching SUCCEEDED")
+        # What it prints answers: the observer's metrics, and Temporal's web UI showing the same runs.
+        printed_out = log.read_text()
+        assert f"http://127.0.0.1:{metrics}/metrics" in printed_out and f"http://127.0.0.1:{temporal_ui}" in printed_out
+        observer_metrics = httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5)
+        assert observer_metrics.status_code == 200 and "outbox_oldest_pending_age_seconds" in observer_metrics.text
+        wait_until(
+            lambda: httpx.get(f"http://127.0.0.1:{temporal_ui}/", timeout=5).status_code == 200, 30, "Temporal UI"
+        )
+
+        run_the_readme_examples(tmp_path, env, api, temporal, token, log)
 
         # The login it prints opens the dashboard, which shows that run as SUCCEEDED.
         printed = next(line for line in log.read_text().splitlines() if "/dashboard/#token=" in line)

@@ -84,18 +84,22 @@ async def test_watch_script_prints_the_live_stream_until_the_end(
     ):
         relaying = asyncio.create_task(relay_loop())
 
+        title = f"report-{uuid.uuid4().hex[:6]}.pdf"
+
         async def start() -> Any:
             return await temporal_env.client.execute_workflow(
                 DocumentWorkflow.run,
-                DocumentRequest("user-1", "report.pdf", pages=3),
+                DocumentRequest("user-1", title, pages=3),
                 id=f"doc-{uuid.uuid4()}",
                 task_queue=task_queue,
             )
 
         printed: list[str] = []
-        lines = await watch(live_api, api.user_tokens.issue(api.tenant, "user-1"), start, printed.append, timeout=60)
+        token = api.user_tokens.issue(api.tenant, "user-1")
+        lines = await watch(live_api, token, start, printed.append, timeout=60, title=title)
         stop.set()
         await relaying
     executor.shutdown()
     assert lines == printed and any("SUCCEEDED" in line for line in lines)
     assert any("RUNNING" in line for line in lines)  # it watched the run happen, not just its end
+    assert lines and all(line.startswith(title) for line in lines)  # its own run only
