@@ -57,6 +57,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 from common import REPO, centrifugo_node, scratch_database  # type: ignore[import-not-found]
+from interceptors import TaskStatusPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -68,7 +69,6 @@ from examples.document_processing import (
     search_web,
     store_result,
 )
-from interceptors import TaskStatusPlugin
 from status.domain.auth import Role, UserPrincipal
 from status.infra import tables as t
 from status.infra.tokens import RealtimeTokens, ServiceTokens, UserTokens

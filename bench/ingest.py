@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,13 +52,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from common import process_tree_cpu  # type: ignore[import-not-found]  # noqa: E402
+from task_status_wire import convert  # noqa: E402
+from task_status_wire import task_events_pb2 as pb  # noqa: E402
+from task_status_wire import task_events_pb2_grpc as pb_grpc  # noqa: E402
 
 from status.domain.auth import Role  # noqa: E402
 from status.infra import migrate  # noqa: E402
 from status.infra.tokens import ServiceTokens  # noqa: E402
-from task_status_wire import convert  # noqa: E402
-from task_status_wire import task_events_pb2 as pb  # noqa: E402
-from task_status_wire import task_events_pb2_grpc as pb_grpc  # noqa: E402
 
 SERVER = os.environ.get("TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306")
 
@@ -156,7 +157,9 @@ def ceiling(db: str, producers: int, seconds: float) -> dict[str, float]:
                 version = row[[d[0] for d in cur.description].index("version")]
                 cur.execute("SELECT * FROM task_step WHERE task_id=%s FOR UPDATE", (tid,))
                 cur.fetchall()
-                cur.execute("SELECT payload_hash, result FROM task_event_dedup WHERE event_id=%s", (eid,))
+                cur.execute(
+                    "SELECT payload_hash, result FROM task_event_dedup WHERE tenant_id='t' AND event_id=%s", (eid,)
+                )
                 cur.fetchall()
                 cur.execute(
                     "UPDATE task_step SET source_seq=%s, version=version+1, updated_at=%s, progress_current=%s"
@@ -166,22 +169,22 @@ def ceiling(db: str, producers: int, seconds: float) -> dict[str, float]:
                 cur.execute("UPDATE task SET version=version+1, updated_at=%s WHERE id=%s", (now, tid))
                 new_version = int(version) + 1
                 cur.execute(
-                    "INSERT INTO task_event_log (event_id, workflow_id, task_id, task_version, step_id, task_attempt,"
-                    " step_attempt, producer_id, source_seq, event_type, lifecycle_status, business_status, health,"
-                    " occurred_at, received_at, committed_at, payload) VALUES"
-                    " (%s,'wf',%s,%s,'s',1,1,'p',%s,'STEP_PROGRESS','RUNNING','RUNNING','HEALTHY',%s,%s,%s,%s)",
+                    "INSERT INTO task_event_log (tenant_id, event_id, workflow_id, task_id, task_version, step_id,"
+                    " task_attempt, step_attempt, producer_id, source_seq, event_type, lifecycle_status,"
+                    " business_status, health, occurred_at, received_at, committed_at, payload) VALUES"
+                    " ('t',%s,'wf',%s,%s,'s',1,1,'p',%s,'STEP_PROGRESS','RUNNING','RUNNING','HEALTHY',%s,%s,%s,%s)",
                     (eid, tid, new_version, seq, now, now, now, '{"a":1}'),
                 )
                 cur.execute(
-                    "INSERT INTO task_event_dedup (event_id, task_id, payload_hash, result, created_at)"
-                    " VALUES (%s,%s,%s,%s,%s)",
+                    "INSERT INTO task_event_dedup (tenant_id, event_id, task_id, payload_hash, result, created_at)"
+                    " VALUES ('t',%s,%s,%s,%s,%s)",
                     (eid, tid, "h" * 64, '{"accepted":true}', now),
                 )
                 cur.execute(
                     "INSERT INTO task_outbox (aggregate_type, aggregate_id, aggregate_version, channel, projection,"
-                    " must_deliver, event_id, payload, status, available_at, created_at) VALUES"
-                    " ('TASK',%s,%s,%s,'USER_SUMMARY',0,%s,%s,'PENDING',%s,%s),"
-                    " ('TASK',%s,%s,%s,'TASK_DETAIL',0,%s,%s,'PENDING',%s,%s)",
+                    " must_deliver, event_id, payload, status, available_at, created_at, publish_key, partition_no)"
+                    " VALUES ('TASK',%s,%s,%s,'USER_SUMMARY',0,%s,%s,'PENDING',%s,%s,%s,%s),"
+                    " ('TASK',%s,%s,%s,'TASK_DETAIL',0,%s,%s,'PENDING',%s,%s,%s,%s)",
                     (
                         tid,
                         new_version,
@@ -190,6 +193,8 @@ def ceiling(db: str, producers: int, seconds: float) -> dict[str, float]:
                         payload,
                         now,
                         now,
+                        uuid.uuid4().hex,
+                        zlib.crc32(b"task_user:t/u") % 16,
                         tid,
                         new_version,
                         f"task_detail:t/{tid}",
@@ -197,6 +202,8 @@ def ceiling(db: str, producers: int, seconds: float) -> dict[str, float]:
                         payload,
                         now,
                         now,
+                        uuid.uuid4().hex,
+                        zlib.crc32(f"task_detail:t/{tid}".encode()) % 16,
                     ),
                 )
             conn.commit()

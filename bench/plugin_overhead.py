@@ -26,11 +26,11 @@ from pathlib import Path
 
 import httpx
 from common import REPO, create_tasks_http, process_tree_cpu, scratch_database  # type: ignore[import-not-found]
+from interceptors import TaskStatusPlugin
 from plugin_workflows import OverheadWorkflow, tiny  # type: ignore[import-not-found]
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from interceptors import TaskStatusPlugin
 from status.domain.auth import Role
 from status.infra.tokens import ServiceTokens
 from tests.support.processes import free_port, temporal_binary

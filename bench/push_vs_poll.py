@@ -38,12 +38,12 @@ from typing import Any
 
 import httpx
 from common import REPO, create_tasks_http, percentile, scratch_database  # type: ignore[import-not-found]
+from interceptors import TaskStatusPlugin
 from push_poll_workflows import STEP_STARTED_AT, SteppedWorkflow, slow_step  # type: ignore[import-not-found]
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from interceptors import TaskStatusPlugin
 from status.domain.auth import Role, UserPrincipal
 from status.infra.tokens import RealtimeTokens, ServiceTokens
 from tests.support.processes import CentrifugoNode, free_port, temporal_binary, wait_until

@@ -96,10 +96,9 @@ async def main() -> None:
     import os
     import uuid
 
+    from interceptors import TaskStatusPlugin
     from temporalio.client import Client
     from temporalio.worker import Worker
-
-    from interceptors import TaskStatusPlugin
 
     client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
     # An outbox file of its own: examples/worker.py may run beside it with the same token.

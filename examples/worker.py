@@ -16,11 +16,11 @@ import asyncio
 import concurrent.futures
 import os
 
+from interceptors import TaskStatusPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from examples.document_processing import DocumentWorkflow, parse_document, prepare_file, search_web, store_result
-from interceptors import TaskStatusPlugin
 
 TASK_QUEUE = "examples-documents"
 

@@ -169,9 +169,13 @@ class DevStack:
     # ------------------------------------------------------------ in-process parts
     async def run(self, stop: asyncio.Event) -> None:
         import uvicorn
+        from interceptors import TaskStatusPlugin
         from temporalio.client import Client
         from temporalio.worker import Worker
 
+        # The demo runs the checkout's examples/ (they are not installed with the service).
+        if str(REPO_ROOT) not in sys.path and (REPO_ROOT / "examples").is_dir():
+            sys.path.insert(0, str(REPO_ROOT))
         from examples.document_processing import (
             DocumentRequest,
             DocumentWorkflow,
@@ -180,7 +184,6 @@ class DevStack:
             search_web,
             store_result,
         )
-        from interceptors import TaskStatusPlugin
         from observer.runner import build_observer
         from status.api.asgi import app_for
         from status.bootstrap import build_service

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from starlette.concurrency import run_in_threadpool
+from task_status_wire import convert
+from task_status_wire import task_events_pb2 as pb
+from task_status_wire import task_events_pb2_grpc as pb_grpc
 
 from status import logs
 from status.api import metrics
@@ -19,9 +22,6 @@ from status.api.models import EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import DomainError, Forbidden, Invalid, NotFound, Unauthenticated
-from task_status_wire import convert
-from task_status_wire import task_events_pb2 as pb
-from task_status_wire import task_events_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from status.api.app import Api

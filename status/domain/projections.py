@@ -86,9 +86,7 @@ def _estimates(
 
 def _needs_action(task: TaskState, steps: StepSet) -> bool:
     """Unfinished, with a step that failed and waits for the user (WAIT_FOR_USER)."""
-    return not task.lifecycle.terminal and any(
-        s.lifecycle is Lifecycle.FAILED and s.failure_policy == "WAIT_FOR_USER" for s in steps.latest.values()
-    )
+    return not task.lifecycle.terminal and bool(steps.waiting)
 
 
 def _silent_since(task: TaskState, steps: StepSet) -> str | None:

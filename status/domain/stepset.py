@@ -37,6 +37,7 @@ class StepSet:
     known: dict[str, StepState] = field(default_factory=dict)  # the same, KNOWN steps only (progress)
     recent: dict[StepKey, None] = field(default_factory=dict)  # attempts, least recently changed first
     unfinished: dict[StepKey, None] = field(default_factory=dict)  # non-terminal attempts, same order
+    waiting: dict[str, None] = field(default_factory=dict)  # steps whose latest attempt failed waiting for the user
 
     @classmethod
     def of(cls, steps: Iterable[StepState]) -> StepSet:
@@ -55,7 +56,12 @@ class StepSet:
     def with_step(self, step: StepState) -> StepSet:
         """The set after ``step`` (a new or changed attempt) — the original is untouched."""
         return StepSet(
-            dict(self.attempts), dict(self.latest), dict(self.known), dict(self.recent), dict(self.unfinished)
+            dict(self.attempts),
+            dict(self.latest),
+            dict(self.known),
+            dict(self.recent),
+            dict(self.unfinished),
+            dict(self.waiting),
         )._add(step)
 
     def _add(self, step: StepState) -> StepSet:
@@ -72,6 +78,9 @@ class StepSet:
             self.latest[step.step_id] = step
             if step.step_kind == "KNOWN":
                 self.known[step.step_id] = step
+            self.waiting.pop(step.step_id, None)
+            if step.lifecycle is Lifecycle.FAILED and step.failure_policy == "WAIT_FOR_USER":
+                self.waiting[step.step_id] = None
         return self
 
     def all(self) -> list[StepState]:

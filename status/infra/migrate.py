@@ -9,9 +9,9 @@ from alembic.config import Config
 
 
 def alembic_config(database_url: str) -> Config:
-    """An Alembic config pointing at the packaged ``migrations`` folder."""
+    """An Alembic config pointing at the packaged ``status.migrations`` folder."""
     config = Config()
-    config.set_main_option("script_location", str(resources.files("migrations")))
+    config.set_main_option("script_location", str(resources.files("status.migrations")))
     # '%' must be escaped for ConfigParser interpolation (URL-encoded passwords).
     config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return config

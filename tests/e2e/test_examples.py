@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from interceptors import TaskStatusPlugin
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -22,7 +23,6 @@ from examples.document_processing import (
 )
 from examples.video_export import ExportRequest, VideoExportWorkflow, package, transcode
 from examples.watch_run import watch
-from interceptors import TaskStatusPlugin
 from observer.relay import OutboxRelay
 from tests.integration.conftest import Http
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from interceptors import TaskStatusPlugin
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -22,7 +23,6 @@ from examples.document_processing import (
     search_web,
     store_result,
 )
-from interceptors import TaskStatusPlugin
 from status.api.app import create_app
 from status.app.service import StatusService
 from status.infra import tables as t

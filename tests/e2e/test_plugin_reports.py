@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from interceptors import Reporter, ReporterConfig, StepBinding, read_undeliverable
+
 from status.api.app import create_app
 from status.bootstrap import build_service
 from status.settings import Settings

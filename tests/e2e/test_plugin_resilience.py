@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from interceptors import TaskStatusPlugin
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
@@ -21,7 +22,6 @@ from examples.document_processing import (
     search_web,
     store_result,
 )
-from interceptors import TaskStatusPlugin
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import create_workflow

@@ -15,11 +15,11 @@ from typing import Any
 import grpc
 import pytest
 from starlette.testclient import TestClient
-
-from status.api.grpc_server import start_grpc_server
 from task_status_wire import convert
 from task_status_wire import task_events_pb2 as pb
 from task_status_wire import task_events_pb2_grpc as pb_grpc
+
+from status.api.grpc_server import start_grpc_server
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow
 

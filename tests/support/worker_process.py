@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 
+from interceptors import TaskStatusPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from interceptors import TaskStatusPlugin
 from tests.support.plugin_workflows import LongStepWorkflow, long_step
 
 

@@ -20,7 +20,6 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
-MYSQL = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin", "mysql_engine": "InnoDB"}
 
 
 def upgrade() -> None:
@@ -38,7 +37,9 @@ def upgrade() -> None:
         sa.Column("changes", sa.JSON(), nullable=False),
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.PrimaryKeyConstraint("tenant_id", "correction_id", name=op.f("pk_task_correction")),
-        **MYSQL,
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+        mysql_engine="InnoDB",
     )
     with op.batch_alter_table("task_correction", schema=None) as batch_op:
         batch_op.create_index("task_correction_task_idx", ["task_id", "task_version"], unique=False)
@@ -57,7 +58,9 @@ def upgrade() -> None:
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("read_at", TIMESTAMP, nullable=True),
         sa.PrimaryKeyConstraint("tenant_id", "user_id", "notification_id", name=op.f("pk_user_notification")),
-        **MYSQL,
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+        mysql_engine="InnoDB",
     )
     with op.batch_alter_table("user_notification", schema=None) as batch_op:
         batch_op.create_index("user_notification_list_idx", ["tenant_id", "user_id", "created_at"], unique=False)

@@ -566,7 +566,6 @@ class _GrpcTransport:
 
     def __init__(self, target: str, service_token: str, timeout: float) -> None:
         import grpc  # only workers that choose gRPC need grpcio
-
         from task_status_wire import convert
         from task_status_wire import task_events_pb2 as pb
         from task_status_wire import task_events_pb2_grpc as pb_grpc

@@ -1,0 +1,91 @@
+"""Workflow-side step context (passed through the workflow sandbox by the plugin).
+
+Workflow code marks which task step an activity call belongs to; the plugin's
+workflow outbound interceptor copies that mark into the activity's headers.
+Nothing here does I/O, so it is safe in workflow code and on replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass
+from typing import Any
+
+HEADER = "task-status-step"
+
+
+@dataclass(frozen=True)
+class StepBinding:
+    """Which task step an activity reports for: a known step, or a dynamic one to register."""
+
+    task_id: str
+    step_id: str | None = None  # known step (activated per Temporal attempt)
+    operation_code: str | None = None  # dynamic step: registered at run time
+    client_step_key: str | None = None
+    parent_execution_id: str | None = None
+    display_name: str | None = None
+
+    @property
+    def dynamic(self) -> bool:
+        return self.step_id is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> StepBinding:
+        return cls(**{k: raw.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+_current: ContextVar[StepBinding | None] = ContextVar("task_status_step", default=None)
+
+
+def current_binding() -> StepBinding | None:
+    return _current.get()
+
+
+@contextmanager
+def task_step(task_id: str, step_id: str) -> Iterator[StepBinding]:
+    """Activities started inside this block report as ``step_id`` of ``task_id``.
+
+    ``with task_step(task_id, "02_parse"): await workflow.execute_activity(parse, ...)``
+
+    The mark is read when the activity is *scheduled*: await ``execute_activity``
+    inside the block, or use ``workflow.start_activity`` there for concurrent
+    calls (an un-awaited ``execute_activity`` coroutine starts later, outside it).
+    """
+    binding = StepBinding(task_id=task_id, step_id=step_id)
+    token = _current.set(binding)
+    try:
+        yield binding
+    finally:
+        _current.reset(token)
+
+
+@contextmanager
+def dynamic_step(
+    task_id: str,
+    operation_code: str,
+    *,
+    client_step_key: str | None = None,
+    parent_execution_id: str | None = None,
+    display_name: str | None = None,
+) -> Iterator[StepBinding]:
+    """Activities started inside this block are registered as dynamic steps (when the task's policy allows).
+
+    Without ``client_step_key`` the key is derived from the workflow run and activity id.
+    """
+    binding = StepBinding(
+        task_id=task_id,
+        operation_code=operation_code,
+        client_step_key=client_step_key,
+        parent_execution_id=parent_execution_id,
+        display_name=display_name,
+    )
+    token = _current.set(binding)
+    try:
+        yield binding
+    finally:
+        _current.reset(token)

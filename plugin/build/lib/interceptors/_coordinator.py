@@ -1,0 +1,143 @@
+"""Coordinator helper: activities that call the status service, and a deterministic workflow-side API.
+
+Workflow code stays deterministic: it only schedules these activities, with
+event ids and sequences derived from workflow state (``workflow.info()``,
+``workflow.now()``), so a replay schedules exactly the same calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+
+CREATE_WORKFLOW = "task_status.create_workflow"
+SUBMIT_TASK_EVENT = "task_status.submit_task_event"
+CLASSIFY = "task_status.classify"
+_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+
+
+@dataclass
+class TaskEventRequest:
+    task_id: str
+    event_type: str  # TASK_COMPLETED | TASK_FAILED | TASK_CANCELLED
+    event_id: str
+    source_seq: int
+    task_attempt: int = 1
+    duration_ms: int | None = None
+    failure_code: str | None = None  # TASK_FAILED: the error's stable code
+    failure_message: str | None = None  # ... its user-safe message (seed's userMessage)
+    failed_step_id: str | None = None
+    failure_category: str = "UNKNOWN"
+    failure_retryable: bool | None = None
+
+
+class CoordinatorActivities:
+    """Activities registered by the plugin on every worker that uses it."""
+
+    def __init__(self, status_url: str, service_token: str, timeout: float = 10.0) -> None:
+        self._url = status_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {service_token}"}
+        self._timeout = timeout
+
+    async def _call(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=self._url, headers=self._headers, timeout=self._timeout) as client:
+            response = await client.request(method, path, json=body)
+        if response.status_code >= 500 or response.status_code == 429:
+            raise RuntimeError(f"status service unavailable (HTTP {response.status_code})")  # Temporal retries
+        if response.status_code >= 400:
+            error = response.json().get("error", {})
+            # A rejection the same request can never fix: fail the activity for good.
+            raise ApplicationError(
+                error.get("message", "rejected"), type=error.get("code", "REJECTED"), non_retryable=True
+            )
+        result: dict[str, Any] = response.json()
+        return result
+
+    @activity.defn(name=CREATE_WORKFLOW)
+    async def create_workflow(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("POST", "/internal/v1/workflows", body)
+
+    @activity.defn(name=SUBMIT_TASK_EVENT)
+    async def submit_task_event(self, request: TaskEventRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "eventId": request.event_id,
+            "eventType": request.event_type,
+            "sourceSeq": request.source_seq,
+            "taskId": request.task_id,
+            "taskAttempt": request.task_attempt,
+            "occurredAt": activity.info().started_time.isoformat(),
+        }
+        if request.duration_ms is not None:
+            body["durationMs"] = request.duration_ms
+        if request.failure_code is not None:
+            # The seed's TASK_FAILED shape: error {category, code, retryable, userMessage} + failedStepId.
+            body["error"] = {
+                "category": request.failure_category,
+                "code": request.failure_code,
+                "retryable": request.failure_retryable,
+                "userMessage": request.failure_message or "",
+            }
+            if request.failed_step_id is not None:
+                body["failedStepId"] = request.failed_step_id
+        return await self._call("POST", "/internal/v1/task-events", body)
+
+    @activity.defn(name=CLASSIFY)
+    async def classify(self, task_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("PATCH", f"/internal/v1/tasks/{task_id}/classification", changes)
+
+
+class TaskStatus:
+    """Workflow-side API of the coordinator helper (call from workflow code only)."""
+
+    @staticmethod
+    async def create_workflow(
+        owner_id: str,
+        title: str,
+        tasks: list[dict[str, Any]],
+        *,
+        client_workflow_key: str | None = None,
+        workflow_type: str | None = None,
+    ) -> dict[str, Any]:
+        """Create the status workflow and its tasks; idempotent per Temporal workflow id by default."""
+        body: dict[str, Any] = {
+            "clientWorkflowKey": client_workflow_key or workflow.info().workflow_id,
+            "ownerId": owner_id,
+            "title": title,
+            "initialTasks": tasks,
+        }
+        if workflow_type:
+            body["workflowType"] = workflow_type
+        result: dict[str, Any] = await workflow.execute_activity(
+            CREATE_WORKFLOW, body, start_to_close_timeout=timedelta(seconds=30), retry_policy=_RETRY
+        )
+        return result
+
+    @staticmethod
+    async def complete_task(task_id: str, *, duration_ms: int | None = None, task_attempt: int = 1) -> dict[str, Any]:
+        """Submit TASK_COMPLETED (only the coordinator ends a task, R4)."""
+        return await TaskStatus._submit(TaskEventRequest(task_id, "TASK_COMPLETED", "", 0, task_attempt, duration_ms))
+
+    @staticmethod
+    async def fail_task(
+        task_id: str, code: str, message: str | None = None, *, failed_step_id: str | None = None, task_attempt: int = 1
+    ) -> dict[str, Any]:
+        """Submit TASK_FAILED with a stable code and a user-safe message."""
+        return await TaskStatus._submit(
+            TaskEventRequest(task_id, "TASK_FAILED", "", 0, task_attempt, None, code, message, failed_step_id)
+        )
+
+    @staticmethod
+    async def _submit(request: TaskEventRequest) -> dict[str, Any]:
+        # Deterministic: the same on replay; increasing across continue-as-new runs.
+        request.event_id = f"coord:{workflow.info().workflow_id}:{request.task_id}:{request.event_type}"
+        request.source_seq = int(workflow.now().timestamp() * 1000)
+        result: dict[str, Any] = await workflow.execute_activity(
+            SUBMIT_TASK_EVENT, request, start_to_close_timeout=timedelta(seconds=30), retry_policy=_RETRY
+        )
+        return result

@@ -1,0 +1,124 @@
+"""Reports of one activity execution: progress throttling (R8) and terminal events.
+
+An ``ExecutionReporter`` is bound to one activity attempt (no process-global
+"current task", seed §3.3.3); it hands events to the worker's ``Reporter``,
+which owns the durable outbox and the sender.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from interceptors._context import StepBinding
+
+if TYPE_CHECKING:
+    from interceptors._reporter import Reporter
+
+
+@dataclass
+class _Progress:
+    last_sent_at: float = 0.0
+    last_fraction: float | None = None
+    last_phase: str | None = None
+    pending: dict[str, Any] | None = None
+
+
+class ExecutionReporter:
+    """Reports for one activity execution (bound: no process-global "current task", seed §3.3.3)."""
+
+    def __init__(self, reporter: Reporter, key: str, binding: StepBinding) -> None:
+        self.reporter = reporter
+        self.key = key
+        self.binding = binding
+        self.started_at = time.monotonic()
+        self.heartbeat_seq = 0
+        self._progress = _Progress()
+        self._lock = threading.Lock()
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started_at) * 1000)
+
+    def heartbeat(self) -> None:
+        """Never blocks: only bumps the in-memory sequence the heartbeat loop sends."""
+        with self._lock:
+            self.heartbeat_seq += 1
+        self.reporter.heartbeats[self.key] = self.heartbeat_seq
+
+    def progress(
+        self,
+        current: float,
+        total: float | None = None,
+        unit: str | None = None,
+        *,
+        phase_code: str | None = None,
+        phase_label: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Throttled STEP_PROGRESS (R8): at most every 1 s, at least every 5 s while changing,
+        immediately on a phase change or a jump of 5 % or more."""
+        body: dict[str, Any] = {"eventType": "STEP_PROGRESS", "progress": {"current": current}}
+        if total is not None:
+            body["progress"]["total"] = total
+        if unit is not None:
+            body["progress"]["unit"] = unit
+        if phase_code is not None:
+            body["phaseCode"] = phase_code
+        if phase_label is not None:
+            body["phaseLabel"] = phase_label
+        if data is not None:
+            body["data"] = data
+        fraction = current / total if total else None
+        now = time.monotonic()
+        with self._lock:
+            state = self._progress
+            elapsed = now - state.last_sent_at
+            phase_changed = phase_code is not None and phase_code != state.last_phase
+            jumped = (
+                fraction is not None
+                and state.last_fraction is not None
+                and abs(fraction - state.last_fraction) >= self.reporter.config.progress_min_delta
+            )
+            send = (
+                state.last_sent_at == 0.0
+                or phase_changed
+                or (elapsed >= self.reporter.config.progress_min_interval and (jumped or fraction is None))
+                or elapsed >= self.reporter.config.progress_max_interval
+            )
+            if not send:
+                state.pending = body
+                return
+            state.pending = None
+            state.last_sent_at, state.last_fraction = now, fraction
+            state.last_phase = phase_code or state.last_phase
+        self.reporter.enqueue(self.key, body)
+
+    def _flush_progress(self) -> None:
+        with self._lock:
+            pending, self._progress.pending = self._progress.pending, None
+        if pending is not None:
+            self.reporter.enqueue(self.key, pending)
+
+    def completed(self, data: dict[str, Any] | None = None) -> None:
+        self._flush_progress()  # the last progress is never lost before the terminal event
+        body: dict[str, Any] = {"eventType": "STEP_COMPLETED", "durationMs": self.elapsed_ms()}
+        if data is not None:
+            body["data"] = data
+        self.reporter.enqueue(self.key, body, finished=True)
+
+    def failed(
+        self, category: str, code: str, message: str, retryable: bool | None, diagnostics_ref: str | None
+    ) -> None:
+        self._flush_progress()
+        error = {"category": category, "code": code, "userMessage": message, "retryable": retryable}
+        if diagnostics_ref:
+            error["diagnosticsRef"] = diagnostics_ref
+        self.reporter.enqueue(
+            self.key, {"eventType": "STEP_FAILED", "durationMs": self.elapsed_ms(), "error": error}, finished=True
+        )
+
+    def cancelled(self) -> None:
+        self._flush_progress()
+        self.reporter.enqueue(self.key, {"eventType": "STEP_CANCELLED", "durationMs": self.elapsed_ms()}, finished=True)

@@ -1,0 +1,207 @@
+"""Worker interceptors: step context into activity headers, activity lifecycle into step events.
+
+Shaped like ``temporalio.contrib.opentelemetry``: a workflow outbound
+interceptor that only copies data into headers (no I/O, replay-safe), and
+activity interceptors that report through the process's ``Reporter``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import Any
+
+import temporalio.activity
+import temporalio.converter
+import temporalio.exceptions
+import temporalio.workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    StartActivityInput,
+    StartLocalActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+
+from interceptors._context import HEADER, StepBinding, current_binding
+from interceptors._execution import ExecutionReporter
+from interceptors._reporter import Reporter, execution_key, never_raises
+
+log = logging.getLogger("interceptors")
+
+_current_execution: ContextVar[ExecutionReporter | None] = ContextVar("task_status_execution", default=None)
+
+
+def current_execution() -> ExecutionReporter | None:
+    """The reporter of the activity execution running in this context (None outside tracked activities)."""
+    return _current_execution.get()
+
+
+class TaskStatusInterceptor(Interceptor):
+    """Adds step context to activity headers and reports tracked activities' steps."""
+
+    def __init__(self, reporter: Reporter, *, progress_from_heartbeats: bool = False) -> None:
+        self.reporter = reporter
+        self.progress_from_heartbeats = progress_from_heartbeats
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ActivityInbound(next, self)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        return _WorkflowInbound
+
+
+# ---------------------------------------------------------------- workflow side (no I/O)
+class _WorkflowInbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_WorkflowOutbound(outbound))
+
+
+class _WorkflowOutbound(WorkflowOutboundInterceptor):
+    def start_activity(self, input: StartActivityInput) -> temporalio.workflow.ActivityHandle[Any]:
+        input.headers = _with_binding(input.headers)
+        return super().start_activity(input)
+
+    def start_local_activity(self, input: StartLocalActivityInput) -> temporalio.workflow.ActivityHandle[Any]:
+        input.headers = _with_binding(input.headers)
+        return super().start_local_activity(input)
+
+
+def _with_binding(headers: Mapping[str, Payload]) -> Mapping[str, Payload]:
+    binding = current_binding()
+    if binding is None:
+        return headers
+    payload = temporalio.workflow.payload_converter().to_payload(binding.to_json())
+    return {**headers, HEADER: payload}
+
+
+# ---------------------------------------------------------------- activity side
+class _ActivityInbound(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, root: TaskStatusInterceptor) -> None:
+        super().__init__(next)
+        self.root = root
+        self._execution: ExecutionReporter | None = None
+
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        super().init(_ActivityOutbound(outbound, self))
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        execution = self._begin(input.headers)
+        if execution is None:
+            return await super().execute_activity(input)
+        self._execution = execution
+        token = _current_execution.set(execution)
+        try:
+            result = await super().execute_activity(input)
+        except temporalio.activity._CompleteAsyncError:  # raise_complete_async(): not a failure
+            raise
+        except asyncio.CancelledError:
+            never_raises(execution.cancelled)()
+            raise
+        except BaseException as err:
+            never_raises(self._failed)(execution, err)
+            raise
+        else:
+            never_raises(execution.completed)()
+            return result
+        finally:
+            _current_execution.reset(token)
+
+    def _begin(self, headers: Mapping[str, Payload]) -> ExecutionReporter | None:
+        payload = headers.get(HEADER)
+        if payload is None:
+            return None
+        try:
+            raw = temporalio.activity.payload_converter().from_payload(payload, dict)
+            binding = StepBinding.from_json(raw)
+            info = temporalio.activity.info()
+            key = execution_key(info.workflow_run_id, info.activity_id, info.attempt, info.task_queue)
+            return self.root.reporter.begin(key, binding, info.attempt)
+        except Exception:
+            log.exception("could not start step reporting; the activity runs unreported")
+            return None
+
+    @staticmethod
+    def _failed(execution: ExecutionReporter, err: BaseException) -> None:
+        category, code, message, retryable = classify(err, temporalio.activity.info())
+        diagnostics = f"{type(err).__module__}.{type(err).__qualname__}"
+        execution.failed(category, code, message, retryable, diagnostics)
+
+
+class _ActivityOutbound(ActivityOutboundInterceptor):
+    def __init__(self, next: ActivityOutboundInterceptor, inbound: _ActivityInbound) -> None:
+        super().__init__(next)
+        self.inbound = inbound
+
+    def heartbeat(self, *details: Any) -> None:
+        # Runs on the worker's event loop (a thread-pool activity waits for it): memory only.
+        execution = self.inbound._execution
+        if execution is not None:
+            never_raises(execution.heartbeat)()
+            if self.inbound.root.progress_from_heartbeats and details:
+                never_raises(_progress_from_details)(execution, details[0])
+        super().heartbeat(*details)
+
+
+def _progress_from_details(execution: ExecutionReporter, detail: Any) -> None:
+    """Opt-in: a heartbeat detail like ``{"current": 3, "total": 10}`` or a number is progress."""
+    if isinstance(detail, dict) and isinstance(detail.get("current"), int | float):
+        execution.progress(
+            detail["current"],
+            detail.get("total"),
+            detail.get("unit"),
+            phase_code=detail.get("phaseCode"),
+            phase_label=detail.get("phaseLabel"),
+        )
+    elif isinstance(detail, int | float) and not isinstance(detail, bool):
+        execution.progress(detail)
+
+
+def classify(err: BaseException, info: temporalio.activity.Info) -> tuple[str, str, str, bool]:
+    """(category, stable code, user-safe message, retryable) of an activity error; never the raw text."""
+    retry = info.retry_policy
+    attempts_left = retry is None or not retry.maximum_attempts or info.attempt < retry.maximum_attempts
+    if isinstance(err, temporalio.exceptions.ApplicationError):
+        non_retryable = err.non_retryable or (retry is not None and err.type in (retry.non_retryable_error_types or []))
+        code = err.type or "APPLICATION_ERROR"
+        category = "BUSINESS_INPUT" if non_retryable else "DEPENDENCY"
+        retryable = bool(attempts_left and not non_retryable)
+        message = "The step failed and will be retried." if retryable else "The step failed."
+        return category, _safe_code(code), message, retryable
+    if isinstance(err, TimeoutError | asyncio.TimeoutError):
+        return "TIMEOUT", "TIMEOUT", "The step timed out.", bool(attempts_left)
+    return "SYSTEM", _safe_code(type(err).__name__), "The step failed unexpectedly.", bool(attempts_left)
+
+
+def _safe_code(code: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() or ch in "_.:-" else "_" for ch in code)[:128]
+    return cleaned if cleaned and cleaned[0].isalnum() else "ERROR"
+
+
+def report_progress(
+    current: float,
+    total: float | None = None,
+    unit: str | None = None,
+    *,
+    phase_code: str | None = None,
+    phase_label: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Report step progress from activity code (async or thread-pool); throttled, never raises.
+
+    A no-op outside an activity the plugin tracks.
+    """
+    execution = current_execution()
+    if execution is not None:
+        never_raises(execution.progress)(
+            current, total, unit, phase_code=phase_code, phase_label=phase_label, data=data
+        )

@@ -1,0 +1,185 @@
+"""Messages of ``task_events.proto`` ⇄ the JSON shapes of the REST API.
+
+The service turns a gRPC ``Event`` into the very dict a REST client would POST and validates it
+with the same request model, so both transports reach the same command with the same checks; the
+plugin turns its queued REST bodies into messages the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from task_status_wire import task_events_pb2 as pb
+
+# proto field → REST field, for the plain optional scalars of Event
+_EVENT_SCALARS = {
+    "execution_handle": "executionHandle",
+    "workflow_id": "workflowId",
+    "task_id": "taskId",
+    "task_type": "taskType",
+    "task_attempt": "taskAttempt",
+    "step_id": "stepId",
+    "step_attempt": "stepAttempt",
+    "execution_id": "executionId",
+    "operation_code": "operationCode",
+    "producer_id": "producerId",
+    "business_status": "businessStatus",
+    "phase_code": "phaseCode",
+    "phase_label": "phaseLabel",
+    "duration_ms": "durationMs",
+    "failed_step_id": "failedStepId",
+}
+_ERROR_SCALARS = {"retryable": "retryable", "user_message": "userMessage", "diagnostics_ref": "diagnosticsRef"}
+_RESULT_SCALARS = {
+    "task_id": "taskId",
+    "step_id": "stepId",
+    "operation_code": "operationCode",
+    "task_version": "taskVersion",
+    "step_version": "stepVersion",
+    "lifecycle_status": "lifecycleStatus",
+    "business_status": "businessStatus",
+    "task_lifecycle_status": "taskLifecycleStatus",
+    "committed_at": "committedAt",
+}
+
+
+class WireError(ValueError):
+    """A message that has no REST equivalent (e.g. data that is not JSON)."""
+
+
+def event_to_json(msg: pb.Event) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "eventId": msg.event_id,
+        "eventType": msg.event_type,
+        "sourceSeq": msg.source_seq,
+        "occurredAt": msg.occurred_at,
+    }
+    for field, name in _EVENT_SCALARS.items():
+        if msg.HasField(field):
+            body[name] = getattr(msg, field)
+    if msg.HasField("progress"):
+        progress: dict[str, Any] = {"current": msg.progress.current}
+        if msg.progress.HasField("total"):
+            progress["total"] = msg.progress.total
+        if msg.progress.HasField("unit"):
+            progress["unit"] = msg.progress.unit
+        body["progress"] = progress
+    if msg.HasField("data"):
+        try:
+            value = json.loads(msg.data.value_json) if msg.data.value_json else None
+        except ValueError as exc:
+            raise WireError("data.value_json is not JSON") from exc
+        body["data"] = {"schema": msg.data.schema, "value": value}
+    if msg.HasField("error"):
+        error: dict[str, Any] = {"category": msg.error.category, "code": msg.error.code}
+        for field, name in _ERROR_SCALARS.items():
+            if msg.error.HasField(field):
+                error[name] = getattr(msg.error, field)
+        body["error"] = error
+    return body
+
+
+def event_from_json(body: dict[str, Any]) -> pb.Event:
+    msg = pb.Event(
+        event_id=body["eventId"],
+        event_type=body["eventType"],
+        source_seq=int(body["sourceSeq"]),
+        occurred_at=str(body["occurredAt"]),
+    )
+    for field, name in _EVENT_SCALARS.items():
+        if body.get(name) is not None:
+            setattr(msg, field, body[name])
+    if body.get("progress") is not None:
+        progress = body["progress"]
+        msg.progress.current = float(progress["current"])
+        if progress.get("total") is not None:
+            msg.progress.total = float(progress["total"])
+        if progress.get("unit") is not None:
+            msg.progress.unit = progress["unit"]
+    if body.get("data") is not None:
+        msg.data.schema = body["data"]["schema"]
+        msg.data.value_json = json.dumps(body["data"].get("value"), separators=(",", ":"))
+    if body.get("error") is not None:
+        error = body["error"]
+        msg.error.category = error["category"]
+        msg.error.code = error["code"]
+        for field, name in _ERROR_SCALARS.items():
+            if error.get(name) is not None:
+                setattr(msg.error, field, error[name])
+    return msg
+
+
+def result_to_proto(result: dict[str, Any]) -> pb.EventResult:
+    msg = pb.EventResult(
+        event_id=result.get("eventId", ""),
+        accepted=bool(result.get("accepted")),
+        duplicate=bool(result.get("duplicate")),
+        stale=bool(result.get("stale")),
+    )
+    for field, name in _RESULT_SCALARS.items():
+        if result.get(name) is not None:
+            setattr(msg, field, str(result[name]))
+    if result.get("error"):
+        err = result["error"]
+        msg.error.code = err["code"]
+        msg.error.message = err.get("message", "")
+        msg.error.retryable = bool(err.get("retryable"))
+    return msg
+
+
+def result_to_json(msg: pb.EventResult) -> dict[str, Any]:
+    result: dict[str, Any] = {"eventId": msg.event_id, "accepted": msg.accepted}
+    if msg.HasField("error"):
+        result["error"] = {"code": msg.error.code, "message": msg.error.message, "retryable": msg.error.retryable}
+        return result
+    result |= {"duplicate": msg.duplicate, "stale": msg.stale}
+    for field, name in _RESULT_SCALARS.items():
+        result[name] = getattr(msg, field) if msg.HasField(field) else None
+    return result
+
+
+def heartbeat_to_json(msg: pb.Heartbeat) -> dict[str, Any]:
+    body: dict[str, Any] = {"heartbeatSeq": msg.heartbeat_seq}
+    for field, name in (
+        ("observed_at", "observedAt"),
+        ("execution_handle", "executionHandle"),
+        ("execution_token", "executionToken"),
+        ("execution_id", "executionId"),
+    ):
+        if msg.HasField(field):
+            body[name] = getattr(msg, field)
+    return body
+
+
+def heartbeat_from_json(body: dict[str, Any]) -> pb.Heartbeat:
+    msg = pb.Heartbeat(heartbeat_seq=int(body["heartbeatSeq"]))
+    for field, name in (
+        ("observed_at", "observedAt"),
+        ("execution_handle", "executionHandle"),
+        ("execution_token", "executionToken"),
+        ("execution_id", "executionId"),
+    ):
+        if body.get(name) is not None:
+            setattr(msg, field, body[name])
+    return msg
+
+
+def heartbeat_result_to_proto(result: dict[str, Any]) -> pb.HeartbeatResult:
+    msg = pb.HeartbeatResult(
+        execution_id=result.get("executionId") or "",
+        accepted=bool(result.get("accepted")),
+        health=result.get("health") or "",
+    )
+    if result.get("reason") is not None:
+        msg.reason = result["reason"]
+    return msg
+
+
+def heartbeat_result_to_json(msg: pb.HeartbeatResult) -> dict[str, Any]:
+    return {
+        "executionId": msg.execution_id,
+        "accepted": msg.accepted,
+        "health": msg.health,
+        "reason": msg.reason if msg.HasField("reason") else None,
+    }

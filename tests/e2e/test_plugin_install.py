@@ -1,0 +1,63 @@
+"""Installing the plugin into one's own worker: only what it needs, no service, no generic packages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICE_ONLY = {"starlette", "sqlalchemy", "pymysql", "alembic", "uvicorn", "cent", "jsonschema", "structlog"}
+
+
+def _run(*args: str, cwd: Path) -> str:
+    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return result.stdout
+
+
+def test_the_plugin_installs_alone_in_a_clean_virtualenv(tmp_path: Path) -> None:
+    env_dir = tmp_path / "worker-env"
+    venv.create(env_dir, with_pip=True)
+    python = str(env_dir / "bin" / "python")
+    _run(python, "-m", "pip", "install", "--quiet", str(REPO / "plugin"), cwd=tmp_path)
+    installed = {
+        p["name"].lower() for p in json.loads(_run(python, "-m", "pip", "list", "--format=json", cwd=tmp_path))
+    }
+    assert {"temporalio", "httpx", "task-status-observer-plugin"} <= installed
+    assert installed & SERVICE_ONLY == set(), installed & SERVICE_ONLY
+    # The plugin works from there (built with a token; its producer read from the token) …
+    token = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJteS13b3JrZXIifQ.c2ln"
+    probe = (
+        "from interceptors import TaskStatusPlugin, report_progress, task_step\n"
+        f"plugin = TaskStatusPlugin('http://127.0.0.1:1', '{token}', outbox_path='o.sqlite3')\n"
+        "print(plugin.reporter.config.producer_id)\n"
+        "import importlib.util as u\n"
+        "print([m for m in ('status', 'observer', 'migrations', 'examples') if u.find_spec(m)])\n"
+    )
+    out = _run(python, "-c", probe, cwd=tmp_path).splitlines()
+    assert out == ["my-worker", "[]"]  # … and brings no service packages, generic or not
+
+
+def test_the_service_wheel_carries_no_examples_migrations_or_plugin_packages(tmp_path: Path) -> None:
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(tmp_path),
+        str(REPO),
+        cwd=tmp_path,
+    )
+    (wheel,) = tmp_path.glob("task_status_observer-*.whl")
+    tops = {name.split("/", 1)[0] for name in zipfile.ZipFile(wheel).namelist() if "/" in name}
+    packages = {t for t in tops if not t.endswith((".dist-info", ".data"))}
+    assert packages == {"status", "observer"}, packages
+    assert any(n.startswith("status/migrations/versions/") for n in zipfile.ZipFile(wheel).namelist())
