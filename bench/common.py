@@ -119,3 +119,48 @@ def create_tasks_http(base_url: str, token: str, count: int, steps: int, owner: 
             response.raise_for_status()
             ids.append(response.json()["tasks"][0]["taskId"])
     return ids
+
+
+@contextmanager
+def dashboard_stack(**overrides: Any) -> Iterator[Any]:
+    """The status API serving the built dashboard (uvicorn on a thread of this process) on a scratch
+    MariaDB database, with a Centrifugo node of its own; yields (settings, engine, service, port, node)."""
+    import threading
+
+    import uvicorn
+
+    from status.api.asgi import app_for
+    from status.bootstrap import build_service
+    from status.infra.db import create_engine
+    from tests.support.browser import DASHBOARD_DIR, require_dashboard
+    from tests.support.processes import free_port, wait_until
+    from tests.support.settings import make_settings
+
+    require_dashboard()
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp, scratch_database() as url:
+        node = CentrifugoNode(workdir=Path(tmp), allowed_origins=[f"http://127.0.0.1:{port}"]).start()
+        settings = make_settings(
+            url,
+            Path(tmp),
+            centrifugo_api_url=node.api_url,
+            centrifugo_api_key=node.api_key,
+            centrifugo_token_secret=node.token_secret,
+            centrifugo_public_url=node.ws_url,
+            dashboard_dir=DASHBOARD_DIR,
+            **overrides,
+        )
+        engine = create_engine(url)
+        service = build_service(settings, engine)
+        service.install_default_definitions()
+        server = uvicorn.Server(
+            uvicorn.Config(app_for(settings, engine, service), host="127.0.0.1", port=port, log_level="warning")
+        )
+        threading.Thread(target=server.run, daemon=True).start()
+        wait_until(lambda: server.started, 15, "status API")
+        try:
+            yield settings, engine, service, port, node
+        finally:
+            server.should_exit = True
+            node.stop()
+            engine.dispose()

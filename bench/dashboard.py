@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import tempfile
 import threading
 import time
 import uuid
@@ -23,18 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from common import scratch_database  # type: ignore[import-not-found]
+from common import dashboard_stack  # type: ignore[import-not-found]
 
-from status.api.asgi import app_for
 from status.app import commands as c
-from status.bootstrap import build_service
 from status.domain.auth import Role, ServicePrincipal
-from status.infra.db import create_engine
 from status.infra.tokens import UserTokens
-from tests.support.browser import DASHBOARD_DIR, VERSION_WATCH, chromium, require_dashboard
-from tests.support.processes import CentrifugoNode, free_port, wait_until
+from tests.support.browser import VERSION_WATCH, chromium
 from tests.support.relay_pump import RelayPump
-from tests.support.settings import make_settings
 
 LONG_TASKS = """
 window.__longTasks = [];
@@ -101,31 +95,13 @@ def _print_profile(profile: dict[str, Any], top: int = 25) -> None:
 
 
 def run(tasks: int, busy: int, rate: float, seconds: float, profile: bool = False) -> None:
-    import uvicorn
-
-    require_dashboard()
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp, scratch_database() as url:
-        node = CentrifugoNode(workdir=Path(tmp), allowed_origins=[f"http://127.0.0.1:{port}"]).start()
-        settings = make_settings(
-            url,
-            Path(tmp),
-            centrifugo_api_url=node.api_url,
-            centrifugo_api_key=node.api_key,
-            centrifugo_token_secret=node.token_secret,
-            centrifugo_public_url=node.ws_url,
-            dashboard_dir=DASHBOARD_DIR,
-            internal_rate_per_second=0,
-            public_rate_per_second=0,
-        )
-        engine = create_engine(url)
-        service = build_service(settings, engine)
-        service.install_default_definitions()
-        server = uvicorn.Server(
-            uvicorn.Config(app_for(settings, engine, service), host="127.0.0.1", port=port, log_level="warning")
-        )
-        threading.Thread(target=server.run, daemon=True).start()
-        wait_until(lambda: server.started, 15, "status API")
+    with dashboard_stack(internal_rate_per_second=0, public_rate_per_second=0) as (
+        settings,
+        engine,
+        service,
+        port,
+        node,
+    ):
         coordinator = ServicePrincipal("bench", "bench", "s", frozenset({Role.COORDINATOR}))
         task_ids: list[str] = []
         for start in range(0, tasks, 100):
@@ -149,44 +125,39 @@ def run(tasks: int, busy: int, rate: float, seconds: float, profile: bool = Fals
             service.report_event(claims, c.ReportEvent(uuid.uuid4().hex, "STEP_STARTED", 1, datetime.now(UTC)))
             tokens.append(ctx.execution_token)
         user_token = UserTokens(settings.user_token_secret).issue("bench", "alice")
-        try:
-            with RelayPump(engine, node.api_url, node.api_key), chromium() as (_, browser):
-                context = browser.new_context(viewport={"width": 1280, "height": 860})
-                context.add_init_script(VERSION_WATCH)
-                context.add_init_script(LONG_TASKS)
-                page = context.new_page()
-                cdp = context.new_cdp_session(page)
-                cdp.send("Performance.enable")
-                wall = time.perf_counter()
-                task_before = 0.0
-                page.goto(f"http://127.0.0.1:{port}/dashboard/#token={user_token}")
-                page.wait_for_selector('#connection[data-state="LIVE"]', timeout=60_000)
-                page.wait_for_function(f"window.taskStatus.store.taskIds().length >= {tasks}", timeout=60_000)
-                page.wait_for_selector("article.task", timeout=60_000)
-                loaded_s = time.perf_counter() - wall
-                long_load, task_loaded = _figures(page, cdp, 0)
-                mark = page.evaluate("performance.now()")
-                started = time.perf_counter()
-                producer = multiprocessing.get_context("spawn").Process(
-                    target=produce, args=(f"http://127.0.0.1:{port}", tokens, rate, seconds)
-                )
-                if profile:
-                    cdp.send("Profiler.enable")
-                    cdp.send("Profiler.start")
-                producer.start()
-                producer.join()
-                if profile:
-                    _print_profile(cdp.send("Profiler.stop")["profile"])
-                page.wait_for_timeout(1000)  # let the last publications arrive and render
-                elapsed = time.perf_counter() - started
-                long_run, task_run = _figures(page, cdp, mark)
-                regressions = page.evaluate("window.__versionRegressions")
-                cards = page.locator("article.task").count()
-                context.close()
-        finally:
-            server.should_exit = True
-            node.stop()
-            engine.dispose()
+        with RelayPump(engine, node.api_url, node.api_key), chromium() as (_, browser):
+            context = browser.new_context(viewport={"width": 1280, "height": 860})
+            context.add_init_script(VERSION_WATCH)
+            context.add_init_script(LONG_TASKS)
+            page = context.new_page()
+            cdp = context.new_cdp_session(page)
+            cdp.send("Performance.enable")
+            wall = time.perf_counter()
+            task_before = 0.0
+            page.goto(f"http://127.0.0.1:{port}/dashboard/#token={user_token}")
+            page.wait_for_selector('#connection[data-state="LIVE"]', timeout=60_000)
+            page.wait_for_function(f"window.taskStatus.store.taskIds().length >= {tasks}", timeout=60_000)
+            page.wait_for_selector("article.task", timeout=60_000)
+            loaded_s = time.perf_counter() - wall
+            long_load, task_loaded = _figures(page, cdp, 0)
+            mark = page.evaluate("performance.now()")
+            started = time.perf_counter()
+            producer = multiprocessing.get_context("spawn").Process(
+                target=produce, args=(f"http://127.0.0.1:{port}", tokens, rate, seconds)
+            )
+            if profile:
+                cdp.send("Profiler.enable")
+                cdp.send("Profiler.start")
+            producer.start()
+            producer.join()
+            if profile:
+                _print_profile(cdp.send("Profiler.stop")["profile"])
+            page.wait_for_timeout(1000)  # let the last publications arrive and render
+            elapsed = time.perf_counter() - started
+            long_run, task_run = _figures(page, cdp, mark)
+            regressions = page.evaluate("window.__versionRegressions")
+            cards = page.locator("article.task").count()
+            context.close()
     print(f"machine: {multiprocessing.cpu_count()} cores; {tasks} tasks, {busy} running, {rate:.0f} events/s")
     print(
         f"load   all {tasks} tasks in the store after {loaded_s:.2f} s ({cards} cards drawn);"

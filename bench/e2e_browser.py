@@ -15,81 +15,44 @@ the same frame are rendered together; only rendered versions are counted.
 from __future__ import annotations
 
 import argparse
-import tempfile
-import threading
 import time
 import uuid
-from pathlib import Path
 
-from common import percentile, running_task, scratch_database  # type: ignore[import-not-found]
+from common import dashboard_stack, percentile, running_task  # type: ignore[import-not-found]
 
-from status.api.asgi import app_for
 from status.app import commands as c
-from status.bootstrap import build_service
 from status.domain.model import Progress
-from status.infra.db import create_engine
 from status.infra.repository import utcnow
 from status.infra.tokens import UserTokens
-from tests.support.browser import DASHBOARD_DIR, chromium, open_dashboard, require_dashboard
-from tests.support.processes import CentrifugoNode, free_port, wait_until
+from tests.support.browser import chromium, open_dashboard
 from tests.support.relay_pump import RelayPump
-from tests.support.settings import make_settings
 
 
 def run(rate: float, seconds: float) -> None:
-    import uvicorn
-
-    require_dashboard()
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp, scratch_database() as url:
-        node = CentrifugoNode(workdir=Path(tmp), allowed_origins=[f"http://127.0.0.1:{port}"]).start()
-        settings = make_settings(
-            url,
-            Path(tmp),
-            centrifugo_api_url=node.api_url,
-            centrifugo_api_key=node.api_key,
-            centrifugo_token_secret=node.token_secret,
-            centrifugo_public_url=node.ws_url,
-            dashboard_dir=DASHBOARD_DIR,
-        )
-        engine = create_engine(url)
-        service = build_service(settings, engine)
-        service.install_default_definitions()
-        server = uvicorn.Server(
-            uvicorn.Config(app_for(settings, engine, service), host="127.0.0.1", port=port, log_level="warning")
-        )
-        threading.Thread(target=server.run, daemon=True).start()
-        wait_until(lambda: server.started, 15, "status API")
+    with dashboard_stack() as (settings, engine, service, port, node):
         task_id, claims = running_task(service, "alice", "Report.pdf")
         token = UserTokens(settings.user_token_secret).issue("bench", "alice")
         committed: dict[int, float] = {}
-        try:
-            with RelayPump(engine, node.api_url, node.api_key), chromium() as (_, browser):
-                page = open_dashboard(browser, f"http://127.0.0.1:{port}", token)
-                page.wait_for_selector('#connection[data-state="LIVE"]', timeout=30_000)
-                page.wait_for_selector(f'article.task[data-task-id="{task_id}"]', timeout=30_000)
+        with RelayPump(engine, node.api_url, node.api_key), chromium() as (_, browser):
+            page = open_dashboard(browser, f"http://127.0.0.1:{port}", token)
+            page.wait_for_selector('#connection[data-state="LIVE"]', timeout=30_000)
+            page.wait_for_selector(f'article.task[data-task-id="{task_id}"]', timeout=30_000)
 
-                seq, next_at, end = 1, time.perf_counter(), time.perf_counter() + seconds
-                while time.perf_counter() < end:
-                    seq += 1
-                    result = service.report_event(
-                        claims,
-                        c.ReportEvent(
-                            uuid.uuid4().hex, "STEP_PROGRESS", seq, utcnow(), progress=Progress(seq % 100, 100)
-                        ),
-                    )
-                    committed[int(result["taskVersion"])] = time.time() * 1000
-                    next_at += 1 / rate
-                    time.sleep(max(0.0, next_at - time.perf_counter()))
-                last = max(committed)
-                page.wait_for_selector(f'article.task[data-task-id="{task_id}"][data-version="{last}"]', timeout=30_000)
-                changes = page.evaluate("window.__versionChanges")
-                regressions = page.evaluate("window.__versionRegressions")
-                page.context.close()
-        finally:
-            server.should_exit = True
-            node.stop()
-            engine.dispose()
+            seq, next_at, end = 1, time.perf_counter(), time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                seq += 1
+                result = service.report_event(
+                    claims,
+                    c.ReportEvent(uuid.uuid4().hex, "STEP_PROGRESS", seq, utcnow(), progress=Progress(seq % 100, 100)),
+                )
+                committed[int(result["taskVersion"])] = time.time() * 1000
+                next_at += 1 / rate
+                time.sleep(max(0.0, next_at - time.perf_counter()))
+            last = max(committed)
+            page.wait_for_selector(f'article.task[data-task-id="{task_id}"][data-version="{last}"]', timeout=30_000)
+            changes = page.evaluate("window.__versionChanges")
+            regressions = page.evaluate("window.__versionRegressions")
+            page.context.close()
     rendered = {int(ch["version"]): float(ch["at"]) for ch in changes if ch["id"] == task_id}
     latencies = [rendered[v] - committed[v] for v in committed if v in rendered]
     print(

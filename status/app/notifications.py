@@ -7,15 +7,13 @@ user can no longer see is not shown.
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from status.app.context import AppContext
+from status.app.cursors import decode_cursor, encode_cursor
 from status.domain.auth import UserPrincipal
 from status.domain.errors import Invalid
 from status.domain.notifications import Notification
@@ -52,7 +50,7 @@ class NotificationQueries:
         if unread_only:
             query = query.where(n.c.read_at.is_(None))
         if cursor:
-            created, notification_id = _decode_cursor(cursor)
+            created, notification_id = decode_cursor(cursor)
             query = query.where(
                 sa.or_(
                     n.c.created_at < created,
@@ -67,7 +65,7 @@ class NotificationQueries:
             ).scalar_one()
         page = rows[:limit]
         next_cursor = (
-            _encode_cursor(page[-1].created_at, page[-1].notification_id) if len(rows) > limit and page else None
+            encode_cursor(page[-1].created_at, page[-1].notification_id) if len(rows) > limit and page else None
         )
         return {"notifications": [_as_json(r) for r in page], "unreadCount": unread, "nextCursor": next_cursor}
 
@@ -92,17 +90,3 @@ class NotificationQueries:
                 sa.select(sa.func.count()).select_from(n).where(self._mine(user), n.c.read_at.is_(None))
             ).scalar_one()
         return {"marked": marked, "unreadCount": unread}
-
-
-def _encode_cursor(created_at: datetime, notification_id: str) -> str:
-    raw = json.dumps([created_at.isoformat(), notification_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, notification_id = json.loads(raw)
-        return datetime.fromisoformat(created), str(notification_id)
-    except (ValueError, TypeError) as exc:
-        raise Invalid("cursor is not valid") from exc

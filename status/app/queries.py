@@ -6,16 +6,14 @@ A task the user can't see answers exactly like a task that does not exist
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from status.app.context import AppContext
+from status.app.cursors import decode_cursor, encode_cursor
 from status.domain.aggregate import fold
 from status.domain.auth import UserPrincipal
 from status.domain.definitions import FailurePolicy
@@ -130,7 +128,7 @@ class Queries:
         if status is not None:
             query = query.where(_status_filter(status))
         if cursor:
-            created, task_id = _decode_cursor(cursor)
+            created, task_id = decode_cursor(cursor)
             query = query.where(
                 sa.or_(t.task.c.created_at < created, sa.and_(t.task.c.created_at == created, t.task.c.id < task_id))
             )
@@ -141,7 +139,7 @@ class Queries:
             steps = repo.steps_of_tasks(conn, [task.task_id for task in tasks])
             history = {x.task_id: self.ctx.durations.for_task(conn, x, steps[x.task_id]) for x in tasks}
         now = self.ctx.now()
-        next_cursor = _encode_cursor(tasks[-1].created_at, tasks[-1].task_id) if len(rows) > limit else None
+        next_cursor = encode_cursor(tasks[-1].created_at, tasks[-1].task_id) if len(rows) > limit else None
         summaries = [user_summary(x, steps[x.task_id], now, None, history[x.task_id]) for x in tasks]
         return {"tasks": summaries, "nextCursor": next_cursor}
 
@@ -222,17 +220,3 @@ def _status_filter(status: str) -> Any:
         )
         return sa.and_(lifecycle.in_(_RUNNING), waiting)
     raise Invalid(f"status must be one of {', '.join(STATUS_FILTERS)}")
-
-
-def _encode_cursor(created_at: datetime, task_id: str) -> str:
-    raw = json.dumps([created_at.isoformat(), task_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, task_id = json.loads(raw)
-        return datetime.fromisoformat(created), str(task_id)
-    except (ValueError, TypeError) as exc:
-        raise Invalid("cursor is not valid") from exc

@@ -32,7 +32,7 @@ from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens, ServiceTokens, UserTokens
 from tests.integration.conftest import Http
 from tests.support.browser import VERSION_WATCH, chromium, open_dashboard, require_dashboard, screenshot
-from tests.support.flows import activate, create_workflow, report
+from tests.support.flows import activate, complete_task, create_workflow, report
 from tests.support.flows import fail_task as coordinator_fail
 from tests.support.processes import CentrifugoNode, free_port, wait_until
 from tests.support.relay_pump import RelayPump
@@ -288,18 +288,7 @@ def test_what_happened_while_away_is_an_unread_list_not_a_burst_of_old_toasts(st
     expect(page.locator(".toast")).to_have_count(0)  # loading state never re-pops an old failure
     # While the page is open, a new terminal change arrives as a live hint and joins the list.
     second = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
-    done = stack.http.client.post(
-        "/internal/v1/task-events",
-        headers=stack.http.coordinator,
-        json={
-            "eventId": f"evt-{uuid.uuid4().hex}",
-            "eventType": "TASK_COMPLETED",
-            "sourceSeq": 1,
-            "taskId": second,
-            "taskAttempt": 1,
-            "occurredAt": "2026-01-01T00:00:00Z",
-        },
-    )
+    done = complete_task(stack.http, second)
     assert done.status_code == 200, done.text
     expect(page.locator("#unread-count")).to_have_text("2", timeout=TIMEOUT_MS)
     # Marked read here, it is read everywhere: a reload (another device) shows nothing unread.

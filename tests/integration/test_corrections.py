@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from status.cli import main
 from status.infra import tables as t
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, fail_task, report
+from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
 
 
 def _admin(http: Http) -> dict[str, str]:
@@ -44,18 +44,7 @@ def test_an_operator_overrides_a_terminal_task_state_with_an_audit_a_version_and
     assert fail_task(http, task_id, "PARSE_FAILED", "Parsing failed").status_code == 200
     before = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     # The coordinator's own path can't move a terminal task (that is the state machine).
-    again = http.client.post(
-        "/internal/v1/task-events",
-        headers=http.coordinator,
-        json={
-            "eventId": f"evt-{uuid.uuid4().hex}",
-            "eventType": "TASK_COMPLETED",
-            "sourceSeq": 2,
-            "taskId": task_id,
-            "taskAttempt": 1,
-            "occurredAt": "2026-01-01T00:00:00Z",
-        },
-    )
+    again = complete_task(http, task_id, seq=2)
     assert again.status_code == 409
     body = {"correctionId": "fix-1", "lifecycleStatus": "SUCCEEDED", "reason": "the output was verified by hand"}
     fixed = _correct(http, task_id, **body)

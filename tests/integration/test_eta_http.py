@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from status.infra import tables as t
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, report
+from tests.support.flows import activate, complete_task, create_workflow, report
 
 PARSE_ONLY = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"}]
 
@@ -72,18 +72,7 @@ def test_a_running_step_and_its_task_get_an_eta_from_history(http: Http, engine:
     assert _outbox_count(engine, task_id) == rows
     # A finished task has no ETA.
     assert report(http, ctx, "STEP_COMPLETED", 2, durationMs=61_000).status_code == 200
-    done = http.client.post(
-        "/internal/v1/task-events",
-        headers=http.coordinator,
-        json={
-            "eventId": f"evt-{uuid.uuid4().hex}",
-            "eventType": "TASK_COMPLETED",
-            "sourceSeq": 1,
-            "taskId": task_id,
-            "taskAttempt": 1,
-            "occurredAt": "2026-01-01T00:00:00Z",
-        },
-    )
+    done = complete_task(http, task_id)
     assert done.status_code == 200
     final = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     assert "etaMs" not in final and all("etaMs" not in s for s in final["steps"])

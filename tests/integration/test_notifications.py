@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from status.infra import tables as t
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, event_body, fail_task, report
+from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
 
 
 def _notifications(http: Http, user: str = "user-1", **params: Any) -> dict[str, Any]:
@@ -20,13 +20,6 @@ def _notifications(http: Http, user: str = "user-1", **params: Any) -> dict[str,
 
 def _mine(http: Http, task_id: str, user: str = "user-1", **params: Any) -> list[dict[str, Any]]:
     return [n for n in _notifications(http, user, **params)["notifications"] if n["taskId"] == task_id]
-
-
-def _complete(http: Http, task_id: str, event_id: str | None = None) -> Any:
-    body = event_body("TASK_COMPLETED", 1, taskId=task_id, taskAttempt=1)
-    if event_id:
-        body["eventId"] = event_id
-    return http.client.post("/internal/v1/task-events", json=body, headers=http.coordinator)
 
 
 def test_terminal_changes_notify_every_viewer_once(http: Http, engine: sa.Engine) -> None:
@@ -81,7 +74,7 @@ def test_terminal_changes_notify_every_viewer_once(http: Http, engine: sa.Engine
 
 def test_success_and_action_required_notify(http: Http) -> None:
     done = create_workflow(http)["tasks"][0]["taskId"]
-    assert _complete(http, done).status_code == 200
+    assert complete_task(http, done).status_code == 200
     assert [n["type"] for n in _mine(http, done)] == ["TASK_SUCCEEDED"]
     steps = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE", "failurePolicy": "WAIT_FOR_USER"}]
     waiting = create_workflow(http, knownSteps=steps)["tasks"][0]["taskId"]
@@ -96,7 +89,7 @@ def test_success_and_action_required_notify(http: Http) -> None:
 def test_read_state_is_shared_paged_and_private(http: Http) -> None:
     tasks = [create_workflow(http)["tasks"][0]["taskId"] for _ in range(3)]
     for task_id in tasks:
-        assert _complete(http, task_id).status_code == 200
+        assert complete_task(http, task_id).status_code == 200
     assert _notifications(http, unread="true")["unreadCount"] == 3
     # Paging, newest first.
     first = _notifications(http, limit="2")
@@ -129,7 +122,7 @@ def test_revoked_tasks_hide_their_notifications_and_bad_requests_are_clear(http:
         http.client.put(f"/internal/v1/tasks/{task_id}/acl/USER/user-3", json={}, headers=http.coordinator).status_code
         == 200
     )
-    assert _complete(http, task_id).status_code == 200
+    assert complete_task(http, task_id).status_code == 200
     assert len(_mine(http, task_id, "user-3")) == 1
     revoke = http.client.delete(f"/internal/v1/tasks/{task_id}/acl/USER/user-3", headers=http.coordinator)
     assert revoke.status_code == 200

@@ -4,7 +4,7 @@ the dashboard shows (added steps, needs action)."""
 from __future__ import annotations
 
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, event_body, fail_task, report
+from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
 
 
 def _ids(http: Http, status: str | None = None, user: str = "user-1") -> list[str]:
@@ -20,11 +20,7 @@ def test_filters_split_the_list_by_what_users_look_for(http: Http) -> None:
     failed = create_workflow(http, owner=user)["tasks"][0]["taskId"]
     assert fail_task(http, failed, "PARSE_FAILED").status_code == 200
     done = create_workflow(http, owner=user)["tasks"][0]["taskId"]
-    completed = http.client.post(
-        "/internal/v1/task-events",
-        json=event_body("TASK_COMPLETED", 1, taskId=done, taskAttempt=1),
-        headers=http.coordinator,
-    )
+    completed = complete_task(http, done)
     assert completed.status_code == 200
     steps = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE", "failurePolicy": "WAIT_FOR_USER"}]
     waiting = create_workflow(http, owner=user, knownSteps=steps)["tasks"][0]["taskId"]

@@ -77,3 +77,12 @@ def fail_task(http: Http, task_id: str, code: str, message: str | None = None) -
             "error": error,
         },
     )
+
+
+def complete_task(http: Http, task_id: str, seq: int = 1) -> Any:
+    """The coordinator ends the task as SUCCEEDED (TASK_COMPLETED, attempt 1)."""
+    return http.client.post(
+        "/internal/v1/task-events",
+        json=event_body("TASK_COMPLETED", seq, taskId=task_id, taskAttempt=1),
+        headers=http.coordinator,
+    )
