@@ -552,7 +552,7 @@ class Dashboard {
               .map((a) =>
                 h(
                   'li',
-                  { 'data-attempt': a.attempt, 'data-status': a.lifecycleStatus },
+                  { class: 'step attempt', 'data-step-id': a.stepId, 'data-attempt': a.attempt, 'data-status': a.lifecycleStatus },
                   `attempt ${a.attempt}: ${a.lifecycleStatus}${a.error ? ` (${a.error.userMessage ?? a.error.code})` : ''}`,
                 ),
               ),
