@@ -33,6 +33,7 @@ import httpx
 
 from interceptors._context import StepBinding
 from interceptors._execution import ExecutionReporter
+from interceptors._grpc_transport import GrpcTransport, TransportError
 
 log = logging.getLogger("interceptors.reporter")
 
@@ -147,7 +148,7 @@ class Reporter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
-        self._grpc: _GrpcTransport | None = None
+        self._grpc: GrpcTransport | None = None
         self._binds: asyncio.Semaphore | None = None
         self._backoff = 0.0
         self.delivered = 0
@@ -281,7 +282,7 @@ class Reporter:
             limits=httpx.Limits(max_connections=BIND_CONCURRENCY + 2, max_keepalive_connections=BIND_CONCURRENCY + 2),
         )
         if self.config.grpc_target:
-            self._grpc = _GrpcTransport(self.config.grpc_target, self.config.service_token, self.config.http_timeout)
+            self._grpc = GrpcTransport(self.config.grpc_target, self.config.service_token, self.config.http_timeout)
         self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._heartbeat_loop())]
 
     async def stop(self, flush_timeout: float = 5.0) -> None:
@@ -316,7 +317,7 @@ class Reporter:
             try:
                 more = await self.send_once()
                 self._backoff = 0.0
-            except (httpx.HTTPError, _Retry) as exc:
+            except (httpx.HTTPError, _Retry, TransportError) as exc:
                 self._backoff = min(30.0, max(0.2, self._backoff * 2))
                 log.warning("status service unavailable (%s); retrying in %.1fs", type(exc).__name__, self._backoff)
                 await asyncio.sleep(self._backoff * random.uniform(0.5, 1.0))
@@ -559,43 +560,6 @@ class Reporter:
 
 class _Retry(Exception):
     """A transient failure: back off and try again."""
-
-
-class _GrpcTransport:
-    """Events and heartbeats over the service's gRPC adapter (the same semantics as REST)."""
-
-    def __init__(self, target: str, service_token: str, timeout: float) -> None:
-        import grpc  # only workers that choose gRPC need grpcio
-        from task_status_wire import convert
-        from task_status_wire import task_events_pb2 as pb
-        from task_status_wire import task_events_pb2_grpc as pb_grpc
-
-        self._grpc, self._convert, self._pb = grpc, convert, pb
-        self._channel = grpc.aio.insecure_channel(target)
-        self._stub = pb_grpc.TaskEventsStub(self._channel)  # type: ignore[no-untyped-call]
-        self._metadata = (("authorization", f"Bearer {service_token}"),)
-        self._timeout = timeout
-
-    async def report_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        request = self._pb.EventBatch(events=[self._convert.event_from_json(e) for e in body])
-        try:
-            reply = await self._stub.ReportEvents(request, metadata=self._metadata, timeout=self._timeout)
-        except self._grpc.aio.AioRpcError as exc:
-            # Unavailable, overloaded, a refused credential: the events stay queued (as on REST).
-            raise _Retry(f"gRPC {exc.code().name}") from exc
-        return [self._convert.result_to_json(r) for r in reply.results]
-
-    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        request = self._pb.HeartbeatBatch(heartbeats=[self._convert.heartbeat_from_json(b) for b in beats])
-        try:
-            reply = await self._stub.RecordHeartbeats(request, metadata=self._metadata, timeout=self._timeout)
-        except self._grpc.aio.AioRpcError as exc:
-            log.info("heartbeats not delivered (gRPC %s); next round", exc.code().name)
-            return None
-        return [self._convert.heartbeat_result_to_json(r) for r in reply.results]
-
-    async def close(self) -> None:
-        await self._channel.close()
 
 
 def read_undeliverable(path: str | Path) -> list[dict[str, Any]]:

@@ -1,0 +1,50 @@
+"""The plugin's reports over the service's gRPC adapter (``TaskStatusPlugin(..., grpc_target=...)``):
+event batches and heartbeats as protobuf, with the same semantics as REST."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("interceptors.reporter")
+
+
+class TransportError(Exception):
+    """The adapter could not be reached or refused the call: the reports stay queued (as on REST)."""
+
+
+class GrpcTransport:
+    """Events and heartbeats over the service's gRPC adapter (the same semantics as REST)."""
+
+    def __init__(self, target: str, service_token: str, timeout: float) -> None:
+        import grpc  # only workers that choose gRPC need grpcio
+        from task_status_wire import convert
+        from task_status_wire import task_events_pb2 as pb
+        from task_status_wire import task_events_pb2_grpc as pb_grpc
+
+        self._grpc, self._convert, self._pb = grpc, convert, pb
+        self._channel = grpc.aio.insecure_channel(target)
+        self._stub = pb_grpc.TaskEventsStub(self._channel)  # type: ignore[no-untyped-call]
+        self._metadata = (("authorization", f"Bearer {service_token}"),)
+        self._timeout = timeout
+
+    async def report_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        request = self._pb.EventBatch(events=[self._convert.event_from_json(e) for e in body])
+        try:
+            reply = await self._stub.ReportEvents(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.aio.AioRpcError as exc:
+            # Unavailable, overloaded, a refused credential: the events stay queued (as on REST).
+            raise TransportError(f"gRPC {exc.code().name}") from exc
+        return [self._convert.result_to_json(r) for r in reply.results]
+
+    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        request = self._pb.HeartbeatBatch(heartbeats=[self._convert.heartbeat_from_json(b) for b in beats])
+        try:
+            reply = await self._stub.RecordHeartbeats(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.aio.AioRpcError as exc:
+            log.info("heartbeats not delivered (gRPC %s); next round", exc.code().name)
+            return None
+        return [self._convert.heartbeat_result_to_json(r) for r in reply.results]
+
+    async def close(self) -> None:
+        await self._channel.close()
