@@ -134,12 +134,19 @@ def run(tasks: int, busy: int, rate: float, seconds: float, profile: bool = Fals
             cdp.send("Performance.enable")
             wall = time.perf_counter()
             task_before = 0.0
+            if profile:
+                cdp.send("Profiler.enable")
+                cdp.send("Profiler.setSamplingInterval", {"interval": 200})
+                cdp.send("Profiler.start")
             page.goto(f"http://127.0.0.1:{port}/dashboard/#token={user_token}")
             page.wait_for_selector('#connection[data-state="LIVE"]', timeout=60_000)
             page.wait_for_function(f"window.taskStatus.store.taskIds().length >= {tasks}", timeout=60_000)
             page.wait_for_selector("article.task", timeout=60_000)
             loaded_s = time.perf_counter() - wall
             long_load, task_loaded = _figures(page, cdp, 0)
+            if profile:
+                print("-- while loading")
+                _print_profile(cdp.send("Profiler.stop")["profile"])
             mark = page.evaluate("performance.now()")
             started = time.perf_counter()
             producer = multiprocessing.get_context("spawn").Process(
@@ -151,6 +158,7 @@ def run(tasks: int, busy: int, rate: float, seconds: float, profile: bool = Fals
             producer.start()
             producer.join()
             if profile:
+                print("-- while events arrive")
                 _print_profile(cdp.send("Profiler.stop")["profile"])
             page.wait_for_timeout(1000)  # let the last publications arrive and render
             elapsed = time.perf_counter() - started
