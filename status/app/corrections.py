@@ -195,7 +195,7 @@ class CorrectionCommands:
                     event_id=event_id,
                     broadcast=True,
                     now=now,
-                    history=self.ctx.durations.for_task(conn, new_task, view.steps.unfinished_current()),
+                    history=self.ctx.durations.for_task(conn, new_task, view.steps),
                 ),
             )
             found = notifications_for(task, new_task, outcome.notice)

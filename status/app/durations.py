@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from status.domain.eta import DurationStats
 from status.domain.lifecycle import Lifecycle
 from status.domain.model import StepState, TaskState
+from status.domain.stepset import StepSet
 from status.infra import tables as t
 
 SAMPLE = 50
@@ -38,12 +39,15 @@ class DurationHistory:
         return (task.tenant_id, task.authority_scope, task.task_type or "", operation_code)
 
     def for_task(
-        self, conn: sa.Connection, task: TaskState, steps: Iterable[StepState]
+        self, conn: sa.Connection, task: TaskState, steps: StepSet | Iterable[StepState]
     ) -> dict[str, DurationStats | None]:
         """Stats for the operations of the task's unfinished steps (what an ETA needs)."""
         if task.lifecycle.terminal:
             return {}
-        wanted = {s.operation_code for s in steps if not s.lifecycle.terminal}
+        if isinstance(steps, StepSet):
+            wanted = steps.open_operations()  # kept by the set: no pass over every step
+        else:
+            wanted = {s.operation_code for s in steps if not s.lifecycle.terminal}
         return {op: self._stats(conn, task, op) for op in wanted}
 
     def _stats(self, conn: sa.Connection, task: TaskState, operation_code: str) -> DurationStats | None:

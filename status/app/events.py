@@ -468,7 +468,7 @@ class EventCommands:
             event_id=cmd.event_id,
             broadcast=lifecycle_changed or outcome.must_deliver,
             now=committed_at,
-            history=self.ctx.durations.for_task(conn, task, view.steps.unfinished_current()),
+            history=self.ctx.durations.for_task(conn, task, view.steps),
         )
         found = notifications_for(before_task, task, outcome.notice)
         if found:

@@ -319,5 +319,5 @@ def service_event(
         event_id=event_id,
         broadcast=broadcast,
         now=now,
-        history=durations.for_task(conn, task, view.steps.unfinished_current()) if durations else None,
+        history=durations.for_task(conn, task, view.steps) if durations else None,
     )

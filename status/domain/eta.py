@@ -15,7 +15,7 @@ a projection is built, for the state of that version: time passing never makes a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from statistics import median, quantiles
@@ -65,10 +65,15 @@ def _fraction(step: StepState) -> float | None:
     return None if percent is None else percent / 100
 
 
+def pending_estimate(stats: DurationStats | None) -> Estimate | None:
+    """A step that has not started: its typical duration, with less confidence than a running one."""
+    return Estimate(round(stats.median_ms), 0.8 * stats.confidence) if stats else None
+
+
 def step_estimate(step: StepState, stats: DurationStats | None, now: datetime) -> Estimate | None:
     """Time left for one step attempt (PENDING: its typical duration; RUNNING: see the module doc)."""
     if step.lifecycle is Lifecycle.PENDING:
-        return Estimate(round(stats.median_ms), 0.8 * stats.confidence) if stats else None
+        return pending_estimate(stats)
     if step.lifecycle is not Lifecycle.RUNNING:
         return None
     elapsed = max(0.0, (now - step.started_at).total_seconds() * 1000) if step.started_at else 0.0
@@ -92,23 +97,22 @@ def step_estimate(step: StepState, stats: DurationStats | None, now: datetime) -
 
 
 def task_estimate(
-    lifecycle: Lifecycle, current: Sequence[StepState], estimates: Mapping[tuple[str, int], Estimate | None]
+    lifecycle: Lifecycle, running: Sequence[Estimate | None], pending: Sequence[tuple[int, Estimate | None]]
 ) -> Estimate | None:
-    """Time left for a task: its running steps (in parallel: the longest) then its pending ones (in
-    turn).  Unknown as soon as one unfinished step is; absent for a finished task."""
+    """Time left for a task: its running steps (in parallel: the longest) then its pending ones, given
+    as (how many, each one's estimate) per operation, in turn.  Unknown as soon as one unfinished step
+    is; absent for a finished task or one with nothing left."""
     if lifecycle.terminal:
         return None
-    running: list[Estimate] = []
-    pending: list[Estimate] = []
-    for step in current:
-        if step.lifecycle.terminal:
-            continue
-        estimate = estimates.get((step.step_id, step.attempt))
-        if estimate is None:
-            return None
-        (running if step.lifecycle is Lifecycle.RUNNING else pending).append(estimate)
-    parts = running + pending
-    if not parts:
+    waiting = [(count, e) for count, e in pending if count]
+    if any(e is None for e in running) or any(e is None for _, e in waiting):
         return None
-    remaining = max((e.remaining_ms for e in running), default=0) + sum(e.remaining_ms for e in pending)
-    return Estimate(remaining, min(e.confidence for e in parts))
+    known_running = [e for e in running if e is not None]
+    known_waiting = [(count, e) for count, e in waiting if e is not None]
+    if not known_running and not known_waiting:
+        return None
+    remaining = max((e.remaining_ms for e in known_running), default=0) + sum(
+        count * e.remaining_ms for count, e in known_waiting
+    )
+    confidence = min([e.confidence for e in known_running] + [e.confidence for _, e in known_waiting])
+    return Estimate(remaining, confidence)

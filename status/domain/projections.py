@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from status.domain.eta import DurationStats, Estimate, step_estimate, task_estimate
+from status.domain.eta import DurationStats, Estimate, pending_estimate, step_estimate, task_estimate
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
 from status.domain.rules import Notice, task_timing
@@ -73,15 +73,20 @@ Steps = StepSet | Iterable[StepState]
 History = Mapping[str, DurationStats | None]
 
 
-def _estimates(
-    task: TaskState, steps: StepSet, history: History | None, now: datetime
-) -> tuple[dict[tuple[str, int], Estimate | None], Estimate | None]:
-    """Per unfinished step attempt and for the task; nothing without history to go on."""
+def _task_eta(task: TaskState, steps: StepSet, history: History | None, now: datetime) -> Estimate | None:
+    """The task's estimate: its running attempts, then its pending steps counted per operation (a
+    task with a thousand pending steps costs as much as one with three operations)."""
     if history is None or task.lifecycle.terminal:
-        return {}, None
-    open_steps = steps.unfinished_current()
-    per_step = {(s.step_id, s.attempt): step_estimate(s, history.get(s.operation_code), now) for s in open_steps}
-    return per_step, task_estimate(task.lifecycle, open_steps, per_step)
+        return None
+    running = [step_estimate(s, history.get(s.operation_code), now) for s in steps.active_current()]
+    pending = [(count, history.get(op)) for op, count in steps.pending_ops.items()]
+    return task_estimate(task.lifecycle, running, [(count, pending_estimate(stats)) for count, stats in pending])
+
+
+def _step_eta(task: TaskState, step: StepState, history: History | None, now: datetime) -> Estimate | None:
+    if history is None or task.lifecycle.terminal or step.lifecycle.terminal:
+        return None
+    return step_estimate(step, history.get(step.operation_code), now)
 
 
 def _needs_action(task: TaskState, steps: StepSet) -> bool:
@@ -93,11 +98,7 @@ def _silent_since(task: TaskState, steps: StepSet) -> str | None:
     """While a task is STALE: since when its silent executor last proved alive (for "no heartbeat for 40 s")."""
     if task.health is not Health.STALE:
         return None
-    seen = [
-        s.last_heartbeat_at or s.started_at or s.activated_at
-        for s in steps.unfinished_current()
-        if s.health is Health.STALE
-    ]
+    seen = [s.last_heartbeat_at or s.started_at or s.activated_at for s in steps.stale_current()]
     known = [t for t in seen if t is not None]
     return iso(min(known)) if known else None
 
@@ -110,11 +111,10 @@ def task_progress(steps: Steps) -> dict[str, Any]:
     """Progress over the KNOWN steps (their count is fixed up front, so it never goes backwards);
     ``addedSteps`` counts the steps registered while running, shown beside it."""
     step_set = _as_set(steps)
-    current = step_set.known_current()
-    done = sum(1 for s in current if s.lifecycle is Lifecycle.SUCCEEDED)
-    running = [s for s in current if s.lifecycle is Lifecycle.RUNNING]
+    done = step_set.known_done[0]
+    running = [s for s in step_set.active_current() if s.lifecycle is Lifecycle.RUNNING and s.step_kind == "KNOWN"]
     partial = sum((s.progress.percent or 0) / 100 for s in running if s.progress)
-    total = len(current)
+    total = len(step_set.known)
     percent = round(100 * (done + partial) / total, 2) if total else None
     return {"completedSteps": done, "totalSteps": total, "percent": percent, "addedSteps": step_set.added}
 
@@ -199,7 +199,7 @@ def task_snapshot(task: TaskState, steps: Steps, now: datetime, history: History
 def _state(
     task: TaskState, steps: StepSet, shown: Sequence[StepState], now: datetime, history: History | None
 ) -> dict[str, Any]:
-    per_step, overall = _estimates(task, steps, history, now)
+    overall = _task_eta(task, steps, history, now)
     return {
         "workflowId": task.workflow_id,
         "taskId": task.task_id,
@@ -209,7 +209,7 @@ def _state(
         "needsAction": _needs_action(task, steps),
         "progress": task_progress(steps),
         "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
-        "steps": [_step_detail(s, per_step.get((s.step_id, s.attempt))) for s in shown],
+        "steps": [_step_detail(s, _step_eta(task, s, history, now)) for s in shown],
     }
 
 
@@ -220,7 +220,7 @@ def user_summary(
     step_set = _as_set(steps)
     running = step_set.running()
     current = running[-1] if running else None
-    _, overall = _estimates(task, step_set, history, now)
+    overall = _task_eta(task, step_set, history, now)
     message = {
         **_envelope("task.summary", task),
         **_task_core(task, now),

@@ -38,6 +38,11 @@ class StepSet:
     recent: dict[StepKey, None] = field(default_factory=dict)  # attempts, least recently changed first
     unfinished: dict[StepKey, None] = field(default_factory=dict)  # non-terminal attempts, same order
     waiting: dict[str, None] = field(default_factory=dict)  # steps whose latest attempt failed waiting for the user
+    # Kept as attempts change, so an event's cost follows what is running, not how many steps wait:
+    active: dict[StepKey, None] = field(default_factory=dict)  # unfinished attempts past PENDING
+    stale: dict[StepKey, None] = field(default_factory=dict)  # unfinished attempts that are STALE
+    pending_ops: dict[str, int] = field(default_factory=dict)  # operation -> latest attempts still PENDING
+    known_done: list[int] = field(default_factory=lambda: [0])  # latest KNOWN attempts SUCCEEDED (a cell)
 
     @classmethod
     def of(cls, steps: Iterable[StepState]) -> StepSet:
@@ -62,6 +67,10 @@ class StepSet:
             dict(self.recent),
             dict(self.unfinished),
             dict(self.waiting),
+            dict(self.active),
+            dict(self.stale),
+            dict(self.pending_ops),
+            [self.known_done[0]],
         )._add(step)
 
     def _add(self, step: StepState) -> StepSet:
@@ -71,10 +80,19 @@ class StepSet:
         self.recent.pop(key, None)
         self.recent[key] = None
         self.unfinished.pop(key, None)
+        self.active.pop(key, None)
+        self.stale.pop(key, None)
         if not step.lifecycle.terminal:
             self.unfinished[key] = None
+            if step.lifecycle is not Lifecycle.PENDING:
+                self.active[key] = None
+            if step.health is Health.STALE:
+                self.stale[key] = None
         latest = self.latest.get(step.step_id)
         if latest is None or step.attempt >= latest.attempt:
+            if latest is not None:
+                self._count(latest, -1)
+            self._count(step, +1)
             self.latest[step.step_id] = step
             if step.step_kind == "KNOWN":
                 self.known[step.step_id] = step
@@ -82,6 +100,17 @@ class StepSet:
             if step.lifecycle is Lifecycle.FAILED and step.failure_policy == "WAIT_FOR_USER":
                 self.waiting[step.step_id] = None
         return self
+
+    def _count(self, latest: StepState, delta: int) -> None:
+        """Add (or take back) a latest attempt's share of the counters."""
+        if latest.lifecycle is Lifecycle.PENDING:
+            left = self.pending_ops.get(latest.operation_code, 0) + delta
+            if left:
+                self.pending_ops[latest.operation_code] = left
+            else:
+                self.pending_ops.pop(latest.operation_code, None)
+        if latest.step_kind == "KNOWN" and latest.lifecycle is Lifecycle.SUCCEEDED:
+            self.known_done[0] += delta
 
     def all(self) -> list[StepState]:
         """Every attempt in display order."""
@@ -91,10 +120,18 @@ class StepSet:
         """The latest attempt of every step, in display order."""
         return sorted(self.latest.values(), key=lambda s: (s.step_order, s.step_id))
 
-    def unfinished_current(self) -> list[StepState]:
-        """Latest attempts that have not finished (bounded by what is running or pending, not by size)."""
-        found = (self.attempts[key] for key in self.unfinished)
+    def active_current(self) -> list[StepState]:
+        """Latest attempts past PENDING that have not finished (bounded by what runs, not by size)."""
+        found = (self.attempts[key] for key in self.active)
         return [s for s in found if self.latest[s.step_id] is s]
+
+    def stale_current(self) -> list[StepState]:
+        """Unfinished attempts that are STALE."""
+        return [self.attempts[key] for key in self.stale]
+
+    def open_operations(self) -> set[str]:
+        """Operations of the latest attempts still pending or running (what an ETA needs history of)."""
+        return {s.operation_code for s in self.active_current()} | set(self.pending_ops)
 
     @property
     def added(self) -> int:
@@ -107,15 +144,14 @@ class StepSet:
 
     def running(self) -> list[StepState]:
         """Latest attempts that are RUNNING, in display order."""
-        running = (self.attempts[key] for key in self.unfinished)
         return sorted(
-            (s for s in running if s.lifecycle is Lifecycle.RUNNING and self.latest[s.step_id] is s),
+            (s for s in self.active_current() if s.lifecycle is Lifecycle.RUNNING),
             key=lambda s: (s.step_order, s.step_id),
         )
 
     def stale_besides(self, step_id: str, attempt: int) -> bool:
         """Whether an unfinished attempt other than this one is STALE (task health)."""
-        return any(self.attempts[key].health is Health.STALE for key in self.unfinished if key != (step_id, attempt))
+        return any(key != (step_id, attempt) for key in self.stale)
 
     def window(self, limit: int = DETAIL_WINDOW) -> tuple[list[StepState], int]:
         """At most ``limit`` attempts in display order, and how many were left out.

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from status.domain.eta import DurationStats, Estimate, step_estimate, task_estimate
 from status.domain.lifecycle import Lifecycle
 from status.domain.model import Progress, StepState
+from status.domain.stepset import StepSet
 
 NOW = datetime(2026, 11, 30, 12, 0, 0)
 
@@ -65,20 +67,24 @@ def test_progress_rate_alone_and_blended_with_history() -> None:
 
 
 def test_a_task_adds_its_pending_steps_to_its_longest_running_one() -> None:
-    running_a, running_b, pending = (
-        _step("a", Lifecycle.RUNNING),
-        _step("b", Lifecycle.RUNNING),
-        _step("c", Lifecycle.PENDING),
-    )
-    done = _step("d", Lifecycle.SUCCEEDED)
-    steps = [running_a, running_b, pending, done]
-    estimates = {
-        ("a", 1): Estimate(10_000, 0.9),
-        ("b", 1): Estimate(25_000, 0.8),
-        ("c", 1): Estimate(60_000, 0.5),
-    }
-    total = task_estimate(Lifecycle.RUNNING, steps, estimates)
-    assert total == Estimate(85_000, 0.5)
+    running = [Estimate(10_000, 0.9), Estimate(25_000, 0.8)]
+    pending = [(2, Estimate(30_000, 0.5)), (0, None)]  # two pending steps of one operation; none of another
+    assert task_estimate(Lifecycle.RUNNING, running, pending) == Estimate(85_000, 0.5)
     # One unfinished step without an estimate makes the task's unknown; a finished task has none.
-    assert task_estimate(Lifecycle.RUNNING, steps, {**estimates, ("c", 1): None}) is None
-    assert task_estimate(Lifecycle.SUCCEEDED, steps, estimates) is None
+    assert task_estimate(Lifecycle.RUNNING, [*running, None], pending) is None
+    assert task_estimate(Lifecycle.RUNNING, running, [(1, None)]) is None
+    assert task_estimate(Lifecycle.SUCCEEDED, running, pending) is None
+    assert task_estimate(Lifecycle.RUNNING, [], []) is None  # nothing left to estimate
+
+
+def test_the_step_set_keeps_its_counters_as_attempts_change() -> None:
+    """What ETAs and progress read without a pass over every step: pending per operation, done, active."""
+    steps = StepSet.of([_step(f"s{i}", Lifecycle.PENDING) for i in range(5)])
+    assert steps.pending_ops == {"DOCUMENT.PARSE": 5} and steps.known_done[0] == 0 and not steps.active
+    running = steps.with_step(replace(_step("s0", Lifecycle.RUNNING), version=2))
+    assert running.pending_ops == {"DOCUMENT.PARSE": 4} and [s.step_id for s in running.active_current()] == ["s0"]
+    assert steps.pending_ops == {"DOCUMENT.PARSE": 5}  # the original is untouched
+    done = running.with_step(replace(_step("s0", Lifecycle.SUCCEEDED), version=3))
+    assert done.known_done[0] == 1 and not done.active and done.pending_ops == {"DOCUMENT.PARSE": 4}
+    retry = done.with_step(replace(_step("s0", Lifecycle.PENDING), attempt=2))
+    assert retry.known_done[0] == 0 and retry.pending_ops == {"DOCUMENT.PARSE": 5}
