@@ -583,8 +583,12 @@ def main() -> None:
                 f" ({g_batch['cpu_ms_per_event']:.2f} vs {batch['cpu_ms_per_event']:.2f} ms)"
             )
             few = one_producer(load, "10 steps", load.execution(load.task(steps=10)), args.seconds / 2)
+            # 50 steps fill the detail window (a detail message lists at most 50): from there on only
+            # the step count grows, which is what must not cost more per event.
+            window = one_producer(load, "50 steps", load.execution(load.task(steps=10, padding=40)), args.seconds / 2)
             many = one_producer(load, "1000 steps", load.execution(load.task(steps=10, padding=990)), args.seconds / 2)
             _growth("10 -> 1,000 steps", few, many)
+            _growth("50 -> 1,000 steps", window, many)
             if not args.skip_growth:
                 grow_event_log(db, 10_000)
                 small = one_producer(load, "10k log rows", load.execution(load.task()), args.seconds / 2)
