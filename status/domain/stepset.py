@@ -116,10 +116,6 @@ class StepSet:
         """Every attempt in display order."""
         return sorted(self.attempts.values(), key=_display_key)
 
-    def current(self) -> list[StepState]:
-        """The latest attempt of every step, in display order."""
-        return sorted(self.latest.values(), key=lambda s: (s.step_order, s.step_id))
-
     def active_current(self) -> list[StepState]:
         """Latest attempts past PENDING that have not finished (bounded by what runs, not by size)."""
         found = (self.attempts[key] for key in self.active)
@@ -137,10 +133,6 @@ class StepSet:
     def added(self) -> int:
         """How many steps were registered while running (DYNAMIC), counting each step once."""
         return len(self.latest) - len(self.known)
-
-    def known_current(self) -> list[StepState]:
-        """The latest attempt of every KNOWN step (what task progress counts)."""
-        return list(self.known.values())
 
     def running(self) -> list[StepState]:
         """Latest attempts that are RUNNING, in display order."""

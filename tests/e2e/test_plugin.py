@@ -39,28 +39,28 @@ def _plugin(api: Http, url: str, tmp_path: Path, **kwargs: Any) -> TaskStatusPlu
     return TaskStatusPlugin(url, token, outbox_path=tmp_path / "outbox.sqlite3", heartbeat_interval=0.2, **kwargs)
 
 
-async def _run_failing(
-    plugin: TaskStatusPlugin,
-    env: WorkflowEnvironment,
-    task_queue: str,
-    executor: concurrent.futures.ThreadPoolExecutor,
-) -> None:
-    async with Worker(
-        env.client,
-        task_queue=task_queue,
-        workflows=[DocumentWorkflow],
-        activities=[prepare_file, parse_document, store_result, search_web],
-        activity_executor=executor,
-        plugins=[plugin],
-    ):
-        with pytest.raises(WorkflowFailureError):
-            await env.client.execute_workflow(
-                DocumentWorkflow.run,
-                DocumentRequest("user-1", "broken.pdf", pages=2, failing_parse_attempts=3),
-                id=f"doc-{uuid.uuid4()}",
-                task_queue=task_queue,
-            )
-        await plugin.reporter.drained()
+async def _run_document(
+    plugin: TaskStatusPlugin, env: WorkflowEnvironment, task_queue: str, request: DocumentRequest
+) -> Any:
+    """The document example on a worker with ``plugin``, until its reports are delivered; the
+    workflow's result, or the WorkflowFailureError it ended with."""
+    with concurrent.futures.ThreadPoolExecutor(4) as executor:
+        async with Worker(
+            env.client,
+            task_queue=task_queue,
+            workflows=[DocumentWorkflow],
+            activities=[prepare_file, parse_document, store_result, search_web],
+            activity_executor=executor,
+            plugins=[plugin],
+        ):
+            try:
+                return await env.client.execute_workflow(
+                    DocumentWorkflow.run, request, id=f"doc-{uuid.uuid4()}", task_queue=task_queue
+                )
+            except WorkflowFailureError as failure:
+                return failure
+            finally:
+                await plugin.reporter.drained()
 
 
 async def test_a_run_that_gives_up_fails_its_task(
@@ -68,8 +68,10 @@ async def test_a_run_that_gives_up_fails_its_task(
 ) -> None:
     """Every parse attempt fails: the coordinator submits TASK_FAILED, so the task never stays RUNNING."""
     plugin = _plugin(api, live_api, tmp_path)
-    with concurrent.futures.ThreadPoolExecutor(2) as executor:
-        await _run_failing(plugin, temporal_env, task_queue, executor)
+    failed = await _run_document(
+        plugin, temporal_env, task_queue, DocumentRequest("user-1", "broken.pdf", pages=2, failing_parse_attempts=3)
+    )
+    assert isinstance(failed, WorkflowFailureError)
     listed = api.client.get("/api/me/tasks", headers=api.user("user-1")).json()["tasks"]
     task = next(t for t in listed if t["title"] == "broken.pdf")
     snap = api.client.get(f"/api/tasks/{task['taskId']}", headers=api.user("user-1")).json()
@@ -89,22 +91,7 @@ async def test_document_example_reports_every_step(
     api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, e2e_engine: sa.Engine
 ) -> None:
     plugin = _plugin(api, live_api, tmp_path)
-    with concurrent.futures.ThreadPoolExecutor(4) as executor:
-        async with Worker(
-            temporal_env.client,
-            task_queue=task_queue,
-            workflows=[DocumentWorkflow],
-            activities=[prepare_file, parse_document, store_result, search_web],
-            activity_executor=executor,
-            plugins=[plugin],
-        ):
-            result = await temporal_env.client.execute_workflow(
-                DocumentWorkflow.run,
-                DocumentRequest("user-1", "contract.pdf", pages=4),
-                id=f"doc-{uuid.uuid4()}",
-                task_queue=task_queue,
-            )
-            await plugin.reporter.drained()
+    result = await _run_document(plugin, temporal_env, task_queue, DocumentRequest("user-1", "contract.pdf", pages=4))
     task_id = result["taskId"]
     snap = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()
     assert snap["lifecycleStatus"] == "SUCCEEDED"
@@ -180,22 +167,7 @@ async def test_the_plugin_reports_over_grpc_with_the_same_outcome(
     calls = REGISTRY.get_sample_value("task_status_grpc_calls_total", {"method": "ReportEvents", "code": "OK"}) or 0.0
     with serving(app, lifespan="on") as url:
         plugin = _plugin(api, url, tmp_path, grpc_target=f"127.0.0.1:{grpc_port}")
-        with concurrent.futures.ThreadPoolExecutor(4) as executor:
-            async with Worker(
-                temporal_env.client,
-                task_queue=task_queue,
-                workflows=[DocumentWorkflow],
-                activities=[prepare_file, parse_document, store_result, search_web],
-                activity_executor=executor,
-                plugins=[plugin],
-            ):
-                result = await temporal_env.client.execute_workflow(
-                    DocumentWorkflow.run,
-                    DocumentRequest("user-1", "grpc.pdf", pages=3),
-                    id=f"doc-{uuid.uuid4()}",
-                    task_queue=task_queue,
-                )
-                await plugin.reporter.drained()
+        result = await _run_document(plugin, temporal_env, task_queue, DocumentRequest("user-1", "grpc.pdf", pages=3))
     after = REGISTRY.get_sample_value("task_status_grpc_calls_total", {"method": "ReportEvents", "code": "OK"}) or 0.0
     assert after > calls  # the events did go over gRPC
     assert plugin.reporter.delivered > 0 and plugin.reporter.dropped == 0

@@ -71,9 +71,19 @@ def test_incremental_state_equals_a_full_recomputation(changes: list[tuple[int, 
         if s.step_id not in latest or s.attempt > latest[s.step_id].attempt:
             latest[s.step_id] = s
     assert steps.all() == sorted(truth.values(), key=lambda s: (s.step_order, s.step_id, s.attempt))
-    assert sorted(steps.known_current(), key=lambda s: s.step_id) == sorted(
+    assert sorted(steps.known.values(), key=lambda s: s.step_id) == sorted(
         (s for s in latest.values() if s.step_kind == "KNOWN"), key=lambda s: s.step_id
     )
+    # The counters the set keeps as attempts change agree with a pass over every step.
+    pending: dict[str, int] = {}
+    for s in latest.values():
+        if s.lifecycle is Lifecycle.PENDING:
+            pending[s.operation_code] = pending.get(s.operation_code, 0) + 1
+    assert steps.pending_ops == pending
+    assert steps.known_done[0] == sum(
+        1 for s in latest.values() if s.step_kind == "KNOWN" and s.lifecycle is Lifecycle.SUCCEEDED
+    )
+    assert set(steps.stale) == {k for k, s in truth.items() if not s.lifecycle.terminal and s.health is Health.STALE}
     assert steps.running() == sorted(
         (s for s in latest.values() if s.lifecycle is Lifecycle.RUNNING), key=lambda s: (s.step_order, s.step_id)
     )
