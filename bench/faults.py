@@ -57,7 +57,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 from common import REPO, centrifugo_node, scratch_database  # type: ignore[import-not-found]
-from interceptors import TaskStatusPlugin
+from task_status_interceptors import TaskStatusPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 from common import REPO, create_tasks_http, process_tree_cpu, scratch_database  # type: ignore[import-not-found]
-from interceptors import TaskStatusPlugin
 from plugin_workflows import OverheadWorkflow, tiny  # type: ignore[import-not-found]
+from task_status_interceptors import TaskStatusPlugin
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from interceptors import report_progress, task_step
+    from task_status_interceptors import report_progress, task_step
 
 
 @activity.defn

@@ -9,7 +9,7 @@ from datetime import timedelta
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from interceptors import task_step
+    from task_status_interceptors import task_step
 
 # (workflowId, step index) → wall-clock time the step started; read by the benchmark in this process.
 STEP_STARTED_AT: dict[tuple[str, int], float] = {}

@@ -38,8 +38,8 @@ from typing import Any
 
 import httpx
 from common import REPO, create_tasks_http, percentile, scratch_database  # type: ignore[import-not-found]
-from interceptors import TaskStatusPlugin
 from push_poll_workflows import STEP_STARTED_AT, SteppedWorkflow, slow_step  # type: ignore[import-not-found]
+from task_status_interceptors import TaskStatusPlugin
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker

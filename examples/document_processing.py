@@ -17,7 +17,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory
 
 with workflow.unsafe.imports_passed_through():
-    from interceptors import TaskStatus, dynamic_step, report_progress, task_step
+    from task_status_interceptors import TaskStatus, dynamic_step, report_progress, task_step
 
 
 @dataclass

@@ -14,7 +14,7 @@ from datetime import timedelta
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from interceptors import TaskStatus, report_progress, task_step
+    from task_status_interceptors import TaskStatus, report_progress, task_step
 
 
 @dataclass
@@ -96,7 +96,7 @@ async def main() -> None:
     import os
     import uuid
 
-    from interceptors import TaskStatusPlugin
+    from task_status_interceptors import TaskStatusPlugin
     from temporalio.client import Client
     from temporalio.worker import Worker
 

@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 
-from interceptors import TaskStatusPlugin
+from task_status_interceptors import TaskStatusPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 

@@ -135,7 +135,7 @@ def _revoke_service_token(args: argparse.Namespace) -> int:
 def _undeliverable(args: argparse.Namespace) -> int:
     import json
 
-    from interceptors import read_undeliverable
+    from task_status_interceptors import read_undeliverable
 
     if not Path(args.outbox).is_file():
         print(f"task-observer: no outbox file at {args.outbox}", file=sys.stderr)

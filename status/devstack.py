@@ -169,7 +169,7 @@ class DevStack:
     # ------------------------------------------------------------ in-process parts
     async def run(self, stop: asyncio.Event) -> None:
         import uvicorn
-        from interceptors import TaskStatusPlugin
+        from task_status_interceptors import TaskStatusPlugin
         from temporalio.client import Client
         from temporalio.worker import Worker
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import httpx
 import sqlalchemy as sa
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -25,7 +25,7 @@ from status import logs
 from status.api import metrics
 from status.api.corrections import CorrectionEndpoints
 from status.api.errors import domain_error_handler, error_body, unexpected_error_handler
-from status.api.limits import RateLimiter
+from status.api.gate import Gate
 from status.api.models import (
     AclIn,
     ActivateStepIn,
@@ -51,10 +51,10 @@ from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import build_service
 from status.domain.auth import ServicePrincipal, UserPrincipal
-from status.domain.errors import DomainError, Invalid, TooLarge, Unauthenticated
+from status.domain.errors import DomainError, Invalid, Unauthenticated
 from status.infra.db import create_engine
 from status.infra.metrics import REGISTRY
-from status.infra.tokens import RealtimeTokens, RevokedCredentials, ServiceTokens, UserTokens
+from status.infra.tokens import RealtimeTokens
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -74,85 +74,28 @@ class Api:
             settings.detail_subscription_limit,
             settings.realtime_token_ttl_seconds,
         )
-        self.service_tokens = ServiceTokens(settings.service_token_secret, RevokedCredentials(service.engine))
-        self.user_tokens = UserTokens(
-            settings.user_token_secret, settings.user_jwks_url, settings.user_jwks_audience, settings.user_jwks_issuer
-        )
-        self.rate_limiter = RateLimiter(settings.internal_rate_per_second, settings.internal_rate_burst)
-        self.user_rate_limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst, "user")
+        self.gate = Gate(settings, service)
+        self.service_tokens = self.gate.service_tokens
+        self.user_tokens = self.gate.user_tokens
+        self.user_rate_limiter = self.gate.user_rate_limiter
         self.committer = GroupCommitter(
             service.report_group,
             max_group=settings.group_commit_max_events,
             max_in_flight=settings.group_commit_in_flight,
         )
 
-    # ------------------------------------------------------------ parsing
-    async def body(self, request: Request) -> Any:
-        limit = self.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            raise TooLarge(f"the request body is larger than {limit} bytes")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise TooLarge(f"the request body is larger than {limit} bytes")
-            chunks.append(chunk)
-        try:
-            return json.loads(b"".join(chunks) or b"null")
-        except RecursionError as exc:
-            raise Invalid("the request body nests too deeply") from exc
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Invalid("the request body is not valid JSON") from exc
-
+    # ------------------------------------------------------------ the gate (shared with gRPC)
     async def parse(self, request: Request, model: type[M], *, empty: bool = False) -> M:
-        """The body as ``model`` (``empty``: no body at all means ``{}``); mistakes are VALIDATION_FAILED."""
-        raw = await self.body(request)
-        if raw is None and empty:
-            raw = {}
-        if not isinstance(raw, dict):
-            raise Invalid("the request body must be a JSON object")
-        return self.validated(model, raw)
-
-    @staticmethod
-    def validated(model: type[M], raw: dict[str, Any]) -> M:
-        """``raw`` as ``model``; mistakes are VALIDATION_FAILED naming the first bad field (REST and gRPC)."""
-        try:
-            return model.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(body)"
-            raise Invalid(f"{where}: {first['msg']}") from exc
-
-    @staticmethod
-    def bearer(request: Request) -> str:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("a Bearer credential is required")
-        return token.strip()
+        return await self.gate.parse(request, model, empty=empty)
 
     def service_principal(self, request: Request) -> ServicePrincipal:
-        return self.service_principal_of(self.bearer(request))
+        return self.gate.service_principal(request)
 
     def event_caller(self, request: Request) -> EventCaller:
-        return self.event_caller_of(self.bearer(request))
-
-    def event_caller_of(self, bearer: str) -> EventCaller:
-        """An execution token's claims or a service token's principal, rate-limited per producer."""
-        caller = self.service.resolve_caller(bearer, self.service_tokens)
-        self.rate_limiter.check(f"{caller.tenant_id}/{caller.producer_id}")
-        return caller
-
-    def service_principal_of(self, bearer: str) -> ServicePrincipal:
-        principal = self.service_tokens.verify(bearer)
-        self.rate_limiter.check(f"{principal.tenant_id}/{principal.producer_id}")
-        return principal
+        return self.gate.event_caller(request)
 
     def user(self, request: Request) -> UserPrincipal:
-        principal = self.user_tokens.verify(self.bearer(request))
-        self.user_rate_limiter.check(principal.subject)
-        return principal
+        return self.gate.user(request)
 
     # ------------------------------------------------------------ internal API
     async def create_workflow(self, request: Request) -> JSONResponse:
@@ -275,7 +218,7 @@ class Api:
 
     async def put_definitions(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)
-        raw = await self.body(request)
+        raw = await self.gate.body(request)
         if not isinstance(raw, dict) or set(raw) - {"operations", "statuses"}:
             raise Invalid("the body must be an object with 'operations' and/or 'statuses'")
         return JSONResponse(await run_in_threadpool(self.service.put_definitions, caller, raw))
@@ -326,7 +269,7 @@ class Api:
         """The realtime session: the login's ``sid`` claim, else a hash of the credential."""
         if user.session_id:
             return f"{user.subject}:{user.session_id}"
-        return f"{user.subject}:{hashlib.sha256(self.bearer(request).encode()).hexdigest()[:32]}"
+        return f"{user.subject}:{hashlib.sha256(self.gate.bearer(request).encode()).hexdigest()[:32]}"
 
     async def realtime_session(self, request: Request) -> JSONResponse:
         user = self.user(request)
@@ -469,9 +412,9 @@ def routes(api: Api) -> list[Route]:
         Route("/internal/v1/tasks/{task_id}/acl/{principal_type}/{principal_id}", api.acl, methods=["PUT", "DELETE"]),
         Route("/internal/v1/definitions", api.put_definitions, methods=["PUT"]),
         Route("/internal/v1/broadcasts", api.broadcast, methods=["POST"]),
-        *ReferenceEndpoints(api).routes(),
-        *CorrectionEndpoints(api).routes(),
-        *NotificationEndpoints(api).routes(),
+        *ReferenceEndpoints(api.gate).routes(),
+        *CorrectionEndpoints(api.gate).routes(),
+        *NotificationEndpoints(api.gate).routes(),
         Route("/api/tasks/status:batchGet", api.batch_get, methods=["POST"]),
         Route("/api/tasks/{task_id}/events", api.task_events, methods=["GET"]),
         Route("/api/tasks/{task_id}", api.get_task, methods=["GET"]),
@@ -543,7 +486,7 @@ def create_app(settings: Settings, engine: sa.Engine | None = None, service: Sta
         if settings.grpc_port:
             from status.api.grpc_server import start_grpc_server
 
-            grpc_server, app.state.grpc_port = await start_grpc_server(api, settings.grpc_host, settings.grpc_port)
+            grpc_server, app.state.grpc_port = await start_grpc_server(api.gate, settings.grpc_host, settings.grpc_port)
         try:
             yield
         finally:

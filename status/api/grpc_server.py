@@ -7,7 +7,7 @@ same eventId gets the same result and taskVersion over REST, REST batch and gRPC
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from starlette.concurrency import run_in_threadpool
@@ -18,13 +18,11 @@ from task_status_wire import task_events_pb2_grpc as pb_grpc
 from status import logs
 from status.api import metrics
 from status.api.errors import HTTP_STATUS, status_for
+from status.api.gate import Gate
 from status.api.models import EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import DomainError, Forbidden, Invalid, NotFound, Unauthenticated
-
-if TYPE_CHECKING:
-    from status.api.app import Api
 
 log = logs.get("status.grpc")
 
@@ -65,7 +63,7 @@ def _event(msg: pb.Event) -> Any:
 
 
 class TaskEventsService(pb_grpc.TaskEventsServicer):
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Gate) -> None:
         self.api = api
         self.service = api.service
         # Its own group committer (same service method as REST's): groups never span event loops.
@@ -198,7 +196,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         return found
 
 
-async def start_grpc_server(api: Api, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+async def start_grpc_server(api: Gate, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """Serve the adapter on host:port (0: any free port); returns the server and its port."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1), ("grpc.max_receive_message_length", 4 << 20)])
     pb_grpc.add_TaskEventsServicer_to_server(TaskEventsService(api), server)  # type: ignore[no-untyped-call]

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from status.api.gate import Gate
 from status.api.models import MarkReadIn
 from status.domain.errors import Invalid
 
-if TYPE_CHECKING:
-    from status.api.app import Api
-
 
 class NotificationEndpoints:
-    def __init__(self, api: Api) -> None:
-        self.api = api
-        self.service = api.service
+    def __init__(self, gate: Gate) -> None:
+        self.api = gate
+        self.service = gate.service
 
     async def list_notifications(self, request: Request) -> JSONResponse:
         user = self.api.user(request)

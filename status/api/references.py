@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from status.api.gate import Gate
 from status.api.models import AttachRefsIn
 from status.domain.errors import Invalid
-
-if TYPE_CHECKING:
-    from status.api.app import Api
 
 
 def _ref_params(request: Request) -> tuple[str, str]:
@@ -25,9 +21,9 @@ def _ref_params(request: Request) -> tuple[str, str]:
 
 
 class ReferenceEndpoints:
-    def __init__(self, api: Api) -> None:
-        self.api = api
-        self.service = api.service
+    def __init__(self, gate: Gate) -> None:
+        self.api = gate
+        self.service = gate.service
 
     async def attach(self, request: Request) -> JSONResponse:
         caller = self.api.service_principal(request)

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.app import commands as c
-from status.app import outbox
+from status.app import outbox, routing
 from status.app.context import (
     AppContext,
     check_key,
@@ -237,7 +237,7 @@ class WorkflowCommands:
         status_version = defs.latest_status_version(new_task.task_type) if new_task.task_type else None
         statuses = defs.status_set(new_task.task_type, status_version)
         task = TaskState(
-            task_id=ids.new_task_id(caller.tenant_id, owner, int(now.replace(tzinfo=UTC).timestamp() * 1000)),
+            task_id=routing.new_task_id(caller.tenant_id, owner, int(now.replace(tzinfo=UTC).timestamp() * 1000)),
             workflow_id=workflow.workflow_id,
             client_task_key=new_task.client_task_key,
             tenant_id=caller.tenant_id,

@@ -1,4 +1,10 @@
-"""Identifiers (SPEC §4): globally unique, sortable, with a bucket hint on taskIds."""
+"""Identifiers (SPEC §4): globally unique, sortable, with a bucket hint on taskIds.
+
+A taskId is ``tsk_<hashVersion>_<bucket, 3 hex>_<ULID>``: the bucket is a routing hint
+computed by the frozen rule named by ``hashVersion`` (``status.app.routing``, seed §15.3.3),
+never an authorization. Ids minted before the rule was frozen read ``tsk_<bucket>_<ULID>``
+and decode as version ``v0``.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,18 @@ import base64
 import hashlib
 import os
 import re
+from typing import NamedTuple
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 BUCKET_COUNT = 4096
-HASH_RULE_VERSION = "v1"  # part of the protocol: never change without a new version (seed §15.3.3)
+LEGACY_HASH_VERSION = "v0"  # ids without a version: minted by the unfrozen rule before v1
 
-TASK_ID_RE = re.compile(r"^tsk_[0-9a-f]{3}_[0-9A-HJKMNP-TV-Z]{26}$")
+TASK_ID_RE = re.compile(r"^tsk_(?:(?P<version>v[1-9][0-9]?)_)?(?P<bucket>[0-9a-f]{3})_[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+class BucketHint(NamedTuple):
+    hash_version: str
+    bucket: int
 # Tenants, users, projects and other principals end up inside channel names
 # (``task_user:{tenant}/{user}``): no ``/`` or ``:`` (our separators), no ``#``/``$``
 # (Centrifugo's user-limited and private channel marks), no spaces, controls or
@@ -36,21 +48,25 @@ def ulid(now_ms: int, randomness: bytes | None = None) -> str:
     return "".join(reversed(chars))
 
 
-def bucket_of(tenant_id: str, owner_id: str) -> int:
-    """stableHash(v1, tenantId, ownerId) mod 4096 — a routing hint, never an authorization."""
-    digest = hashlib.sha256(f"{HASH_RULE_VERSION}\x00{tenant_id}\x00{owner_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % BUCKET_COUNT
+def new_task_id(hash_version: str, bucket: int, now_ms: int) -> str:
+    """A taskId carrying its bucket and the version of the rule that computed it."""
+    if not 0 <= bucket < BUCKET_COUNT:
+        raise ValueError(f"bucket {bucket} outside 0..{BUCKET_COUNT - 1}")
+    return f"tsk_{hash_version}_{bucket:03x}_{ulid(now_ms)}"
 
 
-def new_task_id(tenant_id: str, owner_id: str, now_ms: int) -> str:
-    return f"tsk_{bucket_of(tenant_id, owner_id):03x}_{ulid(now_ms)}"
+def decode_bucket_hint(task_id: str) -> BucketHint | None:
+    """The rule version and bucket encoded in a taskId, or None when it is not one of ours."""
+    match = TASK_ID_RE.match(task_id)
+    if match is None:
+        return None
+    return BucketHint(match["version"] or LEGACY_HASH_VERSION, int(match["bucket"], 16))
 
 
 def bucket_hint(task_id: str) -> int | None:
     """The bucket encoded in a taskId, or None when it is not one of ours."""
-    if not TASK_ID_RE.match(task_id):
-        return None
-    return int(task_id[4:7], 16)
+    hint = decode_bucket_hint(task_id)
+    return None if hint is None else hint.bucket
 
 
 def new_workflow_id(now_ms: int) -> str:

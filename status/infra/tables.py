@@ -5,7 +5,7 @@ and the code can never disagree about a column.  Types are chosen so the same
 definitions work on MySQL 8.0, MariaDB 10.6+ and SQLite (the ``dev`` default):
 
 * timestamps are ``DATETIME(3)`` on MySQL/MariaDB (millisecond precision, UTC);
-* identifiers are strings (``tsk_<bucket>_<ULID>`` and friends, SPEC §4);
+* identifiers are strings (``tsk_v1_<bucket>_<ULID>`` and friends, SPEC §4);
 * version columns are 64-bit; versions travel as decimal strings in JSON.
 """
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interceptors import TaskStatusPlugin
+from task_status_interceptors import TaskStatusPlugin
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interceptors import Reporter, ReporterConfig, StepBinding, read_undeliverable
+from task_status_interceptors import Reporter, ReporterConfig, StepBinding, read_undeliverable
 
 from status.api.app import create_app
 from status.bootstrap import build_service

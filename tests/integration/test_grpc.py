@@ -26,7 +26,7 @@ from tests.support.flows import activate, create_workflow
 
 @pytest.fixture
 async def stub(app_client: TestClient) -> AsyncIterator[pb_grpc.TaskEventsStub]:
-    server, port = await start_grpc_server(app_client.app.state.api, "127.0.0.1", 0)  # type: ignore[attr-defined]
+    server, port = await start_grpc_server(app_client.app.state.api.gate, "127.0.0.1", 0)  # type: ignore[attr-defined]
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
         yield pb_grpc.TaskEventsStub(channel)

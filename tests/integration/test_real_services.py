@@ -231,4 +231,4 @@ def test_migrations_match_the_table_definitions(backend: str, request: pytest.Fi
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata)
     engine.dispose()
-    assert diff == [], "tables.py and status/migrations/ disagree; add a migration"
+    assert diff == [], "tables.py and migrations/ disagree; add a migration"

@@ -10,7 +10,7 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from interceptors import report_progress, task_step
+    from task_status_interceptors import report_progress, task_step
 
 
 @activity.defn

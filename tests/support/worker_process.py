@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from interceptors import TaskStatusPlugin
+from task_status_interceptors import TaskStatusPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 

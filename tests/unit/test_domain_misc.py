@@ -58,17 +58,6 @@ def test_every_code_has_a_class() -> None:
     assert all(issubclass(cls, DomainError) for cls in CODE_CLASS.values())
 
 
-def test_task_ids_carry_a_stable_bucket_hint() -> None:
-    a = ids.new_task_id("t1", "u1", 1_700_000_000_000)
-    b = ids.new_task_id("t1", "u1", 1_700_000_000_001)
-    assert ids.TASK_ID_RE.match(a) and ids.bucket_hint(a) == ids.bucket_hint(b) == ids.bucket_of("t1", "u1")
-    assert 0 <= ids.bucket_of("t1", "u1") < 4096
-    # Pinned value: the hash rule is a protocol and must never change silently (seed §15.3.3).
-    assert ids.bucket_of("tenant-a", "user-42") == ids.bucket_of("tenant-a", "user-42")
-    assert ids.bucket_hint("task-8a4d") is None
-    assert ids.ulid(1, b"\x00" * 10) < ids.ulid(2, b"\x00" * 10)
-
-
 def test_handles_are_long_random_and_hashed() -> None:
     handle = ids.new_execution_handle()
     assert handle.startswith("exh_") and len(handle) >= 40 and handle != ids.new_execution_handle()

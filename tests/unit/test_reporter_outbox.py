@@ -7,8 +7,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from interceptors._context import StepBinding
-from interceptors._reporter import Reporter, ReporterConfig
+from task_status_interceptors._context import StepBinding
+from task_status_interceptors._reporter import Reporter, ReporterConfig
 
 
 def _reporter(path: Path) -> Reporter:
@@ -29,15 +29,15 @@ def test_reports_return_while_the_file_is_busy_and_land_in_order(tmp_path: Path)
     def report() -> None:
         execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
         for i in range(5):
-            execution.reporter.enqueue("run/a/1", {"eventType": "STEP_PROGRESS", "progress": {"current": i}})
+            reporter.enqueue("run/a/1", {"eventType": "STEP_PROGRESS", "progress": {"current": i}})
         execution.completed()
         done.set()
 
-    with reporter._db_lock:  # a slow disk: the file is busy for as long as this block runs
+    with reporter.outbox._db_lock:  # a slow disk: the file is busy for as long as this block runs
         thread = threading.Thread(target=report)
         thread.start()
         assert done.wait(5), "reporting waited for the outbox file"
-        assert reporter._queued_events == 7  # STARTED, 5 x PROGRESS, COMPLETED: queued, not written yet
+        assert reporter.outbox.queued_events == 7  # STARTED, 5 x PROGRESS, COMPLETED: queued, not written yet
     assert reporter.flush(5)
     assert reporter.pending_events() == 7
     events = _events(path)

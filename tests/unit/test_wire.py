@@ -10,7 +10,7 @@ from pathlib import Path
 
 from task_status_wire import convert
 
-ROOT = Path(__file__).resolve().parents[2] / "plugin"
+ROOT = Path(__file__).resolve().parents[2] / "interceptors"
 GENERATED = ("task_events_pb2.py", "task_events_pb2.pyi", "task_events_pb2_grpc.py")
 
 

@@ -14,9 +14,9 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from interceptors._coordinator import CoordinatorActivities
-from interceptors._interceptor import TaskStatusInterceptor
-from interceptors._reporter import Reporter, ReporterConfig
+from task_status_interceptors._coordinator import CoordinatorActivities
+from task_status_interceptors._interceptor import TaskStatusInterceptor
+from task_status_interceptors._reporter import Reporter, ReporterConfig
 
 
 class TaskStatusPlugin(SimplePlugin):
@@ -77,6 +77,7 @@ class TaskStatusPlugin(SimplePlugin):
                 self._users -= 1
                 if self._users == 0:
                     await self.reporter.stop()
+                    await self.coordinator.aclose()
 
         def activities(existing: Sequence[Callable[..., Any]] | None) -> Sequence[Callable[..., Any]]:
             ours: list[Callable[..., Any]] = [
@@ -92,7 +93,7 @@ class TaskStatusPlugin(SimplePlugin):
             if isinstance(runner, SandboxedWorkflowRunner):
                 # The step context is a ContextVar shared by workflow code and the interceptor.
                 return dataclasses.replace(
-                    runner, restrictions=runner.restrictions.with_passthrough_modules("interceptors")
+                    runner, restrictions=runner.restrictions.with_passthrough_modules("task_status_interceptors")
                 )
             return runner
 

@@ -6,11 +6,12 @@ reports STARTED / PROGRESS / COMPLETED / FAILED and heartbeats through a
 durable local outbox, never blocking or failing the activity.
 """
 
-from interceptors._context import StepBinding, dynamic_step, task_step
-from interceptors._coordinator import CoordinatorActivities, TaskEventRequest, TaskStatus
-from interceptors._interceptor import TaskStatusInterceptor, current_execution, report_progress
-from interceptors._plugin import TaskStatusPlugin
-from interceptors._reporter import Reporter, ReporterConfig, read_undeliverable
+from task_status_interceptors._context import StepBinding, dynamic_step, task_step
+from task_status_interceptors._coordinator import CoordinatorActivities, TaskEventRequest, TaskStatus
+from task_status_interceptors._interceptor import TaskStatusInterceptor, current_execution, report_progress
+from task_status_interceptors._outbox import read_undeliverable
+from task_status_interceptors._plugin import TaskStatusPlugin
+from task_status_interceptors._reporter import Reporter, ReporterConfig
 
 __all__ = [
     "CoordinatorActivities",

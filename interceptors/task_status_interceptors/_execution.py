@@ -1,8 +1,9 @@
 """Reports of one activity execution: progress throttling (R8) and terminal events.
 
 An ``ExecutionReporter`` is bound to one activity attempt (no process-global
-"current task", seed §3.3.3); it hands events to the worker's ``Reporter``,
-which owns the durable outbox and the sender.
+"current task", seed §3.3.3); it hands events to a ``ReportSink`` — the worker's
+``Reporter``, which owns the durable outbox and the sender. This module knows the
+sink only by that interface, so the dependency points one way (reporter → here).
 """
 
 from __future__ import annotations
@@ -10,12 +11,25 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from interceptors._context import StepBinding
+from task_status_interceptors._context import StepBinding
 
-if TYPE_CHECKING:
-    from interceptors._reporter import Reporter
+
+@dataclass(frozen=True)
+class ProgressPolicy:
+    """R8: at most every ``min_interval`` s, at least every ``max_interval`` s while changing,
+    at once on a phase change or a jump of ``min_delta`` or more."""
+
+    min_interval: float = 1.0
+    max_interval: float = 5.0
+    min_delta: float = 0.05
+
+
+class ReportSink(Protocol):
+    def enqueue(self, key: str, body: dict[str, Any], *, finished: bool = False) -> None: ...
+
+    def beat(self, key: str, seq: int) -> None: ...
 
 
 @dataclass
@@ -29,8 +43,9 @@ class _Progress:
 class ExecutionReporter:
     """Reports for one activity execution (bound: no process-global "current task", seed §3.3.3)."""
 
-    def __init__(self, reporter: Reporter, key: str, binding: StepBinding) -> None:
-        self.reporter = reporter
+    def __init__(self, sink: ReportSink, key: str, binding: StepBinding, policy: ProgressPolicy) -> None:
+        self.sink = sink
+        self.policy = policy
         self.key = key
         self.binding = binding
         self.started_at = time.monotonic()
@@ -45,7 +60,8 @@ class ExecutionReporter:
         """Never blocks: only bumps the in-memory sequence the heartbeat loop sends."""
         with self._lock:
             self.heartbeat_seq += 1
-        self.reporter.heartbeats[self.key] = self.heartbeat_seq
+            seq = self.heartbeat_seq
+        self.sink.beat(self.key, seq)
 
     def progress(
         self,
@@ -79,13 +95,13 @@ class ExecutionReporter:
             jumped = (
                 fraction is not None
                 and state.last_fraction is not None
-                and abs(fraction - state.last_fraction) >= self.reporter.config.progress_min_delta
+                and abs(fraction - state.last_fraction) >= self.policy.min_delta
             )
             send = (
                 state.last_sent_at == 0.0
                 or phase_changed
-                or (elapsed >= self.reporter.config.progress_min_interval and (jumped or fraction is None))
-                or elapsed >= self.reporter.config.progress_max_interval
+                or (elapsed >= self.policy.min_interval and (jumped or fraction is None))
+                or elapsed >= self.policy.max_interval
             )
             if not send:
                 state.pending = body
@@ -93,20 +109,20 @@ class ExecutionReporter:
             state.pending = None
             state.last_sent_at, state.last_fraction = now, fraction
             state.last_phase = phase_code or state.last_phase
-        self.reporter.enqueue(self.key, body)
+        self.sink.enqueue(self.key, body)
 
     def _flush_progress(self) -> None:
         with self._lock:
             pending, self._progress.pending = self._progress.pending, None
         if pending is not None:
-            self.reporter.enqueue(self.key, pending)
+            self.sink.enqueue(self.key, pending)
 
     def completed(self, data: dict[str, Any] | None = None) -> None:
         self._flush_progress()  # the last progress is never lost before the terminal event
         body: dict[str, Any] = {"eventType": "STEP_COMPLETED", "durationMs": self.elapsed_ms()}
         if data is not None:
             body["data"] = data
-        self.reporter.enqueue(self.key, body, finished=True)
+        self.sink.enqueue(self.key, body, finished=True)
 
     def failed(
         self, category: str, code: str, message: str, retryable: bool | None, diagnostics_ref: str | None
@@ -115,10 +131,10 @@ class ExecutionReporter:
         error = {"category": category, "code": code, "userMessage": message, "retryable": retryable}
         if diagnostics_ref:
             error["diagnosticsRef"] = diagnostics_ref
-        self.reporter.enqueue(
+        self.sink.enqueue(
             self.key, {"eventType": "STEP_FAILED", "durationMs": self.elapsed_ms(), "error": error}, finished=True
         )
 
     def cancelled(self) -> None:
         self._flush_progress()
-        self.reporter.enqueue(self.key, {"eventType": "STEP_CANCELLED", "durationMs": self.elapsed_ms()}, finished=True)
+        self.sink.enqueue(self.key, {"eventType": "STEP_CANCELLED", "durationMs": self.elapsed_ms()}, finished=True)

@@ -44,10 +44,22 @@ class CoordinatorActivities:
         self._url = status_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {service_token}"}
         self._timeout = timeout
+        # One pooled client for every call (a new client per call paid a TCP connect each time);
+        # opened on first use on the worker's event loop, closed with the worker (``aclose``).
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None or self._client.is_closed:
+            self._client = httpx.AsyncClient(base_url=self._url, headers=self._headers, timeout=self._timeout)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     async def _call(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        async with httpx.AsyncClient(base_url=self._url, headers=self._headers, timeout=self._timeout) as client:
-            response = await client.request(method, path, json=body)
+        response = await self._http().request(method, path, json=body)
         if response.status_code >= 500 or response.status_code == 429:
             raise RuntimeError(f"status service unavailable (HTTP {response.status_code})")  # Temporal retries
         if response.status_code >= 400:

@@ -6,11 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-log = logging.getLogger("interceptors.reporter")
+from task_status_interceptors._transport import TransportError
 
-
-class TransportError(Exception):
-    """The adapter could not be reached or refused the call: the reports stay queued (as on REST)."""
+log = logging.getLogger("task_status_interceptors.reporter")
 
 
 class GrpcTransport:

@@ -30,11 +30,11 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from interceptors._context import HEADER, StepBinding, current_binding
-from interceptors._execution import ExecutionReporter
-from interceptors._reporter import Reporter, execution_key, never_raises
+from task_status_interceptors._context import HEADER, StepBinding, current_binding
+from task_status_interceptors._execution import ExecutionReporter
+from task_status_interceptors._reporter import Reporter, execution_key, never_raises
 
-log = logging.getLogger("interceptors")
+log = logging.getLogger("task_status_interceptors")
 
 _current_execution: ContextVar[ExecutionReporter | None] = ContextVar("task_status_execution", default=None)
 

@@ -1,0 +1,272 @@
+"""The plugin's durable local outbox: one SQLite file per worker, written by its own thread.
+
+Every event gets its execution's next ``sourceSeq`` at once, in memory (resumed
+from the file after a restart), so reporting never waits for a read; a writer
+thread persists what queued meanwhile in one transaction and then calls
+``on_persisted``. Only persisted events are ever sent. The sender's reads and
+writes (``load_batch``, ``forget`` …) are blocking calls for a thread, never for
+the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from task_status_interceptors._context import StepBinding
+
+log = logging.getLogger("task_status_interceptors.reporter")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS execution (
+    key TEXT PRIMARY KEY,           -- workflow run id / activity id / attempt
+    binding TEXT NOT NULL,          -- StepBinding JSON
+    attempt INTEGER NOT NULL,
+    next_seq INTEGER NOT NULL,
+    execution_handle TEXT,
+    execution_id TEXT,
+    finished INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS event (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (execution_key, seq)
+);
+-- Reports the status service refused for good: kept, with why, for an operator to list
+-- (task-observer undeliverable PATH) instead of vanishing.
+CREATE TABLE IF NOT EXISTS undeliverable (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    execution_key TEXT NOT NULL,
+    event_id TEXT,
+    body TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    refused_at REAL NOT NULL
+);
+"""
+
+Batch = tuple[list[tuple[int, str, dict[str, Any]]], dict[str, dict[str, Any]]]
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Outbox:
+    """The file and its writer thread; sequences are assigned here, in memory, in report order."""
+
+    def __init__(self, path: Path, on_persisted: Callable[[], None] = lambda: None) -> None:
+        self._on_persisted = on_persisted
+        self._db_lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._queue = threading.Condition()
+        self._next_seq: dict[str, int] = {
+            key: seq for key, seq in self._db.execute("SELECT key, next_seq FROM execution WHERE finished = 0")
+        }
+        self._writes: list[tuple[str, tuple[Any, ...]]] = []
+        self.queued_events = 0
+        self._closing = False
+        self._writer = threading.Thread(target=self._write_loop, name="task-status-outbox", daemon=True)
+        self._writer.start()
+
+    # ------------------------------------------------------------ any thread, never waits for I/O
+    def begin(self, key: str, binding: StepBinding, attempt: int) -> bool:
+        """Record the execution; False when it was already known (a resumed attempt)."""
+        with self._queue:
+            if key in self._next_seq:
+                return False
+            self._next_seq[key] = 1
+            self._writes.append(
+                (
+                    "INSERT OR IGNORE INTO execution (key, binding, attempt, next_seq, created_at)"
+                    " VALUES (?, ?, ?, 1, ?)",
+                    (key, json.dumps(binding.to_json()), attempt, time.time()),
+                )
+            )
+            return True
+
+    def enqueue(self, key: str, body: dict[str, Any], *, finished: bool = False) -> bool:
+        """Give the event its execution's next sequence and queue it for the file; False once closed."""
+        with self._queue:
+            seq = self._next_seq.get(key)
+            if seq is None:  # finished or dropped: nothing of it is sent any more
+                return False
+            event = {**body, "eventId": f"{key}:{seq}:{body['eventType']}", "sourceSeq": seq, "occurredAt": now_iso()}
+            self._writes.append(
+                ("INSERT INTO event (execution_key, seq, body) VALUES (?, ?, ?)", (key, seq, json.dumps(event)))
+            )
+            self._writes.append(
+                (
+                    "UPDATE execution SET next_seq = ?, finished = MAX(finished, ?) WHERE key = ?",
+                    (seq + 1, int(finished), key),
+                )
+            )
+            self.queued_events += 1
+            if finished:
+                del self._next_seq[key]
+            else:
+                self._next_seq[key] = seq + 1
+            self._queue.notify()
+            return True
+
+    def _write_loop(self) -> None:
+        """Persist queued statements, all that queued meanwhile in one transaction, then signal."""
+        while True:
+            with self._queue:
+                while not self._writes and not self._closing:
+                    self._queue.wait()
+                writes, self._writes = self._writes, []
+                events = self.queued_events
+                if not writes:
+                    return  # closing, and everything is in the file
+            try:
+                with self._db_lock:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    try:
+                        for sql, params in writes:
+                            self._db.execute(sql, params)
+                        self._db.execute("COMMIT")
+                    except BaseException:
+                        self._db.execute("ROLLBACK")
+                        raise
+            except Exception:
+                log.exception("the local outbox could not be written; retrying")
+                with self._queue:
+                    self._writes[:0] = writes  # keep their order ahead of anything newer
+                time.sleep(1.0)
+                continue
+            with self._queue:
+                self.queued_events -= events
+                self._queue.notify_all()
+            self._on_persisted()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait (bounded) until every queued event is in the file; True when it is."""
+        deadline = time.monotonic() + timeout
+        with self._queue:
+            while self._writes or self.queued_events:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._queue.wait(remaining)
+        return True
+
+    def close(self) -> None:
+        """Write what is queued to the file, stop the writer and close the file."""
+        with self._queue:
+            self._closing = True
+            self._queue.notify_all()
+        self._writer.join(timeout=30)
+        with self._db_lock:
+            self._db.close()
+
+    # ------------------------------------------------------------ blocking: call from a thread
+    def pending_events(self) -> int:
+        """Events not delivered yet: in the file, or queued for it."""
+        with self._queue:
+            queued = self.queued_events
+        with self._db_lock:
+            return queued + int(self._db.execute("SELECT COUNT(*) FROM event").fetchone()[0])
+
+    def load_batch(self, limit: int) -> Batch:
+        """The oldest ``limit`` events and the executions they belong to."""
+        with self._db_lock:
+            rows = self._db.execute(
+                "SELECT id, execution_key, body FROM event ORDER BY id LIMIT ?", (limit,)
+            ).fetchall()
+            executions = {}
+            for key in {r[1] for r in rows}:
+                row = self._db.execute(
+                    "SELECT key, binding, attempt, execution_handle, execution_id FROM execution WHERE key = ?", (key,)
+                ).fetchone()
+                executions[key] = {
+                    "key": row[0],
+                    "binding": json.loads(row[1]),
+                    "attempt": row[2],
+                    "handle": row[3],
+                    "execution_id": row[4],
+                }
+        return [(r[0], r[1], json.loads(r[2])) for r in rows], executions
+
+    def bound(self, key: str, handle: str, execution_id: str) -> None:
+        with self._db_lock:
+            self._db.execute(
+                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?", (handle, execution_id, key)
+            )
+
+    def unbind(self, keys: list[str]) -> None:
+        with self._db_lock:
+            self._db.executemany("UPDATE execution SET execution_handle = NULL WHERE key = ?", [(k,) for k in keys])
+
+    def forget(self, event_ids: list[int], refused: Sequence[tuple[str, dict[str, Any], str]] = ()) -> None:
+        """Delivered (or refused for good, kept in ``undeliverable`` with why) events leave the outbox."""
+        if not event_ids:
+            return
+        with self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at) VALUES (?, ?, ?, ?, ?)",
+                [(key, event["eventId"], json.dumps(event), reason, time.time()) for key, event, reason in refused],
+            )
+            self._db.executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
+            # A finished execution with nothing left to send is done.
+            self._db.execute(
+                "DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)"
+            )
+            self._db.execute("COMMIT")
+
+    def drop_execution(self, key: str, reason: str) -> int:
+        """Move every event of an execution that can never be bound to ``undeliverable``; how many."""
+        with self._queue:
+            self._next_seq.pop(key, None)
+        with self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(
+                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at)"
+                " SELECT execution_key, json_extract(body, '$.eventId'), body, ?, ? FROM event WHERE execution_key = ?",
+                (reason, time.time(), key),
+            )
+            dropped = int(self._db.execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
+            self._db.execute("DELETE FROM execution WHERE key = ?", (key,))
+            self._db.execute("COMMIT")
+        return dropped
+
+    def handles_of(self, keys: list[str]) -> dict[str, str]:
+        """The execution handles of the bound executions among ``keys``."""
+        with self._db_lock:
+            return {
+                key: row[0]
+                for key in keys
+                if (row := self._db.execute("SELECT execution_handle FROM execution WHERE key = ?", (key,)).fetchone())
+                and row[0] is not None
+            }
+
+
+def read_undeliverable(path: str | Path) -> list[dict[str, Any]]:
+    """What a worker's outbox file holds as refused for good, oldest first (for operators)."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        try:
+            rows = db.execute(
+                "SELECT execution_key, event_id, reason, refused_at, body FROM undeliverable ORDER BY id"
+            ).fetchall()
+        except sqlite3.OperationalError:  # a file from before the table existed
+            return []
+    return [
+        {"executionKey": key, "eventId": event_id, "reason": reason, "refusedAt": at, "event": json.loads(body)}
+        for key, event_id, reason, at, body in rows
+    ]

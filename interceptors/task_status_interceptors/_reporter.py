@@ -1,0 +1,361 @@
+"""The reporter: the policy that turns an activity's reports into deliveries, never blocking it.
+
+Events go to the durable local outbox (``_outbox``) with deterministic ids at
+once; only persisted events are sent. A background sender binds each
+execution (activation or registration, idempotent per attempt) and posts the
+events in per-execution order over a transport (``_transport``: REST, or the
+gRPC adapter). This module decides what an answer means: delivered, refused
+for good (kept as undeliverable), a handle to renew, or a retry with backoff.
+If the status service is down, events wait in the file — across worker
+restarts — and are resent with their original ids (AC9). Heartbeats are kept
+in memory (only the latest sequence matters) and sent in batches with jitter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from task_status_interceptors._context import StepBinding
+from task_status_interceptors._execution import ExecutionReporter, ProgressPolicy
+from task_status_interceptors._outbox import Outbox, now_iso
+from task_status_interceptors._transport import HttpTransport, Transport, TransportError
+
+log = logging.getLogger("task_status_interceptors.reporter")
+
+# Rejections that resending can never fix: the event is dropped (and logged).
+FINAL_REJECTIONS = frozenset(
+    {
+        "EVENT_ID_CONFLICT",
+        "STALE_EXECUTION",
+        "STALE_ATTEMPT",
+        "SOURCE_SEQ_REGRESSION",
+        "INVALID_TRANSITION",
+        "TERMINAL_STATE",
+        "SCHEMA_REJECTED",
+        "UNKNOWN_BUSINESS_STATUS",
+        "VALIDATION_FAILED",
+        "EVENT_TYPE_NOT_ALLOWED",
+        "OPERATION_MISMATCH",
+        "PRODUCER_MISMATCH",
+        "TOKEN_REVOKED",
+        "UNKNOWN_TASK",
+        "UNKNOWN_STEP",
+        "PAYLOAD_TOO_LARGE",
+    }
+)
+
+
+# Executions bound at once (activations/registrations in flight); the rest of a burst queues.
+BIND_CONCURRENCY = 8
+
+
+@dataclass
+class ReporterConfig:
+    status_url: str
+    service_token: str
+    producer_id: str
+    outbox_path: Path
+    heartbeat_interval: float = 5.0
+    # How long without heartbeats before the status service marks an execution STALE;
+    # None keeps the service default. At least two heartbeat intervals.
+    heartbeat_timeout_seconds: int | None = None
+    progress_min_interval: float = 1.0
+    progress_max_interval: float = 5.0
+    progress_min_delta: float = 0.05
+    batch_size: int = 200
+    http_timeout: float = 5.0
+    # "host:port" of the service's gRPC adapter: events and heartbeats then travel as protobuf
+    # over one HTTP/2 connection (binding stays on REST). None: everything over REST.
+    grpc_target: str | None = None
+
+
+class Reporter:
+    """Owns the outbox, the transports, the sender loop and the heartbeat loop of one worker process."""
+
+    def __init__(self, config: ReporterConfig) -> None:
+        self.config = config
+        self.progress = ProgressPolicy(
+            config.progress_min_interval, config.progress_max_interval, config.progress_min_delta
+        )
+        self.heartbeats: dict[str, int] = {}
+        self._sent_heartbeats: dict[str, int] = {}
+        self.outbox = Outbox(config.outbox_path, on_persisted=self._signal)
+        self._wake: asyncio.Event | None = None
+        self._idle: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._http: HttpTransport | None = None
+        self._events: Transport | None = None  # REST or gRPC: events and heartbeats
+        self._binds: asyncio.Semaphore | None = None
+        self._backoff = 0.0
+        self.delivered = 0
+        self.dropped = 0  # refused for good (kept in the file's undeliverable table)
+        self.config_errors = 0  # the service refused this worker's credential (reports kept, retried)
+        self.rebinds = 0  # executions bound again after their handle expired
+
+    # ------------------------------------------------------------ reporting (any thread, never waits for I/O)
+    def begin(self, key: str, binding: StepBinding, attempt: int) -> ExecutionReporter:
+        """Record the execution and its STEP_STARTED (idempotent for the same key)."""
+        execution = ExecutionReporter(self, key, binding, self.progress)
+        if self.outbox.begin(key, binding, attempt):
+            self.enqueue(key, {"eventType": "STEP_STARTED"})
+        return execution
+
+    def enqueue(self, key: str, body: dict[str, Any], *, finished: bool = False) -> None:
+        """Queue the event for the file with its execution's next sequence; the writer wakes the sender."""
+        if not self.outbox.enqueue(key, body, finished=finished):
+            log.warning("ignoring a %s report for %s: the execution is closed", body.get("eventType"), key)
+            return
+        if finished:
+            self.heartbeats.pop(key, None)
+
+    def beat(self, key: str, seq: int) -> None:
+        self.heartbeats[key] = seq
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait (bounded) until every queued event is in the file; True when it is."""
+        return self.outbox.flush(timeout)
+
+    def pending_events(self) -> int:
+        """Events not delivered yet: in the file, or queued for it."""
+        return self.outbox.pending_events()
+
+    def _signal(self) -> None:
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+            if self._idle is not None:
+                self._loop.call_soon_threadsafe(self._idle.clear)
+
+    async def drained(self, timeout: float = 30.0) -> None:
+        """Wait until every queued event has been delivered (or dropped); raises TimeoutError."""
+        assert self._idle is not None and self._wake is not None
+        self._wake.set()
+        async with asyncio.timeout(timeout):
+            while await asyncio.to_thread(self.pending_events):
+                self._idle.clear()
+                self._wake.set()
+                await self._idle.wait()
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._binds = asyncio.Semaphore(BIND_CONCURRENCY)
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._wake.set()  # resume what a previous process left in the outbox
+        self._http = HttpTransport(
+            self.config.status_url, self.config.service_token, self.config.http_timeout, BIND_CONCURRENCY + 2
+        )
+        self._events = self._http
+        if self.config.grpc_target:
+            from task_status_interceptors._grpc_transport import GrpcTransport  # grpcio only when chosen
+
+            self._events = GrpcTransport(self.config.grpc_target, self.config.service_token, self.config.http_timeout)
+        self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._heartbeat_loop())]
+
+    async def stop(self, flush_timeout: float = 5.0) -> None:
+        """Try to deliver what is queued (bounded), then stop; the rest stays in the file."""
+        deadline = time.monotonic() + flush_timeout
+        while await asyncio.to_thread(self.pending_events) and time.monotonic() < deadline and self._backoff == 0.0:
+            await asyncio.sleep(0.05)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._events is not None and self._events is not self._http:
+            await self._events.close()
+        if self._http is not None:
+            await self._http.close()
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Write what is queued to the file, stop the writer and close the file."""
+        self.outbox.close()
+
+    # ------------------------------------------------------------ sending
+    async def _send_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                more = await self.send_once()
+                self._backoff = 0.0
+            except (_Retry, TransportError) as exc:
+                self._backoff = min(30.0, max(0.2, self._backoff * 2))
+                log.warning("status service unavailable (%s); retrying in %.1fs", exc, self._backoff)
+                await asyncio.sleep(self._backoff * random.uniform(0.5, 1.0))
+                more = True
+            except Exception:
+                log.exception("reporter send failed")
+                await asyncio.sleep(1.0)
+                more = True
+            if more:
+                self._wake.set()
+            elif self._idle is not None and not await asyncio.to_thread(self.pending_events):
+                self._idle.set()
+
+    async def send_once(self) -> bool:
+        """Deliver one batch; returns whether more may be waiting."""
+        assert self._events is not None
+        events, executions = await asyncio.to_thread(self.outbox.load_batch, self.config.batch_size)
+        if not events:
+            return False
+        # Bind new executions concurrently: activities tend to start in bursts (fan-out, many
+        # workflows on one schedule), and binding them one after another delays all their events.
+        # Children naming a parent execution go in a second wave, after any parent in this batch.
+        unbound = [e for e in executions.values() if e["handle"] is None]
+        children = [e for e in unbound if e["binding"].get("parent_execution_id")]
+        for wave in ([e for e in unbound if e not in children], children):
+            outcomes = await asyncio.gather(*(self._bind_in_turn(e) for e in wave), return_exceptions=True)
+            for outcome in outcomes:  # every bind has finished; the first error decides the retry
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            if not all(outcomes):
+                return True  # some events were dropped; reload the batch
+        body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
+        results = await self._events.report_events(body)
+        done, refused, expired, retry = [], [], set(), False
+        for (event_id, key, event), result in zip(events, results, strict=True):
+            if result.get("accepted"):
+                done.append(event_id)
+                self.delivered += 1
+                continue
+            code = result.get("error", {}).get("code")
+            if code == "TOKEN_EXPIRED":
+                # The activity outlived its handle: bind the execution again (activation is
+                # idempotent per attempt and hands out a fresh handle), then send again.
+                expired.add(key)
+                retry = True
+            elif code in FINAL_REJECTIONS:
+                log.warning("event %s of %s refused for good: %s", event["eventId"], key, code)
+                done.append(event_id)
+                refused.append((key, event, f"{code}: {result.get('error', {}).get('message', '')}"[:300]))
+                self.dropped += 1
+            else:
+                retry = True
+        await asyncio.to_thread(self.outbox.forget, done, refused)
+        if expired:
+            await asyncio.to_thread(self.outbox.unbind, sorted(expired))
+            self.rebinds += len(expired)
+            return True  # re-bound on the next batch
+        if retry:
+            raise _Retry("retryable rejections")
+        return len(events) == self.config.batch_size
+
+    async def _bind_in_turn(self, execution: dict[str, Any]) -> bool:
+        assert self._binds is not None
+        async with self._binds:
+            return await self._bind(execution)
+
+    async def _bind(self, execution: dict[str, Any]) -> bool:
+        """Activate (known step) or register (dynamic step) the execution; idempotent per attempt."""
+        binding = StepBinding.from_json(execution["binding"])
+        assert self._http is not None
+        if binding.dynamic:
+            url = f"/internal/v1/tasks/{binding.task_id}/executions:register"
+            payload: dict[str, Any] = {
+                "clientStepKey": binding.client_step_key or execution["key"].replace("/", "_")[-128:],
+                "operationCode": binding.operation_code,
+                "producerId": self.config.producer_id,
+                "attempt": execution["attempt"],
+            }
+            if binding.parent_execution_id:
+                payload["parentExecutionId"] = binding.parent_execution_id
+            if binding.display_name:
+                payload["displayName"] = binding.display_name
+        else:
+            url = f"/internal/v1/tasks/{binding.task_id}/steps/{binding.step_id}:activate"
+            payload = {"attempt": execution["attempt"], "producerId": self.config.producer_id}
+        if self.config.heartbeat_timeout_seconds:
+            payload["heartbeatIntervalSeconds"] = max(1, round(self.config.heartbeat_interval))
+            payload["heartbeatTimeoutSeconds"] = self.config.heartbeat_timeout_seconds
+        response = await self._http.bind(url, payload)
+        # A registration the task's policy refuses (namespace or count) never succeeds on retry.
+        refused_for_good = response.status_code < 500 and any(
+            code in response.text for code in ("DYNAMIC_STEP_LIMIT", "DYNAMIC_STEP_NOT_ALLOWED")
+        )
+        if (response.status_code >= 500 or response.status_code == 429) and not refused_for_good:
+            raise _Retry(f"HTTP {response.status_code}")
+        if response.status_code in (401, 403) and not refused_for_good:
+            # A credential problem is the deployment's, not these events': keep them, say so
+            # loudly, and retry (with backoff) until the credential is fixed.
+            self.config_errors += 1
+            log.error(
+                "the status service refuses this worker's credential (HTTP %s: %s); reports are kept and retried",
+                response.status_code,
+                response.text[:200],
+            )
+            raise _Retry(f"HTTP {response.status_code} (credential)")
+        if response.status_code not in (200, 201):
+            # The step can't be bound (unknown task/step, policy refused): its events can never land.
+            reason = f"bind refused: HTTP {response.status_code} {response.text[:300]}"
+            log.warning("cannot bind %s (%s); its events are kept as undeliverable", execution["key"], reason)
+            self.dropped += await asyncio.to_thread(self.outbox.drop_execution, execution["key"], reason)
+            self.heartbeats.pop(execution["key"], None)
+            return False
+        context = response.json()
+        await asyncio.to_thread(self.outbox.bound, execution["key"], context["executionHandle"], context["executionId"])
+        execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
+        return True
+
+    def handle_of(self, key: str) -> str | None:
+        return self.outbox.handles_of([key]).get(key)
+
+    # ------------------------------------------------------------ heartbeats
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval * random.uniform(0.8, 1.2))
+            try:
+                await self.send_heartbeats()
+            except Exception:
+                log.exception("heartbeat round failed")
+
+    async def send_heartbeats(self) -> int:
+        """Send the latest heartbeat sequence of every bound execution that beat since the last round."""
+        assert self._events is not None
+        items: list[tuple[str, dict[str, Any]]] = []
+        due = {key: seq for key, seq in list(self.heartbeats.items()) if self._sent_heartbeats.get(key) != seq}
+        handles = await asyncio.to_thread(self.outbox.handles_of, list(due))
+        for key, seq in due.items():
+            handle = handles.get(key)
+            if handle is None:
+                continue  # not bound yet (its STARTED is still queued)
+            items.append((key, {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": now_iso()}))
+        if not items:
+            return 0
+        results = await self._events.record_heartbeats([item for _, item in items])
+        if results is None:
+            return 0
+        for (key, item), result in zip(items, results, strict=True):
+            self._sent_heartbeats[key] = int(item["heartbeatSeq"])
+            if not result["accepted"] and result["reason"] in ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED"):
+                self.heartbeats.pop(key, None)
+        return len(items)
+
+
+class _Retry(Exception):
+    """A transient failure: back off and try again."""
+
+
+def execution_key(workflow_run_id: str | None, activity_id: str, attempt: int, task_queue: str) -> str:
+    """A stable identity for one activity attempt (standalone activities use their task queue)."""
+    return f"{workflow_run_id or 'standalone-' + task_queue}/{activity_id}/{attempt}"
+
+
+def never_raises(fn: Callable[..., None]) -> Callable[..., None]:
+    """Reporting must never fail the user's activity (SPEC §10)."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception:
+            log.exception("task status reporting failed; the activity continues")
+
+    return wrapper

@@ -1,0 +1,76 @@
+"""How reports travel: one interface for the service's REST API and its gRPC adapter.
+
+A transport only moves bodies and answers; what to do with an answer (drop, keep,
+rebind, back off) is the reporter's policy. Binding an execution stays on REST
+for both (it hands out the execution handle the events then carry).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import httpx
+
+log = logging.getLogger("task_status_interceptors.reporter")
+
+
+class TransportError(Exception):
+    """The service could not be reached or answered for the whole request: the reports stay queued."""
+
+
+class Transport(Protocol):
+    async def report_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One result per event, in order; raises ``TransportError`` when nothing was decided."""
+        ...
+
+    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """One result per heartbeat, or None when the round was not delivered (the next one is)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class HttpTransport:
+    """Events, heartbeats and binds over the service's REST API, on one pooled HTTP client."""
+
+    def __init__(self, status_url: str, service_token: str, timeout: float, max_connections: int) -> None:
+        self.client = httpx.AsyncClient(
+            base_url=status_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {service_token}"},
+            timeout=timeout,
+            # httpcore scans every pooled connection to place each request: a burst of binds
+            # grew the pool to 100 and made each request cost that scan. Binds wait their turn.
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    async def report_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        try:
+            response = await self.client.post("/internal/v1/task-events:batch", json={"events": body})
+        except httpx.HTTPError as exc:
+            raise TransportError(type(exc).__name__) from exc
+        if response.status_code != 200:
+            raise TransportError(f"HTTP {response.status_code}: {response.text[:200]}")
+        results: list[dict[str, Any]] = response.json()["results"]
+        return results
+
+    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        try:
+            response = await self.client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": beats})
+        except httpx.HTTPError as exc:
+            log.info("heartbeats not delivered (%s); next round", type(exc).__name__)
+            return None
+        if response.status_code != 200:
+            return None
+        results: list[dict[str, Any]] = response.json()["results"]
+        return results
+
+    async def bind(self, path: str, payload: dict[str, Any]) -> httpx.Response:
+        """Activate or register an execution; raises ``TransportError`` when the service is unreachable."""
+        try:
+            return await self.client.post(path, json=payload)
+        except httpx.HTTPError as exc:
+            raise TransportError(type(exc).__name__) from exc
+
+    async def close(self) -> None:
+        await self.client.aclose()
