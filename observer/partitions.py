@@ -82,6 +82,11 @@ class PartitionLeases:
             self._round()
         return self._held if time.monotonic() < self._held_until else ()
 
+    @property
+    def current(self) -> tuple[int, ...]:
+        """What the last round gave this relay, without a round of its own (no database)."""
+        return self._held if time.monotonic() < self._held_until else ()
+
     def _round(self) -> None:
         started = time.monotonic()
         now = self._now()

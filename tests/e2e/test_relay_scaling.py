@@ -52,7 +52,8 @@ async def test_three_relays_share_the_work_and_keep_each_channels_order(
     while (await relay.run_once()).claimed:
         pass
     relay.release_partitions()
-    tasks = [create_workflow(api)["tasks"][0]["taskId"] for _ in range(6)]  # one user, six tasks
+    # One user, ten tasks: eleven channels, so partitions of them land with every relay.
+    tasks = [create_workflow(api)["tasks"][0]["taskId"] for _ in range(10)]
     contexts = [activate(api, task_id) for task_id in tasks]
     # Small claims, no coalescing, short leases: partitions change hands while rows flow.
     config = RelayConfig(
@@ -75,13 +76,19 @@ async def test_three_relays_share_the_work_and_keep_each_channels_order(
                 kind = "STEP_STARTED" if seq == 1 else "STEP_PROGRESS"
                 assert report(api, ctx, kind, seq, progress={"current": seq, "total": 100}).status_code == 200
 
-    # A backlog first, so that three relays start on it at once and claim side by side;
-    # then more rows while partitions are still being rebalanced among them.
+    # A backlog first, so that three relays start on it at once and rebalance while they drain it
+    # (the first to look takes every partition, and gives back all but its share a round later);
+    # once each holds its share, more rows: those must be published by several relays.
     await asyncio.to_thread(produce, range(1, 12))
     running = [asyncio.create_task(run(i)) for i in range(3)]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not all(r.leases.current for r in relays) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert all(r.leases.current for r in relays), "the relays did not share the partitions"
     await asyncio.to_thread(produce, range(12, 18))
-    deadline = asyncio.get_running_loop().time() + 60
-    while _open_rows(e2e_engine, tasks) and asyncio.get_running_loop().time() < deadline:
+    deadline = loop.time() + 60
+    while _open_rows(e2e_engine, tasks) and loop.time() < deadline:
         await asyncio.sleep(0.05)
     stop.set()
     await asyncio.gather(*running)
