@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from observer import metrics
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
+from observer.runs import RunFollower
 from status import logs
 from status.app.service import StatusService
 from status.infra import tables as t
@@ -40,6 +41,7 @@ class LoopConfig:
     reconciler_batch: int = 200
     heartbeat_grace_seconds: float = 30.0
     retention_interval: float = 60.0
+    run_follow_interval: float = 1.0  # how often Temporal's closed runs are read (observer/runs.py)
     lease_check_interval: float = 10.0  # outbox gauges, and rows older relays left in flight
     outbox_retention: timedelta = timedelta(hours=24)
     dedup_retention: timedelta = timedelta(days=7)
@@ -113,7 +115,9 @@ class ObserverLoops:
         config: LoopConfig,
         relay_wake: asyncio.Event | None = None,
         projector_wake: asyncio.Event | None = None,
+        runs: RunFollower | None = None,
     ) -> None:
+        self.runs = runs
         self.relay = relay
         self.projector = projector
         self.reconciler = reconciler
@@ -192,6 +196,17 @@ class ObserverLoops:
             await self._guard("retention", lambda: asyncio.to_thread(self.retention.run_once))
             await self._sleep(self.config.retention_interval)
 
+    async def runs_loop(self) -> None:
+        """Temporal's verdict: tasks whose run closed without their workflow code ending them."""
+        runs = self.runs
+        if runs is None:
+            return
+        while not self._stop.is_set():
+            await self._guard("runs", runs.run_once)
+            await self._sleep(self.config.run_follow_interval)
+
     async def run(self) -> None:
-        await asyncio.gather(self.relay_loop(), self.projector_loop(), self.reconciler_loop(), self.retention_loop())
+        await asyncio.gather(
+            self.relay_loop(), self.projector_loop(), self.reconciler_loop(), self.retention_loop(), self.runs_loop()
+        )
         await self._guard("relay", self.relay.flush)  # the last batch's mark, before the process ends

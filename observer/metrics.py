@@ -27,3 +27,9 @@ RECONCILER_TRANSITIONS = Counter(
 )
 PROJECTOR_FOLDS = Counter("projector_folds_total", "Workflow aggregates recomputed", registry=REGISTRY)
 LOOP_ERRORS = Counter("observer_loop_errors_total", "Errors in observer loops", ["loop"], registry=REGISTRY)
+RUN_VERDICTS = Counter(
+    "run_verdicts_total", "Tasks ended by Temporal's verdict after their run closed", ["status"], registry=REGISTRY
+)
+RUN_HANDOVERS = Counter(
+    "run_handovers_total", "Open tasks handed to the run that continues a closed one", registry=REGISTRY
+)

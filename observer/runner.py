@@ -20,7 +20,9 @@ from observer import metrics
 from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
+from observer.runs import RunFollower
 from status.bootstrap import build_service
+from status.infra import temporal
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.wakeup import WakeReceiver
@@ -35,6 +37,7 @@ class Observer:
     projector: WorkflowProjector
     reconciler: Reconciler
     retention: Retention
+    runs: RunFollower
     config: LoopConfig
     publisher: CentrifugoApi
     wake: WakeReceiver
@@ -72,6 +75,7 @@ class Observer:
             "projector": lambda: asyncio.to_thread(self._projector_pass),
             "reconciler": lambda: asyncio.to_thread(self.reconciler.run_once),
             "retention": lambda: asyncio.to_thread(lambda: sum(self.retention.run_once().values())),
+            "runs": self.runs.run_once,
         }
 
     def _projector_pass(self) -> bool:
@@ -92,6 +96,7 @@ class Observer:
             self.config,
             relay_wake=events["relay"],
             projector_wake=events["projector"],
+            runs=self.runs,
         )
 
 
@@ -132,6 +137,7 @@ def build_observer(settings: Settings) -> Observer:
         outbox_retention=timedelta(seconds=settings.outbox_retention_seconds),
         dedup_retention=timedelta(seconds=settings.dedup_retention_seconds),
         event_retention=timedelta(seconds=settings.event_retention_seconds),
+        run_follow_interval=settings.run_follow_interval_ms / 1000,
     )
     relay_id, slot = relay_identity(settings.data_dir)
     relay = OutboxRelay(engine, publisher, relay_id)
@@ -140,6 +146,9 @@ def build_observer(settings: Settings) -> Observer:
         projector=WorkflowProjector(engine),
         reconciler=Reconciler(service, config),
         retention=Retention(engine, relay, config),
+        runs=RunFollower(
+            service, lambda namespace: temporal.connect(settings, namespace), settings.followed_namespaces
+        ),
         config=config,
         publisher=publisher,
         wake=WakeReceiver(engine, settings.wakeup_host, settings.wakeup_port),
@@ -161,7 +170,6 @@ async def run_loops(settings: Settings) -> None:
 
 
 async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
-    from temporalio.client import Client
     from temporalio.common import WorkflowIDConflictPolicy
     from temporalio.worker import Worker
 
@@ -169,7 +177,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
 
     observer = build_observer(settings)
     await observer.start()
-    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    client = await temporal.connect(settings)
     activities = ObserverActivities(
         observer.passes(),
         {
@@ -177,6 +185,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
             "projector": observer.config.projector_idle_sleep,
             "reconciler": observer.config.reconciler_interval,
             "retention": observer.config.retention_interval,
+            "runs": observer.config.run_follow_interval,
         },
         observer.wake_events(),
     )

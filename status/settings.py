@@ -129,6 +129,22 @@ class Settings:
     # The gRPC adapter (task_status_wire/task_events.proto) beside the HTTP API; port 0: off.
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 0
+    # How the observer connects to Temporal, as the plugin's users connect their workers: the
+    # namespaces whose closed runs it follows (default: TEMPORAL_NAMESPACE), TLS (a CA, a client
+    # certificate and key for mTLS) or an API key (Temporal Cloud; implies TLS).
+    temporal_namespaces: tuple[str, ...] = ()
+    temporal_tls: bool = False
+    temporal_tls_ca_file: str | None = None
+    temporal_tls_cert_file: str | None = None
+    temporal_tls_key_file: str | None = None
+    temporal_tls_server_name: str | None = None
+    temporal_api_key: str | None = field(default=None, repr=False)
+    # The run follower reads Temporal's closed runs this often (one list query per namespace).
+    run_follow_interval_ms: int = 1000
+
+    @property
+    def followed_namespaces(self) -> tuple[str, ...]:
+        return self.temporal_namespaces or (self.temporal_namespace,)
 
     @property
     def is_production(self) -> bool:
@@ -197,4 +213,14 @@ class Settings:
             group_commit_in_flight=max(1, _int("GROUP_COMMIT_IN_FLIGHT", 2)),
             grpc_host=_env("GRPC_HOST", "127.0.0.1") or "127.0.0.1",
             grpc_port=_int("GRPC_PORT", 0),
+            temporal_namespaces=tuple(
+                n.strip() for n in (_env("TEMPORAL_NAMESPACES") or "").split(",") if n.strip()
+            ),
+            temporal_tls=(_env("TEMPORAL_TLS", "false") or "").lower() in ("1", "true", "yes"),
+            temporal_tls_ca_file=_env("TEMPORAL_TLS_CA_FILE"),
+            temporal_tls_cert_file=_env("TEMPORAL_TLS_CERT_FILE"),
+            temporal_tls_key_file=_env("TEMPORAL_TLS_KEY_FILE"),
+            temporal_tls_server_name=_env("TEMPORAL_TLS_SERVER_NAME"),
+            temporal_api_key=_env("TEMPORAL_API_KEY"),
+            run_follow_interval_ms=max(100, _int("RUN_FOLLOW_INTERVAL_MS", 1000)),
         )

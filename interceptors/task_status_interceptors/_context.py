@@ -7,10 +7,10 @@ Nothing here does I/O, so it is safe in workflow code and on replay.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 HEADER = "task-status-step"
@@ -46,6 +46,52 @@ def current_binding() -> StepBinding | None:
     return _current.get()
 
 
+@dataclass
+class RunOwnership:
+    """The tasks this workflow run owns and has not ended (workflow-side memory only, no I/O).
+
+    The plugin's workflow interceptor creates one per run; the coordinator helper records the
+    tasks it creates, ends, hands over or adopts; when the run's code ends — returns, raises,
+    is cancelled — the interceptor ends what is still open with that verdict. Rebuilt the same
+    way on replay, since it only follows the workflow's own (deterministic) calls.
+    """
+
+    open: dict[str, None] = field(default_factory=dict)  # task ids, in the order they were owned
+    last_step: dict[str, str] = field(default_factory=dict)  # task id -> the step last scheduled for it
+
+    def own(self, task_ids: Iterable[str]) -> None:
+        for task_id in task_ids:
+            self.open[task_id] = None
+
+    def release(self, task_id: str) -> None:
+        self.open.pop(task_id, None)
+
+
+_ownership: ContextVar[RunOwnership | None] = ContextVar("task_status_ownership", default=None)
+
+
+def current_ownership() -> RunOwnership | None:
+    """The running workflow's ownership record (None outside a workflow run the plugin wraps)."""
+    return _ownership.get()
+
+
+@contextmanager
+def owning_run() -> Iterator[RunOwnership]:
+    ownership = RunOwnership()
+    token = _ownership.set(ownership)
+    try:
+        yield ownership
+    finally:
+        _reset(_ownership, token)
+
+
+def _reset(var: ContextVar[Any], token: Any) -> None:
+    # A workflow evicted mid-run (or a worker shut down) closes its coroutine from another
+    # context, where the token does not belong: the value dies with that context anyway.
+    with suppress(ValueError):
+        var.reset(token)
+
+
 @contextmanager
 def task_step(task_id: str, step_id: str) -> Iterator[StepBinding]:
     """Activities started inside this block report as ``step_id`` of ``task_id``.
@@ -61,7 +107,7 @@ def task_step(task_id: str, step_id: str) -> Iterator[StepBinding]:
     try:
         yield binding
     finally:
-        _current.reset(token)
+        _reset(_current, token)
 
 
 @contextmanager
@@ -88,4 +134,4 @@ def dynamic_step(
     try:
         yield binding
     finally:
-        _current.reset(token)
+        _reset(_current, token)

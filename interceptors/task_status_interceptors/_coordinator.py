@@ -16,9 +16,12 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from task_status_interceptors._context import current_ownership
+
 CREATE_WORKFLOW = "task_status.create_workflow"
 SUBMIT_TASK_EVENT = "task_status.submit_task_event"
 CLASSIFY = "task_status.classify"
+SET_OWNER = "task_status.set_owner"
 _RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
@@ -103,9 +106,21 @@ class CoordinatorActivities:
     async def classify(self, task_id: str, changes: dict[str, Any]) -> dict[str, Any]:
         return await self._call("PATCH", f"/internal/v1/tasks/{task_id}/classification", changes)
 
+    @activity.defn(name=SET_OWNER)
+    async def set_owner(self, task_id: str, owner: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("PUT", f"/internal/v1/tasks/{task_id}/temporal-owner", owner)
+
 
 class TaskStatus:
-    """Workflow-side API of the coordinator helper (call from workflow code only)."""
+    """Workflow-side API of the coordinator helper (call from workflow code only).
+
+    The run that creates tasks owns them: when its code ends — returns, raises, is cancelled —
+    the plugin ends the tasks it still owns with that verdict (SUCCEEDED, FAILED with a safe
+    error object, CANCELLED), so ``complete_task``/``fail_task`` are needed only to end a task
+    earlier or differently. ``hand_over`` gives a task to another workflow (a child that then
+    calls ``adopt``); when no workflow code runs at all (terminate, timeouts), the observer ends
+    the task from Temporal's record of the run.
+    """
 
     @staticmethod
     async def create_workflow(
@@ -116,18 +131,26 @@ class TaskStatus:
         client_workflow_key: str | None = None,
         workflow_type: str | None = None,
     ) -> dict[str, Any]:
-        """Create the status workflow and its tasks; idempotent per Temporal workflow id by default."""
+        """Create the status workflow and its tasks; idempotent per Temporal workflow id by default.
+
+        ``owner_id`` is the user who sees the tasks (their dashboard, their notifications).
+        """
+        info = workflow.info()
         body: dict[str, Any] = {
-            "clientWorkflowKey": client_workflow_key or workflow.info().workflow_id,
+            "clientWorkflowKey": client_workflow_key or info.workflow_id,
             "ownerId": owner_id,
             "title": title,
             "initialTasks": tasks,
+            "temporalOwner": _this_run(),
         }
         if workflow_type:
             body["workflowType"] = workflow_type
         result: dict[str, Any] = await workflow.execute_activity(
             CREATE_WORKFLOW, body, start_to_close_timeout=timedelta(seconds=30), retry_policy=_RETRY
         )
+        ownership = current_ownership()
+        if ownership is not None:
+            ownership.own(t["taskId"] for t in result.get("tasks", []) if t.get("lifecycleStatus") not in _TERMINAL)
         return result
 
     @staticmethod
@@ -145,11 +168,58 @@ class TaskStatus:
         )
 
     @staticmethod
-    async def _submit(request: TaskEventRequest) -> dict[str, Any]:
+    async def cancel_task(task_id: str, *, task_attempt: int = 1) -> dict[str, Any]:
+        """Submit TASK_CANCELLED."""
+        return await TaskStatus._submit(TaskEventRequest(task_id, "TASK_CANCELLED", "", 0, task_attempt))
+
+    @staticmethod
+    async def hand_over(task_id: str, workflow_id: str, *, run_id: str | None = None) -> dict[str, Any]:
+        """Give a task to another workflow of this namespace (e.g. a child that does the work):
+        this run no longer ends it; the other's end does (any of its runs, without ``run_id``)."""
+        owner = {"namespace": workflow.info().namespace, "workflowId": workflow_id, "runId": run_id}
+        result = await TaskStatus._set_owner(task_id, owner)
+        ownership = current_ownership()
+        if ownership is not None:
+            ownership.release(task_id)
+        return result
+
+    @staticmethod
+    async def adopt(task_id: str) -> dict[str, Any]:
+        """Take a task over (a child workflow, after its parent's ``hand_over``): this run's end ends it."""
+        result = await TaskStatus._set_owner(task_id, _this_run())
+        ownership = current_ownership()
+        if ownership is not None:
+            ownership.own([task_id])
+        return result
+
+    @staticmethod
+    async def _set_owner(task_id: str, owner: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await workflow.execute_activity(
+            SET_OWNER, args=[task_id, owner], start_to_close_timeout=timedelta(seconds=30), retry_policy=_RETRY
+        )
+        return result
+
+    @staticmethod
+    async def _submit(request: TaskEventRequest, *, give_up_after: timedelta | None = None) -> dict[str, Any]:
         # Deterministic: the same on replay; increasing across continue-as-new runs.
         request.event_id = f"coord:{workflow.info().workflow_id}:{request.task_id}:{request.event_type}"
         request.source_seq = int(workflow.now().timestamp() * 1000)
+        ownership = current_ownership()
+        if ownership is not None:
+            ownership.release(request.task_id)  # ended here: the run's end leaves it alone
         result: dict[str, Any] = await workflow.execute_activity(
-            SUBMIT_TASK_EVENT, request, start_to_close_timeout=timedelta(seconds=30), retry_policy=_RETRY
+            SUBMIT_TASK_EVENT,
+            request,
+            start_to_close_timeout=timedelta(seconds=30),
+            schedule_to_close_timeout=give_up_after,
+            retry_policy=_RETRY,
         )
         return result
+
+
+_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"})
+
+
+def _this_run() -> dict[str, Any]:
+    info = workflow.info()
+    return {"namespace": info.namespace, "workflowId": info.workflow_id, "runId": info.run_id}

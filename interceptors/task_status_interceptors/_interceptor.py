@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from contextvars import ContextVar
+from datetime import timedelta
 from typing import Any
 
 import temporalio.activity
@@ -22,6 +23,7 @@ from temporalio.worker import (
     ActivityInboundInterceptor,
     ActivityOutboundInterceptor,
     ExecuteActivityInput,
+    ExecuteWorkflowInput,
     Interceptor,
     StartActivityInput,
     StartLocalActivityInput,
@@ -30,7 +32,15 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from task_status_interceptors._context import HEADER, StepBinding, current_binding
+from task_status_interceptors._context import (
+    HEADER,
+    RunOwnership,
+    StepBinding,
+    current_binding,
+    current_ownership,
+    owning_run,
+)
+from task_status_interceptors._coordinator import TaskEventRequest, TaskStatus
 from task_status_interceptors._execution import ExecutionReporter
 from task_status_interceptors._reporter import Reporter, execution_key, never_raises
 
@@ -65,6 +75,66 @@ class _WorkflowInbound(WorkflowInboundInterceptor):
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
         super().init(_WorkflowOutbound(outbound))
 
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        """The run's verdict ends the tasks it still owns (deterministic: it follows the outcome)."""
+        with owning_run() as ownership:
+            try:
+                result = await super().execute_workflow(input)
+            except BaseException as err:
+                verdict = _verdict_of(err)
+                if verdict is not None and ownership.open:
+                    await _end_owned(ownership, *verdict)
+                raise
+            if ownership.open:
+                await _end_owned(ownership, "TASK_COMPLETED", None)
+            return result
+
+
+OWNED_END_DEADLINE = timedelta(minutes=1)
+
+
+def _verdict_of(err: BaseException) -> tuple[str, BaseException | None] | None:
+    """What a run's exception means for its tasks; None when the run is not over (or goes on)."""
+    if isinstance(err, temporalio.workflow.ContinueAsNewError):
+        return None  # the next run of the chain owns the work (its create_workflow re-owns the tasks)
+    if temporalio.workflow.cancellation_reason() is not None and temporalio.exceptions.is_cancelled_exception(err):
+        return "TASK_CANCELLED", None
+    if isinstance(err, temporalio.exceptions.FailureError):
+        return "TASK_FAILED", err
+    return None  # any other exception fails the workflow task, which Temporal retries: not an end
+
+
+async def _end_owned(ownership: RunOwnership, event_type: str, err: BaseException | None) -> None:
+    """End every task the run still owns; a refusal (it ended meanwhile) changes nothing here."""
+    requests = []
+    for task_id in list(ownership.open):
+        request = TaskEventRequest(task_id, event_type, "", 0)
+        if err is not None:
+            category, code = _workflow_failure(err)
+            request.failure_code, request.failure_category, request.failure_retryable = code, category, False
+            request.failure_message = "The work failed."
+            if isinstance(err, temporalio.exceptions.ActivityError):
+                request.failed_step_id = ownership.last_step.get(task_id)
+        requests.append(request)
+    # Bounded: a status service that is down must not hold the user's run open; the observer
+    # then ends the tasks from Temporal's record of the closed run.
+    outcomes = await asyncio.gather(
+        *(TaskStatus._submit(r, give_up_after=OWNED_END_DEADLINE) for r in requests), return_exceptions=True
+    )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, temporalio.exceptions.ActivityError):
+            raise outcome
+
+
+def _workflow_failure(err: BaseException) -> tuple[str, str]:
+    """(category, stable code) of the exception that failed a run; never its text."""
+    cause = err.cause if isinstance(err, temporalio.exceptions.ActivityError) and err.cause else err
+    if isinstance(cause, temporalio.exceptions.TimeoutError):
+        return "TIMEOUT", "TIMEOUT"
+    if isinstance(cause, temporalio.exceptions.ApplicationError):
+        return ("BUSINESS" if cause.non_retryable else "SYSTEM"), _safe_code(cause.type or "APPLICATION_ERROR")
+    return "SYSTEM", _safe_code(type(cause).__name__)
+
 
 class _WorkflowOutbound(WorkflowOutboundInterceptor):
     def start_activity(self, input: StartActivityInput) -> temporalio.workflow.ActivityHandle[Any]:
@@ -80,6 +150,9 @@ def _with_binding(headers: Mapping[str, Payload]) -> Mapping[str, Payload]:
     binding = current_binding()
     if binding is None:
         return headers
+    ownership = current_ownership()
+    if ownership is not None and binding.step_id is not None:
+        ownership.last_step[binding.task_id] = binding.step_id
     payload = temporalio.workflow.payload_converter().to_payload(binding.to_json())
     return {**headers, HEADER: payload}
 

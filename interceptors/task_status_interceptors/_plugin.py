@@ -84,6 +84,7 @@ class TaskStatusPlugin(SimplePlugin):
                 self.coordinator.create_workflow,
                 self.coordinator.submit_task_event,
                 self.coordinator.classify,
+                self.coordinator.set_owner,
             ]
             return [*(existing or []), *ours]
 

@@ -40,6 +40,7 @@ from status.api.models import (
     RegisterExecutionIn,
     ReleaseIn,
     SubscriptionIn,
+    TemporalOwnerIn,
     WatchSetIn,
 )
 from status.api.notifications import NotificationEndpoints
@@ -171,6 +172,12 @@ class Api:
         for r in result["results"]:
             metrics.HEARTBEATS.labels(result="accepted" if r["accepted"] else "rejected").inc()
         return JSONResponse(result)
+
+    async def set_temporal_owner(self, request: Request) -> JSONResponse:
+        caller = self.service_principal(request)
+        owner = (await self.parse(request, TemporalOwnerIn)).command()
+        task_id = request.path_params["task_id"]
+        return JSONResponse(await run_in_threadpool(self.service.set_temporal_owner, caller, task_id, owner))
 
     async def classify(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)
@@ -409,6 +416,7 @@ def routes(api: Api) -> list[Route]:
         Route("/internal/v1/task-events", api.report_event, methods=["POST"]),
         Route("/internal/v1/task-heartbeats:batch", api.heartbeats, methods=["POST"]),
         Route("/internal/v1/tasks/{task_id}/classification", api.classify, methods=["PATCH"]),
+        Route("/internal/v1/tasks/{task_id}/temporal-owner", api.set_temporal_owner, methods=["PUT"]),
         Route("/internal/v1/tasks/{task_id}/acl/{principal_type}/{principal_id}", api.acl, methods=["PUT", "DELETE"]),
         Route("/internal/v1/definitions", api.put_definitions, methods=["PUT"]),
         Route("/internal/v1/broadcasts", api.broadcast, methods=["POST"]),

@@ -110,6 +110,20 @@ class NewTaskIn(Strict):
         )
 
 
+TemporalName = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
+class TemporalOwnerIn(Strict):
+    """The Temporal run that owns tasks: when it closes, Temporal's verdict ends them."""
+
+    namespace: TemporalName
+    workflow_id: TemporalName
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")] | None = None
+
+    def command(self) -> c.TemporalOwner:
+        return c.TemporalOwner(self.namespace, self.workflow_id, self.run_id)
+
+
 class CreateWorkflowIn(Strict):
     client_workflow_key: Key
     owner_id: PrincipalId
@@ -117,6 +131,7 @@ class CreateWorkflowIn(Strict):
     workflow_type: Key | None = None
     initial_tasks: list[NewTaskIn] = Field(default_factory=list, max_length=100)
     dynamic_registration_policy: DynamicPolicyIn | None = None
+    temporal_owner: TemporalOwnerIn | None = None
 
     def command(self) -> c.CreateWorkflow:
         return c.CreateWorkflow(
@@ -128,6 +143,7 @@ class CreateWorkflowIn(Strict):
             dynamic_registration_policy=self.dynamic_registration_policy.model_dump(by_alias=True)
             if self.dynamic_registration_policy
             else None,
+            temporal_owner=self.temporal_owner.command() if self.temporal_owner else None,
         )
 
 

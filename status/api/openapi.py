@@ -104,6 +104,14 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "service",
         "200",
     ),
+    (
+        "put",
+        "/internal/v1/tasks/{taskId}/temporal-owner",
+        "Hand an open task to another Temporal run: when that run closes, its verdict ends the task",
+        m.TemporalOwnerIn,
+        "service",
+        "200",
+    ),
     ("put", "/internal/v1/tasks/{taskId}/acl/{principalType}/{principalId}", "Grant access", m.AclIn, "service", "200"),
     (
         "delete",

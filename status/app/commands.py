@@ -33,6 +33,15 @@ class NewTask:
 
 
 @dataclass(frozen=True)
+class TemporalOwner:
+    """The Temporal run whose end ends a task (no run id: whichever run of the workflow id ends)."""
+
+    namespace: str
+    workflow_id: str
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
 class CreateWorkflow:
     client_workflow_key: str
     owner_id: str
@@ -40,6 +49,9 @@ class CreateWorkflow:
     workflow_type: str | None = None
     initial_tasks: tuple[NewTask, ...] = ()
     dynamic_registration_policy: dict[str, Any] | None = None
+    # Not part of the request's identity: each run of a continue-as-new chain, a reset or a retry
+    # sends its own, and becomes the owner of the tasks still open.
+    temporal_owner: TemporalOwner | None = None
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,14 @@ from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventT
 from status.domain.model import StepState, TaskState
 from status.domain.notifications import notifications_for
 from status.domain.projections import iso
-from status.domain.rules import Outcome, StepEvent, TaskEvent, apply_step_event, apply_task_event
+from status.domain.rules import (
+    Outcome,
+    StepEvent,
+    TaskEvent,
+    apply_step_event,
+    apply_task_event,
+    safe_user_message,
+)
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.uow import UnitOfWork, run_in_transaction
@@ -320,9 +327,15 @@ class EventCommands:
         event_type: EventType,
         received_at: datetime,
     ) -> dict[str, Any]:
-        # R4: only the Coordinator submits task-level events, with its service token.
-        if not isinstance(caller, ServicePrincipal) or not caller.has(Role.COORDINATOR):
-            raise Forbidden(f"{event_type} needs the COORDINATOR role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
+        # R4: only the Coordinator submits task-level events, with its service token; Temporal's
+        # verdict (RECONCILER: the run that owned the task has closed) ends tasks too, and is the
+        # only one that sees a run time out.
+        verdict = isinstance(caller, ServicePrincipal) and caller.has(Role.RECONCILER)
+        coordinator = isinstance(caller, ServicePrincipal) and caller.has(Role.COORDINATOR)
+        if not (verdict or coordinator) or (event_type is EventType.TASK_TIMED_OUT and not verdict):
+            needed = "RECONCILER" if event_type is EventType.TASK_TIMED_OUT else "COORDINATOR"
+            raise Forbidden(f"{event_type} needs the {needed} role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
+        assert isinstance(caller, ServicePrincipal)
         if cmd.task_id is None or cmd.task_attempt is None:
             raise Invalid("task events need taskId and taskAttempt")
         if cmd.producer_id is not None and cmd.producer_id != caller.producer_id:
@@ -351,10 +364,18 @@ class EventCommands:
                 duration_ms=cmd.duration_ms,
                 error=cmd.error,
                 failed_step_id=cmd.failed_step_id,
+                reason=safe_user_message(cmd.reason)[:512] if verdict and cmd.reason else None,
             ),
             statuses=defs.status_set(task.task_type, task.status_definition_version),
             now=received_at,
             failed_operation_code=_operation_of(view, cmd.failed_step_id),
+            # The run has closed: nothing of it runs any more (a timed-out run's steps timed out with it).
+            open_steps=view.steps.running() if verdict else (),
+            open_steps_become=(
+                (Lifecycle.TIMED_OUT if event_type is EventType.TASK_TIMED_OUT else Lifecycle.CANCELLED)
+                if verdict
+                else None
+            ),
         )
         # Execution handles stay valid: a worker's outbox may still deliver the
         # steps' own late events; the task's lifecycle is final either way.
@@ -397,6 +418,11 @@ class EventCommands:
             repo.update_step(conn, step, before_step)
             if step.lifecycle.terminal:
                 self._revoke(conn, group, step.execution_id, "STEP_TERMINAL", received_at)
+        for ended in outcome.ended_steps:
+            previous = view.steps.get(ended.step_id, ended.attempt)
+            repo.update_step(conn, ended, previous)
+            self._revoke(conn, group, ended.execution_id, "RUN_CLOSED", received_at)
+            view = view.changed(view.task, ended)
         repo.update_task(conn, task, before_task)
         view = view.changed(task, step)
         committed_at = self.ctx.now()

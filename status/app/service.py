@@ -29,6 +29,7 @@ from status.app.external_refs import ExternalRefCommands
 from status.app.health import HealthCommands
 from status.app.notifications import NotificationQueries
 from status.app.queries import Queries
+from status.app.runs import RunCommands
 from status.app.workflows import WorkflowCommands
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.definitions import ANY, SchemaValidator
@@ -77,10 +78,12 @@ class StatusService:
         self.external_refs = ExternalRefCommands(self.ctx, self.queries)
         self.corrections = CorrectionCommands(self.ctx)
         self.notifications = NotificationQueries(self.ctx)
+        self.runs = RunCommands(self.ctx, self.events)
         # The commands, by capability.
         self.create_workflow = self.workflows.create_workflow
         self.add_task = self.workflows.add_task
         self.classify = self.workflows.classify
+        self.set_temporal_owner = self.runs.set_owner
         self.activate_step = self.executions.activate_step
         self.register_execution = self.executions.register_execution
         self.report_event = self.events.report_event

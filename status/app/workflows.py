@@ -29,6 +29,7 @@ from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepState, TaskState, WorkflowState
 from status.infra import repository as repo
+from status.infra import runs as runs_repo
 from status.infra import tables as t
 from status.infra.uow import UnitOfWork, run_in_transaction
 
@@ -113,7 +114,9 @@ class WorkflowCommands:
                 created = True
             results, rows_out = [], []
             for new_task in cmd.initial_tasks:
-                result, rows, added = self._add_task(conn, caller, workflow, new_task, cmd.dynamic_registration_policy)
+                result, rows, added = self._add_task(
+                    conn, caller, workflow, new_task, cmd.dynamic_registration_policy, cmd.temporal_owner
+                )
                 results.append(result)
                 rows_out += rows
                 if added:
@@ -180,6 +183,7 @@ class WorkflowCommands:
         workflow: WorkflowState,
         new_task: c.NewTask,
         workflow_policy: dict[str, Any] | None,
+        temporal_owner: c.TemporalOwner | None = None,
     ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
         check_key("clientTaskKey", new_task.client_task_key)
         check_title(new_task.title)
@@ -222,6 +226,12 @@ class WorkflowCommands:
         if existing is not None:
             if existing["request_hash"] != request_hash:
                 raise Conflict("clientTaskKey was used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
+            if temporal_owner is not None:
+                # The same work asked for again by a later run (continue-as-new, reset, retry): that
+                # run owns what is still open. Ownership is no part of any projection: no version.
+                runs_repo.set_owner(
+                    conn, [existing["id"]], temporal_owner.namespace, temporal_owner.workflow_id, temporal_owner.run_id
+                )
             return (
                 {
                     "clientTaskKey": new_task.client_task_key,
@@ -268,6 +278,9 @@ class WorkflowCommands:
                 request_hash=request_hash,
                 created_at=now,
                 dynamic_registration_policy=policy,
+                temporal_namespace=temporal_owner.namespace if temporal_owner else None,
+                temporal_workflow_id=temporal_owner.workflow_id if temporal_owner else None,
+                temporal_run_id=temporal_owner.run_id if temporal_owner else None,
                 **repo.task_values(task),
             )
         )

@@ -11,6 +11,9 @@ class Role(StrEnum):
     COORDINATOR = "COORDINATOR"
     WORKER = "WORKER"
     HEALTH = "HEALTH"
+    # Temporal's verdict (the observer's run follower): ends a task when the Temporal run that owns
+    # it has closed, with the run's outcome; it can neither report steps nor grant anything.
+    RECONCILER = "RECONCILER"
     ADMIN = "ADMIN"
 
 

@@ -44,6 +44,8 @@ class EventType(StrEnum):
     TASK_COMPLETED = "TASK_COMPLETED"
     TASK_FAILED = "TASK_FAILED"
     TASK_CANCELLED = "TASK_CANCELLED"
+    # Temporal's verdict only (a run that timed out): the Coordinator never sees it happen.
+    TASK_TIMED_OUT = "TASK_TIMED_OUT"
     # Written by the service itself for commands that change a task.
     TASK_CREATED = "TASK_CREATED"
     TASK_CLASSIFIED = "TASK_CLASSIFIED"
@@ -84,6 +86,7 @@ TASK_TRANSITIONS: dict[EventType, dict[Lifecycle, Lifecycle]] = {
         Lifecycle.PENDING: Lifecycle.CANCELLED,
         Lifecycle.RUNNING: Lifecycle.CANCELLED,
     },
+    EventType.TASK_TIMED_OUT: {Lifecycle.PENDING: Lifecycle.TIMED_OUT, Lifecycle.RUNNING: Lifecycle.TIMED_OUT},
 }
 
 STEP_EVENT_TYPES = frozenset(STEP_TRANSITIONS)

@@ -8,7 +8,7 @@ task and step states are.  They never read a clock: ``now`` is passed in.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -119,6 +119,7 @@ class TaskEvent:
     error: StepError | None = None  # TASK_FAILED: seed §3.7 error object
     failed_step_id: str | None = None
     summary: DataBody | None = None
+    reason: str | None = None  # user-safe: why the task ended this way (Temporal's verdict)
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,8 @@ class Outcome:
     step: StepState | None
     notice: Notice | None
     must_deliver: bool  # terminal, new attempt, notice: never coalesced away (R14)
+    # Step attempts a task-level event ended with the task (its run closed under them).
+    ended_steps: tuple[StepState, ...] = ()
 
 
 def validate_progress(progress: Progress | None) -> None:
@@ -380,8 +383,15 @@ def apply_task_event(
     statuses: StatusDefinitionSet,
     now: datetime,
     failed_operation_code: str | None = None,
+    open_steps: Sequence[StepState] = (),
+    open_steps_become: Lifecycle | None = None,
 ) -> Outcome:
-    """Decide a Coordinator event (R4): task attempt, coordinator sequence, state machine."""
+    """Decide a Coordinator event (R4): task attempt, coordinator sequence, state machine.
+
+    With ``open_steps_become`` (Temporal's verdict: the run that did the work has closed), the
+    unfinished attempts in ``open_steps`` end with the task, so no step claims to run after its
+    run ended.
+    """
     if event.task_attempt != task.attempt:
         raise Conflict(
             f"task attempt {event.task_attempt} is not the current attempt {task.attempt}",
@@ -429,7 +439,36 @@ def apply_task_event(
             actions=("RETRY", "VIEW_DETAILS") if error.retryable else ("VIEW_DETAILS",),
             step_id=event.failed_step_id,
         )
-    return Outcome(new_task, None, notice, must_deliver=True)
+    elif lifecycle is Lifecycle.CANCELLED and event.reason:
+        notice = Notice(
+            f"{task.task_id}:{version}", "TASK_CANCELLED", Severity.WARNING, f"{task.title} was stopped", event.reason
+        )
+    elif lifecycle is Lifecycle.TIMED_OUT:
+        notice = Notice(
+            f"{task.task_id}:{version}",
+            "TASK_TIMED_OUT",
+            Severity.ERROR,
+            f"{task.title} timed out",
+            event.reason,
+            actions=("VIEW_DETAILS",),
+        )
+    ended: tuple[StepState, ...] = ()
+    if open_steps_become is not None:
+        ended = tuple(
+            replace(
+                step,
+                lifecycle=open_steps_become,
+                business_status=statuses.resolve(None, open_steps_become, step.business_status).code,
+                health=Health.HEALTHY if step.health is Health.STALE else step.health,
+                stale_since=None,
+                version=step.version + 1,
+                finished_at=now,
+                updated_at=now,
+            )
+            for step in open_steps
+            if not step.lifecycle.terminal and not step.superseded
+        )
+    return Outcome(new_task, None, notice, must_deliver=True, ended_steps=ended)
 
 
 def task_timing(task: TaskState, now: datetime) -> dict[str, Any]:

@@ -110,12 +110,29 @@ task = sa.Table(
     sa.Column("finished_at", Timestamp, nullable=True),
     sa.Column("duration_ms", sa.BigInteger, nullable=True),
     sa.Column("updated_at", Timestamp, nullable=False),
+    # The Temporal run that owns the task (it created it, or was handed it): when that run closes,
+    # Temporal's verdict ends the task (observer/runs.py). No run id: any run of the workflow id.
+    sa.Column("temporal_namespace", sa.String(255), nullable=True),
+    sa.Column("temporal_workflow_id", sa.String(255), nullable=True),
+    sa.Column("temporal_run_id", sa.String(64), nullable=True),
     sa.UniqueConstraint("workflow_id", "client_task_key", name="task_workflow_client_key_uk"),
     sa.Index("task_workflow_updated_idx", "workflow_id", "updated_at", "id"),
     sa.Index("task_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),
     sa.Index("task_batch_idx", "tenant_id", "batch_id", "created_at", "id"),
     sa.Index("task_parent_idx", "tenant_id", "parent_task_id", "created_at", "id"),
     sa.Index("task_lifecycle_updated_idx", "lifecycle_status", "updated_at"),
+    sa.Index("task_temporal_owner_idx", "temporal_namespace", "temporal_workflow_id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+# How far the run follower has read each namespace's closed runs (by CloseTime): a restarted or
+# second observer goes on from here instead of from the beginning of visibility.
+temporal_close_watermark = sa.Table(
+    "temporal_close_watermark",
+    metadata,
+    sa.Column("namespace", sa.String(255), primary_key=True),
+    sa.Column("close_time", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
     **MYSQL_TABLE_ARGS,
 )
 

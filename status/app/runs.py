@@ -1,0 +1,123 @@
+"""Temporal's verdict (seed §17): tasks end when the Temporal run that owns them ends, however it ends.
+
+The run that creates a task owns it (``CreateWorkflow.temporal_owner``) until it hands it over
+(``set_owner``). The observer's run follower (``observer/runs.py``) reads closed runs from
+Temporal and calls ``follow`` here: the open tasks of a run whose work continues in another run
+(continue-as-new, retry, cron, reset) move to that run; the others end with the run's verdict
+(``status.domain.verdicts``), written as ``RECONCILER`` through the same event command as every
+report, with an event id derived from the run and its close — a replay or a second observer
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from status import logs
+from status.app import commands as c
+from status.app.context import AppContext, require
+from status.app.events import EventCommands
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.errors import Conflict, DomainError, ErrorCode, NotFound
+from status.domain.lifecycle import Lifecycle
+from status.domain.verdicts import ClosedRun, verdict_event_id, verdict_for, verdict_source_seq
+from status.infra import runs as store
+from status.infra.runs import OwnedTask
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+RUN_PRODUCER = "temporal/verdict"
+log = logs.get("status.runs")
+
+__all__ = ["RUN_PRODUCER", "FollowResult", "OwnedTask", "RunCommands"]
+
+
+@dataclass
+class FollowResult:
+    ended: list[str]  # task ids this call ended
+    handed_over: list[str]  # task ids that moved to the run continuing the work
+
+
+class RunCommands:
+    def __init__(self, ctx: AppContext, events: EventCommands) -> None:
+        self.ctx = ctx
+        self.events = events
+
+    def set_owner(self, caller: ServicePrincipal, task_id: str, owner: c.TemporalOwner) -> dict[str, Any]:
+        """Hand a task to another Temporal run (a child workflow's, say): its end then ends the task."""
+        require(caller, Role.COORDINATOR)
+
+        def work(uow: UnitOfWork) -> dict[str, Any]:
+            row = store.task_tenancy(uow.conn, task_id)
+            if row is None or (row[0], row[1]) != (caller.tenant_id, caller.authority_scope):
+                raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+            if Lifecycle(row[2]).terminal:
+                raise Conflict(f"task {task_id} has ended; it has no owner to change", ErrorCode.TERMINAL_STATE)
+            store.set_owner(uow.conn, [task_id], owner.namespace, owner.workflow_id, owner.run_id)
+            uow.commit()
+            return {
+                "taskId": task_id,
+                "temporalOwner": {"namespace": owner.namespace, "workflowId": owner.workflow_id, "runId": owner.run_id},
+            }
+
+        return run_in_transaction(self.ctx.engine, work)
+
+    # ------------------------------------------------------------ for the run follower
+    def open_tasks(self, namespace: str, workflow_ids: Sequence[str]) -> list[OwnedTask]:
+        with self.ctx.engine.connect() as conn:
+            return store.open_tasks_of(conn, namespace, workflow_ids)
+
+    def follow(self, run: ClosedRun, continued_by: str | None, tasks: Sequence[OwnedTask]) -> FollowResult:
+        """Apply one closed run to the open tasks it owns (the caller matched them by workflow id)."""
+        mine = [task for task in tasks if task.run_id in (None, run.run_id)]
+        result = FollowResult([], [])
+        if not mine:
+            return result
+        if continued_by is not None:
+
+            def move(uow: UnitOfWork) -> None:
+                store.hand_over(uow.conn, run.namespace, [task.task_id for task in mine], continued_by)
+                uow.commit()
+
+            run_in_transaction(self.ctx.engine, move)
+            result.handed_over = [task.task_id for task in mine]
+            return result
+        verdict = verdict_for(run)
+        if verdict is None:  # continued-as-new, and the next run is not known yet: look again later
+            return result
+        for task in mine:
+            caller = ServicePrincipal(RUN_PRODUCER, task.tenant_id, task.authority_scope, frozenset({Role.RECONCILER}))
+            cmd = c.ReportEvent(
+                event_id=verdict_event_id(run, task.task_id),
+                event_type=verdict.event_type.value,
+                source_seq=verdict_source_seq(run),
+                occurred_at=run.close_time,
+                task_id=task.task_id,
+                task_attempt=task.attempt,
+                error=verdict.error,
+                reason=verdict.message,
+            )
+            try:
+                outcome = self.events.report_event(caller, cmd)
+            except DomainError as err:
+                if err.code in (ErrorCode.TERMINAL_STATE, ErrorCode.EVENT_ID_CONFLICT, ErrorCode.STALE_ATTEMPT):
+                    continue  # it ended meanwhile (its own run's report, or another follower): nothing to do
+                raise
+            if not outcome.get("duplicate"):
+                result.ended.append(task.task_id)
+        return result
+
+    def watermark(self, namespace: str) -> datetime | None:
+        """Where to go on reading ``namespace``'s closed runs: the stored watermark, or (first time)
+        the creation of the oldest open task a run of it owns; None when there is nothing to follow."""
+        with self.ctx.engine.connect() as conn:
+            return store.watermark(conn, namespace) or store.oldest_open_owned(conn, namespace)
+
+    def advance_watermark(self, namespace: str, close_time: datetime) -> None:
+        def work(uow: UnitOfWork) -> None:
+            store.advance_watermark(uow.conn, namespace, close_time, self.ctx.now())
+            uow.commit()
+
+        run_in_transaction(self.ctx.engine, work)

@@ -1,0 +1,312 @@
+"""Temporal's verdict is the task's verdict: tasks end when their runs end, however they end (issue 20).
+
+Real Temporal dev server, real status service on MariaDB, the plugin on a real worker, and the
+observer's run follower on its shipped interval. Each test ends a run one way and waits for the
+task to reach the terminal state Temporal's record implies, with no step left RUNNING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from task_status_interceptors import TaskStatusPlugin
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from observer.loops import LoopConfig
+from observer.runs import RunFollower
+from status.app.service import StatusService
+from status.infra import tables as t
+from tests.integration.conftest import Http
+from tests.support.verdict_workflows import Ending, EndingWorkflow, work
+
+pytestmark = [pytest.mark.temporal, pytest.mark.mariadb]
+OWNER = "user-1"
+
+
+def _snapshot(api: Http, task_id: str) -> dict[str, Any]:
+    return dict(api.client.get(f"/api/tasks/{task_id}", headers=api.user(OWNER)).json())
+
+
+def _task_titled(api: Http, title: str) -> dict[str, Any] | None:
+    listed = api.client.get("/api/me/tasks", headers=api.user(OWNER)).json()["tasks"]
+    return next((task for task in listed if task["title"] == title), None)
+
+
+async def _eventually(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """The first truthy value of ``check`` (polled: a row committed by another process has no event here)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await asyncio.to_thread(check)
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"{what}: not after {timeout} s")
+        await asyncio.sleep(0.1)
+
+
+def _ended(api: Http, task_id: str) -> dict[str, Any] | None:
+    snap = _snapshot(api, task_id)
+    return snap if snap["lifecycleStatus"] in {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"} else None
+
+
+def _events(engine: sa.Engine, task_id: str) -> list[tuple[int, str, str]]:
+    log = t.task_event_log
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(log.c.task_version, log.c.event_type, log.c.producer_id)
+            .where(log.c.task_id == task_id)
+            .order_by(log.c.task_version)
+        ).all()
+    return [(int(v), kind, producer) for v, kind, producer in rows]
+
+
+@asynccontextmanager
+async def _following(
+    service: StatusService, env: WorkflowEnvironment, copies: int = 1
+) -> AsyncIterator[list[RunFollower]]:
+    """Run followers as the observer runs them (the shipped interval) while the block runs."""
+
+    async def connect(namespace: str) -> Any:
+        return env.client
+
+    followers = [RunFollower(service, connect, ["default"]) for _ in range(copies)]
+    stop = asyncio.Event()
+
+    async def loop(follower: RunFollower) -> None:
+        while not stop.is_set():
+            await follower.run_once()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), LoopConfig().run_follow_interval)
+
+    running = [asyncio.create_task(loop(f)) for f in followers]
+    try:
+        yield followers
+    finally:
+        stop.set()
+        await asyncio.gather(*running)
+
+
+@asynccontextmanager
+async def _worker(
+    api: Http, url: str, env: WorkflowEnvironment, queue: str, tmp_path: Path
+) -> AsyncIterator[TaskStatusPlugin]:
+    token = api.service_token("verdict-worker", "WORKER", "COORDINATOR")
+    plugin = TaskStatusPlugin(url, token, outbox_path=tmp_path / "outbox.sqlite3", heartbeat_interval=0.2)
+    async with Worker(env.client, task_queue=queue, workflows=[EndingWorkflow], activities=[work], plugins=[plugin]):
+        yield plugin
+
+
+async def _start_waiting(
+    env: WorkflowEnvironment, queue: str, api: Http, **timeouts: timedelta
+) -> tuple[WorkflowHandle[Any, Any], str]:
+    """A run whose step is RUNNING (its activity works for minutes): its handle and task id."""
+    title = f"job-{uuid.uuid4().hex[:8]}"
+    handle = await env.client.start_workflow(
+        EndingWorkflow.run,
+        Ending(OWNER, title, "wait", work_seconds=600),
+        id=f"verdict-{title}",
+        task_queue=queue,
+        **timeouts,
+    )
+    task = await _eventually(lambda: _task_titled(api, title), "the task was created")
+
+    def step_running() -> bool:
+        steps = _snapshot(api, task["taskId"])["steps"]
+        return any(s["stepId"] == "01_work" and s["lifecycleStatus"] == "RUNNING" for s in steps)
+
+    await _eventually(step_running, "the step runs")
+    return handle, str(task["taskId"])
+
+
+def _no_step_running(snap: dict[str, Any]) -> bool:
+    return all(s["lifecycleStatus"] != "RUNNING" for s in snap["steps"])
+
+
+async def test_a_terminated_run_stops_its_task_with_the_operators_reason(
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_service: StatusService,
+    e2e_engine: sa.Engine,
+) -> None:
+    async with _worker(api, live_api, temporal_env, task_queue, tmp_path), _following(e2e_service, temporal_env):
+        handle, task_id = await _start_waiting(temporal_env, task_queue, api)
+        await handle.terminate(reason="maintenance window")
+        snap = await _eventually(lambda: _ended(api, task_id), "the terminated run's task ended")
+    assert snap["lifecycleStatus"] == "CANCELLED"
+    assert _no_step_running(snap)
+    assert [s["lifecycleStatus"] for s in snap["steps"] if s["stepId"] == "01_work"] == ["CANCELLED"]
+    # The timeline says who ended it: Temporal's verdict, not the worker or the coordinator.
+    last = _events(e2e_engine, task_id)[-1]
+    assert last[1:] == ("TASK_CANCELLED", "temporal/verdict")
+    notice = _last_notice(e2e_engine, task_id)
+    assert notice["type"] == "TASK_CANCELLED" and notice["message"] == "Stopped by an operator: maintenance window"
+
+
+def _last_notice(engine: sa.Engine, task_id: str) -> dict[str, Any]:
+    ot = t.task_outbox
+    with engine.connect() as conn:
+        payloads = (
+            conn.execute(
+                sa.select(ot.c.payload)
+                .where(ot.c.aggregate_id == task_id, ot.c.channel.like("task_user:%"))
+                .order_by(ot.c.id)
+            )
+            .scalars()
+            .all()
+        )
+    notices = [p["notice"] for p in payloads if isinstance(p, dict) and p.get("notice")]
+    assert notices, "no notice was published"
+    return dict(notices[-1])
+
+
+@pytest.mark.parametrize("timeout", ["execution_timeout", "run_timeout"])
+async def test_a_run_that_times_out_times_out_its_task_and_its_step(
+    timeout: str,
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_service: StatusService,
+) -> None:
+    async with _worker(api, live_api, temporal_env, task_queue, tmp_path), _following(e2e_service, temporal_env):
+        _, task_id = await _start_waiting(temporal_env, task_queue, api, **{timeout: timedelta(seconds=4)})
+        snap = await _eventually(lambda: _ended(api, task_id), "the timed-out run's task ended", timeout=40)
+    assert snap["lifecycleStatus"] == "TIMED_OUT"
+    assert [s["lifecycleStatus"] for s in snap["steps"] if s["stepId"] == "01_work"] == ["TIMED_OUT"]
+
+
+async def test_a_cancelled_run_that_does_not_handle_it_cancels_its_task(
+    api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, e2e_engine: sa.Engine
+) -> None:
+    async with _worker(api, live_api, temporal_env, task_queue, tmp_path) as plugin:
+        handle, task_id = await _start_waiting(temporal_env, task_queue, api)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        snap = await _eventually(lambda: _ended(api, task_id), "the cancelled run's task ended")
+        await plugin.reporter.drained()
+    assert snap["lifecycleStatus"] == "CANCELLED"
+    # The run's own code ended it (the plugin, as the coordinator), before the run closed.
+    assert ("TASK_CANCELLED", "verdict-worker") in [(k, p) for _, k, p in _events(e2e_engine, task_id)]
+    steps = _snapshot(api, task_id)["steps"]
+    assert [s["lifecycleStatus"] for s in steps if s["stepId"] == "01_work"] == ["CANCELLED"]  # its activity saw it
+
+
+@pytest.mark.parametrize(("how", "expected"), [("return", "SUCCEEDED"), ("raise", "FAILED"), ("continue", "SUCCEEDED")])
+async def test_a_run_that_ends_without_ending_its_task_ends_it(
+    how: str,
+    expected: str,
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_service: StatusService,
+) -> None:
+    """No complete_task/fail_task in the workflow: its return, its exception, or the end of its
+    continue-as-new chain (whose second run never touches the task) ends the task."""
+    title = f"job-{uuid.uuid4().hex[:8]}"
+    async with _worker(api, live_api, temporal_env, task_queue, tmp_path), _following(e2e_service, temporal_env):
+        handle = await temporal_env.client.start_workflow(
+            EndingWorkflow.run, Ending(OWNER, title, how), id=f"verdict-{title}", task_queue=task_queue
+        )
+        try:
+            await handle.result()
+        except WorkflowFailureError:
+            assert how == "raise"
+        task = await _eventually(lambda: _task_titled(api, title), "the task exists")
+        snap = await _eventually(lambda: _ended(api, task["taskId"]), "the task ended")
+    assert snap["lifecycleStatus"] == expected
+    assert _no_step_running(snap)
+    if how == "raise":
+        assert snap["failure"]["code"] == "INPUT_REFUSED" and snap["failure"]["userMessage"] == "The work failed."
+
+
+async def test_a_run_that_ends_its_task_itself_gets_no_extra_version(
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_service: StatusService,
+    e2e_engine: sa.Engine,
+) -> None:
+    title = f"job-{uuid.uuid4().hex[:8]}"
+    async with (
+        _worker(api, live_api, temporal_env, task_queue, tmp_path),
+        _following(e2e_service, temporal_env) as followers,
+    ):
+        handle = await temporal_env.client.start_workflow(
+            EndingWorkflow.run, Ending(OWNER, title, "self"), id=f"verdict-{title}", task_queue=task_queue
+        )
+        task_id = await handle.result()
+        # The follower has looked at the closed run at least twice since it closed.
+        seen = followers[0].rpcs
+        await _eventually(lambda: followers[0].rpcs >= seen + 2, "two more follower passes")
+    events = _events(e2e_engine, task_id)
+    assert [kind for _, kind, _ in events].count("TASK_COMPLETED") == 1
+    assert all(producer != "temporal/verdict" for *_, producer in events)
+
+
+async def test_two_observers_write_each_ending_once(
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_service: StatusService,
+    e2e_engine: sa.Engine,
+) -> None:
+    async with _worker(api, live_api, temporal_env, task_queue, tmp_path):
+        handle, task_id = await _start_waiting(temporal_env, task_queue, api)
+        before = _snapshot(api, task_id)["taskVersion"]
+        await handle.terminate(reason="twice")
+        async with _following(e2e_service, temporal_env, copies=2):
+            await _eventually(lambda: _ended(api, task_id), "the task ended")
+        # Both followers have looked again since: the second one changed nothing.
+        async with _following(e2e_service, temporal_env, copies=2) as again:
+            await _eventually(lambda: all(f.rpcs > 0 for f in again), "both looked again")
+    events = _events(e2e_engine, task_id)
+    assert [kind for _, kind, _ in events].count("TASK_CANCELLED") == 1
+    # One version for the task's end (its step ended in the same version).
+    assert int(_snapshot(api, task_id)["taskVersion"]) == int(before) + 1
+
+
+async def test_temporal_unreachable_changes_nothing_then_the_follower_catches_up(
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_service: StatusService,
+) -> None:
+    async with _worker(api, live_api, temporal_env, task_queue, tmp_path):
+        handle, task_id = await _start_waiting(temporal_env, task_queue, api)
+        await handle.terminate(reason="while the observer could not see Temporal")
+
+        async def unreachable(namespace: str) -> Any:
+            raise RuntimeError("Temporal is unreachable")
+
+        blind = RunFollower(e2e_service, unreachable, ["default"])
+        for _ in range(3):
+            with pytest.raises(RuntimeError):
+                await blind.run_once()
+        assert _snapshot(api, task_id)["lifecycleStatus"] == "RUNNING"  # nothing guessed
+        async with _following(e2e_service, temporal_env):
+            snap = await _eventually(lambda: _ended(api, task_id), "caught up from the watermark")
+    assert snap["lifecycleStatus"] == "CANCELLED"
