@@ -124,7 +124,8 @@ class DocumentWorkflow:
             with task_step(task_id, step):
                 result = await workflow.execute_activity(store_result, args=[file_ref, pages], **options)
         except ActivityError as error:
-            # Only the coordinator ends a task: without this, a run that gives up leaves it RUNNING.
+            # The run's failure would end the task anyway (FAILED, with the activity's error type as
+            # its code); ending it here gives users this task's own code and message instead.
             await TaskStatus.fail_task(
                 task_id,
                 "PROCESSING_FAILED",
@@ -132,5 +133,7 @@ class DocumentWorkflow:
                 failed_step_id=step if step.startswith("0") else None,
             )
             raise ApplicationError(f"step {step} failed", non_retryable=True) from error
+        # Optional (the run's return would end it): a workflow that ends its tasks itself adds no
+        # commands of the plugin's to its history, so it replays even on a worker without the plugin.
         await TaskStatus.complete_task(task_id)
         return {"taskId": task_id, "workflowId": created["workflowId"], "result": result}

@@ -78,7 +78,8 @@ class VideoExportWorkflow:
             )
         with task_step(task_id, "02_package"):
             result = await workflow.execute_activity(package, render, start_to_close_timeout=timedelta(minutes=1))
-        await TaskStatus.complete_task(task_id)
+        # No complete_task needed: the run's end ends the task it created (SUCCEEDED on return,
+        # FAILED if it raises, CANCELLED if it is cancelled).
         return {"taskId": task_id, "result": result}
 
 

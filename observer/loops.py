@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -27,9 +27,11 @@ from observer.relay import OutboxRelay
 from observer.runs import RunFollower
 from status import logs
 from status.app.service import StatusService
+from status.domain.silence import ingest_silent
 from status.infra import tables as t
 
 log = logs.get("observer")
+OVERDUE_GAUGE_LIMIT = 10_000  # the gauge counts at most this many (an alert needs no more)
 
 
 @dataclass
@@ -40,6 +42,9 @@ class LoopConfig:
     reconciler_interval: float = 5.0  # STALE is decided after a heartbeat timeout of tens of seconds
     reconciler_batch: int = 200
     heartbeat_grace_seconds: float = 30.0
+    # An ingest outage suspends STALE for at most this long (then a silent fleet is silent).
+    stale_suspension_limit_seconds: float = 300.0
+    overdue_interval: float = 60.0  # how often the overdue_tasks gauge is counted
     retention_interval: float = 60.0
     run_follow_interval: float = 1.0  # how often Temporal's closed runs are read (observer/runs.py)
     lease_check_interval: float = 10.0  # outbox gauges, and rows older relays left in flight
@@ -84,23 +89,55 @@ class Retention:
 
 
 class Reconciler:
-    """R7: overdue executions become STALE through the event transaction, with a grace period."""
+    """R7: overdue executions become STALE through the event transaction, with a grace period.
+
+    The grace covers the reconciler's own start and database errors it sees, and an ingest outage
+    it infers: when no running executor anywhere has been heard for several heartbeat intervals
+    (``status.domain.silence``), the silence is the reporting path's, not the workers' — STALE
+    waits until heartbeats arrive again and a grace period has passed (at most
+    ``stale_suspension_limit_seconds``: a fleet that died together does go STALE).
+    """
 
     def __init__(self, service: StatusService, config: LoopConfig) -> None:
         self.service = service
         self.config = config
-        self.quiet_until = time.monotonic() + config.heartbeat_grace_seconds
+        self.quiet_until = service.now() + timedelta(seconds=config.heartbeat_grace_seconds)
+        self.silent_since: datetime | None = None
+        self._overdue_counted_at: datetime | None = None
 
     def database_failed(self) -> None:
         """After a database error, heartbeats could not land: wait a grace period again."""
-        self.quiet_until = time.monotonic() + self.config.heartbeat_grace_seconds
+        self.quiet_until = self.service.now() + timedelta(seconds=self.config.heartbeat_grace_seconds)
 
     def run_once(self) -> int:
-        if time.monotonic() < self.quiet_until:
+        now = self.service.now()
+        self._count_overdue(now)
+        if now < self.quiet_until:
+            return 0
+        if ingest_silent(self.service.heartbeat_census(), now):
+            if self.silent_since is None:
+                self.silent_since = now
+                log.warning("no executor has been heard for several heartbeat intervals; STALE is suspended")
+            metrics.STALE_SUSPENDED.set(1)
+            if (now - self.silent_since).total_seconds() < self.config.stale_suspension_limit_seconds:
+                return 0
+        elif self.silent_since is not None:
+            self.silent_since = None
+            metrics.STALE_SUSPENDED.set(0)
+            self.quiet_until = now + timedelta(seconds=self.config.heartbeat_grace_seconds)
+            log.info("heartbeats arrive again; STALE resumes after the grace period")
             return 0
         changed = self.service.mark_stale(limit=self.config.reconciler_batch)
         metrics.RECONCILER_TRANSITIONS.labels(to="STALE").inc(len(changed))
         return len(changed)
+
+    def _count_overdue(self, now: datetime) -> None:
+        """The overdue_tasks gauge, refreshed every ``overdue_interval`` (a read, never a write)."""
+        last = self._overdue_counted_at
+        if last is not None and (now - last).total_seconds() < self.config.overdue_interval:
+            return
+        self._overdue_counted_at = now
+        metrics.OVERDUE_TASKS.set(len(self.service.overdue(None, limit=OVERDUE_GAUGE_LIMIT)))
 
 
 class ObserverLoops:

@@ -33,3 +33,13 @@ RUN_VERDICTS = Counter(
 RUN_HANDOVERS = Counter(
     "run_handovers_total", "Open tasks handed to the run that continues a closed one", registry=REGISTRY
 )
+STALE_SUSPENDED = Gauge(
+    "reconciler_stale_suspended",
+    "1 while STALE marking is suspended because no executor anywhere is heard (an ingest outage)",
+    registry=REGISTRY,
+)
+OVERDUE_TASKS = Gauge(
+    "overdue_tasks",
+    "Tasks RUNNING or STALE beyond their operation's maxRuntimeSeconds or OVERDUE_AFTER_SECONDS",
+    registry=REGISTRY,
+)

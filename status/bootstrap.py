@@ -22,4 +22,5 @@ def build_service(settings: Settings, engine: sa.Engine | None = None) -> Status
         validator=JsonSchemaValidator(),
         execution_token_ttl_seconds=settings.execution_token_ttl_seconds,
         max_data_bytes=settings.max_data_bytes,
+        overdue_after_seconds=settings.overdue_after_seconds,
     )

@@ -145,6 +145,24 @@ def _undeliverable(args: argparse.Namespace) -> int:
     return 0
 
 
+def _overdue(args: argparse.Namespace) -> int:
+    import json
+
+    from status.bootstrap import build_service
+
+    settings = Settings.from_env()
+    service = build_service(settings)
+    try:
+        tasks = service.overdue(None, limit=args.limit)
+    finally:
+        service.engine.dispose()
+    for task in tasks:
+        print(json.dumps(task, sort_keys=True))
+    if not tasks:
+        print("no overdue tasks", file=sys.stderr)
+    return 0
+
+
 def _user_token(args: argparse.Namespace) -> int:
     from status.infra.tokens import UserTokens
 
@@ -308,6 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
         "list the reports a worker's outbox file holds as refused for good, with why (JSON lines)",
     )
     lost.add_argument("outbox", help="the plugin's outbox file (TaskStatusPlugin outbox_path)")
+
+    overdue = add(
+        "overdue",
+        _overdue,
+        "list tasks RUNNING or STALE beyond their operation's maxRuntimeSeconds or OVERDUE_AFTER_SECONDS"
+        " (JSON lines, oldest first)",
+    )
+    overdue.add_argument("--limit", type=int, default=100, help="at most this many tasks (default 100)")
 
     correct = add(
         "correct",

@@ -141,6 +141,9 @@ class Settings:
     temporal_api_key: str | None = field(default=None, repr=False)
     # The run follower reads Temporal's closed runs this often (one list query per namespace).
     run_follow_interval_ms: int = 1000
+    # A task RUNNING longer than this (or an attempt longer than its operation's maxRuntimeSeconds)
+    # is listed as overdue (task-observer overdue, the overdue_tasks gauge).
+    overdue_after_seconds: int = 24 * 3600
 
     @property
     def followed_namespaces(self) -> tuple[str, ...]:
@@ -223,4 +226,5 @@ class Settings:
             temporal_tls_server_name=_env("TEMPORAL_TLS_SERVER_NAME"),
             temporal_api_key=_env("TEMPORAL_API_KEY"),
             run_follow_interval_ms=max(100, _int("RUN_FOLLOW_INTERVAL_MS", 1000)),
+            overdue_after_seconds=max(1, _int("OVERDUE_AFTER_SECONDS", 24 * 3600)),
         )

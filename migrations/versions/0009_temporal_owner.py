@@ -1,4 +1,5 @@
-"""Tasks record the Temporal run that owns them; the run follower's watermark per namespace.
+"""Tasks record the Temporal run that owns them; the run follower's watermark per namespace;
+operations may say how long an attempt may run (overdue tasks).
 
 Revision ID: 0009_temporal_owner
 Revises: 0008_step_duration_index
@@ -37,9 +38,13 @@ def upgrade() -> None:
         mysql_collate="utf8mb4_bin",
         mysql_engine="InnoDB",
     )
+    with op.batch_alter_table("task_operation_definition", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("max_runtime_seconds", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("task_operation_definition", schema=None) as batch_op:
+        batch_op.drop_column("max_runtime_seconds")
     op.drop_table("temporal_close_watermark")
     with op.batch_alter_table("task", schema=None) as batch_op:
         batch_op.drop_index("task_temporal_owner_idx")

@@ -1,4 +1,4 @@
-"""HTTP adapter of the admin correction command and its audit trail."""
+"""HTTP adapter of the operators' commands: corrections with their audit trail, and overdue tasks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from starlette.routing import Route
 from status.api.gate import Gate
 from status.api.models import CorrectionIn
 from status.app.corrections import Correct
+from status.domain.errors import Invalid
 
 
 class CorrectionEndpoints:
@@ -41,8 +42,18 @@ class CorrectionEndpoints:
             await run_in_threadpool(self.service.corrections_of, caller, request.path_params["task_id"])
         )
 
+    async def overdue(self, request: Request) -> JSONResponse:
+        """Tasks RUNNING or STALE beyond their operation's maxRuntimeSeconds or the default (ADMIN)."""
+        caller = self.api.service_principal(request)
+        raw = request.query_params.get("limit", "100")
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 1000:
+            raise Invalid("limit must be a whole number from 1 to 1000")
+        tasks = await run_in_threadpool(self.service.overdue, caller, limit=int(raw))
+        return JSONResponse({"tasks": tasks})
+
     def routes(self) -> list[Route]:
         return [
+            Route("/internal/v1/tasks:overdue", self.overdue, methods=["GET"]),
             Route("/internal/v1/tasks/{task_id}/corrections", self.correct, methods=["POST"]),
             Route("/internal/v1/tasks/{task_id}/corrections", self.corrections, methods=["GET"]),
         ]

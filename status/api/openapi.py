@@ -105,6 +105,14 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "200",
     ),
     (
+        "get",
+        "/internal/v1/tasks:overdue",
+        "Tasks RUNNING or STALE beyond their operation's maxRuntimeSeconds or the default (ADMIN)",
+        None,
+        "service",
+        "200",
+    ),
+    (
         "put",
         "/internal/v1/tasks/{taskId}/temporal-owner",
         "Hand an open task to another Temporal run: when that run closes, its verdict ends the task",

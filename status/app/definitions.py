@@ -41,8 +41,13 @@ def parse_operation(raw: Mapping[str, Any], tenant_id: str = ANY, scope: str = A
         schemas = {str(k): dict(v) for k, v in (raw.get("schemas") or {}).items()}
         allowed = {str(k): frozenset(str(s) for s in v) for k, v in (raw.get("allowedDataSchemas") or {}).items()}
         policy = FailurePolicy(raw.get("failurePolicy", "FAIL_TASK"))
+        max_runtime = raw.get("maxRuntimeSeconds")
+        if max_runtime is not None and (isinstance(max_runtime, bool) or not isinstance(max_runtime, int)):
+            raise ValueError("maxRuntimeSeconds must be a whole number of seconds")
     except (KeyError, ValueError, TypeError) as exc:
         raise Invalid(f"operation definition is malformed: {exc}") from exc
+    if max_runtime is not None and not 1 <= max_runtime <= 366 * 24 * 3600:
+        raise Invalid("maxRuntimeSeconds must be between 1 and a year")
     if not _operation_pattern_ok(code) or version < 1:
         raise Invalid(f"operation code {code!r} or version {version} is not valid")
     if not events <= STEP_EVENT_TYPES or EventType.STEP_HEALTH_CHANGED in events:
@@ -71,6 +76,7 @@ def parse_operation(raw: Mapping[str, Any], tenant_id: str = ANY, scope: str = A
         tenant_id=tenant_id,
         authority_scope=scope,
         enabled=bool(raw.get("enabled", True)),
+        max_runtime_seconds=max_runtime,
     )
 
 
@@ -111,6 +117,7 @@ def _operation_row(op: OperationDefinition, raw: Mapping[str, Any]) -> dict[str,
         "data_schema_documents": {k: dict(v) for k, v in op.schema_documents.items()},
         "failure_policy": op.failure_policy.value,
         "enabled": op.enabled,
+        "max_runtime_seconds": op.max_runtime_seconds,
     }
 
 
@@ -128,6 +135,7 @@ def _operation_from_row(row: Mapping[Any, Any]) -> OperationDefinition:
         tenant_id=row["tenant_id"],
         authority_scope=row["authority_scope"],
         enabled=bool(row["enabled"]),
+        max_runtime_seconds=row.get("max_runtime_seconds"),
     )
 
 

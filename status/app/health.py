@@ -22,6 +22,7 @@ from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import DomainError, ErrorCode
 from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.projections import iso
+from status.domain.silence import HeartbeatCensus
 from status.infra import tables as t
 from status.infra.uow import UnitOfWork, run_in_transaction
 
@@ -345,6 +346,24 @@ class HealthCommands:
 
         run_in_transaction(self.ctx.engine, work)
         return {"executionId": execution_id, "accepted": True, "health": "HEALTHY", "reason": "RECOVERED"}
+
+    def heartbeat_census(self) -> HeartbeatCensus:
+        """What the reconciler needs to tell a dead worker from an ingest outage (one aggregate read)."""
+        ts = t.task_step
+        with self.ctx.engine.connect() as conn:
+            running, producers, newest, shortest = conn.execute(
+                sa.select(
+                    sa.func.count(),
+                    sa.func.count(sa.distinct(ts.c.producer_id)),
+                    sa.func.max(ts.c.last_heartbeat_at),
+                    sa.func.min(ts.c.heartbeat_interval_seconds),
+                ).where(
+                    ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                    ts.c.superseded.is_(sa.false()),
+                    ts.c.heartbeat_deadline_at.is_not(None),
+                )
+            ).one()
+        return HeartbeatCensus(int(running), int(producers), newest, shortest)
 
     def mark_stale(self, *, tenant_scope: tuple[str, str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """R7: overdue RUNNING+HEALTHY executions become STALE through the event transaction.

@@ -28,6 +28,7 @@ from status.app.executions import ExecutionCommands, ExecutionContext
 from status.app.external_refs import ExternalRefCommands
 from status.app.health import HealthCommands
 from status.app.notifications import NotificationQueries
+from status.app.overdue import OverdueQueries
 from status.app.queries import Queries
 from status.app.runs import RunCommands
 from status.app.workflows import WorkflowCommands
@@ -52,6 +53,7 @@ class StatusService:
         max_data_bytes: int = 16 * 1024,
         default_heartbeat_interval_seconds: int = 15,
         default_heartbeat_timeout_seconds: int = 60,
+        overdue_after_seconds: int = 24 * 3600,
         clock: Callable[[], datetime] = repo.utcnow,
     ) -> None:
         self.ctx = AppContext(
@@ -79,6 +81,7 @@ class StatusService:
         self.corrections = CorrectionCommands(self.ctx)
         self.notifications = NotificationQueries(self.ctx)
         self.runs = RunCommands(self.ctx, self.events)
+        self.overdue = OverdueQueries(self.ctx, timedelta(seconds=overdue_after_seconds)).overdue
         # The commands, by capability.
         self.create_workflow = self.workflows.create_workflow
         self.add_task = self.workflows.add_task
@@ -91,6 +94,7 @@ class StatusService:
         self.report_group = self.events.report_group
         self.record_heartbeats = self.health.record_heartbeats
         self.mark_stale = self.health.mark_stale
+        self.heartbeat_census = self.health.heartbeat_census
         self.grant_access = self.access.grant_access
         self.revoke_access = self.access.revoke_access
         self.broadcast = self.broadcasts.broadcast

@@ -53,6 +53,8 @@ class OperationDefinition:
     tenant_id: str = ANY
     authority_scope: str = ANY
     enabled: bool = True
+    # An attempt running longer than this makes its task overdue for operators (None: the default).
+    max_runtime_seconds: int | None = None
 
     def matches_operation(self, code: str) -> bool:
         return fnmatch.fnmatchcase(code, self.operation_code)

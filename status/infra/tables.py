@@ -468,6 +468,8 @@ task_operation_definition = sa.Table(
     sa.Column("failure_policy", sa.String(32), nullable=False),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("frozen_at", Timestamp, nullable=True),
+    # How long one attempt may run before operators see its task as overdue (None: the default).
+    sa.Column("max_runtime_seconds", sa.Integer, nullable=True),
     **MYSQL_TABLE_ARGS,
 )
 

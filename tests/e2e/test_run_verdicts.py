@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from task_status_interceptors import TaskStatusPlugin
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from observer.loops import LoopConfig
 from observer.runs import RunFollower
@@ -310,3 +310,24 @@ async def test_temporal_unreachable_changes_nothing_then_the_follower_catches_up
         async with _following(e2e_service, temporal_env):
             snap = await _eventually(lambda: _ended(api, task_id), "caught up from the watermark")
     assert snap["lifecycleStatus"] == "CANCELLED"
+
+
+async def test_a_run_ended_by_the_plugin_replays_deterministically_with_it(
+    api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """The endings the plugin schedules follow the run's outcome only: a replay schedules the same."""
+    title = f"job-{uuid.uuid4().hex[:8]}"
+    async with _worker(api, live_api, temporal_env, task_queue, tmp_path):
+        for how in ("return", "raise"):
+            handle = await temporal_env.client.start_workflow(
+                EndingWorkflow.run,
+                Ending(OWNER, f"{title}-{how}", how),
+                id=f"replay-{title}-{how}",
+                task_queue=task_queue,
+            )
+            with suppress(WorkflowFailureError):
+                await handle.result()
+            history = await handle.fetch_history()
+            token = api.service_token("verdict-worker", "WORKER", "COORDINATOR")
+            replay_plugin = TaskStatusPlugin(live_api, token, outbox_path=tmp_path / f"replay-{how}.sqlite3")
+            await Replayer(workflows=[EndingWorkflow], plugins=[replay_plugin]).replay_workflow(history)

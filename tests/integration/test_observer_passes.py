@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from observer.loops import LoopConfig, Reconciler, Retention
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
+from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.aggregate import fold
 from status.domain.auth import ServicePrincipal
@@ -84,7 +85,9 @@ def test_only_lifecycle_and_health_changes_feed_the_projector(
     assert feed() == fed + (2 if lifecycle != "RUNNING" else 1)
 
 
-def test_no_false_stale_burst_after_a_restart(service: StatusService, coordinator: ServicePrincipal) -> None:
+def test_no_false_stale_burst_after_a_restart(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
     """After the observer (re)starts or the database comes back, heartbeats that could not land must
     not turn into STALE at once: the reconciler waits a grace period first (R7, AC23)."""
     task_id = create_task(service, coordinator)
@@ -98,6 +101,14 @@ def test_no_false_stale_burst_after_a_restart(service: StatusService, coordinato
         validator=service._validator,
         clock=lambda: base + timedelta(seconds=120),
     )  # the step is overdue from here
+    # The rest of the fleet kept beating through the restart (no ingest outage): a neighbour's beat.
+    neighbour = activate(
+        service, coordinator, create_task(service, coordinator), producer="neighbour", heartbeat_interval_seconds=5
+    )
+    service.report_event(service._tokens.verify(neighbour.execution_token, service.now()), event("STEP_STARTED", 1))
+    beating = ServicePrincipal("neighbour", worker.tenant_id, worker.authority_scope, worker.roles)
+    beat = later.record_heartbeats(beating, [c.Heartbeat(1, execution_handle=neighbour.execution_handle)])
+    assert beat["results"][0]["accepted"]
     restarted = Reconciler(later, LoopConfig(heartbeat_grace_seconds=3600))
     assert restarted.run_once() == 0  # within the grace period: nothing turns STALE
     settled = Reconciler(later, LoopConfig(heartbeat_grace_seconds=0))

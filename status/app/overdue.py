@@ -1,0 +1,77 @@
+"""Operators see what is overdue (seed §17: long-RUNNING and STALE tasks get a reconciliation path).
+
+A task is overdue when it has been RUNNING (or STALE) longer than it should: one of its running
+attempts longer than its operation's ``maxRuntimeSeconds``, or the task itself longer than the
+default. Read-only; ``task-observer overdue``, ``GET /internal/v1/tasks:overdue`` (ADMIN) and the
+observer's ``overdue_tasks`` gauge show the same list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from status.app.context import AppContext, operation, require
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.errors import DomainError
+from status.domain.projections import iso
+from status.infra import overdue as store
+
+DEFAULT_MAX_RUNTIME = timedelta(hours=24)
+# Attempts with their own, shorter limit are looked at from this age on.
+SHORTEST_LIMIT = timedelta(seconds=1)
+
+
+@dataclass
+class OverdueQueries:
+    ctx: AppContext
+    default_max_runtime: timedelta = DEFAULT_MAX_RUNTIME
+
+    def overdue(self, caller: ServicePrincipal | None, *, limit: int = 100) -> list[dict[str, Any]]:
+        """Overdue tasks, oldest first; ``caller`` None is the operator's command line (all tenants)."""
+        if caller is not None:
+            require(caller, Role.ADMIN)
+        now = self.ctx.now()
+        found: dict[str, dict[str, Any]] = {}
+        with self.ctx.engine.connect() as conn:
+            for row in store.running_since(conn, now - SHORTEST_LIMIT, limit=max(1, limit) * 50):
+                if caller is not None and (row.tenant_id, row.authority_scope) != (
+                    caller.tenant_id,
+                    caller.authority_scope,
+                ):
+                    continue
+                reason = self._overdue_reason(conn, row, now)
+                if reason is None or row.task_id in found:
+                    continue
+                found[row.task_id] = {
+                    "taskId": row.task_id,
+                    "tenantId": row.tenant_id,
+                    "title": row.title,
+                    "health": row.health,
+                    "startedAt": iso(row.task_started_at) if row.task_started_at else None,
+                    "runningForSeconds": int((now - (row.task_started_at or now)).total_seconds()),
+                    **reason,
+                }
+                if len(found) >= limit:
+                    break
+        return list(found.values())
+
+    def _overdue_reason(self, conn: Any, row: store.RunningAttempt, now: datetime) -> dict[str, Any] | None:
+        if row.step_id is not None and row.step_started_at is not None and row.operation_code is not None:
+            try:
+                defs = self.ctx.definitions_for(conn, row.tenant_id, row.authority_scope)
+                op = operation(defs, row.operation_code, row.task_type, row.operation_version)
+            except DomainError:
+                op = None
+            limit = op.max_runtime_seconds if op is not None else None
+            if limit is not None and now - row.step_started_at > timedelta(seconds=limit):
+                return {
+                    "stepId": row.step_id,
+                    "operationCode": row.operation_code,
+                    "limitSeconds": limit,
+                    "reason": "STEP_OVER_MAX_RUNTIME",
+                }
+        if row.task_started_at is not None and now - row.task_started_at > self.default_max_runtime:
+            return {"limitSeconds": int(self.default_max_runtime.total_seconds()), "reason": "TASK_OVER_DEFAULT"}
+        return None
