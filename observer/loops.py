@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from observer import metrics
+from observer.activities import ActivityProbe
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
 from observer.runs import RunFollower
@@ -98,9 +99,11 @@ class Reconciler:
     ``stale_suspension_limit_seconds``: a fleet that died together does go STALE).
     """
 
-    def __init__(self, service: StatusService, config: LoopConfig) -> None:
+    def __init__(self, service: StatusService, config: LoopConfig, probe: ActivityProbe | None = None) -> None:
         self.service = service
         self.config = config
+        # Asks Temporal about a silent attempt's activity before it goes STALE (observer/activities.py).
+        self.probe = probe
         self.quiet_until = service.now() + timedelta(seconds=config.heartbeat_grace_seconds)
         self.silent_since: datetime | None = None
         self._overdue_counted_at: datetime | None = None
@@ -127,7 +130,8 @@ class Reconciler:
             self.quiet_until = now + timedelta(seconds=self.config.heartbeat_grace_seconds)
             log.info("heartbeats arrive again; STALE resumes after the grace period")
             return 0
-        changed = self.service.mark_stale(limit=self.config.reconciler_batch)
+        ask = self.probe.ask if self.probe is not None else None
+        changed = self.service.mark_stale(limit=self.config.reconciler_batch, ask=ask)
         metrics.RECONCILER_TRANSITIONS.labels(to="STALE").inc(len(changed))
         return len(changed)
 

@@ -17,6 +17,7 @@ from typing import IO
 from prometheus_client import start_http_server
 
 from observer import metrics
+from observer.activities import ActivityProbe
 from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
@@ -46,6 +47,8 @@ class Observer:
 
     async def start(self) -> None:
         """Take wake-ups: in-process, and on UDP (advertised with the relay's partitions)."""
+        if self.reconciler.probe is not None:
+            self.reconciler.probe.bind(asyncio.get_running_loop())
         address = await self.wake.start()
         if address and self.advertise_host:
             address = f"{self.advertise_host}:{address.rpartition(':')[2]}"
@@ -144,7 +147,7 @@ def build_observer(settings: Settings) -> Observer:
     return Observer(
         relay=relay,
         projector=WorkflowProjector(engine),
-        reconciler=Reconciler(service, config),
+        reconciler=Reconciler(service, config, ActivityProbe(lambda namespace: temporal.connect(settings, namespace))),
         retention=Retention(engine, relay, config),
         runs=RunFollower(
             service, lambda namespace: temporal.connect(settings, namespace), settings.followed_namespaces

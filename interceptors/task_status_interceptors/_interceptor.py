@@ -198,7 +198,16 @@ class _ActivityInbound(ActivityInboundInterceptor):
             binding = StepBinding.from_json(raw)
             info = temporalio.activity.info()
             key = execution_key(info.workflow_run_id, info.activity_id, info.attempt, info.task_queue)
-            return self.root.reporter.begin(key, binding, info.attempt)
+            temporal = None
+            if info.workflow_id and info.workflow_run_id:
+                # Which Temporal activity this is: the reconciler asks Temporal about it before STALE.
+                temporal = {
+                    "namespace": info.workflow_namespace or info.namespace,
+                    "workflowId": info.workflow_id,
+                    "runId": info.workflow_run_id,
+                    "activityId": info.activity_id,
+                }
+            return self.root.reporter.begin(key, binding, info.attempt, temporal=temporal)
         except Exception:
             log.exception("could not start step reporting; the activity runs unreported")
             return None

@@ -85,8 +85,9 @@ class Outbox:
         self._writer.start()
 
     # ------------------------------------------------------------ any thread, never waits for I/O
-    def begin(self, key: str, binding: StepBinding, attempt: int) -> bool:
-        """Record the execution; False when it was already known (a resumed attempt)."""
+    def begin(self, key: str, binding: StepBinding, attempt: int, temporal: dict[str, Any] | None = None) -> bool:
+        """Record the execution (with its Temporal activity, when known); False when it was already
+        known (a resumed attempt)."""
         with self._queue:
             if key in self._next_seq:
                 return False
@@ -95,7 +96,12 @@ class Outbox:
                 (
                     "INSERT OR IGNORE INTO execution (key, binding, attempt, next_seq, created_at)"
                     " VALUES (?, ?, ?, 1, ?)",
-                    (key, json.dumps(binding.to_json()), attempt, time.time()),
+                    (
+                        key,
+                        json.dumps({**binding.to_json(), **({"temporal": temporal} if temporal else {})}),
+                        attempt,
+                        time.time(),
+                    ),
                 )
             )
             return True

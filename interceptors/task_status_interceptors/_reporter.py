@@ -101,10 +101,14 @@ class Reporter:
         self.rebinds = 0  # executions bound again after their handle expired
 
     # ------------------------------------------------------------ reporting (any thread, never waits for I/O)
-    def begin(self, key: str, binding: StepBinding, attempt: int) -> ExecutionReporter:
-        """Record the execution and its STEP_STARTED (idempotent for the same key)."""
+    def begin(
+        self, key: str, binding: StepBinding, attempt: int, *, temporal: dict[str, Any] | None = None
+    ) -> ExecutionReporter:
+        """Record the execution and its STEP_STARTED (idempotent for the same key).
+
+        ``temporal``: the activity's coordinates, sent when the execution is bound."""
         execution = ExecutionReporter(self, key, binding, self.progress)
-        if self.outbox.begin(key, binding, attempt):
+        if self.outbox.begin(key, binding, attempt, temporal):
             self.enqueue(key, {"eventType": "STEP_STARTED"})
         return execution
 
@@ -273,6 +277,8 @@ class Reporter:
         else:
             url = f"/internal/v1/tasks/{binding.task_id}/steps/{binding.step_id}:activate"
             payload = {"attempt": execution["attempt"], "producerId": self.config.producer_id}
+        if execution["binding"].get("temporal"):
+            payload["temporalActivity"] = execution["binding"]["temporal"]
         if self.config.heartbeat_timeout_seconds:
             payload["heartbeatIntervalSeconds"] = max(1, round(self.config.heartbeat_interval))
             payload["heartbeatTimeoutSeconds"] = self.config.heartbeat_timeout_seconds

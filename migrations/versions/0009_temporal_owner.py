@@ -1,5 +1,6 @@
 """Tasks record the Temporal run that owns them; the run follower's watermark per namespace;
-operations may say how long an attempt may run (overdue tasks).
+operations may say how long an attempt may run (overdue tasks); the Temporal activity behind each
+step attempt.
 
 Revision ID: 0009_temporal_owner
 Revises: 0008_step_duration_index
@@ -40,9 +41,23 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("task_operation_definition", schema=None) as batch_op:
         batch_op.add_column(sa.Column("max_runtime_seconds", sa.Integer(), nullable=True))
+    op.create_table(
+        "task_step_temporal",
+        sa.Column("execution_id", sa.String(64), nullable=False),
+        sa.Column("task_id", sa.String(64), nullable=False),
+        sa.Column("namespace", sa.String(255), nullable=False),
+        sa.Column("workflow_id", sa.String(255), nullable=False),
+        sa.Column("run_id", sa.String(64), nullable=False),
+        sa.Column("activity_id", sa.String(255), nullable=False),
+        sa.PrimaryKeyConstraint("execution_id", name=op.f("pk_task_step_temporal")),
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+        mysql_engine="InnoDB",
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("task_step_temporal")
     with op.batch_alter_table("task_operation_definition", schema=None) as batch_op:
         batch_op.drop_column("max_runtime_seconds")
     op.drop_table("temporal_close_watermark")

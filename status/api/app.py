@@ -121,6 +121,7 @@ class Api:
             body.producer_id,
             body.heartbeat_interval_seconds,
             body.heartbeat_timeout_seconds,
+            body.temporal_activity.command() if body.temporal_activity else None,
         )
         ctx = await run_in_threadpool(self.service.activate_step, caller, cmd)
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
@@ -128,7 +129,9 @@ class Api:
     async def register_execution(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
         body = await self.parse(request, RegisterExecutionIn)
-        cmd = c.RegisterExecution(task_id=request.path_params["task_id"], **body.model_dump())
+        fields = body.model_dump(exclude={"temporal_activity"})
+        temporal = body.temporal_activity.command() if body.temporal_activity else None
+        cmd = c.RegisterExecution(task_id=request.path_params["task_id"], temporal_activity=temporal, **fields)
         ctx = await run_in_threadpool(self.service.register_execution, caller, cmd)
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
 

@@ -147,11 +147,24 @@ class CreateWorkflowIn(Strict):
         )
 
 
+class TemporalActivityIn(Strict):
+    """The Temporal activity an execution runs as: the reconciler asks Temporal about it before STALE."""
+
+    namespace: TemporalName
+    workflow_id: TemporalName
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
+    activity_id: TemporalName
+
+    def command(self) -> c.TemporalActivity:
+        return c.TemporalActivity(self.namespace, self.workflow_id, self.run_id, self.activity_id)
+
+
 class ActivateStepIn(Strict):
     attempt: int = Field(ge=1, le=10_000)
     producer_id: Key
     heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
     heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
+    temporal_activity: TemporalActivityIn | None = None
 
 
 class RegisterExecutionIn(Strict):
@@ -164,6 +177,7 @@ class RegisterExecutionIn(Strict):
     failure_policy: Literal["FAIL_TASK", "RETRY_THEN_FAIL_TASK", "CONTINUE_WITH_WARNING", "WAIT_FOR_USER"] | None = None
     heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
     heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
+    temporal_activity: TemporalActivityIn | None = None
 
 
 class ProgressIn(Strict):

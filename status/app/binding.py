@@ -11,12 +11,17 @@ from datetime import datetime
 from typing import Any
 
 from status.app import commands as c
-from status.app.context import HEALTH_PRODUCER, EventCaller
+from status.app.context import HEALTH_PRODUCER, RUN_PRODUCER, EventCaller
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, Role
 from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid
 from status.domain.lifecycle import EventType
 from status.domain.rules import bound_fields_match
+
+# The endings Temporal's record can tell of an attempt: completed, failed, timed out, cancelled.
+TEMPORAL_STEP_ENDINGS = frozenset(
+    {EventType.STEP_COMPLETED, EventType.STEP_FAILED, EventType.STEP_TIMED_OUT, EventType.STEP_CANCELLED}
+)
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,22 @@ def resolve_binding(
             step_attempt=cmd.step_attempt,
             execution_id=cmd.execution_id,
             producer_id=HEALTH_PRODUCER,
+            operation_code=None,
+            tenant_id=caller.tenant_id,
+            authority_scope=caller.authority_scope,
+            allowed_event_types=None,
+        )
+    if event_type in TEMPORAL_STEP_ENDINGS and cmd.execution_handle is None and caller.has(Role.RECONCILER):
+        # Temporal's record of an activity that ended while its report never came (a lost outbox).
+        if None in (cmd.task_id, cmd.step_id, cmd.step_attempt, cmd.execution_id):
+            raise Invalid("Temporal's verdict on a step names taskId, stepId, stepAttempt and executionId")
+        assert cmd.task_id is not None
+        return Bound(
+            task_id=cmd.task_id,
+            step_id=cmd.step_id,
+            step_attempt=cmd.step_attempt,
+            execution_id=cmd.execution_id,
+            producer_id=RUN_PRODUCER,
             operation_code=None,
             tenant_id=caller.tenant_id,
             authority_scope=caller.authority_scope,

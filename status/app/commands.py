@@ -55,6 +55,16 @@ class CreateWorkflow:
 
 
 @dataclass(frozen=True)
+class TemporalActivity:
+    """The Temporal activity an execution runs as (what the reconciler asks Temporal about)."""
+
+    namespace: str
+    workflow_id: str
+    run_id: str
+    activity_id: str
+
+
+@dataclass(frozen=True)
 class ActivateStep:
     task_id: str
     step_id: str
@@ -62,6 +72,7 @@ class ActivateStep:
     producer_id: str
     heartbeat_interval_seconds: int | None = None
     heartbeat_timeout_seconds: int | None = None
+    temporal_activity: TemporalActivity | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class RegisterExecution:
     failure_policy: str | None = None
     heartbeat_interval_seconds: int | None = None
     heartbeat_timeout_seconds: int | None = None
+    temporal_activity: TemporalActivity | None = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ from status.infra import repository as repo
 from status.infra.tokens import ExecutionTokens
 
 HEALTH_PRODUCER = "task-status/health"
+# Temporal's verdict (the RECONCILER role): what ended a task or an attempt from Temporal's record.
+RUN_PRODUCER = "temporal/verdict"
 _SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f]")
 MAX_TITLE = 255
 KEY_LIMIT = 128

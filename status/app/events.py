@@ -28,7 +28,7 @@ from status import logs
 from status.app import commands as c
 from status.app import outbox
 from status.app.binding import resolve_binding
-from status.app.context import AppContext, EventCaller, check_key, content_hash, operation
+from status.app.context import RUN_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
 from status.app.step_cache import TaskView, view_of
 from status.domain import ids
 from status.domain.aggregate import affects_workflow
@@ -266,7 +266,8 @@ class EventCommands:
             raise Conflict("the execution is not the current one for this step", ErrorCode.STALE_EXECUTION)
         if step.superseded:
             raise Conflict("a newer attempt of this step exists", ErrorCode.STALE_ATTEMPT)
-        if event_type is not EventType.STEP_HEALTH_CHANGED:
+        from_temporal = bound.producer_id == RUN_PRODUCER
+        if event_type is not EventType.STEP_HEALTH_CHANGED and not from_temporal:
             if step.producer_id != bound.producer_id:
                 raise Forbidden("the producer does not own this execution", ErrorCode.PRODUCER_MISMATCH)
             if bound.operation_code is not None and step.operation_code != bound.operation_code:
@@ -276,7 +277,12 @@ class EventCommands:
         defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
         op = operation(defs, step.operation_code, task.task_type, step.operation_definition_version)
         others_stale = view.steps.stale_besides(step.step_id, step.attempt)
-        source_seq = cmd.source_seq if event_type is not EventType.STEP_HEALTH_CHANGED else step.version + 1
+        if event_type is EventType.STEP_HEALTH_CHANGED:
+            source_seq = step.version + 1
+        elif from_temporal:  # after whatever the producer sent; its own later reports meet a terminal step
+            source_seq = step.source_seq + 1
+        else:
+            source_seq = cmd.source_seq
         outcome = apply_step_event(
             task,
             step,
@@ -295,6 +301,7 @@ class EventCommands:
                 error=cmd.error,
                 health=Health(cmd.health) if cmd.health in {h.value for h in Health} else None,
                 reason=cmd.reason,
+                from_temporal=from_temporal,
             ),
             operation=op,
             statuses=defs.status_set(task.task_type, task.status_definition_version),

@@ -34,6 +34,7 @@ from status.domain.model import StepState, TaskState
 from status.domain.projections import iso
 from status.domain.rules import Notice
 from status.infra import repository as repo
+from status.infra import runs as runs_repo
 from status.infra import tables as t
 from status.infra.uow import UnitOfWork, run_in_transaction
 
@@ -190,6 +191,7 @@ class ExecutionCommands:
                 repo.insert_step(conn, step)
             else:
                 repo.update_step(conn, step, existing)
+            _record_activity(conn, step, cmd.temporal_activity)
             repo.update_task(conn, task, before)
             frozen = self._freeze_operation(conn, op)
             for changed_step in [*changed, step]:
@@ -316,6 +318,7 @@ class ExecutionCommands:
                 updated_at=now,
             )
             repo.insert_step(conn, step)
+            _record_activity(conn, step, cmd.temporal_activity)
             before, task = (
                 task,
                 replace(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
@@ -430,3 +433,17 @@ def _superseded(previous: StepState, statuses: Any, now: datetime) -> StepState:
         version=previous.version + 1,
         updated_at=now,
     )
+
+
+def _record_activity(conn: Any, step: StepState, activity: c.TemporalActivity | None) -> None:
+    """Which Temporal activity runs this execution (the reconciler asks Temporal before STALE)."""
+    if activity is not None and step.execution_id is not None:
+        runs_repo.record_activity(
+            conn,
+            step.execution_id,
+            step.task_id,
+            activity.namespace,
+            activity.workflow_id,
+            activity.run_id,
+            activity.activity_id,
+        )

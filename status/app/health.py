@@ -8,23 +8,30 @@ passed, change health through the full event transaction exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from status import logs
 from status.app import commands as c
-from status.app.context import HEALTH_PRODUCER, AppContext, require
+from status.app.context import HEALTH_PRODUCER, RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands, Group
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import DomainError, ErrorCode
 from status.domain.lifecycle import EventType, Health, Lifecycle
+from status.domain.model import StepError
 from status.domain.projections import iso
 from status.domain.silence import HeartbeatCensus
+from status.domain.verdicts import ActivityOutcome, ActivityRef, ActivityState, step_ending_for
 from status.infra import tables as t
 from status.infra.uow import UnitOfWork, run_in_transaction
+
+# Asks Temporal about silent executions' activities: execution id -> what Temporal knows of it.
+AskTemporal = Callable[[Mapping[str, ActivityRef]], Mapping[str, ActivityOutcome]]
+log = logs.get("status.health")
 
 
 class HealthCommands:
@@ -347,6 +354,37 @@ class HealthCommands:
         run_in_transaction(self.ctx.engine, work)
         return {"executionId": execution_id, "accepted": True, "health": "HEALTHY", "reason": "RECOVERED"}
 
+    def _end_from_temporal(
+        self,
+        tenant: str,
+        scope: str,
+        task_id: str,
+        step_id: str,
+        attempt: int,
+        execution_id: str,
+        event_type: EventType,
+        error: StepError | None,
+    ) -> dict[str, Any] | None:
+        """An attempt Temporal says has ended, as it ended (its own report was lost)."""
+        caller = ServicePrincipal(RUN_PRODUCER, tenant, scope, frozenset({Role.RECONCILER}))
+        cmd = c.ReportEvent(
+            event_id=f"temporal-activity:{execution_id}:{event_type.value}",
+            event_type=event_type.value,
+            source_seq=1,  # replaced by the attempt's next sequence (Temporal's record is not its stream)
+            occurred_at=self.ctx.now(),
+            task_id=task_id,
+            step_id=step_id,
+            step_attempt=attempt,
+            execution_id=execution_id,
+            error=error,
+            reason="TEMPORAL_RECORD",
+        )
+        try:
+            return self.events.report_event(caller, cmd)
+        except DomainError as err:  # it reported meanwhile, or a newer attempt exists: nothing to repair
+            log.info("Temporal's record of an attempt was not applied", executionId=execution_id, code=err.code.value)
+            return None
+
     def heartbeat_census(self) -> HeartbeatCensus:
         """What the reconciler needs to tell a dead worker from an ingest outage (one aggregate read)."""
         ts = t.task_step
@@ -365,15 +403,23 @@ class HealthCommands:
             ).one()
         return HeartbeatCensus(int(running), int(producers), newest, shortest)
 
-    def mark_stale(self, *, tenant_scope: tuple[str, str] | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    def mark_stale(
+        self,
+        *,
+        tenant_scope: tuple[str, str] | None = None,
+        limit: int = 100,
+        ask: AskTemporal | None = None,
+    ) -> list[dict[str, Any]]:
         """R7: overdue RUNNING+HEALTHY executions become STALE through the event transaction.
 
         Candidates are read without locks; each is re-checked under the task
         lock taken with SKIP LOCKED, so several reconcilers never collide and a
-        reporter holding the task wins.
+        reporter holding the task wins. With ``ask``, Temporal is asked first about the
+        candidates whose activity it knows: one it no longer has pending, with an outcome in
+        its run's history, ends that way instead (its report was lost); the others go STALE.
         """
         now = self.ctx.now()
-        ts = t.task_step
+        ts, st = t.task_step, t.task_step_temporal
         with self.ctx.engine.connect() as conn:
             candidates = conn.execute(
                 sa.select(
@@ -383,8 +429,13 @@ class HealthCommands:
                     ts.c.execution_id,
                     t.task.c.tenant_id,
                     t.task.c.authority_scope,
+                    st.c.namespace,
+                    st.c.workflow_id,
+                    st.c.run_id,
+                    st.c.activity_id,
                 )
                 .join(t.task, t.task.c.id == ts.c.task_id)
+                .outerjoin(st, st.c.execution_id == ts.c.execution_id)
                 .where(
                     ts.c.lifecycle_status == Lifecycle.RUNNING.value,
                     ts.c.health == Health.HEALTHY.value,
@@ -394,9 +445,27 @@ class HealthCommands:
                 .order_by(ts.c.heartbeat_deadline_at)
                 .limit(limit)
             ).all()
+        candidates = [
+            row for row in candidates if tenant_scope is None or (row.tenant_id, row.authority_scope) == tenant_scope
+        ]
+        outcomes: Mapping[str, ActivityOutcome] = {}
+        refs = {
+            row.execution_id: ActivityRef(row.namespace, row.workflow_id, row.run_id, row.activity_id)
+            for row in candidates
+            if row.activity_id is not None
+        }
+        if ask is not None and refs:
+            try:
+                outcomes = ask(refs)
+            except Exception:  # Temporal unreachable: say what we know (the executor is silent)
+                log.warning("could not ask Temporal about silent activities; they go STALE")
         results = []
-        for task_id, step_id, attempt, execution_id, tenant, scope in candidates:
-            if tenant_scope is not None and (tenant, scope) != tenant_scope:
+        for task_id, step_id, attempt, execution_id, tenant, scope, *_ in candidates:
+            ending = step_ending_for(outcomes.get(execution_id, ActivityOutcome(ActivityState.UNKNOWN)))
+            if ending is not None:
+                result = self._end_from_temporal(tenant, scope, task_id, step_id, attempt, execution_id, *ending)
+                if result is not None:
+                    results.append(result)
                 continue
             caller = ServicePrincipal(HEALTH_PRODUCER, tenant, scope, frozenset({Role.HEALTH}))
             deadline = self.ctx.now()

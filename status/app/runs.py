@@ -18,7 +18,7 @@ from typing import Any
 
 from status import logs
 from status.app import commands as c
-from status.app.context import AppContext, require
+from status.app.context import RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Conflict, DomainError, ErrorCode, NotFound
@@ -28,7 +28,6 @@ from status.infra import runs as store
 from status.infra.runs import OwnedTask
 from status.infra.uow import UnitOfWork, run_in_transaction
 
-RUN_PRODUCER = "temporal/verdict"
 log = logs.get("status.runs")
 
 __all__ = ["RUN_PRODUCER", "FollowResult", "OwnedTask", "RunCommands"]

@@ -102,6 +102,9 @@ class StepEvent:
     error: StepError | None = None
     health: Health | None = None  # STEP_HEALTH_CHANGED only
     reason: str | None = None
+    # Temporal's record of how the attempt ended (its own report was lost): not the producer's
+    # stream, so neither its sequence nor the operation's allowed event types apply.
+    from_temporal: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,7 +239,8 @@ def apply_step_event(
                 f"sourceSeq {event.source_seq} is not after {step.source_seq} for this execution",
                 ErrorCode.SOURCE_SEQ_REGRESSION,
             )
-        operation.check_event_type(event.event_type)
+        if not event.from_temporal:
+            operation.check_event_type(event.event_type)
     lifecycle = next_step_lifecycle(event.event_type, step.lifecycle)
     health = step.health
     if event.event_type is EventType.STEP_HEALTH_CHANGED:

@@ -116,3 +116,41 @@ def _duration(seconds: int) -> str:
 def _safe_code(code: str) -> str:
     cleaned = "".join(ch if ch.isalnum() or ch in "_.:-" else "_" for ch in code)[:128]
     return cleaned if cleaned and cleaned[0].isalnum() else "WORKFLOW_FAILED"
+
+
+# ---------------------------------------------------------------- a silent attempt, asked of Temporal
+class ActivityState(StrEnum):
+    PENDING = "PENDING"  # Temporal still has it scheduled or running: STALE stands
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    CANCELED = "CANCELED"
+    UNKNOWN = "UNKNOWN"  # not pending, and no outcome in the run's history (or Temporal not asked)
+
+
+@dataclass(frozen=True)
+class ActivityRef:
+    namespace: str
+    workflow_id: str
+    run_id: str
+    activity_id: str
+
+
+@dataclass(frozen=True)
+class ActivityOutcome:
+    state: ActivityState
+    failure_type: str | None = None
+
+
+def step_ending_for(outcome: ActivityOutcome) -> tuple[EventType, StepError | None] | None:
+    """The step event Temporal's record of an ended activity implies; None while STALE should stand."""
+    if outcome.state is ActivityState.COMPLETED:
+        return EventType.STEP_COMPLETED, None
+    if outcome.state is ActivityState.FAILED:
+        code = _safe_code(outcome.failure_type or "ACTIVITY_FAILED")
+        return EventType.STEP_FAILED, StepError("UNKNOWN", code, "The step failed.", retryable=False)
+    if outcome.state is ActivityState.TIMED_OUT:
+        return EventType.STEP_TIMED_OUT, None
+    if outcome.state is ActivityState.CANCELED:
+        return EventType.STEP_CANCELLED, None
+    return None

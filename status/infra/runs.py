@@ -114,3 +114,26 @@ def task_tenancy(conn: sa.Connection, task_id: str) -> tuple[str, str, str] | No
         .with_for_update()
     ).first()
     return (row[0], row[1], row[2]) if row is not None else None
+
+
+def record_activity(
+    conn: sa.Connection,
+    execution_id: str,
+    task_id: str,
+    namespace: str,
+    workflow_id: str,
+    run_id: str,
+    activity_id: str,
+) -> None:
+    table = t.task_step_temporal
+    if conn.execute(sa.select(table.c.execution_id).where(table.c.execution_id == execution_id)).first() is None:
+        conn.execute(
+            sa.insert(table).values(
+                execution_id=execution_id,
+                task_id=task_id,
+                namespace=namespace,
+                workflow_id=workflow_id,
+                run_id=run_id,
+                activity_id=activity_id,
+            )
+        )

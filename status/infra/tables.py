@@ -125,6 +125,20 @@ task = sa.Table(
     **MYSQL_TABLE_ARGS,
 )
 
+# The Temporal activity behind a step attempt (sent by the plugin when it binds the execution):
+# before a silent attempt goes STALE, the reconciler asks Temporal whether it is still pending.
+task_step_temporal = sa.Table(
+    "task_step_temporal",
+    metadata,
+    sa.Column("execution_id", Id, primary_key=True),
+    sa.Column("task_id", Id, nullable=False),
+    sa.Column("namespace", sa.String(255), nullable=False),
+    sa.Column("workflow_id", sa.String(255), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("activity_id", sa.String(255), nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
 # How far the run follower has read each namespace's closed runs (by CloseTime): a restarted or
 # second observer goes on from here instead of from the beginning of visibility.
 temporal_close_watermark = sa.Table(

@@ -331,3 +331,69 @@ async def test_a_run_ended_by_the_plugin_replays_deterministically_with_it(
             token = api.service_token("verdict-worker", "WORKER", "COORDINATOR")
             replay_plugin = TaskStatusPlugin(live_api, token, outbox_path=tmp_path / f"replay-{how}.sqlite3")
             await Replayer(workflows=[EndingWorkflow], plugins=[replay_plugin]).replay_workflow(history)
+
+
+async def test_stale_asks_temporal_and_repairs_a_completion_whose_report_was_lost(
+    api: Http, temporal_env: WorkflowEnvironment, task_queue: str, e2e_service: StatusService
+) -> None:
+    """Two silent attempts: Temporal says the first activity completed (its report was lost with
+    the worker's disk), the second still runs. The first ends SUCCEEDED, only the second goes STALE."""
+    from observer.activities import ActivityProbe
+    from tests.support.flows import create_workflow, report
+    from tests.support.verdict_workflows import QuickThenLongWorkflow
+
+    async with Worker(temporal_env.client, task_queue=task_queue, workflows=[QuickThenLongWorkflow], activities=[work]):
+        handle = await temporal_env.client.start_workflow(
+            QuickThenLongWorkflow.run, id=f"lost-{uuid.uuid4().hex[:8]}", task_queue=task_queue
+        )
+
+        async def second_running() -> bool:
+            pending = (await handle.describe()).raw_description.pending_activities
+            return any(p.activity_id == "2" for p in pending)
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await second_running():
+            assert asyncio.get_running_loop().time() < deadline, "activity 2 never started"
+            await asyncio.sleep(0.1)
+        task_id = create_workflow(api)["tasks"][0]["taskId"]
+        contexts = {}
+        for step_id, activity_id in (("01_prepare", "1"), ("02_parse", "2")):
+            response = api.client.post(
+                f"/internal/v1/tasks/{task_id}/steps/{step_id}:activate",
+                json={
+                    "attempt": 1,
+                    "producerId": "lost-worker",
+                    "heartbeatIntervalSeconds": 5,
+                    "heartbeatTimeoutSeconds": 20,
+                    "temporalActivity": {
+                        "namespace": temporal_env.client.namespace,
+                        "workflowId": handle.id,
+                        "runId": handle.result_run_id,
+                        "activityId": activity_id,
+                    },
+                },
+                headers=api.coordinator,
+            )
+            assert response.status_code == 201, response.text
+            contexts[step_id] = response.json()
+            assert report(api, contexts[step_id], "STEP_STARTED", 1).status_code == 200
+
+        async def connect(namespace: str) -> Any:
+            return temporal_env.client
+
+        probe = ActivityProbe(connect)
+        probe.bind(asyncio.get_running_loop())
+        base = e2e_service.now()
+        later = StatusService(
+            e2e_service.engine,
+            execution_tokens=e2e_service._tokens,
+            validator=e2e_service._validator,
+            clock=lambda: base + timedelta(seconds=60),
+        )  # both attempts are past their heartbeat deadline
+        scope = (api.tenant, "content")
+        await asyncio.to_thread(later.mark_stale, tenant_scope=scope, limit=100_000, ask=probe.ask)
+        await handle.terminate(reason="test over")
+    steps = {s["stepId"]: s for s in _snapshot(api, task_id)["steps"]}
+    assert (steps["01_prepare"]["lifecycleStatus"], steps["01_prepare"]["health"]) == ("SUCCEEDED", "HEALTHY")
+    assert (steps["02_parse"]["lifecycleStatus"], steps["02_parse"]["health"]) == ("RUNNING", "STALE")
+    assert probe.rpcs == 2  # one describe and one history read for the one run

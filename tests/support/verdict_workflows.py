@@ -66,3 +66,15 @@ class EndingWorkflow:
         if ending.how == "continue" and not ending.continued:
             workflow.continue_as_new(Ending(ending.owner, ending.title, "continue", continued=True))
         return task_id
+
+
+@workflow.defn
+class QuickThenLongWorkflow:
+    """Activity "1" completes at once; activity "2" then works for minutes (heartbeating)."""
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.execute_activity(work, 0.01, start_to_close_timeout=timedelta(minutes=1))
+        return await workflow.execute_activity(
+            work, 600.0, start_to_close_timeout=timedelta(minutes=15), heartbeat_timeout=timedelta(seconds=30)
+        )
