@@ -25,7 +25,7 @@ from status import logs
 from status.api import metrics
 from status.api.corrections import CorrectionEndpoints
 from status.api.errors import domain_error_handler, error_body, unexpected_error_handler
-from status.api.gate import Gate
+from status.api.gate import Gate, is_ascii_digits
 from status.api.models import (
     AclIn,
     ActivateStepIn,
@@ -393,7 +393,7 @@ def _int_param(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or len(raw) > 18:
+    if not is_ascii_digits(raw) or len(raw) > 18:
         raise Invalid(f"{name} must be a non-negative integer")
     return int(raw)
 
@@ -404,7 +404,7 @@ def _if_match_version(header: str | None) -> int | None:
         return None
     value = header.strip().removeprefix("W/").strip('"')
     prefix = "task-version-"
-    if not value.startswith(prefix) or not value[len(prefix) :].isdigit():
+    if not value.startswith(prefix) or not is_ascii_digits(value[len(prefix) :]) or len(value) > len(prefix) + 18:
         raise Invalid('If-Match must look like "task-version-N"')
     return int(value[len(prefix) :])
 

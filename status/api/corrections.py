@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from status.api.gate import Gate
+from status.api.gate import Gate, is_ascii_digits
 from status.api.models import CorrectionIn
 from status.app.corrections import Correct
 from status.domain.errors import Invalid
@@ -46,7 +46,7 @@ class CorrectionEndpoints:
         """Tasks RUNNING or STALE beyond their operation's maxRuntimeSeconds or the default (ADMIN)."""
         caller = self.api.service_principal(request)
         raw = request.query_params.get("limit", "100")
-        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 1000:
+        if not is_ascii_digits(raw) or not 1 <= int(raw) <= 1000:
             raise Invalid("limit must be a whole number from 1 to 1000")
         tasks = await run_in_threadpool(self.service.overdue, caller, limit=int(raw))
         return JSONResponse({"tasks": tasks})

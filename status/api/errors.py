@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 
+import sqlalchemy as sa
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from status.domain import errors as e
+from status.infra.uow import is_retryable
 
 log = logging.getLogger("status.api")
 
@@ -50,7 +52,23 @@ async def domain_error_handler(_: Request, exc: Exception) -> JSONResponse:
     return error_response(exc)
 
 
+def unexpected_error(exc: BaseException) -> e.DomainError | None:
+    """What an exception that is not a domain error means for the caller: ``Unavailable`` (503,
+    retry with the same request) when retrying can help — the database's connection was lost, a
+    deadlock, a lock wait or a timeout — and None otherwise: a fault of ours that the same request
+    will meet again, so it is answered as a non-retryable INTERNAL error."""
+    if isinstance(exc, sa.exc.DBAPIError) and is_retryable(exc):
+        return e.Unavailable("the database is busy or was unreachable; retry with the same request")
+    if isinstance(exc, sa.exc.OperationalError | sa.exc.TimeoutError | TimeoutError | ConnectionError):
+        return e.Unavailable("a backing service is unreachable; retry with the same request")
+    return None
+
+
 async def unexpected_error_handler(request: Request, exc: Exception) -> JSONResponse:
     # Logged with the trace for operators; the caller gets a stable, empty-of-internals body.
+    transient = unexpected_error(exc)
+    if transient is not None:
+        log.warning("transient failure on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return error_response(transient)
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return JSONResponse(error_body("INTERNAL", "internal error; retry with the same request", True), status_code=500)
+    return JSONResponse(error_body("INTERNAL", "internal error (reported to operators)", False), status_code=500)

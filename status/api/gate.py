@@ -7,6 +7,7 @@ malformed body gets the same answer (and the same stable code) on either transpo
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -39,7 +40,7 @@ class Gate:
     async def body(self, request: Request) -> Any:
         limit = self.settings.max_body_bytes
         declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        if declared is not None and (not is_ascii_digits(declared) or int(declared) > limit):
             raise TooLarge(f"the request body is larger than {limit} bytes")
         chunks, size = [], 0
         async for chunk in request.stream():
@@ -48,11 +49,13 @@ class Gate:
                 raise TooLarge(f"the request body is larger than {limit} bytes")
             chunks.append(chunk)
         try:
-            return json.loads(b"".join(chunks) or b"null")
+            body = json.loads(b"".join(chunks) or b"null", parse_constant=_no_constant)
         except RecursionError as exc:
             raise Invalid("the request body nests too deeply") from exc
         except (ValueError, UnicodeDecodeError) as exc:
             raise Invalid("the request body is not valid JSON") from exc
+        check_storable(body)
+        return body
 
     async def parse(self, request: Request, model: type[M], *, empty: bool = False) -> M:
         """The body as ``model`` (``empty``: no body at all means ``{}``); mistakes are VALIDATION_FAILED."""
@@ -61,11 +64,17 @@ class Gate:
             raw = {}
         if not isinstance(raw, dict):
             raise Invalid("the request body must be a JSON object")
-        return self.validated(model, raw)
+        return self.validated(model, raw, checked=True)
 
     @staticmethod
-    def validated(model: type[M], raw: dict[str, Any]) -> M:
-        """``raw`` as ``model``; mistakes are VALIDATION_FAILED naming the first bad field (REST and gRPC)."""
+    def validated(model: type[M], raw: dict[str, Any], *, checked: bool = False) -> M:
+        """``raw`` as ``model``; mistakes are VALIDATION_FAILED naming the first bad field (REST and gRPC).
+
+        First, whatever the model: the body must be storable as it is (``check_storable``; an HTTP
+        body was checked when it was read), so that nothing that passes here can fail later in
+        the database or in a projection."""
+        if not checked:
+            check_storable(raw)
         try:
             return model.model_validate(raw)
         except ValidationError as exc:
@@ -103,3 +112,46 @@ class Gate:
         self.user_rate_limiter.check(principal.subject)
         return principal
 
+
+# Deeper JSON than this is refused: stored inside projections and the outbox's payloads (a few
+# levels more), it must stay under MySQL/MariaDB's JSON depth limit of 32 (error 4025 otherwise).
+MAX_JSON_DEPTH = 20
+
+
+def is_ascii_digits(text: str) -> bool:
+    """``str.isdigit()`` is true for "²" and "①", which ``int()`` refuses: only 0-9 counts here."""
+    return text.isascii() and text.isdigit()
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # Python's json accepts NaN, Infinity and -Infinity
+
+
+def check_storable(value: Any) -> None:
+    """Refuse what JSON allows but storage cannot hold: nesting deeper than ``MAX_JSON_DEPTH``,
+    numbers that are not finite (NaN, infinities), strings with lone surrogates (not UTF-8)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > MAX_JSON_DEPTH:
+                raise Invalid(f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
+            for key, child in item.items():
+                _check_text(key)
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            if depth > MAX_JSON_DEPTH:
+                raise Invalid(f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise Invalid("numbers must be finite (no NaN or Infinity)")
+
+
+def _check_text(text: Any) -> None:
+    if isinstance(text, str) and not text.isascii():  # isascii is O(1): the usual case costs nothing
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise Invalid("strings must be valid Unicode (a lone surrogate is not)") from exc

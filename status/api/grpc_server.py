@@ -17,7 +17,7 @@ from task_status_wire import task_events_pb2_grpc as pb_grpc
 
 from status import logs
 from status.api import metrics
-from status.api.errors import HTTP_STATUS, status_for
+from status.api.errors import HTTP_STATUS, status_for, unexpected_error
 from status.api.gate import Gate
 from status.api.models import EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
@@ -80,6 +80,16 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         )
         await context.abort(GRPC_STATUS[status_for(err)], err.message)
 
+    async def _abort_unexpected(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
+        """As on REST: UNAVAILABLE when retrying can help, otherwise INTERNAL and not retryable."""
+        transient = unexpected_error(exc)
+        if transient is not None:
+            await self._abort(context, method, transient)
+        log.exception("unhandled error in gRPC %s", method)
+        metrics.GRPC_CALLS.labels(method=method, code="INTERNAL").inc()
+        context.set_trailing_metadata((("task-status-error-code", "INTERNAL"), ("task-status-retryable", "false")))
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error (reported to operators)")
+
     async def ReportEvent(self, request: pb.Event, context: grpc.aio.ServicerContext) -> pb.EventResult:
         try:
             caller = self.api.event_caller_of(_bearer(context))
@@ -87,7 +97,10 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             result = await self.committer.submit(caller, cmd)
         except DomainError as err:
             await self._abort(context, "ReportEvent", err)
-            raise AssertionError("unreachable") from err  # abort raises
+            raise AssertionError("unreachable") from err
+        except Exception as exc:
+            await self._abort_unexpected(context, "ReportEvent", exc)
+            raise AssertionError("unreachable") from exc  # abort raises
         metrics.GRPC_CALLS.labels(method="ReportEvent", code="OK").inc()
         return convert.result_to_proto(result)
 
@@ -99,6 +112,9 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         except DomainError as err:
             await self._abort(context, "ReportEvents", err)
             raise AssertionError("unreachable") from err
+        except Exception as exc:
+            await self._abort_unexpected(context, "ReportEvents", exc)
+            raise AssertionError("unreachable") from exc
         metrics.GRPC_CALLS.labels(method="ReportEvents", code="OK").inc()
         return pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
 
@@ -115,6 +131,9 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         except DomainError as err:
             await self._abort(context, "RecordHeartbeats", err)
             raise AssertionError("unreachable") from err
+        except Exception as exc:
+            await self._abort_unexpected(context, "RecordHeartbeats", exc)
+            raise AssertionError("unreachable") from exc
         metrics.GRPC_CALLS.labels(method="RecordHeartbeats", code="OK").inc()
         return pb.HeartbeatBatchResult(
             results=[convert.heartbeat_result_to_proto(r) for r in result["results"]], received_at=result["receivedAt"]

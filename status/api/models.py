@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from pydantic.alias_generators import to_camel
 
 from status.app import commands as c
+from status.domain.errors import Invalid
 from status.domain.ids import PRINCIPAL_ID_PATTERN
 from status.domain.model import Progress, StepError
 from status.domain.rules import DataBody
@@ -31,8 +32,14 @@ Count = Annotated[int, Field(ge=0, le=2**62)]
 
 
 def _naive_utc(value: datetime) -> datetime:
+    """The instant in UTC; RFC 3339 allows offsets that move it out of the calendar (year 0 or 10000)."""
     if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
+        try:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError as exc:
+            raise Invalid(f"{value.isoformat()} is outside the years 1000 to 9999 in UTC") from exc
+    if value.year < 1000:  # the database's DATETIME range starts there
+        raise Invalid(f"{value.isoformat()} is outside the years 1000 to 9999 in UTC")
     return value
 
 

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from status.api.gate import Gate
+from status.api.gate import Gate, is_ascii_digits
 from status.api.models import MarkReadIn
 from status.domain.errors import Invalid
 
@@ -26,7 +26,7 @@ class NotificationEndpoints:
         if cursor is not None and len(cursor) > 512:
             raise Invalid("cursor is not valid")
         raw_limit = request.query_params.get("limit") or "50"
-        if not raw_limit.isdigit() or len(raw_limit) > 4:
+        if not is_ascii_digits(raw_limit) or len(raw_limit) > 4:
             raise Invalid("limit must be a positive integer")
         result = await run_in_threadpool(
             lambda: self.service.my_notifications(

@@ -19,6 +19,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created, key = json.loads(raw)
-        return datetime.fromisoformat(created), str(key)
+        key = str(key)
+        key.encode("utf-8")  # a lone surrogate (a tampered cursor) is no key of ours
+        return datetime.fromisoformat(created), key
     except (ValueError, TypeError) as exc:
         raise Invalid("cursor is not valid") from exc

@@ -237,6 +237,8 @@ class EventCommands:
         except ValueError as exc:
             raise Invalid(f"unknown eventType {cmd.event_type!r}") from exc
         check_key("eventId", cmd.event_id)
+        if cmd.event_id.startswith(outbox.SERVICE_EVENT_PREFIX):
+            raise Invalid(f"eventIds starting with {outbox.SERVICE_EVENT_PREFIX!r} name the service's own entries")
         if cmd.source_seq < 1 and event_type is not EventType.STEP_HEALTH_CHANGED:
             raise Invalid("sourceSeq must be >= 1")
         self._check_data_size(cmd)

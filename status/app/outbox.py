@@ -40,6 +40,9 @@ from status.domain.rules import Notice
 from status.domain.stepset import StepSet
 from status.infra import repository as repo
 
+# Timeline entries the service writes itself are named sys:<taskId>:<version>; no producer's
+# eventId may start so (the events command refuses it), so the two can never collide.
+SERVICE_EVENT_PREFIX = "sys:"
 
 def _row(
     aggregate_type: str,
@@ -287,7 +290,7 @@ def service_event(
 ) -> list[dict[str, Any]]:
     """Log a change the service itself made (creation, activation, classification, access)
     at the task's current version; returns its outbox rows for the caller to add to."""
-    event_id = f"sys:{task.task_id}:{task.version}"
+    event_id = f"{SERVICE_EVENT_PREFIX}{task.task_id}:{task.version}"
     repo.insert_events(
         conn,
         [
