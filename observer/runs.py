@@ -49,6 +49,7 @@ class RunFollower:
         self.overlap = overlap
         self._clients: dict[str, Client] = {}
         self.rpcs = 0  # Temporal calls made (list pages, close events, describes)
+        self.passes = 0  # completed passes over every namespace
 
     async def _client(self, namespace: str) -> Client:
         client = self._clients.get(namespace)
@@ -65,6 +66,7 @@ class RunFollower:
             except Exception:
                 self._clients.pop(namespace, None)  # connect again next pass
                 raise
+        self.passes += 1
         return changed
 
     async def _follow(self, namespace: str) -> int:

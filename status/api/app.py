@@ -309,7 +309,9 @@ class Api:
         token = request.query_params.get("access_token")
         if not token:
             raise Unauthenticated("a Bearer credential or access_token is required")
-        return self.user_tokens.verify(token)
+        principal = self.user_tokens.verify(token)
+        self.user_rate_limiter.check(principal.subject)  # the same limit as with the header
+        return principal
 
     async def task_stream(self, request: Request) -> Response:
         """``text/event-stream`` of the user's summaries (and watched details), over Centrifugo's uni-SSE."""

@@ -22,7 +22,7 @@ from status.api.gate import Gate
 from status.api.models import EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
-from status.domain.errors import DomainError, Forbidden, Invalid, NotFound, Unauthenticated
+from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid, NotFound, Unauthenticated
 
 log = logs.get("status.grpc")
 
@@ -143,7 +143,8 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         self, request_iterator: AsyncIterator[pb.StreamRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.StreamResponse]:
         try:
-            principal = self.api.service_principal_of(_bearer(context))
+            bearer = _bearer(context)
+            principal = self.api.service_principal_of(bearer)
             if not principal.has(Role.WORKER):
                 raise Forbidden("the stream needs a service token with the WORKER role")
         except DomainError as err:
@@ -153,6 +154,13 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         bound: dict[int, tuple[str, ExecutionClaims]] = {}
         async for request in request_iterator:
             metrics.GRPC_CALLS.labels(method="Stream", code=request.WhichOneof("body") or "").inc()
+            try:
+                # The stream's credential is checked again for every message (revocation lists and
+                # expiry, from memory): a credential revoked while the stream is open stops it.
+                self.api.service_tokens.verify(bearer)
+            except DomainError as err:
+                await self._abort(context, "Stream", err)
+                return
             try:
                 yield await self._stream_item(principal, bound, request)
             except DomainError as err:
@@ -206,12 +214,13 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             )
         raise Invalid("a stream request carries bind, event or heartbeat")
 
-    @staticmethod
-    def _ref(bound: dict[int, tuple[str, ExecutionClaims]], ref: int) -> tuple[str, ExecutionClaims]:
+    def _ref(self, bound: dict[int, tuple[str, ExecutionClaims]], ref: int) -> tuple[str, ExecutionClaims]:
         found = bound.get(ref)
         if found is None:
             # After a reconnect every execution must be bound again: numbers never outlive a stream.
             raise NotFound(f"ref {ref} is not bound on this stream; bind the execution first")
+        if found[1].expires_at <= self.service.now():  # as REST answers for the same token
+            raise Forbidden("the execution token has expired; bind a fresh one", ErrorCode.TOKEN_EXPIRED)
         return found
 
 

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from status import logs
 from status.app import commands as c
 from status.app import outbox
-from status.app.binding import resolve_binding
+from status.app.binding import check_envelope, resolve_binding
 from status.app.context import RUN_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
 from status.app.step_cache import TaskView, view_of
 from status.domain import ids
@@ -263,6 +263,7 @@ class EventCommands:
             return duplicate
         if bound.credential_problem is not None:
             raise bound.credential_problem
+        check_envelope(cmd, task, step)
         # Execution and attempt must be current (R2: old attempts never change anything).
         if step.execution_id != bound.execution_id:
             raise Conflict("the execution is not the current one for this step", ErrorCode.STALE_EXECUTION)
@@ -588,3 +589,4 @@ def _operation_of(view: TaskView, step_id: str | None) -> str | None:
         return None
     attempts = [s for s in view.steps.all() if s.step_id == step_id]
     return attempts[-1].operation_code if attempts else None
+

@@ -397,3 +397,55 @@ async def test_stale_asks_temporal_and_repairs_a_completion_whose_report_was_los
     assert (steps["01_prepare"]["lifecycleStatus"], steps["01_prepare"]["health"]) == ("SUCCEEDED", "HEALTHY")
     assert (steps["02_parse"]["lifecycleStatus"], steps["02_parse"]["health"]) == ("RUNNING", "STALE")
     assert probe.rpcs == 2  # one describe and one history read for the one run
+
+
+async def test_a_reset_run_hands_its_task_to_the_run_that_replaces_it(
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_service: StatusService,
+    e2e_engine: sa.Engine,
+) -> None:
+    """A reset terminates the run and starts its replacement: the task goes on with the new run,
+    and ends when that one ends."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.enums.v1 import EventType as HistoryEventType
+    from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+
+    async with (
+        _worker(api, live_api, temporal_env, task_queue, tmp_path),
+        _following(e2e_service, temporal_env) as followers,
+    ):
+        handle, task_id = await _start_waiting(temporal_env, task_queue, api)
+        completed = [
+            e.event_id
+            async for e in handle.fetch_history_events()
+            if e.event_type == HistoryEventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        ]
+        first_task_done = completed[0]
+        reset = await temporal_env.client.workflow_service.reset_workflow_execution(
+            ResetWorkflowExecutionRequest(
+                namespace=temporal_env.client.namespace,
+                workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=handle.result_run_id),
+                reason="replay from the start",
+                workflow_task_finish_event_id=first_task_done,
+                request_id=str(uuid.uuid4()),
+            )
+        )
+
+        def owned_by_new_run() -> bool:
+            with e2e_engine.connect() as conn:
+                run = conn.execute(sa.select(t.task.c.temporal_run_id).where(t.task.c.id == task_id)).scalar_one()
+            return run == reset.run_id
+
+        await _eventually(owned_by_new_run, "the new run owns the task")
+        # The old run's close (TERMINATED by the reset) is seen by the follower several times over:
+        # the task goes on.
+        seen = followers[0].passes
+        await _eventually(lambda: followers[0].passes >= seen + 3, "three more follower passes")
+        assert _snapshot(api, task_id)["lifecycleStatus"] == "RUNNING"
+        await temporal_env.client.get_workflow_handle(handle.id, run_id=reset.run_id).terminate(reason="done")
+        snap = await _eventually(lambda: _ended(api, task_id), "the new run's end ended the task")
+    assert snap["lifecycleStatus"] == "CANCELLED"

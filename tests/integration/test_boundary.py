@@ -177,6 +177,30 @@ def test_the_services_own_event_ids_cannot_be_taken(http: Http, ctx: dict[str, A
     assert grant.status_code == 200, grant.text
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "code"),
+    [
+        ("workflowId", "wf_someone_elses", "PERMISSION_DENIED"),
+        ("operationCode", "SEARCH.WEB", "OPERATION_MISMATCH"),
+        ("taskType", "video.export", "PERMISSION_DENIED"),
+        ("taskAttempt", 7, "STALE_ATTEMPT"),
+    ],
+)
+def test_the_envelope_of_a_compact_event_must_match_its_execution(
+    http: Http, engine: sa.Engine, ctx: dict[str, Any], field: str, value: Any, code: str
+) -> None:
+    """The handle binds the execution; the body may not claim another workflow, operation, task
+    type or task attempt (seed §3.3.2): those used to be ignored on the compact path."""
+    before = _committed(engine)
+    body = event_body("STEP_PROGRESS", 2, progress={"current": 1}, executionHandle=ctx["executionHandle"])
+    response = http.client.post("/internal/v1/task-events", json={**body, field: value}, headers=http.worker)
+    assert response.status_code in (403, 409), response.text
+    assert response.json()["error"]["code"] == code
+    assert _committed(engine) == before
+    same = {**event_body("STEP_PROGRESS", 2, progress={"current": 1}, executionHandle=ctx["executionHandle"])}
+    assert http.client.post("/internal/v1/task-events", json=same, headers=http.worker).status_code == 200
+
+
 # ---------------------------------------------------------------- generated input at every write endpoint
 def _json_values() -> st.SearchStrategy[Any]:
     lone_surrogate = st.characters(categories=["Cs"])  # Hypothesis leaves these out of text() by default

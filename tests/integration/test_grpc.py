@@ -202,3 +202,81 @@ async def test_heartbeat_batches_over_grpc(http: Http, stub: pb_grpc.TaskEventsS
     )
     result = await stub.RecordHeartbeats(beats, metadata=worker)
     assert [r.accepted for r in result.results] == [True, False] and result.received_at
+
+
+async def _open_stream(stub: pb_grpc.TaskEventsStub, token: str) -> tuple[Any, Any]:
+    """A stream fed one request at a time: (send, the call)."""
+    import asyncio
+
+    queue: asyncio.Queue[pb.StreamRequest | None] = asyncio.Queue()
+
+    async def requests() -> AsyncIterator[pb.StreamRequest]:
+        while (item := await queue.get()) is not None:
+            yield item
+
+    call = stub.Stream(requests(), metadata=_meta(token))
+    return queue, call
+
+
+async def test_a_stream_stops_when_its_credential_is_revoked(
+    http: Http, stub: pb_grpc.TaskEventsStub, engine: Any
+) -> None:
+    """REST refuses a revoked credential within seconds; an open stream must stop with it."""
+    import time
+
+    from status.infra.tokens import RevokedCredentials
+
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    token = http.service_token("document-parser", "WORKER")
+    queue, call = await _open_stream(stub, token)
+    await queue.put(pb.StreamRequest(request_id=1, bind=pb.Bind(execution_token=ctx["executionToken"])))
+    assert (await call.read()).bound.ref == 1
+    RevokedCredentials.revoke(engine, token, "rotated")
+    beat = {"executionHandle": ctx["executionHandle"], "heartbeatSeq": 1}
+    deadline = time.monotonic() + 20
+    while (
+        http.client.post(
+            "/internal/v1/task-heartbeats:batch", json={"heartbeats": [beat]}, headers=http.auth(token)
+        ).status_code
+        != 401
+    ):
+        assert time.monotonic() < deadline, "REST never refused the revoked credential"
+    # Now the stream, opened before the revocation, refuses too: heartbeats and new binds alike.
+    await queue.put(pb.StreamRequest(request_id=2, heartbeat=pb.StreamHeartbeat(ref=1, heartbeat_seq=2)))
+    with pytest.raises(grpc.aio.AioRpcError) as stopped:
+        await call.read()
+    assert stopped.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    await queue.put(None)
+
+
+async def test_an_execution_token_that_expires_on_a_stream_is_refused_as_on_rest(
+    http: Http, stub: pb_grpc.TaskEventsStub, app_client: TestClient
+) -> None:
+    import asyncio
+    import dataclasses
+    from datetime import timedelta
+
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    service = app_client.app.state.api.service  # type: ignore[attr-defined]
+    claims = service._tokens.verify(ctx["executionToken"], service.now())
+    soon = service.now().replace(microsecond=0) + timedelta(seconds=2)
+    short = service._tokens.issue(dataclasses.replace(claims, expires_at=soon))
+    queue, call = await _open_stream(stub, http.service_token("document-parser", "WORKER"))
+    await queue.put(pb.StreamRequest(request_id=1, bind=pb.Bind(execution_token=short)))
+    assert (await call.read()).bound.ref == 1
+    started = convert.event_from_json(_body("STEP_STARTED", 1))
+    await queue.put(pb.StreamRequest(request_id=2, event=pb.StreamEvent(ref=1, event=started)))
+    assert (await call.read()).event.accepted
+    while service.now() <= soon:  # the token's own expiry: a moment on the clock, not an event
+        await asyncio.sleep(0.1)
+    progress = convert.event_from_json(_body("STEP_PROGRESS", 2, progress={"current": 1}))
+    await queue.put(pb.StreamRequest(request_id=3, event=pb.StreamEvent(ref=1, event=progress)))
+    refused = await call.read()
+    assert refused.error.code == "TOKEN_EXPIRED"
+    rest = http.client.post(
+        "/internal/v1/task-events", json=_body("STEP_PROGRESS", 2, progress={"current": 1}), headers=http.auth(short)
+    )
+    assert rest.status_code == 403 and rest.json()["error"]["code"] == "TOKEN_EXPIRED"
+    await queue.put(None)

@@ -210,6 +210,20 @@ def test_the_public_api_is_rate_limited_per_user(
     assert limited_body["error"]["code"] == "RATE_LIMITED" and "user" in limited_body["error"]["message"]
 
 
+def test_the_stream_with_an_access_token_is_rate_limited_like_the_header(
+    settings: Settings, engine: sa.Engine, service: StatusService, http: Http
+) -> None:
+    """EventSource sends the user token as ?access_token=: the same per-user limit applies (the
+    stream itself needs Centrifugo; the limit answers before it is reached)."""
+    limited = replace(settings, public_rate_per_second=0.001, public_rate_burst=2)
+    token = http.user("streamer")["Authorization"].removeprefix("Bearer ")
+    with TestClient(create_app(limited, engine, service), raise_server_exceptions=False) as client:
+        for _ in range(2):
+            client.get("/api/me/tasks", headers=http.user("streamer"))
+        limited_stream = client.get("/api/v1/me/task-stream", params={"access_token": token})
+    assert limited_stream.status_code == 429 and limited_stream.json()["error"]["code"] == "RATE_LIMITED"
+
+
 def test_jwks_tokens_must_carry_the_configured_audience_and_issuer(jwks: tuple[str, rsa.RSAPrivateKey]) -> None:
     url, key = jwks
     tokens = UserTokens("unused-hmac-secret-0123456789abcdef0123456789", url, "task-observer", "https://idp.example")
