@@ -104,10 +104,57 @@ def _roles(values: list[str]) -> list[Role]:
         raise SystemExit(f"task-observer: unknown role ({exc}); use {', '.join(r.value for r in Role)}") from exc
 
 
+DEFINITIONS_FORMAT = """Store versioned status and operation definitions from a JSON file.
+
+The file is an object with "operations" and/or "statuses" (the shipped defaults,
+status/definitions/default.json, are a complete example):
+
+  {"operations": [{"operationCode": "DOCUMENT.PARSE", "version": 2,
+                   "displayName": "Parse document",
+                   "allowedEventTypes": ["STEP_STARTED", "STEP_PROGRESS", "STEP_COMPLETED", "STEP_FAILED"],
+                   "producerPattern": "*", "taskTypePattern": "*",
+                   "failurePolicy": "FAIL_TASK", "maxRuntimeSeconds": 600,
+                   "allowedDataSchemas": {"STEP_PROGRESS": ["document.parse.progress.v1"]},
+                   "schemas": {"document.parse.progress.v1": {"type": "object"}}}],
+   "statuses": [{"taskType": "document", "version": 1,
+                 "statuses": [{"code": "RUNNING", "lifecycle": "RUNNING"}, ...one per lifecycle]}]}
+
+A stored version is frozen: sending it again must be identical (DEFINITION_FROZEN otherwise);
+publish a new version to change it. Without --tenant the definitions are the global defaults.
+"""
+
+
+def _signing_settings(secret: str) -> Settings | None:
+    """Settings to sign credentials with — only with a secret the service knows.
+
+    Outside production the dev secrets live in the stack's DATA_DIR; run anywhere else, settings
+    would invent new ones there and print a token every service refuses. Say where the secret
+    comes from instead, or refuse."""
+    import os
+
+    from status.settings import DEV_SECRETS_FILE, PREFIX
+
+    data_dir = Path(os.environ.get(PREFIX + "DATA_DIR") or Path.cwd() / ".cache").resolve()
+    from_env = bool(os.environ.get(PREFIX + secret))
+    dev_file = data_dir / DEV_SECRETS_FILE
+    if not from_env and os.environ.get(PREFIX + "ENV", "dev") != "production" and not dev_file.is_file():
+        print(
+            f"task-observer: no {PREFIX}{secret} and no dev secrets at {dev_file}: run this where the stack"
+            f" runs (its checkout), set {PREFIX}DATA_DIR to the stack's data folder, or set {PREFIX}{secret}."
+            " Refusing to invent a secret the service does not know.",
+            file=sys.stderr,
+        )
+        return None
+    print(f"(signed with {PREFIX}{secret} from {'the environment' if from_env else dev_file})", file=sys.stderr)
+    return Settings.from_env()
+
+
 def _service_token(args: argparse.Namespace) -> int:
     from status.infra.tokens import ServiceTokens
 
-    settings = Settings.from_env()
+    settings = _signing_settings("SERVICE_TOKEN_SECRET")
+    if settings is None:
+        return 2
     token = ServiceTokens(settings.service_token_secret).issue(
         args.producer, args.tenant, args.scope, _roles(args.role), args.ttl or None
     )
@@ -140,8 +187,11 @@ def _undeliverable(args: argparse.Namespace) -> int:
     if not Path(args.outbox).is_file():
         print(f"task-observer: no outbox file at {args.outbox}", file=sys.stderr)
         return 2
-    for record in read_undeliverable(args.outbox):
+    records = read_undeliverable(args.outbox)
+    for record in records:
         print(json.dumps(record, sort_keys=True))
+    if not records:
+        print(f"nothing undeliverable in {args.outbox} (no report was refused for good)", file=sys.stderr)
     return 0
 
 
@@ -166,7 +216,9 @@ def _overdue(args: argparse.Namespace) -> int:
 def _user_token(args: argparse.Namespace) -> int:
     from status.infra.tokens import UserTokens
 
-    settings = Settings.from_env()
+    settings = _signing_settings("USER_TOKEN_SECRET")
+    if settings is None:
+        return 2
     if settings.is_production:
         print("task-observer: user tokens come from your identity provider in production", file=sys.stderr)
         return 2
@@ -366,7 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
     definitions = add("definitions", lambda _: 2, "manage versioned status and operation definitions")
     sub = definitions.add_subparsers(dest="action", required=True, metavar="ACTION")
     load = sub.add_parser(
-        "load", help="store the definitions of a JSON file (new versions only; frozen ones must match)"
+        "load",
+        help="store the definitions of a JSON file (new versions only; frozen ones must match)",
+        description=DEFINITIONS_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     load.add_argument("file", help="JSON document with operations and/or statuses")
     load.add_argument("--tenant", default=None, help="tenant of the definitions (default: global defaults)")

@@ -53,6 +53,7 @@ from status.app.service import EventCaller, StatusService
 from status.bootstrap import build_service
 from status.domain.auth import ServicePrincipal, UserPrincipal
 from status.domain.errors import DomainError, Invalid, Unauthenticated
+from status.infra import wakeup
 from status.infra.db import create_engine
 from status.infra.metrics import REGISTRY
 from status.infra.tokens import RealtimeTokens
@@ -465,6 +466,7 @@ def dashboard_routes(settings: Settings) -> list[BaseRoute]:
 def create_app(settings: Settings, engine: sa.Engine | None = None, service: StatusService | None = None) -> Starlette:
     engine = engine or create_engine(settings.database_url)
     service = service or build_service(settings, engine)
+    wakeup.send_from(settings.wakeup_host)
     api = Api(settings, service)
     openapi = build_openapi()
 

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from status.api import models as m
+from status.domain.errors import ErrorCode
 
 ERROR = {
     "type": "object",
@@ -22,7 +23,11 @@ ERROR = {
             "type": "object",
             "required": ["code", "message", "retryable"],
             "properties": {
-                "code": {"type": "string", "description": "stable error code (SPEC §6)"},
+                "code": {
+                    "type": "string",
+                    "enum": sorted({c.value for c in ErrorCode} | {"INTERNAL"}),
+                    "description": "stable error code (SPEC §6); INTERNAL is a fault of the service, never retryable",
+                },
                 "message": {"type": "string"},
                 "retryable": {"type": "boolean"},
             },
@@ -30,6 +35,42 @@ ERROR = {
     },
 }
 ANY_OBJECT = {"type": "object", "additionalProperties": True}
+_ETA = {
+    "etaMs": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "estimated milliseconds left as of asOf (absent when unknown); clients count down locally",
+    },
+    "etaConfidence": {"type": "number", "minimum": 0, "maximum": 1, "description": "how much to trust etaMs"},
+}
+# The snapshot of a task (GET /api/tasks/{taskId}, batchGet): the fields clients rely on; others may follow.
+TASK_SNAPSHOT = {
+    "type": "object",
+    "additionalProperties": True,
+    "required": ["taskId", "taskVersion", "lifecycleStatus", "businessStatus", "health", "steps"],
+    "properties": {
+        "taskId": {"type": "string"},
+        "taskVersion": {"type": "string", "description": "decimal; only goes up"},
+        "lifecycleStatus": {
+            "type": "string",
+            "enum": ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"],
+        },
+        "businessStatus": {"type": "string"},
+        "health": {"type": "string", "enum": ["HEALTHY", "DEGRADED", "STALE"]},
+        "asOf": {"type": "string", "format": "date-time"},
+        **_ETA,
+        "steps": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": True,
+                "properties": {"stepId": {"type": "string"}, "attempt": {"type": "integer"}, **_ETA},
+            },
+        },
+    },
+}
+# Responses with a described shape (the rest: any object).
+RESPONSE_SCHEMAS: dict[tuple[str, str], str] = {("get", "/api/tasks/{taskId}"): "TaskSnapshot"}
 _REF = [("refType", True, "e.g. ORDER_ID"), ("refValue", True, "the other system's id")]
 
 # path → query parameters (name, required, description)
@@ -232,14 +273,19 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
 ]
 
 
+def _response(method: str, path: str) -> dict[str, Any]:
+    named = RESPONSE_SCHEMAS.get((method, path))
+    return {"$ref": f"#/components/schemas/{named}"} if named else ANY_OBJECT
+
+
 def build_openapi() -> dict[str, Any]:
-    components: dict[str, Any] = {"Error": ERROR}
+    components: dict[str, Any] = {"Error": ERROR, "TaskSnapshot": TASK_SNAPSHOT}
     paths: dict[str, Any] = {}
     for method, path, summary, model, auth, ok in OPERATIONS:
         op: dict[str, Any] = {
             "summary": summary,
             "responses": {
-                ok: {"description": "OK", "content": {"application/json": {"schema": ANY_OBJECT}}},
+                ok: {"description": "OK", "content": {"application/json": {"schema": _response(method, path)}}},
                 "default": {
                     "description": "error",
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},

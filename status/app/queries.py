@@ -64,7 +64,11 @@ class Queries:
                 .all()
             )
             oldest = conn.execute(sa.select(sa.func.min(log.c.task_version)).where(log.c.task_id == task_id)).scalar()
-        truncated = oldest is not None and oldest > after_version + 1
+            current = conn.execute(sa.select(t.task.c.version).where(t.task.c.id == task_id)).scalar_one()
+        # Truncated when versions after ``after_version`` existed but are gone: the oldest kept is
+        # later than the next one asked for, or (all of it purged) nothing is kept of a task that
+        # has moved past ``after_version``.
+        truncated = oldest > after_version + 1 if oldest is not None else current > after_version
         events = [
             {
                 "eventId": r["event_id"],

@@ -92,6 +92,9 @@ class OutboxSignal:
         if self._socket is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.setblocking(False)
+            # Send from the configured interface, not from every interface (0.0.0.0:<port>).
+            with contextlib.suppress(OSError):
+                sock.bind((SENDER_HOST[0], 0))
             self._socket = sock
         return self._socket
 
@@ -143,6 +146,13 @@ class OutboxSignal:
 
 
 _SIGNALS: dict[str, OutboxSignal] = {}
+# The interface wake-up datagrams leave from (WAKEUP_HOST; set by the API at start).
+SENDER_HOST = ["127.0.0.1"]
+
+
+def send_from(host: str) -> None:
+    """Wake-ups leave from ``host`` (an address of this machine; 0.0.0.0 means any)."""
+    SENDER_HOST[0] = host
 _SIGNALS_LOCK = threading.Lock()
 
 

@@ -567,6 +567,28 @@ def test_dashboard_falls_back_when_transports_are_blocked(
     context.close()
 
 
+def test_with_realtime_unreachable_the_page_shows_the_tasks_it_can_load_and_says_it_is_offline(
+    stack: Stack, browser: Browser
+) -> None:
+    """Snapshots come over HTTP: Centrifugo unreachable at load must not read as "No tasks yet"."""
+    user = f"olga-{uuid.uuid4().hex[:6]}"
+    task_ids = [create_workflow(stack.http, owner=user)["tasks"][0]["taskId"] for _ in range(3)]
+    context = browser.new_context()
+    context.add_init_script(VERSION_WATCH)
+    context.route_web_socket("**/connection/**", lambda ws: ws.close(code=1011, reason="unreachable"))
+    for transport in ("http_stream", "sse", "uni_sse", "emulation"):
+        context.route(f"**/{transport}**", lambda route: route.abort("connectionrefused"))
+    context.route("**/emulation**", lambda route: route.abort("connectionrefused"))
+    page = context.new_page()
+    page.goto(f"{stack.base_url}/dashboard/#token={stack.user_token(user)}")
+    for task_id in task_ids:
+        expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
+    expect(page.get_by_text("No tasks yet.")).to_have_count(0)
+    assert page.locator("#connection").get_attribute("data-state") != "LIVE"
+    screenshot(page, "dashboard-realtime-unreachable")
+    context.close()
+
+
 def test_dashboard_is_served_and_the_root_points_to_it(stack: Stack) -> None:
     root = stack.http.client.get("/", follow_redirects=False)
     assert root.status_code == 307 and root.headers["location"] == "/dashboard/"

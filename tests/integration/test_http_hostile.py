@@ -241,3 +241,19 @@ def test_tokens_whose_ids_could_forge_a_channel_name_are_refused(http: Http, ten
         headers={"Authorization": f"Bearer {service}"},
     )
     assert created.status_code in ((401,) if tenant != "t" else (200, 201))
+
+
+def test_the_openapi_document_describes_snapshots_and_every_error_code(http: Http) -> None:
+    """etaMs/etaConfidence and the snapshot's fields are described, and every stable code is listed."""
+    import jsonschema
+
+    from status.domain.errors import ErrorCode
+
+    document = http.client.get("/openapi.json").json()
+    codes = set(document["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"])
+    assert {c.value for c in ErrorCode} | {"INTERNAL"} == codes and "PERMISSION_DENIED" in codes
+    snapshot_schema = document["components"]["schemas"]["TaskSnapshot"]
+    assert {"etaMs", "etaConfidence"} <= set(snapshot_schema["properties"])
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    snapshot = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    jsonschema.validate(snapshot, snapshot_schema)

@@ -442,6 +442,16 @@ def test_ac18_timeline_resumes_and_reports_purged_history(http: Http, engine: sa
         )
     page = http.client.get(f"/api/tasks/{task_id}/events?afterTaskVersion=1", headers=http.user("user-1")).json()
     assert page["historyTruncated"] is True and page["oldestAvailableVersion"] == "4"
+    # All of it purged (retention): still truncated for any version the task has moved past.
+    with engine.begin() as conn:
+        conn.execute(sa.delete(t.task_event_log).where(t.task_event_log.c.task_id == task_id))
+    page = http.client.get(f"/api/tasks/{task_id}/events?afterTaskVersion=0", headers=http.user("user-1")).json()
+    assert page["events"] == [] and page["historyTruncated"] is True and page["oldestAvailableVersion"] is None
+    latest = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()["taskVersion"]
+    page = http.client.get(
+        f"/api/tasks/{task_id}/events?afterTaskVersion={latest}", headers=http.user("user-1")
+    ).json()
+    assert page["historyTruncated"] is False  # nothing after the current version was ever there
 
 
 def test_ac19_producer_duration_is_kept_as_reported(http: Http) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +42,22 @@ def test_every_option_of_every_command_has_help_text() -> None:
                         if a.dest != "help" and not a.help
                     ]
     assert missing == []
+
+
+def test_a_token_is_signed_only_with_a_secret_the_service_knows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run from a worker's folder, it used to invent a secrets file there and print a token every
+    service refuses; now it says where the secret would come from, and creates nothing."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("DATA_DIR", "SERVICE_TOKEN_SECRET", "USER_TOKEN_SECRET", "ENV"):
+        monkeypatch.delenv(f"TASK_OBSERVER_{name}", raising=False)
+    args = ["service-token", "--producer", "p", "--tenant", "t", "--scope", "s", "--role", "WORKER"]
+    assert main(args) == 2
+    assert "no TASK_OBSERVER_SERVICE_TOKEN_SECRET and no dev secrets" in capsys.readouterr().err
+    assert main(["user-token", "--tenant", "t", "--user", "u"]) == 2
+    assert not (tmp_path / ".cache").exists()
+    monkeypatch.setenv("TASK_OBSERVER_SERVICE_TOKEN_SECRET", "s" * 40)
+    assert main(args) == 0
+    printed = capsys.readouterr()
+    assert printed.out.count(".") == 2 and "from the environment" in printed.err

@@ -181,8 +181,19 @@ export class TaskStatusClient {
         return;
       }
       // First subscribe, or history could not fill the gap: load snapshots, buffer live messages meanwhile.
+      // A load that began before this subscription (the one start() made) may miss what was published
+      // between its read and now: load once more after it.
       this.buffering = true;
-      void this.loadSummarySnapshot(ctx.wasRecovering ? 'recovery' : 'initial');
+      const reason = ctx.wasRecovering ? 'recovery' : 'initial';
+      const earlier = this.snapshotRun;
+      if (earlier) {
+        void earlier.then(() => {
+          this.buffering = true;
+          return this.loadSummarySnapshot(reason);
+        });
+      } else {
+        void this.loadSummarySnapshot(reason);
+      }
     });
     centrifuge.on('publication', (ctx) => {
       if (ctx.channel !== summaryChannel) return;
@@ -194,6 +205,9 @@ export class TaskStatusClient {
     this.options.visibility?.addEventListener('visibilitychange', this.onVisibility);
     this.scheduleCheck();
     centrifuge.connect();
+    // Snapshots come over HTTP: show what the service knows even while realtime cannot connect
+    // (the page says it is offline, never "no tasks" while tasks exist).
+    void this.loadSummarySnapshot('initial');
   }
 
   /** Disconnect and stop every timer. The store keeps its contents. */

@@ -167,6 +167,20 @@ describe('TaskStatusClient', () => {
     h.client.stop();
   });
 
+  it('shows the tasks from a snapshot while realtime cannot connect, and says it is not live', async () => {
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => ({ tasks: [summary('t1', 4, { businessStatus: 'snap-4' })], nextCursor: null }),
+    });
+    await h.client.start();
+    h.centrifuge.disconnect(); // Centrifugo unreachable: never connected, never subscribed
+    await flush();
+    await flush();
+    expect(h.client.store.task('t1')?.summary.businessStatus).toBe('snap-4');
+    expect(h.client.state).not.toBe('LIVE');
+    h.client.stop();
+  });
+
   it('recovered=true after a reconnect needs no snapshot; recovered=false reloads the snapshot', async () => {
     const batchBodies: any[] = [];
     const h = harness({
@@ -183,7 +197,8 @@ describe('TaskStatusClient', () => {
     await flush();
     expect(h.client.state).toBe('LIVE');
     const listCalls = () => h.calls.filter((c) => c.path.startsWith('/api/me/tasks')).length;
-    expect(listCalls()).toBe(1);
+    // One list at start (over HTTP, whatever realtime does), one after the first subscribe.
+    expect(listCalls()).toBe(2);
 
     // Connection lost: the list stays, the state says so.
     h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
@@ -191,7 +206,7 @@ describe('TaskStatusClient', () => {
     expect(h.client.store.task('t1')).toBeDefined();
     h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: true, recovered: true });
     expect(h.client.state).toBe('LIVE');
-    expect(listCalls()).toBe(1);
+    expect(listCalls()).toBe(2);
 
     // History could not cover the gap: list + batchGet of what we show, with our versions.
     h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
@@ -199,7 +214,7 @@ describe('TaskStatusClient', () => {
     await flush();
     await flush();
     await flush();
-    expect(listCalls()).toBe(2);
+    expect(listCalls()).toBe(3);
     expect(batchBodies).toHaveLength(0); // t1 came back with the list, so nothing is left to ask for by version
     expect(h.client.state).toBe('LIVE');
     h.client.stop();
