@@ -10,6 +10,7 @@ attempt whose completion report was lost with a worker's disk. The reconciler ru
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -21,6 +22,7 @@ from status import logs
 from status.domain.verdicts import ActivityOutcome, ActivityRef, ActivityState
 
 log = logs.get("observer.activities")
+ASK_TIMEOUT_SECONDS = 30
 
 _ENDINGS = {
     HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: (
@@ -45,6 +47,8 @@ class ActivityProbe:
         self.max_runs = max_runs
         self._clients: dict[str, Client] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._asking: set[concurrent.futures.Future[dict[str, ActivityOutcome]]] = set()
+        self._closed = False
         self.rpcs = 0
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -52,10 +56,23 @@ class ActivityProbe:
         self._loop = loop
 
     def ask(self, refs: Mapping[str, ActivityRef]) -> Mapping[str, ActivityOutcome]:
-        """From the reconciler's thread: what Temporal knows of these executions' activities."""
-        if self._loop is None:
+        """From the reconciler's thread: what Temporal knows of these executions' activities
+        (nothing once the observer is stopping: STALE then stands, as when Temporal is unreachable)."""
+        if self._loop is None or self._closed:
             return {}
-        return asyncio.run_coroutine_threadsafe(self.outcomes(refs), self._loop).result(timeout=60)
+        future = asyncio.run_coroutine_threadsafe(self.outcomes(refs), self._loop)
+        self._asking.add(future)
+        try:
+            return future.result(timeout=ASK_TIMEOUT_SECONDS)
+        finally:
+            self._asking.discard(future)
+
+    def close(self) -> None:
+        """Stopping: no new questions, and the one a reconciler thread waits for is given up, so the
+        thread (and with it the process) can end."""
+        self._closed = True
+        for future in list(self._asking):
+            future.cancel()
 
     async def outcomes(self, refs: Mapping[str, ActivityRef]) -> dict[str, ActivityOutcome]:
         by_run: dict[tuple[str, str, str], dict[str, str]] = defaultdict(dict)  # run -> activity id -> execution id

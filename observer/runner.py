@@ -55,6 +55,8 @@ class Observer:
         self.relay.leases.wake_address = address
 
     async def close(self) -> None:
+        if self.reconciler.probe is not None:
+            self.reconciler.probe.close()  # a reconciler thread waiting on Temporal lets go
         self.wake.close()
         try:
             await self.relay.flush()
@@ -211,7 +213,12 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
             )
         log.info("observer running as Temporal activities on task queue %s", TASK_QUEUE)
         await stop.wait()
+        log.info("stopping: cancelling the observer's activities")
+        if observer.reconciler.probe is not None:
+            observer.reconciler.probe.close()  # before the worker waits for its activities to end
+    log.info("worker stopped; closing the observer")
     await observer.close()
+    log.info("observer stopped")
 
 
 def _on_signals(callback: Callable[[], None]) -> None:

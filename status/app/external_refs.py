@@ -9,6 +9,7 @@ References are lookup keys, not projection state: attaching one moves no version
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from datetime import datetime
@@ -27,6 +28,11 @@ from status.infra.uow import UnitOfWork, run_in_transaction
 REF_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 MAX_REF_VALUE = 255
 MAX_REFS_PER_REQUEST = 20
+
+
+def ref_hash(ref_value: str) -> str:
+    """The key of a reference: its exact bytes (no collation folds or pads them)."""
+    return hashlib.sha256(ref_value.encode("utf-8")).hexdigest()
 
 
 def check_refs(refs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -49,7 +55,9 @@ def attach_in(
     results = []
     for ref_type, ref_value in refs:
         key = (x.c.tenant_id == tenant_id, x.c.authority_scope == scope, x.c.ref_type == ref_type)
-        owner = conn.execute(sa.select(x.c.task_id).where(*key, x.c.ref_value == ref_value).with_for_update()).scalar()
+        owner = conn.execute(
+            sa.select(x.c.task_id).where(*key, x.c.ref_hash == ref_hash(ref_value)).with_for_update()
+        ).scalar()
         if owner is not None and owner != task_id:
             raise Conflict(f"{ref_type} {ref_value!r} already refers to another task", ErrorCode.EXTERNAL_REF_CONFLICT)
         if owner is None:
@@ -58,6 +66,7 @@ def attach_in(
                     tenant_id=tenant_id,
                     authority_scope=scope,
                     ref_type=ref_type,
+                    ref_hash=ref_hash(ref_value),
                     ref_value=ref_value,
                     task_id=task_id,
                     created_at=now,
@@ -116,7 +125,7 @@ class ExternalRefCommands:
                     x.c.tenant_id == caller.tenant_id,
                     x.c.authority_scope == caller.authority_scope,
                     x.c.ref_type == ref_type,
-                    x.c.ref_value == ref_value,
+                    x.c.ref_hash == ref_hash(ref_value),
                 )
             ).first()
         if row is None:
@@ -141,7 +150,7 @@ class ExternalRefCommands:
         check_refs([(ref_type, ref_value)])
         x = t.task_external_ref
         query = sa.select(x.c.task_id).where(
-            x.c.tenant_id == user.tenant_id, x.c.ref_type == ref_type, x.c.ref_value == ref_value
+            x.c.tenant_id == user.tenant_id, x.c.ref_type == ref_type, x.c.ref_hash == ref_hash(ref_value)
         )
         if authority_scope is not None:
             query = query.where(x.c.authority_scope == authority_scope)

@@ -26,6 +26,17 @@ StepKey = tuple[str, int]
 DETAIL_WINDOW = 50
 
 
+def _will_run_again(step: StepState) -> bool:
+    """A failed attempt whose error says it will be retried: its step is still ahead, not behind
+    (the task's ETA counts it like a pending step until the next attempt starts)."""
+    return (
+        step.lifecycle is Lifecycle.FAILED
+        and step.error is not None
+        and bool(step.error.retryable)
+        and step.failure_policy != "WAIT_FOR_USER"
+    )
+
+
 def _display_key(step: StepState) -> tuple[int, str, int]:
     return (step.step_order, step.step_id, step.attempt)
 
@@ -41,7 +52,8 @@ class StepSet:
     # Kept as attempts change, so an event's cost follows what is running, not how many steps wait:
     active: dict[StepKey, None] = field(default_factory=dict)  # unfinished attempts past PENDING
     stale: dict[StepKey, None] = field(default_factory=dict)  # unfinished attempts that are STALE
-    pending_ops: dict[str, int] = field(default_factory=dict)  # operation -> latest attempts still PENDING
+    # operation -> latest attempts still ahead: PENDING, or failed and about to be retried
+    pending_ops: dict[str, int] = field(default_factory=dict)
     known_done: list[int] = field(default_factory=lambda: [0])  # latest KNOWN attempts SUCCEEDED (a cell)
 
     @classmethod
@@ -103,7 +115,7 @@ class StepSet:
 
     def _count(self, latest: StepState, delta: int) -> None:
         """Add (or take back) a latest attempt's share of the counters."""
-        if latest.lifecycle is Lifecycle.PENDING:
+        if latest.lifecycle is Lifecycle.PENDING or _will_run_again(latest):
             left = self.pending_ops.get(latest.operation_code, 0) + delta
             if left:
                 self.pending_ops[latest.operation_code] = left

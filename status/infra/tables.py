@@ -396,7 +396,10 @@ task_external_ref = sa.Table(
     sa.Column("tenant_id", sa.String(64), primary_key=True),
     sa.Column("authority_scope", sa.String(64), primary_key=True),
     sa.Column("ref_type", sa.String(64), primary_key=True),
-    sa.Column("ref_value", sa.String(255), primary_key=True),
+    # SHA-256 of the value's UTF-8 bytes: references are exact strings, and MySQL's collations
+    # pad spaces ("SO-x " = "SO-x"); the value itself is kept beside it.
+    sa.Column("ref_hash", sa.String(64), primary_key=True),
+    sa.Column("ref_value", sa.String(255), nullable=False),
     sa.Column("task_id", Id, sa.ForeignKey("task.id", name="task_external_ref_task_fk"), nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Index("task_external_ref_task_idx", "task_id"),

@@ -449,3 +449,4 @@ async def test_a_reset_run_hands_its_task_to_the_run_that_replaces_it(
         await temporal_env.client.get_workflow_handle(handle.id, run_id=reset.run_id).terminate(reason="done")
         snap = await _eventually(lambda: _ended(api, task_id), "the new run's end ended the task")
     assert snap["lifecycleStatus"] == "CANCELLED"
+

@@ -122,3 +122,16 @@ def test_the_public_lookup_respects_the_acl_and_refs_are_validated(http: Http) -
     # Workers may report, not re-map tasks.
     worker = http.auth(http.service_token("worker-1", "WORKER"))
     assert _attach(http, task_id, ("ORDER_ID", "y"), headers=worker).status_code == 403
+
+
+def test_references_are_exact_strings(http: Http) -> None:
+    """A trailing space makes another reference (MySQL's padding collations used to fold them)."""
+    order = f"SO-{uuid.uuid4().hex[:6]}"
+    plain = create_workflow(http)["tasks"][0]["taskId"]
+    spaced = create_workflow(http)["tasks"][0]["taskId"]
+    assert _attach(http, plain, ("ORDER_ID", order)).status_code == 201
+    attached = _attach(http, spaced, ("ORDER_ID", order + " "))
+    assert attached.status_code == 201, attached.text  # not EXTERNAL_REF_CONFLICT
+    assert _lookup(http, "ORDER_ID", order).json()["taskId"] == plain
+    assert _lookup(http, "ORDER_ID", order + " ").json()["taskId"] == spaced
+    assert _lookup(http, "ORDER_ID", order.lower() if order.lower() != order else order + "x").status_code == 404

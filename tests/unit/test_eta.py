@@ -88,3 +88,25 @@ def test_the_step_set_keeps_its_counters_as_attempts_change() -> None:
     assert done.known_done[0] == 1 and not done.active and done.pending_ops == {"DOCUMENT.PARSE": 4}
     retry = done.with_step(replace(_step("s0", Lifecycle.PENDING), attempt=2))
     assert retry.known_done[0] == 0 and retry.pending_ops == {"DOCUMENT.PARSE": 5}
+
+
+def test_a_step_waiting_for_its_retry_is_still_ahead_of_the_task() -> None:
+    """Between a failed attempt that will be retried and the next attempt, the step is neither
+    running nor pending: the task's ETA said 'finishing…' with two of three steps left."""
+    from status.domain.model import StepError
+
+    stats = DurationStats.of([10.0, 10.0, 10.0, 10.0])
+    failed = replace(
+        _step("s1", Lifecycle.FAILED, elapsed_s=3), error=StepError("DEPENDENCY", "BUSY", "retrying", retryable=True)
+    )
+    steps = StepSet.of([replace(_step("s0", Lifecycle.SUCCEEDED), version=2), failed, _step("s2", Lifecycle.PENDING)])
+    assert steps.pending_ops == {"DOCUMENT.PARSE": 2}  # the one to retry and the one not started
+    from status.domain.eta import pending_estimate
+
+    estimate = task_estimate(
+        Lifecycle.RUNNING, [], [(count, pending_estimate(stats)) for count in steps.pending_ops.values()]
+    )
+    assert estimate is not None and estimate.remaining_ms == 2 * pending_estimate(stats).remaining_ms  # type: ignore[union-attr]
+    # A failure that is final is behind the task, not ahead of it.
+    final = replace(failed, error=StepError("BUSINESS", "REFUSED", "no", retryable=False))
+    assert StepSet.of([final, _step("s2", Lifecycle.PENDING)]).pending_ops == {"DOCUMENT.PARSE": 1}

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from status.domain.lifecycle import Health, Lifecycle
-from status.domain.model import StepState
+from status.domain.model import StepError, StepState
 from status.domain.stepset import DETAIL_WINDOW, StepSet
 
 T0 = datetime(2026, 1, 1)
@@ -41,6 +41,7 @@ CHANGES = st.lists(
         st.integers(1, 3),  # attempt
         LIFECYCLES,
         st.booleans(),  # STALE
+        st.booleans(),  # a failure that will be retried
     ),
     min_size=1,
     max_size=40,
@@ -49,10 +50,10 @@ CHANGES = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(changes=CHANGES)
-def test_incremental_state_equals_a_full_recomputation(changes: list[tuple[int, int, Lifecycle, bool]]) -> None:
+def test_incremental_state_equals_a_full_recomputation(changes: list[tuple[int, int, Lifecycle, bool, bool]]) -> None:
     steps = StepSet()
     truth: dict[tuple[str, int], StepState] = {}
-    for i, (n, attempt, lifecycle, stale) in enumerate(changes):
+    for i, (n, attempt, lifecycle, stale, retried) in enumerate(changes):
         step = _step(
             f"s{n}",
             attempt,
@@ -61,6 +62,9 @@ def test_incremental_state_equals_a_full_recomputation(changes: list[tuple[int, 
             lifecycle=lifecycle,
             health=Health.STALE if stale else Health.HEALTHY,
             updated_at=T0 + timedelta(seconds=i),
+            error=StepError("DEPENDENCY", "BUSY", "retrying", retryable=retried)
+            if lifecycle is Lifecycle.FAILED
+            else None,
         )
         before = steps
         steps = steps.with_step(step)
@@ -76,8 +80,8 @@ def test_incremental_state_equals_a_full_recomputation(changes: list[tuple[int, 
     )
     # The counters the set keeps as attempts change agree with a pass over every step.
     pending: dict[str, int] = {}
-    for s in latest.values():
-        if s.lifecycle is Lifecycle.PENDING:
+    for s in latest.values():  # ahead: not started yet, or failed and about to be retried
+        if s.lifecycle is Lifecycle.PENDING or (s.lifecycle is Lifecycle.FAILED and s.error and s.error.retryable):
             pending[s.operation_code] = pending.get(s.operation_code, 0) + 1
     assert steps.pending_ops == pending
     assert steps.known_done[0] == sum(

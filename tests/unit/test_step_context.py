@@ -1,0 +1,30 @@
+"""The plugin's workflow-side context survives being closed from another context (issue 21 §6).
+
+A worker that stops (or evicts a workflow) in the middle of a step closes the workflow's
+coroutine from elsewhere: the ``task_step`` block then exits in a context other than the one it
+was entered in, and resetting its ContextVar token there raised ValueError ("was created in a
+different Context"), an error in the user's worker on every shutdown mid-step.
+"""
+
+from __future__ import annotations
+
+from contextvars import copy_context
+
+from task_status_interceptors import dynamic_step, task_step
+from task_status_interceptors._context import current_binding, owning_run
+
+
+def test_a_step_block_closed_from_another_context_raises_nothing() -> None:
+    for block in (task_step("tsk", "01_step"), dynamic_step("tsk", "SEARCH.WEB"), owning_run()):
+        elsewhere = copy_context()
+        elsewhere.run(block.__enter__)  # entered where the workflow ran
+        block.__exit__(None, None, None)  # closed here, as on eviction: no ValueError
+    assert current_binding() is None
+
+
+def test_a_step_block_still_restores_the_outer_binding() -> None:
+    with task_step("tsk", "outer"):
+        with task_step("tsk", "inner"):
+            assert current_binding().step_id == "inner"  # type: ignore[union-attr]
+        assert current_binding().step_id == "outer"  # type: ignore[union-attr]
+    assert current_binding() is None
