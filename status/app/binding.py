@@ -13,7 +13,7 @@ from typing import Any
 from status.app import commands as c
 from status.app.context import HEALTH_PRODUCER, RUN_PRODUCER, EventCaller
 from status.domain import ids
-from status.domain.auth import ExecutionClaims, Role
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid
 from status.domain.lifecycle import EventType
 from status.domain.model import StepState, TaskState
@@ -96,36 +96,10 @@ def resolve_binding(
     if event_type is EventType.STEP_HEALTH_CHANGED:
         if not caller.has(Role.HEALTH):
             raise Forbidden("STEP_HEALTH_CHANGED needs the HEALTH role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
-        if None in (cmd.task_id, cmd.step_id, cmd.step_attempt, cmd.execution_id):
-            raise Invalid("health events name taskId, stepId, stepAttempt and executionId")
-        assert cmd.task_id is not None
-        return Bound(
-            task_id=cmd.task_id,
-            step_id=cmd.step_id,
-            step_attempt=cmd.step_attempt,
-            execution_id=cmd.execution_id,
-            producer_id=HEALTH_PRODUCER,
-            operation_code=None,
-            tenant_id=caller.tenant_id,
-            authority_scope=caller.authority_scope,
-            allowed_event_types=None,
-        )
+        return _named(cmd, caller, HEALTH_PRODUCER, "health events")
     if event_type in TEMPORAL_STEP_ENDINGS and cmd.execution_handle is None and caller.has(Role.RECONCILER):
         # Temporal's record of an activity that ended while its report never came (a lost outbox).
-        if None in (cmd.task_id, cmd.step_id, cmd.step_attempt, cmd.execution_id):
-            raise Invalid("Temporal's verdict on a step names taskId, stepId, stepAttempt and executionId")
-        assert cmd.task_id is not None
-        return Bound(
-            task_id=cmd.task_id,
-            step_id=cmd.step_id,
-            step_attempt=cmd.step_attempt,
-            execution_id=cmd.execution_id,
-            producer_id=RUN_PRODUCER,
-            operation_code=None,
-            tenant_id=caller.tenant_id,
-            authority_scope=caller.authority_scope,
-            allowed_event_types=None,
-        )
+        return _named(cmd, caller, RUN_PRODUCER, "Temporal's verdict on a step")
     if cmd.execution_handle is None:
         raise Invalid("step events need an execution token or an executionHandle")
     handle = handles.get(ids.handle_hash(cmd.execution_handle))
@@ -161,6 +135,23 @@ def resolve_binding(
         authority_scope=caller.authority_scope,
         allowed_event_types=None,
         credential_problem=problem,
+    )
+
+
+def _named(cmd: c.ReportEvent, caller: ServicePrincipal, producer: str, what: str) -> Bound:
+    """An event of the service's own roles, which names its execution instead of holding a handle."""
+    if cmd.task_id is None or None in (cmd.step_id, cmd.step_attempt, cmd.execution_id):
+        raise Invalid(f"{what} name taskId, stepId, stepAttempt and executionId")
+    return Bound(
+        task_id=cmd.task_id,
+        step_id=cmd.step_id,
+        step_attempt=cmd.step_attempt,
+        execution_id=cmd.execution_id,
+        producer_id=producer,
+        operation_code=None,
+        tenant_id=caller.tenant_id,
+        authority_scope=caller.authority_scope,
+        allowed_event_types=None,
     )
 
 

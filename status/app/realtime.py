@@ -14,6 +14,8 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from status.app.service import StatusService
 from status.domain.auth import UserPrincipal
@@ -29,6 +31,10 @@ from status.domain.projections import (
 )
 from status.infra import tables as t
 from status.infra.tokens import RealtimeTokens
+from status.infra.uow import UnitOfWork, run_in_transaction
+
+# The row that serializes one login session's grants (no channel is named so).
+SESSION_GUARD = ""
 
 
 @dataclass(frozen=True)
@@ -121,8 +127,35 @@ class RealtimeService:
 
         def work(conn: sa.Connection) -> None:
             g = t.realtime_grant
-            conn.execute(sa.delete(g).where(g.c.session_id == session_id, g.c.expires_at <= now))
-            held = set(conn.scalars(sa.select(g.c.channel).where(g.c.session_id == session_id).with_for_update()))
+            # Serialize this session's grants on a row that always exists: FOR UPDATE over the
+            # session's grants locks nothing while it has none, so concurrent first grants all
+            # saw zero held and together passed the limit. An upsert takes the guard row's
+            # exclusive lock at once (INSERT IGNORE then FOR UPDATE would upgrade a shared lock
+            # and deadlock two waiting grants).
+            guard = {
+                "session_id": session_id,
+                "channel": SESSION_GUARD,
+                "tenant_id": user.tenant_id,
+                "user_id": user.user_id,
+                "expires_at": expires,
+                "created_at": now,
+            }
+            if conn.dialect.name == "mysql":
+                conn.execute(mysql_insert(g).values(guard).on_duplicate_key_update(expires_at=expires))
+            else:
+                conn.execute(
+                    sqlite_insert(g)
+                    .values(guard)
+                    .on_conflict_do_update(index_elements=[g.c.session_id, g.c.channel], set_={"expires_at": expires})
+                )
+            conn.execute(
+                sa.delete(g).where(g.c.session_id == session_id, g.c.expires_at <= now, g.c.channel != SESSION_GUARD)
+            )
+            held = set(
+                conn.scalars(
+                    sa.select(g.c.channel).where(g.c.session_id == session_id, g.c.channel != SESSION_GUARD)
+                )
+            )
             if channel not in held and len(held) >= self.detail_limit:
                 raise Conflict(
                     f"this session already holds {len(held)} detail subscriptions (limit {self.detail_limit}); "
@@ -145,8 +178,11 @@ class RealtimeService:
                     )
                 )
 
-        with self.status.engine.begin() as conn:
-            work(conn)
+        def unit(uow: UnitOfWork) -> None:
+            work(uow.conn)
+            uow.commit()
+
+        run_in_transaction(self.status.engine, unit)  # a lock wait or deadlock is retried
         token, exp = self.tokens.subscription(user, channel)
         return {"channel": channel, "token": token, "expiresAt": exp, "grantExpiresAt": iso(expires)}
 

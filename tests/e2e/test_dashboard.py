@@ -348,6 +348,9 @@ def test_a_retried_step_failure_is_a_passing_warning_and_a_task_failure_stays(st
     # No dangling colon: the task's title, then what the service said.
     expect(warning).to_contain_text("Contract.pdf: The OCR service is busy.")
     expect(warning).to_contain_text("failed, retrying")
+    # A warning looks like one: its border is the warning colour, not the error toast's red.
+    border = "el => getComputedStyle(el).borderLeftColor"
+    assert warning.evaluate(border) != error_toast.evaluate(border)
     expect(warning).to_have_count(0, timeout=TIMEOUT_MS)  # it fades by itself …
     expect(error_toast).to_have_count(1)  # … the task failure, shown earlier, is still there
     assert_never_went_back(page)

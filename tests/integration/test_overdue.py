@@ -60,6 +60,12 @@ def test_an_attempt_over_its_operations_max_runtime_makes_its_task_overdue(http:
     assert plain not in [t["taskId"] for t in _later(service, 3600, overdue_after_seconds=7200).overdue(admin)]
     default = [t for t in _later(service, 3600, overdue_after_seconds=1800).overdue(admin) if t["taskId"] == plain]
     assert default and default[0]["reason"] == "TASK_OVER_DEFAULT" and default[0]["limitSeconds"] == 1800
+    # The observer's gauge counts it (the reconciler refreshes it as it passes).
+    from observer import metrics
+    from observer.loops import LoopConfig, Reconciler
+
+    Reconciler(_later(service, 601), LoopConfig(heartbeat_grace_seconds=0)).run_once()
+    assert metrics.OVERDUE_TASKS._value.get() >= 1
     # Another tenant's admin does not see it.
     other = ServicePrincipal("ops", "someone-else", "content", frozenset({Role.ADMIN}))
     assert task_id not in [t["taskId"] for t in _later(service, 601).overdue(other)]

@@ -3,10 +3,12 @@ notices and their policy, and the explicit refusal codes."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import sqlalchemy as sa
 
+from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
@@ -221,3 +223,50 @@ def test_the_detail_subscription_limit_has_its_own_code(http: Http) -> None:
     assert answers[20].status_code == 409, answers[20].text
     assert answers[20].json()["error"]["code"] == "DETAIL_SUBSCRIPTION_LIMIT"
     assert answers[20].json()["error"]["retryable"] is False
+
+
+def test_concurrent_first_grants_of_one_session_stay_within_the_limit(
+    http: Http, service: StatusService, engine: sa.Engine
+) -> None:
+    """FOR UPDATE over a session's grants locked nothing while it had none: first grants made at
+    the same moment all saw zero held and together passed the limit."""
+    import threading
+
+    from status.app.realtime import RealtimeEndpoints, RealtimeService
+    from status.domain.auth import UserPrincipal
+    from status.domain.errors import DomainError
+    from status.infra.tokens import RealtimeTokens
+
+    realtime = RealtimeService(
+        service,
+        RealtimeTokens("r" * 32, 300),
+        RealtimeEndpoints.from_websocket_url("ws://rt/connection/websocket"),
+        2,
+        300,
+    )
+    user = UserPrincipal(http.tenant, "user-1")
+    tasks = [_task(http)[0] for _ in range(8)]
+    def race(session: str) -> tuple[list[str], list[str]]:
+        start = threading.Barrier(len(tasks))
+        granted: list[str] = []
+        refused: list[str] = []
+
+        def grant(task_id: str) -> None:
+            start.wait()
+            try:
+                realtime.subscription_token(user, session, task_id=task_id, workflow_id=None)
+                granted.append(task_id)
+            except DomainError as err:
+                refused.append(err.code.value)
+
+        threads = [threading.Thread(target=grant, args=(task_id,)) for task_id in tasks]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        return granted, refused
+
+    for _ in range(5):  # a few sessions: each one's first grants race
+        granted, refused = race(f"race-{uuid.uuid4().hex}")
+        assert len(granted) == 2, granted
+        assert refused == ["DETAIL_SUBSCRIPTION_LIMIT"] * 6
