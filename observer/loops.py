@@ -18,8 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from observer import metrics
 from observer.activities import ActivityProbe
@@ -29,7 +28,11 @@ from observer.runs import RunFollower
 from status import logs
 from status.app.service import StatusService
 from status.domain.silence import ingest_silent
-from status.infra import tables as t
+from status.infra import retention
+from status.infra.outbox_store import is_database_error
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 log = logs.get("observer")
 OVERDUE_GAUGE_LIMIT = 10_000  # the gauge counts at most this many (an alert needs no more)
@@ -66,26 +69,13 @@ class Retention:
     def run_once(self) -> dict[str, int]:
         now = self.relay.now()
         purged = {"task_outbox": self.relay.purge_published(self.config.outbox_retention, self.config.retention_batch)}
-        for table, column, window in (
-            (t.task_event_dedup, t.task_event_dedup.c.created_at, self.config.dedup_retention),
-            (t.task_event_log, t.task_event_log.c.committed_at, self.config.event_retention),
+        for table, window in (
+            ("task_event_dedup", self.config.dedup_retention),
+            ("task_event_log", self.config.event_retention),
         ):
-            key = sa.tuple_(*table.primary_key.columns)  # (tenant_id, event_id): the whole key, never a part
-            with self.engine.begin() as conn:
-                keys = [
-                    tuple(r)
-                    for r in conn.execute(
-                        sa.select(*table.primary_key.columns)
-                        .where(column < now - window)
-                        .limit(self.config.retention_batch)
-                    )
-                ]
-                if keys:
-                    conn.execute(sa.delete(table).where(key.in_(keys)))
-            purged[table.name] = len(keys)
-            metrics.PURGED.labels(table=table.name).inc(len(keys))
-        with self.engine.begin() as conn:
-            conn.execute(sa.delete(t.realtime_grant).where(t.realtime_grant.c.expires_at < now))
+            purged[table] = retention.purge_older(self.engine, table, now - window, self.config.retention_batch)
+            metrics.PURGED.labels(table=table).inc(purged[table])
+        retention.purge_expired_grants(self.engine, now)
         return purged
 
 
@@ -183,19 +173,18 @@ class ObserverLoops:
         """Run one pass; errors are counted and backed off (logged once per outage), never fatal to the loop."""
         try:
             busy = bool(await run_pass())
-        except sa.exc.DBAPIError as exc:
-            metrics.LOOP_ERRORS.labels(loop=name).inc()
-            self._problems.failed(name, "observer pass failed on the database; backing off", code=type(exc).__name__)
-            self.reconciler.database_failed()
-            await self._sleep(1.0)
         except Exception as exc:
             metrics.LOOP_ERRORS.labels(loop=name).inc()
-            self._problems.failed(name, "observer pass failed; backing off", code=type(exc).__name__)
+            if is_database_error(exc):
+                problem = "observer pass failed on the database; backing off"
+                self._problems.failed(name, problem, code=type(exc).__name__)
+                self.reconciler.database_failed()
+            else:
+                self._problems.failed(name, "observer pass failed; backing off", code=type(exc).__name__)
             await self._sleep(1.0)
-        else:
-            self._problems.cleared(name, "observer pass works again")
-            return busy
-        return False
+            return False
+        self._problems.cleared(name, "observer pass works again")
+        return busy
 
     async def relay_loop(self) -> None:
         last_lease_check = 0.0

@@ -7,7 +7,8 @@ row in the same round), so a newcomer counts before it holds anything, and says
 where each takes wake-ups.  Every round a relay keeps or takes its fair share
 and gives back the rest; a partition whose owner stopped renewing is taken
 over once its lease has run out.  Rounds are serialized by locking the
-partition rows first.
+partition rows first. The decision is ``assign`` (pure); the statements are
+``status.infra.partition_store``'s.
 """
 
 from __future__ import annotations
@@ -17,17 +18,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from status import logs
-from status.infra import tables as t
-from status.infra.repository import OUTBOX_PARTITIONS
+from status.infra.partition_store import PartitionStore
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 log = logs.get("observer.partitions")
-op = t.outbox_partition
-rt = t.outbox_relay
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ class PartitionLeases:
         renew_seconds: float,
         now: Callable[[], datetime],
     ) -> None:
-        self.engine = engine
+        self.store = PartitionStore(engine)
         self.relay_id = relay_id
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds
@@ -92,27 +91,16 @@ class PartitionLeases:
         now = self._now()
         lease_until = now + timedelta(seconds=self.lease_seconds)
         if self._rounds == 0:
-            self._ensure_rows()
-        with self.engine.begin() as conn:
-            # Lock order: the partition rows first (this serializes the relays' rounds).
-            rows = conn.execute(
-                sa.select(op.c.partition_no, op.c.relay_id, op.c.lease_until)
-                .order_by(op.c.partition_no)
-                .with_for_update()
-            ).all()
-            self._announce(conn, now, lease_until)
-            live = set(conn.scalars(sa.select(rt.c.relay_id).where(rt.c.alive_until > now)))
-            decided = assign(rows, self.relay_id, live, now)
-            if decided.held:
-                conn.execute(
-                    sa.update(op)
-                    .where(op.c.partition_no.in_(decided.held))
-                    .values(relay_id=self.relay_id, lease_until=lease_until)
-                )
-            if decided.released:
-                conn.execute(
-                    sa.update(op).where(op.c.partition_no.in_(decided.released)).values(relay_id=None, lease_until=None)
-                )
+            self.store.ensure_rows()
+        decided = self.store.round(
+            self.relay_id,
+            now,
+            lease_until,
+            self.wake_address,
+            lambda rows, live: assign(rows, self.relay_id, live, now),
+            forget_gone=self._rounds % 100 == 0,
+        )
+        self._rounds += 1
         if decided.orphaned:
             log.warning("took over outbox partitions of a relay that stopped renewing", status=str(decided.orphaned))
         self._held = decided.held
@@ -120,29 +108,7 @@ class PartitionLeases:
         self._held_until = started + self.lease_seconds - self.renew_seconds
         self._renew_at = started + self.renew_seconds
 
-    def _announce(self, conn: sa.Connection, now: datetime, alive_until: datetime) -> None:
-        """This relay is alive (and where it takes wake-ups); long-gone relays are forgotten now and then."""
-        values = {"alive_until": alive_until, "wake_address": self.wake_address}
-        if not conn.execute(sa.update(rt).where(rt.c.relay_id == self.relay_id).values(**values)).rowcount:
-            conn.execute(sa.insert(rt).values(relay_id=self.relay_id, **values))
-        if self._rounds % 100 == 0:
-            conn.execute(sa.delete(rt).where(rt.c.alive_until < now - timedelta(hours=1)))
-        self._rounds += 1
-
-    def _ensure_rows(self) -> None:
-        with self.engine.begin() as conn:
-            existing = set(conn.scalars(sa.select(op.c.partition_no)))
-        missing = [{"partition_no": n} for n in range(OUTBOX_PARTITIONS) if n not in existing]
-        if missing:
-            try:
-                with self.engine.begin() as conn:
-                    conn.execute(sa.insert(op), missing)
-            except sa.exc.IntegrityError:
-                pass  # another relay created them first
-
     def release(self) -> None:
         """Give everything up (shutdown): other relays take the partitions at once instead of after the lease."""
-        with self.engine.begin() as conn:
-            conn.execute(sa.update(op).where(op.c.relay_id == self.relay_id).values(relay_id=None, lease_until=None))
-            conn.execute(sa.delete(rt).where(rt.c.relay_id == self.relay_id))
+        self.store.release(self.relay_id)
         self._held, self._held_until, self._renew_at = (), float("-inf"), float("-inf")

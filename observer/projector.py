@@ -1,37 +1,23 @@
-"""Workflow projector (SPEC R15, seed §6.1.1): task changes → workflow aggregates.
-
-Task commits append to ``workflow_change`` (insert-only) and never lock the
-workflow.  A pass claims change rows with ``SKIP LOCKED``, recomputes each
-touched workflow's aggregate from its tasks' committed state, and when the
-aggregate changed bumps the workflow's own ``workflowVersion`` and writes
-outbox rows for the workflow channel and the workflow owner's summary channel
-— all in one transaction, so a crash re-folds the same changes.
-"""
+"""The workflow projector's loop side: look cheaply for change rows, fold them (``status.app.projection``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from observer import metrics
-from observer.probe import RowProbe
-from status.app import outbox
-from status.domain.aggregate import fold
-from status.domain.lifecycle import Lifecycle
-from status.domain.model import WorkflowState
+from status.app.projection import WorkflowProjection
 from status.infra import repository as repo
-from status.infra import tables as t
-from status.infra import wakeup
+from status.infra.probe import RowProbe
 
-wc = t.workflow_change
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 class WorkflowProjector:
     def __init__(self, engine: sa.Engine, clock: Callable[[], datetime] = repo.utcnow, batch_size: int = 500) -> None:
-        self.engine = engine
-        self.clock = clock
+        self.projection = WorkflowProjection(engine, clock)
         self.batch_size = batch_size
         self._changes = RowProbe(engine, "SELECT 1 FROM workflow_change LIMIT 1")
         # Change rows folded by the last pass (a full batch means more may be waiting).
@@ -43,86 +29,9 @@ class WorkflowProjector:
 
     def run_once(self) -> int:
         """Fold one batch of changes; returns how many workflows got a new version."""
-        bumped = 0
         self.last_claimed = 0
         if not self._changes():
             return 0
-        with self.engine.begin() as conn:
-            changes = conn.execute(
-                sa.select(wc.c.id, wc.c.workflow_id)
-                .order_by(wc.c.id)
-                .limit(self.batch_size)
-                .with_for_update(skip_locked=True)
-            ).all()
-            if not changes:
-                return 0
-            self.last_claimed = len(changes)
-            for workflow_id in sorted({c.workflow_id for c in changes}):
-                if self._fold_workflow(conn, workflow_id):
-                    bumped += 1
-            conn.execute(sa.delete(wc).where(wc.c.id.in_([c.id for c in changes])))
-            wrote = wakeup.take_mark(conn)
-        if wrote:
-            wakeup.signal_for(self.engine).notify()  # committed workflow outbox rows: wake the relays
+        self.last_claimed, bumped = self.projection.fold_changes(self.batch_size)
         metrics.PROJECTOR_FOLDS.inc(bumped)
         return bumped
-
-    def _fold_workflow(self, conn: sa.Connection, workflow_id: str) -> bool:
-        row = (
-            conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id).with_for_update())
-            .mappings()
-            .first()
-        )
-        if row is None:
-            return False
-        tasks = [
-            dict(r)
-            for r in conn.execute(
-                sa.select(t.task.c.lifecycle_status, t.task.c.health, t.task.c.started_at, t.task.c.finished_at).where(
-                    t.task.c.workflow_id == workflow_id
-                )
-            ).mappings()
-        ]
-        lifecycle, health, aggregate = fold(tasks)
-        if (
-            aggregate == (row["aggregate"] or {})
-            and lifecycle.value == row["lifecycle_status"]
-            and health.value == row["health"]
-        ):
-            return False
-        now = repo.now_ms(self.clock())
-        started = row["started_at"] or (now if lifecycle is not Lifecycle.PENDING else None)
-        finished = now if lifecycle.terminal else None
-        version = int(row["version"]) + 1
-        conn.execute(
-            sa.update(t.workflow)
-            .where(t.workflow.c.id == workflow_id)
-            .values(
-                lifecycle_status=lifecycle.value,
-                health=health.value,
-                aggregate=aggregate,
-                version=version,
-                started_at=started,
-                finished_at=finished,
-                updated_at=now,
-            )
-        )
-        workflow = repo.workflow_from_row(
-            {
-                **row,
-                "lifecycle_status": lifecycle.value,
-                "health": health.value,
-                "aggregate": aggregate,
-                "version": version,
-                "started_at": started,
-                "finished_at": finished,
-                "updated_at": now,
-            }
-        )
-        self._outbox(conn, workflow, now)
-        return True
-
-    @staticmethod
-    def _outbox(conn: sa.Connection, workflow: WorkflowState, now: datetime) -> None:
-        rows = outbox.workflow_rows(workflow, [workflow.owner_id], now, must_deliver=workflow.lifecycle.terminal)
-        repo.insert_outbox(conn, rows)

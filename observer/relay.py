@@ -25,21 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
 from cent import CentApiResponseError
 
 from observer import metrics
 from observer.partitions import PartitionLeases
 from status import logs
-from status.infra import tables as t
 from status.infra.centrifugo import (
     PERMANENT_CODES,
     CentrifugoApi,
@@ -49,13 +46,15 @@ from status.infra.centrifugo import (
     TransportError,
     Unauthorized,
 )
-from status.infra.repository import OUTBOX_PARTITIONS, now_ms
-from status.infra.uow import is_retryable
+from status.infra.outbox_store import ClaimedRow, Marks, OutboxStore, retrying
+from status.infra.repository import now_ms
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+__all__ = ["ClaimedRow", "OutboxRelay", "PassResult", "RelayConfig"]
 
 log = logs.get("observer.relay")
-ot = t.task_outbox
 
 # Per-aggregate channels carry one aggregate's versions, so Centrifugo can skip
 # stale publications by version; a user's summary channel interleaves many
@@ -64,22 +63,6 @@ VERSIONED_NAMESPACES = ("task_detail:", "workflow_summary:")
 COALESCIBLE = ("USER_SUMMARY", "TASK_DETAIL", "PROJECT_BROADCAST")
 # Rows that are server API commands rather than publications.
 _COMMANDS = ("USER_FANOUT", "UNSUBSCRIBE")
-
-
-@dataclass(frozen=True)
-class ClaimedRow:
-    id: int
-    publish_key: str
-    aggregate_type: str
-    aggregate_id: str
-    aggregate_version: int
-    channel: str
-    projection: str
-    must_deliver: bool
-    payload: str  # JSON text
-    attempts: int
-    created_at: datetime
-    payload_bytes: int = 0
 
 
 @dataclass
@@ -109,49 +92,6 @@ class RelayConfig:
     partition_renew_seconds: float = 3.0
 
 
-_CLAIMED_COLUMNS = (
-    ot.c.id,
-    ot.c.publish_key,
-    ot.c.aggregate_type,
-    ot.c.aggregate_id,
-    ot.c.aggregate_version,
-    ot.c.channel,
-    ot.c.projection,
-    ot.c.must_deliver,
-    # The stored JSON text, not decoded: it goes to Centrifugo as it is.
-    sa.type_coerce(ot.c.payload, sa.Text).label("payload"),
-    ot.c.attempts,
-    ot.c.created_at,
-    sa.func.length(ot.c.payload).label("payload_bytes"),
-)
-
-
-def _claimed(row: Any) -> ClaimedRow:
-    """A claim's row, unpacked by position (a mapping per row costs more than the rest of the claim)."""
-    row_id, key, aggregate_type, aggregate_id, version, channel, projection, must, payload, attempts, created, size = (
-        row
-    )
-    # attempts counts this publication too
-    return ClaimedRow(
-        row_id,
-        key,
-        aggregate_type,
-        aggregate_id,
-        version,
-        channel,
-        projection,
-        must,
-        payload,
-        attempts + 1,
-        created,
-        size,
-    )
-
-
-def _by_id(row: Any) -> int:
-    return int(row[0])
-
-
 class OutboxRelay:
     def __init__(
         self,
@@ -170,7 +110,7 @@ class OutboxRelay:
             engine, relay_id, self.config.partition_lease_seconds, self.config.partition_renew_seconds, self.now
         )
         self._problems = logs.ProblemLog(log)
-        self._claim_statements: dict[tuple[int, ...], Any] = {}
+        self.store = OutboxStore(engine, self.config.batch_size)
         # While Centrifugo cannot be reached, the relay waits (0.25 s doubling to 5 s, jittered).
         self._unreachable_backoff = 0.0
         self._unreachable_until = float("-inf")
@@ -196,42 +136,7 @@ class OutboxRelay:
         partitions = self.partitions()
         if not partitions:
             return []
-        return _retrying(lambda: self._claim(partitions, in_flight))
-
-    def _claim(self, partitions: tuple[int, ...], in_flight: Sequence[int]) -> list[ClaimedRow]:
-        # A plain read, no row locks and no status change: the partition lease already makes
-        # these rows this relay's alone, and nothing a crash could leave half-claimed. No
-        # relay skips a row because another relay's scan happens to hold a lock on it.
-        with self.engine.connect() as conn:
-            rows = conn.execute(self._candidates(partitions), {"_now": self.now(), "_in_flight": list(in_flight)}).all()
-        return [_claimed(r) for r in sorted(rows, key=_by_id)]
-
-    def _candidates(self, partitions: tuple[int, ...]) -> Any:
-        """The claim's read for a set of partitions (built once per set: the set rarely changes)."""
-        statement = self._claim_statements.get(partitions)
-        if statement is None:
-            due = (
-                ot.c.status == "PENDING",
-                ot.c.available_at <= sa.bindparam("_now"),
-                # The previous batch, published while its mark is still being written.
-                ot.c.id.not_in(sa.bindparam("_in_flight", expanding=True)),
-            )
-            batch = self.config.batch_size
-            if len(partitions) >= OUTBOX_PARTITIONS:  # all of them: the (status, id) index in one range
-                statement = sa.select(*_CLAIMED_COLUMNS).where(*due).order_by(ot.c.id).limit(batch)
-            else:  # each partition's own (status, partition_no, id) range, in id order
-                per = max(1, math.ceil(batch / len(partitions)))
-                branches = [
-                    sa.select(*_CLAIMED_COLUMNS)
-                    .where(*due, ot.c.partition_no == p)
-                    .order_by(ot.c.id)
-                    .limit(per)
-                    .subquery()
-                    for p in partitions
-                ]
-                statement = sa.union_all(*(sa.select(branch) for branch in branches))
-            self._claim_statements = {partitions: statement}
-        return statement
+        return retrying(lambda: self.store.claim(partitions, self.now(), in_flight))
 
     def take_over_expired_leases(self, limit: int = 1000) -> int:
         """Rows left PROCESSING past the lease go back to PENDING.
@@ -239,26 +144,10 @@ class OutboxRelay:
         Relays no longer lease rows (their partitions are theirs); this returns rows that
         relays of an earlier version left in flight when they were upgraded away.
         """
-        cutoff = self.now() - timedelta(seconds=self.config.lease_seconds)
-        with self.engine.begin() as conn:
-            ids = list(
-                conn.scalars(
-                    sa.select(ot.c.id)
-                    .where(ot.c.status == "PROCESSING", ot.c.locked_at < cutoff)
-                    .order_by(ot.c.id)
-                    .limit(limit)
-                    .with_for_update(skip_locked=True)
-                )
-            )
-            if ids:
-                conn.execute(
-                    sa.update(ot)
-                    .where(ot.c.id.in_(ids), ot.c.status == "PROCESSING")
-                    .values(status="PENDING", locked_by=None, locked_at=None)
-                )
-        if ids:
-            log.warning("took over outbox rows with expired leases", status=f"{len(ids)} rows")
-        return len(ids)
+        taken = self.store.release_processing(self.now() - timedelta(seconds=self.config.lease_seconds), limit)
+        if taken:
+            log.warning("took over outbox rows with expired leases", status=f"{taken} rows")
+        return taken
 
     # ------------------------------------------------------------ publish
     @staticmethod
@@ -369,7 +258,7 @@ class OutboxRelay:
         write = self._mark(rows, to_send, outcomes, skipped, result)
         await self.flush()  # the previous batch's mark
         self._in_flight = [r.id for r in rows]
-        self._marking = asyncio.ensure_future(asyncio.to_thread(_retrying, write))
+        self._marking = asyncio.ensure_future(asyncio.to_thread(retrying, write))
         if wait_for_mark or result.held:
             # Held rows stay due: the next read must see them again, ahead of later rows.
             await self.flush()
@@ -427,38 +316,18 @@ class OutboxRelay:
             else:
                 retry.append((row, reason))
 
+        marks = Marks(
+            published=published,
+            retry=[
+                (row.id, now + timedelta(seconds=self.backoff(row.attempts)), row.attempts, reason)
+                for row, reason in retry
+            ],
+            counted=[row.id for row in counted],
+            dead=[(row.id, row.attempts, reason) for row, reason in dead],
+        )
+
         def write() -> None:
-            # Guarded by PENDING: a row another relay already marked (a lease handover
-            # mid-pass) keeps what it got.
-            with self.engine.begin() as conn:
-                if published:
-                    conn.execute(
-                        sa.update(ot)
-                        .where(ot.c.id.in_(published), ot.c.status == "PENDING")
-                        .values(status="PUBLISHED", published_at=now, attempts=ot.c.attempts + 1, last_error=None)
-                    )
-                for row, reason in retry:
-                    conn.execute(
-                        sa.update(ot)
-                        .where(ot.c.id == row.id, ot.c.status == "PENDING")
-                        .values(
-                            available_at=now + timedelta(seconds=self.backoff(row.attempts)),
-                            attempts=row.attempts,
-                            last_error=reason,
-                        )
-                    )
-                if counted:
-                    conn.execute(
-                        sa.update(ot)
-                        .where(ot.c.id.in_([r.id for r in counted]), ot.c.status == "PENDING")
-                        .values(attempts=ot.c.attempts + 1)
-                    )
-                for row, reason in dead:
-                    conn.execute(
-                        sa.update(ot)
-                        .where(ot.c.id == row.id, ot.c.status == "PENDING")
-                        .values(status="DEAD", attempts=row.attempts, last_error=reason)
-                    )
+            self.store.mark(marks, now)
 
         for row in rows:
             if row.id in skipped:
@@ -493,32 +362,13 @@ class OutboxRelay:
     # ------------------------------------------------------------ retention and gauges
     def purge_published(self, older_than: timedelta, batch: int = 5000) -> int:
         """Delete PUBLISHED rows past the retention window, in bounded batches (R16)."""
-        cutoff = self.now() - older_than
-        with self.engine.begin() as conn:
-            ids = list(
-                conn.scalars(
-                    sa.select(ot.c.id)
-                    .where(ot.c.status == "PUBLISHED", ot.c.published_at < cutoff)
-                    .order_by(ot.c.id)
-                    .limit(batch)
-                )
-            )
-            if ids:
-                conn.execute(sa.delete(ot).where(ot.c.id.in_(ids)))
-        metrics.PURGED.labels(table="task_outbox").inc(len(ids))
-        return len(ids)
+        purged = self.store.purge_published(self.now() - older_than, batch)
+        metrics.PURGED.labels(table="task_outbox").inc(purged)
+        return purged
 
     def update_gauges(self) -> dict[str, float]:
         now = self.now()
-        with self.engine.connect() as conn:
-            counts: dict[str, int] = dict(
-                conn.execute(
-                    sa.select(ot.c.status, sa.func.count())
-                    .where(ot.c.status.in_(["PENDING", "PROCESSING", "DEAD"]))
-                    .group_by(ot.c.status)
-                ).all()
-            )
-            oldest = conn.execute(sa.select(sa.func.min(ot.c.created_at)).where(ot.c.status == "PENDING")).scalar()
+        counts, oldest = self.store.waiting()
         age = (now - oldest).total_seconds() if oldest is not None else 0.0
         for status in ("PENDING", "PROCESSING", "DEAD"):
             metrics.OUTBOX_ROWS.labels(status=status.lower()).set(counts.get(status, 0))
@@ -529,18 +379,6 @@ class OutboxRelay:
             "dead": counts.get("DEAD", 0),
             "oldest_pending_age_seconds": age,
         }
-
-
-def _retrying(work: Callable[[], T]) -> T:
-    """Run a short relay transaction again after a deadlock or lock wait timeout."""
-    for attempt in range(5):
-        try:
-            return work()
-        except sa.exc.DBAPIError as exc:
-            if attempt == 4 or not is_retryable(exc):
-                raise
-            time.sleep(0.005 * (2**attempt) * random.uniform(0.5, 1.5))
-    raise AssertionError("unreachable")
 
 
 def _redact(message: str) -> str:
