@@ -592,6 +592,20 @@ def test_with_realtime_unreachable_the_page_shows_the_tasks_it_can_load_and_says
     context.close()
 
 
+def test_the_details_run_time_keeps_counting_like_the_cards_elapsed_time(stack: Stack, browser: Browser) -> None:
+    user = f"rui-{uuid.uuid4().hex[:6]}"
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    ctx = activate(stack.http, task_id)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    card(page, task_id).click()
+    run_time = page.locator(f'#detail .run-time[data-task-id="{task_id}"]')
+    expect(run_time).to_be_visible(timeout=TIMEOUT_MS)
+    first = run_time.inner_text()
+    expect(run_time).not_to_have_text(first, timeout=TIMEOUT_MS)  # the shared ticker moved it on
+    page.context.close()
+
+
 def test_dashboard_is_served_and_the_root_points_to_it(stack: Stack) -> None:
     root = stack.http.client.get("/", follow_redirects=False)
     assert root.status_code == 307 and root.headers["location"] == "/dashboard/"

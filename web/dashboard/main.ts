@@ -18,6 +18,7 @@ import {
   formatRemaining,
   isTerminal,
   remainingAt,
+  runAt,
   type ConnectionState,
   type NoticeSource,
   type StepDetail,
@@ -473,7 +474,8 @@ class Dashboard {
         { class: 'fields' },
         h('span', {}, 'status ', h('b', { class: 'detail-status' }, s.lifecycleStatus)),
         h('span', {}, 'health ', h('b', {}, s.health)),
-        h('span', {}, 'run ', h('b', {}, formatDuration(s.runDurationMs))),
+        // Ticks with the card's elapsed time (the shared ticker moves it on while the task runs).
+        h('span', {}, 'run ', h('b', { class: 'run-time', 'data-task-id': view.taskId }, formatDuration(runAt(s, view.summaryReceivedAt, performance.now())))),
         h('span', {}, 'queued ', h('b', {}, formatDuration(s.queueDurationMs))),
         h('span', {}, 'version ', h('b', {}, (view.detailVersion ?? view.summaryVersion).toString())),
       ),
@@ -578,6 +580,10 @@ class Dashboard {
       const view = this.client.store.task(el.dataset.taskId ?? '');
       if (!view) continue;
       el.textContent = elapsedText(view, now);
+    }
+    for (const el of document.querySelectorAll<HTMLElement>('.run-time')) {
+      const view = this.client.store.task(el.dataset.taskId ?? '');
+      if (view) el.textContent = formatDuration(runAt(view.summary, view.summaryReceivedAt, now));
     }
     for (const el of document.querySelectorAll<HTMLElement>('.eta')) {
       const view = this.client.store.task(el.dataset.taskId ?? '');

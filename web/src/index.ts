@@ -39,6 +39,7 @@ export {
   formatDuration,
   formatRemaining,
   remainingAt,
+  runAt,
   type ElapsedInput,
   type EtaInput,
   type TickerScheduler,

@@ -20,6 +20,18 @@ export function elapsedAt(state: ElapsedInput, receivedAt: number, now: number):
   return state.elapsedMs + Math.max(0, now - receivedAt);
 }
 
+export interface RunInput {
+  runDurationMs: number | null;
+  lifecycleStatus: string;
+}
+
+/** Run time at local time `now`: a running task's keeps counting, like its elapsed time, on the same ticker. */
+export function runAt(state: RunInput, receivedAt: number, now: number): number | null {
+  if (state.runDurationMs === null || state.runDurationMs === undefined) return null;
+  if (isTerminal(state) || state.lifecycleStatus === 'PENDING') return state.runDurationMs;
+  return state.runDurationMs + Math.max(0, now - receivedAt);
+}
+
 export interface EtaInput {
   /** Estimated ms left as of `asOf` (absent when the service can't say). */
   etaMs?: number;

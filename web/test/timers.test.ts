@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 
-import { SharedTicker, elapsedAt, formatDuration } from '../src/timers.js';
+import { SharedTicker, elapsedAt, formatDuration, runAt } from '../src/timers.js';
 
 describe('elapsedAt', () => {
   it('ticks a running task forward from the local receive time', () => {
@@ -58,5 +58,14 @@ describe('SharedTicker', () => {
     // A new subscriber restarts it.
     ticker.subscribe(a);
     expect(vi.getTimerCount()).toBe(1);
+  });
+});
+
+describe('runAt', () => {
+  it('keeps a running task counting from what the server said, and freezes a finished one', () => {
+    expect(runAt({ runDurationMs: 5000, lifecycleStatus: 'RUNNING' }, 1000, 4000)).toBe(8000);
+    expect(runAt({ runDurationMs: 5000, lifecycleStatus: 'SUCCEEDED' }, 1000, 4000)).toBe(5000);
+    expect(runAt({ runDurationMs: null, lifecycleStatus: 'RUNNING' }, 1000, 4000)).toBeNull();
+    expect(runAt({ runDurationMs: 5000, lifecycleStatus: 'RUNNING' }, 4000, 1000)).toBe(5000); // never backwards
   });
 });
