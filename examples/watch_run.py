@@ -82,7 +82,8 @@ async def watch(
     client = Client(session["endpoints"]["websocket"], events=Printer(), token=session["token"])
     await client.connect()
     try:
-        result = await start_run()
+        # Bounded like the wait for the end: a run no worker picks up fails here, not never.
+        result = await asyncio.wait_for(start_run(), timeout)
         task_ids.add(result["taskId"])
         await asyncio.wait_for(done.wait(), timeout)
     finally:
