@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -323,6 +324,7 @@ class Api:
 
         async def events() -> AsyncIterator[str]:
             client_id = None
+            expiry: asyncio.Task[None] | None = None
             try:
                 async with (
                     httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None)) as http,
@@ -337,6 +339,7 @@ class Api:
                         message = json.loads(line[6:])
                         if "connect" in message:
                             client_id = message["connect"]["client"]
+                            expiry = asyncio.create_task(self._end_expired_watches(user, client_id))
                             yield _sse(
                                 "session", {"sessionId": client_id, "summaryChannel": channel, "watchLimit": limit}
                             )
@@ -351,6 +354,8 @@ class Api:
             except httpx.HTTPError:
                 yield _sse("error", {"code": "UNAVAILABLE", "message": "realtime delivery was interrupted"})
             finally:
+                if expiry is not None:
+                    expiry.cancel()
                 if client_id is not None:
                     await run_in_threadpool(self.realtime.end_stream, user, client_id)
 
@@ -358,25 +363,36 @@ class Api:
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
 
-    async def task_watch_set(self, request: Request) -> JSONResponse:
-        """Replace the detail streams of one SSE session (bounded, ACL per task, session-bound, expiring)."""
-        user = self.user(request)
-        body = await self.parse(request, WatchSetIn)
-        result = await run_in_threadpool(self.realtime.watch_set, user, body.sessionId, body.taskIds)
+    async def _end_expired_watches(self, user: UserPrincipal, client_id: str) -> None:
+        """While an SSE stream is open: a watch that expired (not renewed by a new watch set) ends
+        its live detail subscription, as a subscription token's expiry ends a WebSocket client's."""
+        interval = max(1.0, min(15.0, self.settings.realtime_token_ttl_seconds / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                expired = await run_in_threadpool(self.realtime.expired_watches, user, client_id)
+                if expired:
+                    await self._server_command("unsubscribe", user, client_id, expired)
+            except Exception:  # the next round tries again; the stream itself goes on
+                log.warning("could not end expired watches", code="watch-expiry")
+
+    async def _server_command(self, method: str, user: UserPrincipal, client_id: str, channels: list[str]) -> None:
         async with httpx.AsyncClient(
             base_url=self.settings.centrifugo_api_url,
             headers={"X-API-Key": self.settings.centrifugo_api_key},
             timeout=5.0,
         ) as http:
-            for method, channels in (
-                ("subscribe", result.pop("subscribe")),
-                ("unsubscribe", result.pop("unsubscribe")),
-            ):
-                for channel_name in channels:
-                    # Bound to this user's own client: another user's session id matches nothing.
-                    await http.post(
-                        f"/{method}", json={"user": user.subject, "channel": channel_name, "client": body.sessionId}
-                    )
+            for channel_name in channels:
+                # Bound to this user's own client: another user's session id matches nothing.
+                await http.post(f"/{method}", json={"user": user.subject, "channel": channel_name, "client": client_id})
+
+    async def task_watch_set(self, request: Request) -> JSONResponse:
+        """Replace the detail streams of one SSE session (bounded, ACL per task, session-bound, expiring)."""
+        user = self.user(request)
+        body = await self.parse(request, WatchSetIn)
+        result = await run_in_threadpool(self.realtime.watch_set, user, body.sessionId, body.taskIds)
+        await self._server_command("subscribe", user, body.sessionId, result.pop("subscribe"))
+        await self._server_command("unsubscribe", user, body.sessionId, result.pop("unsubscribe"))
         return JSONResponse(result)
 
     async def release_subscription(self, request: Request) -> JSONResponse:

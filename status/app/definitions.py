@@ -143,6 +143,10 @@ def save_definitions(conn: sa.Connection, document: Mapping[str, Any], tenant_id
     """Insert new definition versions; re-sending a stored version must be identical (frozen, AC16)."""
     if not isinstance(document, Mapping):
         raise Invalid("definitions must be an object with 'operations' and 'statuses'")
+    for part in ("operations", "statuses"):
+        entries = document.get(part) or []
+        if not isinstance(entries, list) or not all(isinstance(entry, Mapping) for entry in entries):
+            raise Invalid(f"{part} must be a list of objects")
     saved = {"operations": 0, "statuses": 0, "unchanged": 0}
     for raw in document.get("operations", []) or []:
         op = parse_operation(raw, tenant_id, scope)

@@ -234,6 +234,19 @@ class RealtimeService:
             "expiresAt": iso(expires),
         }
 
+    def expired_watches(self, user: UserPrincipal, client_id: str) -> list[str]:
+        """The detail channels of an SSE session whose watch has expired; their entries go."""
+        g = t.realtime_grant
+        session = f"sse:{user.subject}:{client_id}"
+        now = self.status.now()
+        with self.status.engine.begin() as conn:
+            expired = list(
+                conn.scalars(sa.select(g.c.channel).where(g.c.session_id == session, g.c.expires_at <= now))
+            )
+            if expired:
+                conn.execute(sa.delete(g).where(g.c.session_id == session, g.c.channel.in_(expired)))
+        return expired
+
     def end_stream(self, user: UserPrincipal, client_id: str) -> None:
         g = t.realtime_grant
         with self.status.engine.begin() as conn:

@@ -82,3 +82,35 @@ async def test_sse_stream_with_a_watch_set(api: Http, live_api: str, relay: Outb
             assert cleared.status_code == 200
             unwatched = await next_event(stream, "unwatched")
             assert unwatched["channel"].endswith(mine)
+
+
+async def test_an_expired_watch_ends_its_live_detail_stream(
+    api: Http, e2e_settings: Any, e2e_engine: Any, e2e_service: Any, relay: OutboxRelay
+) -> None:
+    """A watch set expires (expiresAt) unless it is sent again: its detail stream then ends, as a
+    WebSocket client's detail subscription ends with its token."""
+    import dataclasses
+
+    from status.api.app import create_app
+    from tests.support.processes import serving
+
+    short = dataclasses.replace(e2e_settings, realtime_token_ttl_seconds=4)
+    mine = create_workflow(api)["tasks"][0]["taskId"]
+    await drain(relay)
+    login = api.user_tokens.issue(api.tenant, "user-1")
+    with serving(create_app(short, e2e_engine, e2e_service)) as url:
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10, read=30)) as http,
+            http.stream("GET", "/api/v1/me/task-stream", params={"access_token": login}) as response,
+        ):
+            stream = sse_events(response)
+            session = await next_event(stream, "session")
+            watch = await http.put(
+                "/api/v1/me/task-watch-set",
+                headers={"Authorization": f"Bearer {login}"},
+                json={"sessionId": session["sessionId"], "taskIds": [mine]},
+            )
+            assert watch.status_code == 200 and watch.json()["watching"] == [mine]
+            # Not renewed: within a few seconds of expiresAt the server ends the detail subscription.
+            unwatched = await next_event(stream, "unwatched", timeout=20)
+            assert unwatched["channel"].endswith(f"/{mine}")

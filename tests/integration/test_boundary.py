@@ -126,6 +126,15 @@ def test_definitions_that_storage_cannot_hold_are_refused(http: Http, engine: sa
     assert _committed(engine) == before
 
 
+def test_a_definitions_document_of_the_wrong_shape_is_refused(http: Http, engine: sa.Engine) -> None:
+    """Found by the property test below: {"operations": 1} was iterated (500)."""
+    admin = http.auth(http.service_token("ops", "ADMIN"))
+    for document in ({"operations": 1}, {"statuses": "x"}, {"operations": [1]}, {"statuses": [None]}):
+        before = _committed(engine)
+        _refused(http.client.put("/internal/v1/definitions", json=document, headers=admin))
+        assert _committed(engine) == before
+
+
 @pytest.mark.parametrize("moment", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:30:00+01:00", "0999-01-01T00:00:00Z"])
 @pytest.mark.parametrize("field", ["occurredAt", "observedAt"])
 def test_instants_outside_the_calendar_in_utc_are_refused(
@@ -324,7 +333,11 @@ def _put(body: Any, where: tuple[str | int, ...], value: Any) -> Any:
     return {**(body if isinstance(body, dict) else {}), head: _put(current, rest, value)}
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Derandomized: the suite explores the same 300 inputs every run (it must be green every time);
+# run it with HYPOTHESIS_SEED unset and derandomize off locally to explore further.
+@settings(
+    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     endpoint=st.sampled_from(
         [
