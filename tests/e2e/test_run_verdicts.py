@@ -287,19 +287,7 @@ async def test_two_observers_write_each_ending_once(
     assert int(_snapshot(api, task_id)["taskVersion"]) == int(before) + 1
 
 
-async def test_temporal_unreachable_changes_nothing_then_the_follower_catches_up(
-    api: Http,
-    live_api: str,
-    temporal_env: WorkflowEnvironment,
-    task_queue: str,
-    tmp_path: Path,
-    e2e_service: StatusService,
-) -> None:
-    async with _worker(api, live_api, temporal_env, task_queue, tmp_path):
-        handle, task_id = await _start_waiting(temporal_env, task_queue, api)
-        await handle.terminate(reason="while the observer could not see Temporal")
-
-        async def unreachable(namespace: str) -> Any:
+async def unreachable(namespace: str) -> Any:
             raise RuntimeError("Temporal is unreachable")
 
         blind = RunFollower(e2e_service, unreachable, ["default"])
@@ -450,3 +438,49 @@ async def test_a_reset_run_hands_its_task_to_the_run_that_replaces_it(
         snap = await _eventually(lambda: _ended(api, task_id), "the new run's end ended the task")
     assert snap["lifecycleStatus"] == "CANCELLED"
 
+
+async def test_temporal_down_changes_nothing_and_the_follower_catches_up_when_it_is_back(
+    api: Http, live_api: str, tmp_path: Path, e2e_service: StatusService
+) -> None:
+    """A Temporal server of its own, stopped for real after a run was terminated: the follower's
+    passes fail, the task stays as it is (nothing is guessed); the same server back (same port,
+    same database file) and the follower ends the task from the watermark it kept."""
+    from tests.support.processes import free_port, temporal_binary
+
+    port = free_port()
+    database = tmp_path / "temporal.sqlite3"
+
+    async def start() -> WorkflowEnvironment:
+        return await WorkflowEnvironment.start_local(
+            dev_server_existing_path=str(temporal_binary()),
+            dev_server_log_level="warn",
+            port=port,
+            dev_server_extra_args=["--db-filename", str(database)],
+        )
+
+    env = await start()
+    queue = f"tq-{uuid.uuid4().hex}"
+    try:
+        async with _worker(api, live_api, env, queue, tmp_path):
+            handle, task_id = await _start_waiting(env, queue, api)
+            await handle.terminate(reason="while Temporal goes away")
+    finally:
+        await env.shutdown()
+    follower = RunFollower(e2e_service, lambda namespace: _connect(port), ["default"])
+    for _ in range(3):
+        with pytest.raises(Exception):  # noqa: B017 - whatever the client raises for a server that is gone
+            await follower.run_once()
+    assert _snapshot(api, task_id)["lifecycleStatus"] == "RUNNING"  # nothing guessed
+    env = await start()
+    try:
+        async with _following(e2e_service, env):
+            snap = await _eventually(lambda: _ended(api, task_id), "caught up from the watermark")
+    finally:
+        await env.shutdown()
+    assert snap["lifecycleStatus"] == "CANCELLED"
+
+
+async def _connect(port: int) -> Any:
+    from temporalio.client import Client
+
+    return await Client.connect(f"127.0.0.1:{port}")
