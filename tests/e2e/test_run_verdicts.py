@@ -287,19 +287,6 @@ async def test_two_observers_write_each_ending_once(
     assert int(_snapshot(api, task_id)["taskVersion"]) == int(before) + 1
 
 
-async def unreachable(namespace: str) -> Any:
-            raise RuntimeError("Temporal is unreachable")
-
-        blind = RunFollower(e2e_service, unreachable, ["default"])
-        for _ in range(3):
-            with pytest.raises(RuntimeError):
-                await blind.run_once()
-        assert _snapshot(api, task_id)["lifecycleStatus"] == "RUNNING"  # nothing guessed
-        async with _following(e2e_service, temporal_env):
-            snap = await _eventually(lambda: _ended(api, task_id), "caught up from the watermark")
-    assert snap["lifecycleStatus"] == "CANCELLED"
-
-
 async def test_a_run_ended_by_the_plugin_replays_deterministically_with_it(
     api: Http, live_api: str, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
