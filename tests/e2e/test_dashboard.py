@@ -291,6 +291,11 @@ def test_what_happened_while_away_is_an_unread_list_not_a_burst_of_old_toasts(st
     done = complete_task(stack.http, second)
     assert done.status_code == 200, done.text
     expect(page.locator("#unread-count")).to_have_text("2", timeout=TIMEOUT_MS)
+    # The one that happened while the page was looked at says so; the one missed while away does not.
+    live = page.locator(f'#inbox-list li[data-notification-id^="{second}:"]')
+    expect(live).to_have_attribute("data-seen-live", "true", timeout=TIMEOUT_MS)
+    expect(live).to_contain_text("seen live")
+    expect(entry).not_to_have_attribute("data-seen-live", "true")
     # Marked read here, it is read everywhere: a reload (another device) shows nothing unread.
     page.locator("#inbox-toggle").click()
     page.locator("#inbox-read-all").click()

@@ -93,6 +93,16 @@ const ticker = new SharedTicker(1000);
 class Inbox {
   private loading: Promise<void> | null = null;
   private again = false;
+  /** Notifications whose hint arrived while this page was in view: the user saw them as they happened. */
+  private readonly seenLive = new Set<string>();
+
+  /** A live hint: remember what it announced if the page is being looked at, then reload the list. */
+  announced(ids: string[]): void {
+    if (typeof document === 'undefined' || document.visibilityState === 'visible') {
+      for (const id of ids) this.seenLive.add(id);
+    }
+    this.refresh();
+  }
 
   constructor(private readonly client: TaskStatusClient) {}
 
@@ -142,8 +152,15 @@ class Inbox {
         : items.map((n) =>
             h(
               'li',
-              { 'data-notification-id': n.id, 'data-level': n.level, 'data-type': n.type },
+              {
+                'data-notification-id': n.id,
+                'data-level': n.level,
+                'data-type': n.type,
+                'data-seen-live': this.seenLive.has(n.id) ? 'true' : null,
+              },
               h('span', { class: 'text' }, n.message ? `${n.title}: ${n.message}` : n.title),
+              // Still unread (read means acknowledged, on every device), but shown as it happened.
+              this.seenLive.has(n.id) ? h('span', { class: 'seen-live muted' }, 'seen live') : null,
               h('time', { class: 'muted', datetime: n.createdAt }, new Date(n.createdAt).toLocaleTimeString()),
               h('button', { type: 'button', 'data-mark-read': n.id, 'aria-label': 'mark read' }, '✓'),
             ),
@@ -223,7 +240,7 @@ class Dashboard {
     store.subscribe((change) => {
       if (change.type === 'notice') this.toast(change.notice);
       if (change.type === 'notifications') {
-        this.inbox.refresh();
+        this.inbox.announced(change.message.notifications.map((n) => n.id));
         return;
       }
       if (change.type === 'removed') {
