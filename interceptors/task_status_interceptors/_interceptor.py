@@ -80,6 +80,8 @@ class _WorkflowInbound(WorkflowInboundInterceptor):
         with owning_run() as ownership:
             try:
                 result = await super().execute_workflow(input)
+            except (GeneratorExit, KeyboardInterrupt, SystemExit):
+                raise  # the workflow is evicted (a worker stopping): the run is not over, nothing runs here
             except BaseException as err:
                 verdict = _verdict_of(err)
                 if verdict is not None and ownership.open:

@@ -28,3 +28,26 @@ def test_a_step_block_still_restores_the_outer_binding() -> None:
             assert current_binding().step_id == "inner"  # type: ignore[union-attr]
         assert current_binding().step_id == "outer"  # type: ignore[union-attr]
     assert current_binding() is None
+
+
+def test_an_evicted_workflow_ends_nothing_and_asks_nothing_of_the_workflow_runtime() -> None:
+    """A worker stopping closes its workflows' coroutines (GeneratorExit) outside the workflow's
+    event loop: the plugin's run interceptor must let that through untouched — it asked the
+    workflow runtime about cancellation there and failed with 'Not in workflow event loop'."""
+    from collections.abc import Generator
+
+    from task_status_interceptors._interceptor import _WorkflowInbound
+
+    class Pending:
+        def __await__(self) -> Generator[None, None, None]:
+            yield  # an activity that has not finished
+
+    class Evicted:
+        async def execute_workflow(self, input: object) -> object:
+            await Pending()
+            return None
+
+    inbound = _WorkflowInbound(Evicted())  # type: ignore[arg-type]
+    coroutine = inbound.execute_workflow(None)  # type: ignore[arg-type]
+    coroutine.send(None)  # suspended mid-run, as a workflow waiting on an activity
+    coroutine.close()  # eviction: GeneratorExit goes through; nothing else is raised
