@@ -108,6 +108,30 @@ def run_threads(n: int, seconds: float, body: Callable[[int, Callable[[], bool]]
 
 
 # ---------------------------------------------------------------- ceiling
+# The project's reference ceiling (kept beside the repository, not in it): one bare PyMySQL
+# transaction per event from N threads, on a database of its own.
+REFERENCE_CEILING = Path(__file__).resolve().parents[2] / "shared" / "bench" / "db_ceiling.py"
+
+
+def reference_ceiling(threads: int, seconds: float) -> float | None:
+    """Events/s of the reference ceiling, run in its own process in this run (None if it is absent)."""
+    if not REFERENCE_CEILING.is_file():
+        print("reference ceiling: not found beside the repository; skipped")
+        return None
+    out = subprocess.run(
+        [sys.executable, str(REFERENCE_CEILING), str(threads), str(seconds)],
+        capture_output=True,
+        text=True,
+        timeout=seconds * 6 + 120,
+    )
+    last = (out.stdout.strip().splitlines() or [""])[-1]
+    value = dict(part.split("=", 1) for part in last.split() if "=" in part).get("events_per_s")
+    if out.returncode != 0 or value is None:
+        print(f"reference ceiling: failed ({out.stderr.strip()[-200:]})")
+        return None
+    print(f"reference ceiling:    {float(value):.0f} events/s ({last})")
+    return float(value)
+
 def ceiling(db: str, producers: int, seconds: float) -> dict[str, float]:
     """The event transaction's statements straight through PyMySQL (no service code)."""
     url = sa.make_url(f"{SERVER}/{db}")
@@ -550,6 +574,7 @@ def main() -> None:
             f" {args.seconds:.0f}s per figure"
         )
         ceil = ceiling(db, args.producers, args.seconds)
+        reference = reference_ceiling(args.producers, args.seconds)
         env = {
             f"TASK_OBSERVER_{n}": secrets.token_hex(32)
             for n in (
@@ -570,6 +595,12 @@ def main() -> None:
                 f"  (target >= 0.75 at p99 < 50 ms; p99 {single['p99_ms']:.0f} ms)"
             )
             print(f"ratio batch/ceiling:  {batch['events_per_s'] / ceil['events_per_s']:.2f}  (target >= 3)")
+            if reference:
+                print(
+                    f"vs the reference ceiling ({reference:.0f} events/s, measured in this run):"
+                    f" single {single['events_per_s'] / reference:.2f}x (target >= 1),"
+                    f" batch {batch['events_per_s'] / reference:.2f}x (target >= 3)"
+                )
             print(
                 f"API CPU per event:    single {single['cpu_ms_per_event']:.2f} ms,"
                 f" batch {batch['cpu_ms_per_event']:.2f} ms  (target <= 1 ms)"
