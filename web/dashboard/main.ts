@@ -201,6 +201,11 @@ function silenceText(s: TaskView['summary'], receivedAt: number, now: number): s
   return `no heartbeat for ${amount} (since ${new Date(since).toLocaleTimeString()})`;
 }
 
+/** The estimate to count down: the store's blend of the server's estimates (see TaskView.etaMs). */
+function shownEta(view: TaskView): { etaMs?: number; lifecycleStatus: string } {
+  return { etaMs: view.etaMs ?? undefined, lifecycleStatus: view.summary.lifecycleStatus };
+}
+
 function elapsedText(view: TaskView, now: number): string {
   return `elapsed ${formatDuration(elapsedAt(view.summary, view.summaryReceivedAt, now))}`;
 }
@@ -451,7 +456,7 @@ class Dashboard {
         { class: 'sub' },
         // Drawn with its value; the shared ticker moves it on once a second (not each redraw).
         h('span', { class: 'elapsed', 'data-task-id': view.taskId }, elapsedText(view, performance.now())),
-        h('span', { class: 'eta', 'data-task-id': view.taskId }, formatRemaining(remainingAt(s, view.summaryReceivedAt, performance.now()))),
+        h('span', { class: 'eta', 'data-task-id': view.taskId }, formatRemaining(remainingAt(shownEta(view), view.summaryReceivedAt, performance.now()))),
         h('span', { class: 'steps' }, `${s.progress.completedSteps}/${s.progress.totalSteps} steps${added ? ` · ${added} added` : ''}`),
         s.health === 'STALE' ? h('span', { class: 'silence', 'data-task-id': view.taskId }, silenceText(s, view.summaryReceivedAt, performance.now())) : null,
         current ? h('span', { class: 'current-step' }, `${current.displayName ?? current.operationCode}${current.phaseLabel ? ` · ${current.phaseLabel}` : ''}`) : null,
@@ -604,7 +609,7 @@ class Dashboard {
     }
     for (const el of document.querySelectorAll<HTMLElement>('.eta')) {
       const view = this.client.store.task(el.dataset.taskId ?? '');
-      if (view) el.textContent = formatRemaining(remainingAt(view.summary, view.summaryReceivedAt, now));
+      if (view) el.textContent = formatRemaining(remainingAt(shownEta(view), view.summaryReceivedAt, now));
     }
     for (const el of document.querySelectorAll<HTMLElement>('.silence')) {
       const view = this.client.store.task(el.dataset.taskId ?? '');

@@ -40,7 +40,16 @@ export interface TaskView {
   /** Local clock reading (ms) when `summary` was applied: anchors the elapsed timer. */
   summaryReceivedAt: number;
   detailReceivedAt: number | null;
+  /**
+   * The time left to show, as of `summaryReceivedAt`: each new estimate of the server blended
+   * with the countdown of the previous one, so estimates that wobble between updates do not
+   * make the display jump (13 s → 5 s → 7 s …). Null when the server has no estimate.
+   */
+  etaMs: number | null;
 }
+
+/** How much of a new estimate is taken at once (the rest is the previous estimate, counted down). */
+export const ETA_BLEND = 0.5;
 
 export type NoticeSource =
   | { kind: 'task'; taskId: string; workflowId: string; notice: Notice }
@@ -311,6 +320,7 @@ export class TaskStore {
     const existing = this.tasks.get(taskId);
     const receivedAt = this.now();
     if (existing) {
+      existing.etaMs = blendedEta(existing, summary, receivedAt);
       existing.summary = summary;
       existing.summaryVersion = version;
       existing.summaryReceivedAt = receivedAt;
@@ -325,6 +335,7 @@ export class TaskStore {
       detailVersion: null,
       summaryReceivedAt: receivedAt,
       detailReceivedAt: null,
+      etaMs: summary.etaMs ?? null,
     });
   }
 
@@ -351,4 +362,12 @@ export class TaskStore {
   private emit(change: StoreChange): void {
     for (const listener of [...this.listeners]) listener(change);
   }
+}
+
+function blendedEta(previous: TaskView, summary: TaskSummaryState, receivedAt: number): number | null {
+  const fresh = summary.etaMs;
+  if (fresh === undefined || fresh === null || isTerminal(summary)) return fresh ?? null;
+  if (previous.etaMs === null || isTerminal(previous.summary)) return fresh;
+  const countedDown = Math.max(0, previous.etaMs - Math.max(0, receivedAt - previous.summaryReceivedAt));
+  return Math.round(countedDown + ETA_BLEND * (fresh - countedDown));
 }

@@ -265,3 +265,20 @@ describe('remaining time', () => {
     expect(formatRemaining(4_200_000)).toBe('about 1 h 10 min left');
   });
 });
+
+describe('ETA shown', () => {
+  it('blends each new estimate with the countdown of the previous one, and takes the first as it is', () => {
+    let clock = 0;
+    const store = new TaskStore({ now: () => clock });
+    store.apply(summary('t1', 1, { lifecycleStatus: 'RUNNING', etaMs: 13_400 }));
+    expect(store.task('t1')?.etaMs).toBe(13_400);
+    clock = 1_000; // the previous estimate has counted down to 12,400 ms
+    store.apply(summary('t1', 2, { lifecycleStatus: 'RUNNING', etaMs: 5_300 }));
+    expect(store.task('t1')?.etaMs).toBe(8_850); // halfway from 12,400 to 5,300: no jump to 5.3 s
+    clock = 2_000;
+    store.apply(summary('t1', 3, { lifecycleStatus: 'RUNNING', etaMs: 7_200 }));
+    expect(store.task('t1')?.etaMs).toBe(7_525);
+    store.apply(summary('t1', 4, { lifecycleStatus: 'SUCCEEDED' }));
+    expect(store.task('t1')?.etaMs).toBeNull(); // finished: nothing left to estimate
+  });
+});
