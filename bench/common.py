@@ -78,7 +78,7 @@ def running_task(service: Any, owner: str, title: str = "bench") -> tuple[str, A
 
     from status.app import commands as c
     from status.domain.auth import Role, ServicePrincipal
-    from status.infra.repository import utcnow
+    from status.domain.clock import utcnow
 
     coordinator = ServicePrincipal("bench", "bench", "s", frozenset({Role.COORDINATOR}))
     created = service.create_workflow(
@@ -130,8 +130,7 @@ def dashboard_stack(**overrides: Any) -> Iterator[Any]:
     import uvicorn
 
     from status.api.asgi import app_for
-    from status.bootstrap import build_service
-    from status.infra.db import create_engine
+    from status.bootstrap import Components
     from tests.support.browser import DASHBOARD_DIR, require_dashboard
     from tests.support.processes import free_port, wait_until
     from tests.support.settings import make_settings
@@ -150,12 +149,10 @@ def dashboard_stack(**overrides: Any) -> Iterator[Any]:
             dashboard_dir=DASHBOARD_DIR,
             **overrides,
         )
-        engine = create_engine(url)
-        service = build_service(settings, engine)
+        parts = Components(settings)
+        engine, service = parts.engine, parts.service
         service.install_default_definitions()
-        server = uvicorn.Server(
-            uvicorn.Config(app_for(settings, engine, service), host="127.0.0.1", port=port, log_level="warning")
-        )
+        server = uvicorn.Server(uvicorn.Config(app_for(parts), host="127.0.0.1", port=port, log_level="warning"))
         threading.Thread(target=server.run, daemon=True).start()
         wait_until(lambda: server.started, 15, "status API")
         try:

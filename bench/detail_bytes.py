@@ -26,10 +26,10 @@ from observer.relay import OutboxRelay
 from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
+from status.domain.clock import utcnow
 from status.domain.model import Progress
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
-from status.infra.repository import utcnow
 from status.infra.tokens import RealtimeTokens
 from tests.support.settings import make_settings
 

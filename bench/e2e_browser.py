@@ -21,8 +21,8 @@ import uuid
 from common import dashboard_stack, percentile, running_task  # type: ignore[import-not-found]
 
 from status.app import commands as c
+from status.domain.clock import utcnow
 from status.domain.model import Progress
-from status.infra.repository import utcnow
 from status.infra.tokens import UserTokens
 from tests.support.browser import chromium, open_dashboard
 from tests.support.relay_pump import RelayPump

@@ -23,10 +23,10 @@ from observer.relay import OutboxRelay, RelayConfig
 from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.auth import UserPrincipal
+from status.domain.clock import utcnow
 from status.domain.model import Progress
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
-from status.infra.repository import utcnow
 from status.infra.tokens import RealtimeTokens
 from tests.support.realtime import recording_client
 from tests.support.settings import make_settings

@@ -132,6 +132,7 @@ def reference_ceiling(threads: int, seconds: float) -> float | None:
     print(f"reference ceiling:    {float(value):.0f} events/s ({last})")
     return float(value)
 
+
 def ceiling(db: str, producers: int, seconds: float) -> dict[str, float]:
     """The event transaction's statements straight through PyMySQL (no service code)."""
     url = sa.make_url(f"{SERVER}/{db}")

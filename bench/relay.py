@@ -29,14 +29,14 @@ from observer.relay import OutboxRelay, RelayConfig
 from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.auth import Role, ServicePrincipal
+from status.domain.clock import utcnow
 from status.domain.model import Progress
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
-from status.infra.repository import utcnow
-from status.infra.uow import UnitOfWork
-from status.infra.wakeup import WakeReceiver
+from status.infra.uow import SqlDatabase
+from status.infra.wakeup import OutboxSignal, WakeReceiver
 from tests.support.settings import make_settings
 
 
@@ -143,6 +143,7 @@ def produce(
 
 
 def _produce_rows(engine: Any, task_ids: list[str], rate: float, seconds: float, batch: int, ready: Any) -> None:
+    database = SqlDatabase(engine, [OutboxSignal(engine).committed])
     ot = t.task_outbox
     with engine.connect() as conn:
         templates = {
@@ -168,8 +169,8 @@ def _produce_rows(engine: Any, task_ids: list[str], rate: float, seconds: float,
             for projection in ("USER_SUMMARY", "TASK_DETAIL"):
                 row = templates[(task_id, projection)]
                 rows.append({**row, "aggregate_version": version, "available_at": now, "created_at": now})
-        with UnitOfWork(engine) as uow:
-            repo.insert_outbox(uow.conn, rows)
+        with database.unit_of_work() as uow:
+            uow.log.insert_outbox(rows)
             uow.commit()  # wakes the relay, as the event path's commit does
         next_at += interval
         time.sleep(max(0.0, next_at - time.perf_counter()))

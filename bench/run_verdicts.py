@@ -123,7 +123,7 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
         deadline = time.monotonic() + 30
         ids = [task_id for *_, task_id in runs]
         while time.monotonic() < deadline:
-            with service.engine.connect() as conn:
+            with service.db.engine.connect() as conn:
                 open_left = conn.execute(
                     sa.select(sa.func.count())
                     .select_from(t.task)
@@ -136,7 +136,7 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
     out, _ = follower.communicate(timeout=60)
     rpcs = json.loads(out.strip().splitlines()[-1])["rpcs"]
     lags: dict[str, list[float]] = {way: [] for way in WAYS}
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         finished = dict(
             conn.execute(
                 sa.select(t.task_event_log.c.task_id, sa.func.max(t.task_event_log.c.committed_at))

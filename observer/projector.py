@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
-from typing import TYPE_CHECKING
-
 from observer import metrics
 from status.app.projection import WorkflowProjection
-from status.infra import repository as repo
 from status.infra.probe import RowProbe
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
 
 
 class WorkflowProjector:
-    def __init__(self, engine: sa.Engine, clock: Callable[[], datetime] = repo.utcnow, batch_size: int = 500) -> None:
-        self.projection = WorkflowProjection(engine, clock)
+    # The cheap look for work between passes (one indexed row, no lock).
+    PROBE = "SELECT 1 FROM workflow_change LIMIT 1"
+
+    def __init__(self, projection: WorkflowProjection, changes: RowProbe, batch_size: int = 500) -> None:
+        self.projection = projection
         self.batch_size = batch_size
-        self._changes = RowProbe(engine, "SELECT 1 FROM workflow_change LIMIT 1")
+        self._changes = changes
         # Change rows folded by the last pass (a full batch means more may be waiting).
         self.last_claimed = 0
 

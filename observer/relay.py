@@ -37,6 +37,7 @@ from cent import CentApiResponseError
 from observer import metrics
 from observer.partitions import PartitionLeases
 from status import logs
+from status.domain.clock import now_ms
 from status.infra.centrifugo import (
     PERMANENT_CODES,
     CentrifugoApi,
@@ -47,7 +48,6 @@ from status.infra.centrifugo import (
     Unauthorized,
 )
 from status.infra.outbox_store import ClaimedRow, Marks, OutboxStore, retrying
-from status.infra.repository import now_ms
 
 if TYPE_CHECKING:
     import sqlalchemy as sa

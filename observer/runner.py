@@ -22,10 +22,10 @@ from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
 from observer.runs import RunFollower
-from status.bootstrap import build_service
+from status.bootstrap import Components
 from status.infra import temporal
 from status.infra.centrifugo import CentrifugoApi
-from status.infra.db import create_engine
+from status.infra.probe import RowProbe
 from status.infra.wakeup import WakeReceiver
 from status.settings import Settings
 
@@ -128,12 +128,13 @@ def relay_identity(data_dir: Path) -> tuple[str, IO[str] | None]:
     return f"{host}-{os.getpid()}", None
 
 
-def build_observer(settings: Settings) -> Observer:
+def build_observer(settings: Settings, parts: Components | None = None) -> Observer:
+    """The observer over the composition root's parts (``parts``: shared with an API in this process)."""
     if settings.observer_metrics_port:
         # /metrics of the observer: outbox gauges, commit->publish latency, relay errors, reconciler transitions.
         start_http_server(settings.observer_metrics_port, addr="127.0.0.1", registry=metrics.REGISTRY)
-    engine = create_engine(settings.database_url)
-    service = build_service(settings, engine)
+    parts = parts if parts is not None else Components(settings)
+    engine, service = parts.engine, parts.service
     publisher = CentrifugoApi(settings.centrifugo_api_url, settings.centrifugo_api_key)
     config = LoopConfig(
         relay_idle_sleep=settings.relay_idle_ms / 1000,
@@ -148,7 +149,7 @@ def build_observer(settings: Settings) -> Observer:
     relay = OutboxRelay(engine, publisher, relay_id)
     return Observer(
         relay=relay,
-        projector=WorkflowProjector(engine),
+        projector=WorkflowProjector(parts.projection(), RowProbe(engine, WorkflowProjector.PROBE)),
         reconciler=Reconciler(service, config, ActivityProbe(lambda namespace: temporal.connect(settings, namespace))),
         retention=Retention(engine, relay, config),
         runs=RunFollower(
@@ -156,7 +157,7 @@ def build_observer(settings: Settings) -> Observer:
         ),
         config=config,
         publisher=publisher,
-        wake=WakeReceiver(engine, settings.wakeup_host, settings.wakeup_port),
+        wake=WakeReceiver(parts.signal, settings.wakeup_host, settings.wakeup_port),
         advertise_host=settings.wakeup_advertise_host,
         slot=slot,
     )

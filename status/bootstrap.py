@@ -1,26 +1,102 @@
-"""The composition root: builds the application service from settings.
+"""The composition root: every process's parts, built once from settings.
 
-The API, the CLI, the observer, benchmarks and tests all get their
-``StatusService`` here, so nothing outside ``status.api`` needs the HTTP layer.
+The API (HTTP and gRPC), the CLI, the observer, the dev stack, benchmarks and
+tests all get their parts here: the engine, the database the application
+runs its units of work on (with the after-commit notifiers injected), the
+application service, credentials, realtime tokens, the Centrifugo publisher
+and the outbox consumers' wake-up signal.  Nothing else wires implementations
+to the application's ports.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
+from functools import cached_property
+
 import sqlalchemy as sa
 
+from status.app.group_commit import GroupCommitter
+from status.app.projection import WorkflowProjection
+from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import StatusService
+from status.domain.clock import utcnow
+from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
-from status.infra.tokens import ExecutionTokens
+from status.infra.tokens import ExecutionTokens, RealtimeTokens, RevokedCredentials, ServiceTokens, UserTokens
+from status.infra.uow import SqlDatabase
+from status.infra.wakeup import OutboxSignal
 from status.settings import Settings
 
 
+class Components:
+    """One process's parts over one database (``engine``: reuse an engine the caller already has)."""
+
+    def __init__(
+        self, settings: Settings, engine: sa.Engine | None = None, *, clock: Callable[[], datetime] = utcnow
+    ) -> None:
+        self.settings = settings
+        self.engine = engine if engine is not None else create_engine(settings.database_url)
+        self.clock = clock
+        # After COMMIT of a transaction that wrote outbox or feed rows: wake the consumers
+        # (in this process directly, other processes' relays by datagram).
+        self.signal = OutboxSignal(self.engine, settings.wakeup_host)
+        self.database = SqlDatabase(self.engine, [self.signal.committed])
+
+    @cached_property
+    def service(self) -> StatusService:
+        s = self.settings
+        return StatusService(
+            self.database,
+            execution_tokens=ExecutionTokens(s.execution_token_secret),
+            validator=JsonSchemaValidator(),
+            execution_token_ttl_seconds=s.execution_token_ttl_seconds,
+            max_data_bytes=s.max_data_bytes,
+            overdue_after_seconds=s.overdue_after_seconds,
+            clock=self.clock,
+        )
+
+    @cached_property
+    def service_tokens(self) -> ServiceTokens:
+        return ServiceTokens(self.settings.service_token_secret, RevokedCredentials(self.engine))
+
+    @cached_property
+    def user_tokens(self) -> UserTokens:
+        s = self.settings
+        return UserTokens(s.user_token_secret, s.user_jwks_url, s.user_jwks_audience, s.user_jwks_issuer)
+
+    @cached_property
+    def realtime(self) -> RealtimeService:
+        s = self.settings
+        return RealtimeService(
+            self.service,
+            RealtimeTokens(s.centrifugo_token_secret, s.realtime_token_ttl_seconds),
+            RealtimeEndpoints.from_websocket_url(s.centrifugo_public_url),
+            s.detail_subscription_limit,
+            s.realtime_token_ttl_seconds,
+        )
+
+    def group_committer(self) -> GroupCommitter:
+        """A new committer over the service's event groups (one per event loop: groups never span loops)."""
+        return GroupCommitter(
+            self.service.report_group,
+            max_group=self.settings.group_commit_max_events,
+            max_in_flight=self.settings.group_commit_in_flight,
+        )
+
+    @cached_property
+    def publisher(self) -> CentrifugoApi:
+        return CentrifugoApi(self.settings.centrifugo_api_url, self.settings.centrifugo_api_key)
+
+    def projection(self) -> WorkflowProjection:
+        return WorkflowProjection(self.database, self.clock)
+
+
+def build(settings: Settings, engine: sa.Engine | None = None) -> Components:
+    return Components(settings, engine)
+
+
 def build_service(settings: Settings, engine: sa.Engine | None = None) -> StatusService:
-    return StatusService(
-        engine if engine is not None else create_engine(settings.database_url),
-        execution_tokens=ExecutionTokens(settings.execution_token_secret),
-        validator=JsonSchemaValidator(),
-        execution_token_ttl_seconds=settings.execution_token_ttl_seconds,
-        max_data_bytes=settings.max_data_bytes,
-        overdue_after_seconds=settings.overdue_after_seconds,
-    )
+    """Just the application service (commands that need nothing else)."""
+    return Components(settings, engine).service

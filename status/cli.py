@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -32,27 +33,25 @@ def _serve(args: argparse.Namespace) -> int:
 
     from status import logs
     from status.api.asgi import app_for
-    from status.bootstrap import build_service
-    from status.infra.db import create_engine
+    from status.bootstrap import Components
 
     logs.configure()
     if args.grpc_port is not None:
         # Through the environment, so every worker process of --workers reads it too.
         os.environ["TASK_OBSERVER_GRPC_PORT"] = str(args.grpc_port)
     settings = Settings.from_env()
-    engine = create_engine(settings.database_url)
-    service = build_service(settings, engine)
-    service.install_default_definitions()
+    parts = Components(settings)
+    parts.service.install_default_definitions()
     options: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
         "log_level": "info",
         "access_log": args.access_log,
-        "log_config": logs.uvicorn_log_config(),
+        "log_config": _uvicorn_log_config(),
     }
     if args.workers > 1:
         # Several processes share the port; each builds its own engine and caches (all are version-checked).
-        engine.dispose()
+        parts.engine.dispose()
         config = uvicorn.Config("status.api.asgi:app_from_env", factory=True, workers=args.workers, **options)
         # uvicorn binds with protocol 0, and asyncio turns Nagle's algorithm off only for sockets
         # marked IPPROTO_TCP: every response then waited ~40 ms for a delayed ACK. Re-read the
@@ -61,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
         sock.set_inheritable(True)
         Multiprocess(config, sockets=[sock]).run()
     else:
-        uvicorn.run(app_for(settings, engine, service), **options)
+        uvicorn.run(app_for(parts), **options)
     return 0
 
 
@@ -198,14 +197,13 @@ def _undeliverable(args: argparse.Namespace) -> int:
 def _overdue(args: argparse.Namespace) -> int:
     import json
 
-    from status.bootstrap import build_service
+    from status.bootstrap import Components
 
-    settings = Settings.from_env()
-    service = build_service(settings)
+    parts = Components(Settings.from_env())
     try:
-        tasks = service.overdue(None, limit=args.limit)
+        tasks = parts.service.overdue(None, limit=args.limit)
     finally:
-        service.engine.dispose()
+        parts.engine.dispose()
     for task in tasks:
         print(json.dumps(task, sort_keys=True))
     if not tasks:
@@ -232,7 +230,6 @@ def _definitions_load(args: argparse.Namespace) -> int:
     from status.bootstrap import build_service
     from status.domain.auth import ServicePrincipal
     from status.domain.errors import DomainError
-    from status.infra.db import create_engine
 
     settings = Settings.from_env()
     try:
@@ -241,7 +238,7 @@ def _definitions_load(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"task-observer: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
-    service = build_service(settings, create_engine(settings.database_url))
+    service = build_service(settings)
     admin = None if args.tenant is None else ServicePrincipal("cli", args.tenant, args.scope, frozenset({Role.ADMIN}))
     try:
         result = service.put_definitions(admin, document)
@@ -437,6 +434,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"task-observer: configuration error: {exc}", file=sys.stderr)
         return 2
+
+
+def _uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's own logging configuration with the access log redacted."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_query"] = {"()": "status.logs.RedactQuery"}
+    config["handlers"]["access"].setdefault("filters", []).append("redact_query")
+    return config
 
 
 if __name__ == "__main__":

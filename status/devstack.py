@@ -186,20 +186,19 @@ class DevStack:
         )
         from observer.runner import build_observer
         from status.api.asgi import app_for
-        from status.bootstrap import build_service
+        from status.bootstrap import Components
         from status.domain.auth import Role
         from status.infra import migrate
-        from status.infra.db import create_engine
         from status.infra.tokens import ServiceTokens, UserTokens
 
         settings = self.settings
         migrate.upgrade(settings.database_url)
-        engine = create_engine(settings.database_url)
-        service = build_service(settings, engine)
-        service.install_default_definitions()
+        # One set of parts for the API and the observer: the observer is woken by the API's commits directly.
+        parts = Components(settings)
+        parts.service.install_default_definitions()
         server = uvicorn.Server(
             uvicorn.Config(
-                app_for(settings, engine, service),
+                app_for(parts),
                 host="127.0.0.1",
                 port=self.ports.api,
                 log_level="warning",
@@ -210,7 +209,7 @@ class DevStack:
         api_thread.start()
         await asyncio.to_thread(_wait, lambda: server.started, 30, "the status API")
 
-        observer = build_observer(settings)
+        observer = build_observer(settings, parts)
         await observer.start()
         loops = observer.loops()
         observer_task = asyncio.create_task(loops.run())
@@ -282,7 +281,7 @@ class DevStack:
         await observer.close()
         server.should_exit = True
         await asyncio.to_thread(api_thread.join, 15)
-        engine.dispose()
+        parts.engine.dispose()
 
 
 def _health(url: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
 import sys
@@ -102,13 +101,3 @@ class RedactQuery(logging.Filter):
             record.args = tuple(redact_query(a) if isinstance(a, str) else a for a in record.args)
         record.msg = redact_query(str(record.msg))
         return True
-
-
-def uvicorn_log_config() -> dict[str, Any]:
-    """uvicorn's own logging configuration with the access log redacted."""
-    from uvicorn.config import LOGGING_CONFIG
-
-    config = copy.deepcopy(LOGGING_CONFIG)
-    config.setdefault("filters", {})["redact_query"] = {"()": "status.logs.RedactQuery"}
-    config["handlers"]["access"].setdefault("filters", []).append("redact_query")
-    return config

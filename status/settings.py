@@ -216,9 +216,7 @@ class Settings:
             group_commit_in_flight=max(1, _int("GROUP_COMMIT_IN_FLIGHT", 2)),
             grpc_host=_env("GRPC_HOST", "127.0.0.1") or "127.0.0.1",
             grpc_port=_int("GRPC_PORT", 0),
-            temporal_namespaces=tuple(
-                n.strip() for n in (_env("TEMPORAL_NAMESPACES") or "").split(",") if n.strip()
-            ),
+            temporal_namespaces=tuple(n.strip() for n in (_env("TEMPORAL_NAMESPACES") or "").split(",") if n.strip()),
             temporal_tls=(_env("TEMPORAL_TLS", "false") or "").lower() in ("1", "true", "yes"),
             temporal_tls_ca_file=_env("TEMPORAL_TLS_CA_FILE"),
             temporal_tls_cert_file=_env("TEMPORAL_TLS_CERT_FILE"),

@@ -48,16 +48,11 @@ from status.api.notifications import NotificationEndpoints
 from status.api.openapi import build_openapi
 from status.api.references import ReferenceEndpoints
 from status.app import commands as c
-from status.app.group_commit import GroupCommitter
-from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import EventCaller, StatusService
-from status.bootstrap import build_service
+from status.bootstrap import Components
 from status.domain.auth import ServicePrincipal, UserPrincipal
 from status.domain.errors import DomainError, Invalid, Unauthenticated
-from status.infra import wakeup
-from status.infra.db import create_engine
 from status.infra.metrics import REGISTRY
-from status.infra.tokens import RealtimeTokens
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -67,25 +62,16 @@ log = logs.get("status.api")
 class Api:
     """Request handlers; each one is parse → command → service → response."""
 
-    def __init__(self, settings: Settings, service: StatusService) -> None:
-        self.settings = settings
-        self.service = service
-        self.realtime = RealtimeService(
-            service,
-            RealtimeTokens(settings.centrifugo_token_secret, settings.realtime_token_ttl_seconds),
-            RealtimeEndpoints.from_websocket_url(settings.centrifugo_public_url),
-            settings.detail_subscription_limit,
-            settings.realtime_token_ttl_seconds,
-        )
-        self.gate = Gate(settings, service)
+    def __init__(self, parts: Components) -> None:
+        self.settings = settings = parts.settings
+        self.service = parts.service
+        self.realtime = parts.realtime
+        self.gate = Gate(settings, parts.service, parts.service_tokens, parts.user_tokens)
         self.service_tokens = self.gate.service_tokens
         self.user_tokens = self.gate.user_tokens
         self.user_rate_limiter = self.gate.user_rate_limiter
-        self.committer = GroupCommitter(
-            service.report_group,
-            max_group=settings.group_commit_max_events,
-            max_in_flight=settings.group_commit_in_flight,
-        )
+        self.committer = parts.group_committer()
+        self.grpc_committer = parts.group_committer()  # its own: groups never span event loops
 
     # ------------------------------------------------------------ the gate (shared with gRPC)
     async def parse(self, request: Request, model: type[M], *, empty: bool = False) -> M:
@@ -480,10 +466,16 @@ def dashboard_routes(settings: Settings) -> list[BaseRoute]:
 
 
 def create_app(settings: Settings, engine: sa.Engine | None = None, service: StatusService | None = None) -> Starlette:
-    engine = engine or create_engine(settings.database_url)
-    service = service or build_service(settings, engine)
-    wakeup.send_from(settings.wakeup_host)
-    api = Api(settings, service)
+    """The application over the composition root's parts (``service``: one built there already)."""
+    parts = Components(settings, engine)
+    if service is not None:
+        parts.service = service
+    return app_of(parts)
+
+
+def app_of(parts: Components) -> Starlette:
+    settings, engine, service = parts.settings, parts.engine, parts.service
+    api = Api(parts)
     openapi = build_openapi()
 
     async def healthz(_: Request) -> JSONResponse:
@@ -517,7 +509,9 @@ def create_app(settings: Settings, engine: sa.Engine | None = None, service: Sta
         if settings.grpc_port:
             from status.api.grpc_server import start_grpc_server
 
-            grpc_server, app.state.grpc_port = await start_grpc_server(api.gate, settings.grpc_host, settings.grpc_port)
+            grpc_server, app.state.grpc_port = await start_grpc_server(
+                api.gate, api.grpc_committer, settings.grpc_host, settings.grpc_port
+            )
         try:
             yield
         finally:

@@ -8,17 +8,16 @@ environment); ``app_for`` serves a service built by the composition root
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from starlette.applications import Starlette
 
 from status import logs
-from status.api.app import create_app
-from status.app.service import StatusService
+from status.api.app import app_of, create_app
+from status.bootstrap import Components
 from status.settings import Settings
 
 
-def app_for(settings: Settings, engine: sa.Engine, service: StatusService) -> Starlette:
-    return create_app(settings, engine, service)
+def app_for(parts: Components) -> Starlette:
+    return app_of(parts)
 
 
 def app_from_env() -> Starlette:

@@ -17,7 +17,7 @@ from status.api.limits import RateLimiter
 from status.app.service import EventCaller, StatusService
 from status.domain.auth import ServicePrincipal, UserPrincipal
 from status.domain.errors import Invalid, TooLarge, Unauthenticated
-from status.infra.tokens import RevokedCredentials, ServiceTokens, UserTokens
+from status.infra.tokens import ServiceTokens, UserTokens
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -26,13 +26,13 @@ M = TypeVar("M", bound=BaseModel)
 class Gate:
     """Who is calling, whether they may call now, and what they sent — for every transport."""
 
-    def __init__(self, settings: Settings, service: StatusService) -> None:
+    def __init__(
+        self, settings: Settings, service: StatusService, service_tokens: ServiceTokens, user_tokens: UserTokens
+    ) -> None:
         self.settings = settings
         self.service = service
-        self.service_tokens = ServiceTokens(settings.service_token_secret, RevokedCredentials(service.engine))
-        self.user_tokens = UserTokens(
-            settings.user_token_secret, settings.user_jwks_url, settings.user_jwks_audience, settings.user_jwks_issuer
-        )
+        self.service_tokens = service_tokens
+        self.user_tokens = user_tokens
         self.rate_limiter = RateLimiter(settings.internal_rate_per_second, settings.internal_rate_burst)
         self.user_rate_limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst, "user")
 

@@ -63,15 +63,11 @@ def _event(msg: pb.Event) -> Any:
 
 
 class TaskEventsService(pb_grpc.TaskEventsServicer):
-    def __init__(self, api: Gate) -> None:
+    def __init__(self, api: Gate, committer: GroupCommitter) -> None:
         self.api = api
         self.service = api.service
         # Its own group committer (same service method as REST's): groups never span event loops.
-        self.committer = GroupCommitter(
-            api.service.report_group,
-            max_group=api.settings.group_commit_max_events,
-            max_in_flight=api.settings.group_commit_in_flight,
-        )
+        self.committer = committer
 
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, err: DomainError) -> None:
         metrics.GRPC_CALLS.labels(method=method, code=err.code.value).inc()
@@ -224,10 +220,10 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         return found
 
 
-async def start_grpc_server(api: Gate, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+async def start_grpc_server(api: Gate, committer: GroupCommitter, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """Serve the adapter on host:port (0: any free port); returns the server and its port."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1), ("grpc.max_receive_message_length", 4 << 20)])
-    pb_grpc.add_TaskEventsServicer_to_server(TaskEventsService(api), server)  # type: ignore[no-untyped-call]
+    pb_grpc.add_TaskEventsServicer_to_server(TaskEventsService(api, committer), server)  # type: ignore[no-untyped-call]
     bound_port = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     log.info("gRPC adapter listening", address=f"{host}:{bound_port}")

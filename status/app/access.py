@@ -11,20 +11,16 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app import outbox
 from status.app.context import AppContext, lock_task_for
 from status.app.events import load_view
+from status.app.ports import Stores, UnitOfWork
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
 from status.domain.ids import is_principal_id
 from status.domain.lifecycle import EventType
 from status.domain.model import TaskState
 from status.domain.projections import Projection, detail_channel, project_channel, user_channel
-from status.infra import repository as repo
-from status.infra import tables as t
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 
 class AccessCommands:
@@ -63,11 +59,9 @@ class AccessCommands:
             raise Invalid("principalId must be 1-64 of A-Z a-z 0-9 . _ @ + = | - starting with a letter or digit")
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            conn, now = uow.conn, self.ctx.now()
-            task = lock_task_for(conn, caller.tenant_id, caller.authority_scope, task_id)
-            acl = t.task_acl
-            key = (acl.c.task_id == task_id, acl.c.principal_type == principal_type, acl.c.principal_id == principal_id)
-            row = conn.execute(sa.select(acl).where(*key)).mappings().first()
+            now = self.ctx.now()
+            task = lock_task_for(uow, caller.tenant_id, caller.authority_scope, task_id)
+            row = uow.access.grant_of(task_id, principal_type, principal_id)
             active = row is not None and row["revoked_at"] is None
             if grant and active and row is not None and row["permission"] == permission:
                 uow.commit()
@@ -76,22 +70,13 @@ class AccessCommands:
                 uow.commit()
                 return {"taskId": task_id, "taskVersion": str(task.version), "changed": False}
             if grant and row is None:
-                conn.execute(
-                    sa.insert(acl).values(
-                        task_id=task_id,
-                        principal_type=principal_type,
-                        principal_id=principal_id,
-                        tenant_id=task.tenant_id,
-                        permission=permission,
-                        created_at=now,
-                    )
-                )
+                uow.access.insert_grant(task_id, task.tenant_id, principal_type, principal_id, permission, now)
             elif grant:
-                conn.execute(sa.update(acl).where(*key).values(permission=permission, revoked_at=None))
+                uow.access.renew_grant(task_id, principal_type, principal_id, permission)
             else:
-                conn.execute(sa.update(acl).where(*key).values(revoked_at=now))
+                uow.access.revoke_grant(task_id, principal_type, principal_id, now)
             task = replace(task, version=task.version + 1, updated_at=now)
-            repo.update_task(conn, task)
+            uow.tasks.update(task)
             change = {
                 "principalType": principal_type,
                 "principalId": principal_id,
@@ -99,9 +84,9 @@ class AccessCommands:
                 "permission": permission,
             }
             rows = outbox.service_event(
-                conn,
+                uow,
                 task,
-                load_view(conn, task),
+                load_view(uow, task),
                 EventType.TASK_ACCESS_CHANGED,
                 caller.producer_id,
                 change,
@@ -109,16 +94,16 @@ class AccessCommands:
                 durations=self.ctx.durations,
             )
             if not grant:
-                rows = self._revoked_rows(conn, task, principal_type, principal_id, rows, now)
-            repo.insert_outbox(conn, rows)
+                rows = self._revoked_rows(uow, task, principal_type, principal_id, rows, now)
+            uow.log.insert_outbox(rows)
             uow.commit()
             return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}
 
-        return run_in_transaction(self.ctx.engine, work)
+        return self.ctx.db.run(work)
 
     @staticmethod
     def _revoked_rows(
-        conn: sa.Connection,
+        stores: Stores,
         task: TaskState,
         principal_type: str,
         principal_id: str,
@@ -138,30 +123,15 @@ class AccessCommands:
         """
         event_id = rows[0]["event_id"]
         channel = detail_channel(task.tenant_id, task.task_id)
-        grants, acl = t.realtime_grant, t.task_acl
         if principal_type == "USER":
             users = [] if principal_id == task.owner_id else [principal_id]
         else:
-            direct = set(
-                conn.scalars(
-                    sa.select(acl.c.principal_id).where(
-                        acl.c.task_id == task.task_id, acl.c.principal_type == "USER", acl.c.revoked_at.is_(None)
-                    )
-                )
-            )
-            holders = conn.scalars(
-                sa.select(grants.c.user_id)
-                .where(grants.c.tenant_id == task.tenant_id, grants.c.channel == channel)
-                .distinct()
-            )
-            users = sorted(set(holders) - direct - {task.owner_id})
+            direct = stores.access.users_granted(task.task_id)
+            holders = stores.access.subscribers_of(task.tenant_id, channel)
+            users = sorted(holders - direct - {task.owner_id})
         if users:
             rows = [outbox.unsubscribe_row(task, users, event_id, now), *rows]
-            conn.execute(
-                sa.delete(grants).where(
-                    grants.c.tenant_id == task.tenant_id, grants.c.user_id.in_(users), grants.c.channel == channel
-                )
-            )
+            stores.access.drop_subscriptions(task.tenant_id, users, channel)
         if principal_type == "USER" and users:
             own = user_channel(task.tenant_id, principal_id)
             rows.append(outbox.removal_row(task, own, Projection.USER_SUMMARY, event_id, now))

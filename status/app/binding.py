@@ -162,6 +162,7 @@ def _match(bound: dict[str, Any], claimed: dict[str, Any]) -> None:
         raise Forbidden("stepId does not match the execution context", ErrorCode.PERMISSION_DENIED)
     bound_fields_match(bound, {k: v for k, v in claimed.items() if k not in ("taskId", "stepId")})
 
+
 def check_envelope(cmd: c.ReportEvent, task: TaskState, step: StepState) -> None:
     """What the body says of its task and step must be what they are (seed §3.3.2, §17): a compact
     handle binds the execution, and the envelope's other fields may not claim something else."""

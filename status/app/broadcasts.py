@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app import outbox
 from status.app.context import AppContext, check_key
+from status.app.ports import UnitOfWork
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
 from status.domain.projections import (
@@ -19,9 +18,6 @@ from status.domain.projections import (
     tenant_channel,
     user_channel,
 )
-from status.infra import repository as repo
-from status.infra import tables as t
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 
 class BroadcastCommands:
@@ -83,15 +79,10 @@ class BroadcastCommands:
         ]
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            ob = t.task_outbox
-            seen = uow.conn.execute(
-                sa.select(sa.func.count())
-                .select_from(ob)
-                .where(ob.c.aggregate_type == "BROADCAST", ob.c.aggregate_id == rows[0]["aggregate_id"])
-            ).scalar_one()
+            seen = uow.log.outbox_rows_of("BROADCAST", rows[0]["aggregate_id"])
             if not seen:
-                repo.insert_outbox(uow.conn, rows)
+                uow.log.insert_outbox(rows)
             uow.commit()
             return {"broadcastId": broadcast_id, "messages": len(rows), "duplicate": bool(seen)}
 
-        return run_in_transaction(self.ctx.engine, work)
+        return self.ctx.db.run(work)

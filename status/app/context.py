@@ -1,4 +1,4 @@
-"""What every capability of the application layer shares: the engine, the clock,
+"""What every capability of the application layer shares: the database, the clock,
 credentials, limits and caches, plus the small checks they all apply.
 
 One ``AppContext`` is built by the composition root (``status.bootstrap``) and
@@ -16,17 +16,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app.definitions import DefinitionCache, Definitions
 from status.app.durations import DurationHistory
+from status.app.ports import Database, ExecutionTokens, Stores
 from status.app.step_cache import StepCache
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.clock import now_ms, utcnow
 from status.domain.definitions import OperationDefinition, SchemaValidator, find_operation
 from status.domain.errors import ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.model import TaskState
-from status.infra import repository as repo
-from status.infra.tokens import ExecutionTokens
 
 HEALTH_PRODUCER = "task-status/health"
 # Temporal's verdict (the RECONCILER role): what ended a task or an attempt from Temporal's record.
@@ -41,10 +39,10 @@ EventCaller = ExecutionClaims | ServicePrincipal
 
 @dataclass
 class AppContext:
-    engine: sa.Engine
+    db: Database
     tokens: ExecutionTokens
     validator: SchemaValidator
-    clock: Callable[[], datetime] = repo.utcnow
+    clock: Callable[[], datetime] = utcnow
     token_ttl: timedelta = timedelta(hours=24)
     max_data_bytes: int = 16 * 1024
     heartbeat_interval_seconds: int = 15
@@ -54,10 +52,10 @@ class AppContext:
     durations: DurationHistory = field(default_factory=DurationHistory)
 
     def now(self) -> datetime:
-        return repo.now_ms(self.clock())
+        return now_ms(self.clock())
 
-    def definitions_for(self, conn: sa.Connection, tenant_id: str, scope: str) -> Definitions:
-        return self.definitions.get(conn, tenant_id, scope)
+    def definitions_for(self, stores: Stores, tenant_id: str, scope: str) -> Definitions:
+        return self.definitions.get(stores, tenant_id, scope)
 
 
 def content_hash(content: Any) -> str:
@@ -110,9 +108,9 @@ def operation(defs: Definitions, code: str, task_type: str | None, version: int 
     return op
 
 
-def lock_task_for(conn: sa.Connection, tenant_id: str, scope: str, task_id: str) -> TaskState:
+def lock_task_for(stores: Stores, tenant_id: str, scope: str, task_id: str) -> TaskState:
     """Lock a task of the caller's tenant and scope; any other task does not exist for the caller."""
-    task = repo.lock_task(conn, task_id)
+    task = stores.tasks.lock(task_id)
     if task is None or (task.tenant_id, task.authority_scope) != (tenant_id, scope):
         raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
     return task

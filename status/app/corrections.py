@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app import outbox
 from status.app.context import AppContext, check_key, content_hash, require
 from status.app.events import locked_view
+from status.app.ports import UnitOfWork
 from status.domain.aggregate import affects_workflow
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.corrections import Correction, apply_correction
@@ -23,9 +22,6 @@ from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepError
 from status.domain.notifications import notifications_for
 from status.domain.projections import iso
-from status.infra import repository as repo
-from status.infra import tables as t
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 
 @dataclass(frozen=True)
@@ -70,9 +66,9 @@ class CorrectionCommands:
         fingerprint = content_hash({"task": cmd.task_id} | cmd.content())
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            conn, now = uow.conn, self.ctx.now()
+            now = self.ctx.now()
             view, stored = locked_view(
-                self.ctx, conn, cmd.task_id, (caller.tenant_id, caller.authority_scope), event_id=event_id
+                self.ctx, uow, cmd.task_id, (caller.tenant_id, caller.authority_scope), event_id=event_id
             )
             if stored is not None:
                 stored_hash, stored_result = stored
@@ -97,7 +93,7 @@ class CorrectionCommands:
                 step = max(attempts, key=lambda s: s.attempt)
             elif cmd.attempt is not None:
                 raise Invalid("attempt needs a stepId")
-            defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+            defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
             outcome = apply_correction(
                 task,
                 step,
@@ -108,15 +104,14 @@ class CorrectionCommands:
             )
             new_task, new_step = outcome.task, outcome.step
             if new_step is not None:
-                repo.update_step(conn, new_step, step)
+                uow.tasks.update_step(new_step, step)
                 if new_step.lifecycle.terminal and new_step.execution_id:
                     # The executor's late reports must not overwrite what the operator settled.
-                    repo.revoke_handles(conn, new_step.execution_id, "ADMIN_CORRECTION", now)
-            repo.update_task(conn, new_task, task)
+                    uow.tasks.revoke_handles(new_step.execution_id, "ADMIN_CORRECTION", now)
+            uow.tasks.update(new_task, task)
             view = view.changed(new_task, new_step)
             audit = {"operatorId": cmd.operator_id, "reason": cmd.reason, "changes": outcome.changes}
-            repo.insert_events(
-                conn,
+            uow.log.insert_events(
                 [
                     outbox.event_row(
                         event_id=event_id,
@@ -134,20 +129,20 @@ class CorrectionCommands:
                     )
                 ],
             )
-            conn.execute(
-                sa.insert(t.task_correction).values(
-                    tenant_id=task.tenant_id,
-                    correction_id=cmd.correction_id,
-                    task_id=task.task_id,
-                    task_version=new_task.version,
-                    step_id=new_step.step_id if new_step else None,
-                    step_attempt=new_step.attempt if new_step else None,
-                    operator_id=cmd.operator_id,
-                    credential_id=caller.producer_id,
-                    reason=cmd.reason,
-                    changes=outcome.changes,
-                    created_at=now,
-                )
+            uow.corrections.insert(
+                {
+                    "tenant_id": task.tenant_id,
+                    "correction_id": cmd.correction_id,
+                    "task_id": task.task_id,
+                    "task_version": new_task.version,
+                    "step_id": new_step.step_id if new_step else None,
+                    "step_attempt": new_step.attempt if new_step else None,
+                    "operator_id": cmd.operator_id,
+                    "credential_id": caller.producer_id,
+                    "reason": cmd.reason,
+                    "changes": outcome.changes,
+                    "created_at": now,
+                }
             )
             result = {
                 "correctionId": cmd.correction_id,
@@ -161,8 +156,7 @@ class CorrectionCommands:
                 "changes": outcome.changes,
                 "committedAt": iso(now),
             }
-            repo.insert_dedups(
-                conn,
+            uow.log.insert_dedups(
                 [
                     {
                         "tenant_id": task.tenant_id,
@@ -175,7 +169,7 @@ class CorrectionCommands:
                 ],
             )
             if affects_workflow(task, new_task):
-                repo.insert_changes(conn, [outbox.change_row(new_task, now)])
+                uow.log.insert_changes([outbox.change_row(new_task, now)])
             trigger = {
                 "eventId": event_id,
                 "eventType": EventType.ADMIN_CORRECTION.value,
@@ -183,8 +177,7 @@ class CorrectionCommands:
                 "operationCode": new_step.operation_code if new_step else None,
                 "committedAt": iso(now),
             }
-            repo.insert_outbox(
-                conn,
+            uow.log.insert_outbox(
                 outbox.task_rows(
                     new_task,
                     view.steps,
@@ -195,30 +188,27 @@ class CorrectionCommands:
                     event_id=event_id,
                     broadcast=True,
                     now=now,
-                    history=self.ctx.durations.for_task(conn, new_task, view.steps),
+                    history=self.ctx.durations.for_task(uow, new_task, view.steps),
                 ),
             )
             found = notifications_for(task, new_task, outcome.notice)
             if found:
                 records, hints = outbox.notification_rows(new_task, view.viewers, found, event_id, now)
-                repo.insert_notifications(conn, records)
-                repo.insert_outbox(conn, hints)
+                uow.log.insert_notifications(records)
+                uow.log.insert_outbox(hints)
             uow.commit()
             return result
 
-        return run_in_transaction(self.ctx.engine, work)
+        return self.ctx.db.run(work)
 
     def corrections_of(self, caller: ServicePrincipal, task_id: str) -> dict[str, Any]:
         """The audit records of a task's corrections (ADMIN; operators and reasons included)."""
         require(caller, Role.ADMIN)
-        c = t.task_correction
-        with self.ctx.engine.connect() as conn:
-            owner = conn.execute(
-                sa.select(t.task.c.tenant_id, t.task.c.authority_scope).where(t.task.c.id == task_id)
-            ).first()
-            if owner is None or tuple(owner) != (caller.tenant_id, caller.authority_scope):
+        with self.ctx.db.reading() as stores:
+            owner = stores.tasks.tenancy(task_id)
+            if owner is None or owner != (caller.tenant_id, caller.authority_scope):
                 raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-            rows = conn.execute(sa.select(c).where(c.c.task_id == task_id).order_by(c.c.task_version)).mappings()
+            rows = stores.corrections.of_task(task_id)
             return {
                 "taskId": task_id,
                 "corrections": [

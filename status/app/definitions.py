@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import sqlalchemy as sa
-from jsonschema.exceptions import SchemaError
-
+from status.app.ports import Stores
 from status.domain.definitions import (
     ANY,
     OPERATION_CODE_RE,
     FailurePolicy,
     OperationDefinition,
+    SchemaValidator,
     Severity,
     StatusDefinition,
     StatusDefinitionSet,
@@ -25,15 +24,15 @@ from status.domain.definitions import (
 )
 from status.domain.errors import Conflict, ErrorCode, Invalid
 from status.domain.lifecycle import STEP_EVENT_TYPES, EventType, Lifecycle
-from status.infra import tables as t
-from status.infra.schemas import check_schema_document
 
 
 def _operation_pattern_ok(code: str) -> bool:
     return code == ANY or bool(OPERATION_CODE_RE.match(code.removesuffix(".*")))
 
 
-def parse_operation(raw: Mapping[str, Any], tenant_id: str = ANY, scope: str = ANY) -> OperationDefinition:
+def parse_operation(
+    raw: Mapping[str, Any], validator: SchemaValidator, tenant_id: str = ANY, scope: str = ANY
+) -> OperationDefinition:
     try:
         code = str(raw["operationCode"])
         version = int(raw["version"])
@@ -59,10 +58,9 @@ def parse_operation(raw: Mapping[str, Any], tenant_id: str = ANY, scope: str = A
         if missing:
             raise Invalid(f"schemas {sorted(missing)} have no JSON Schema document")
     for schema_id, document in schemas.items():
-        try:
-            check_schema_document(document)
-        except SchemaError as exc:
-            raise Invalid(f"schema {schema_id} is not a valid JSON Schema: {exc.message}") from exc
+        problem = validator.document_problem(document)
+        if problem is not None:
+            raise Invalid(f"schema {schema_id} is not a valid JSON Schema: {problem}")
     return OperationDefinition(
         operation_code=code,
         version=version,
@@ -139,7 +137,9 @@ def _operation_from_row(row: Mapping[Any, Any]) -> OperationDefinition:
     )
 
 
-def save_definitions(conn: sa.Connection, document: Mapping[str, Any], tenant_id: str, scope: str) -> dict[str, int]:
+def save_definitions(
+    stores: Stores, validator: SchemaValidator, document: Mapping[str, Any], tenant_id: str, scope: str
+) -> dict[str, int]:
     """Insert new definition versions; re-sending a stored version must be identical (frozen, AC16)."""
     if not isinstance(document, Mapping):
         raise Invalid("definitions must be an object with 'operations' and 'statuses'")
@@ -149,21 +149,13 @@ def save_definitions(conn: sa.Connection, document: Mapping[str, Any], tenant_id
             raise Invalid(f"{part} must be a list of objects")
     saved = {"operations": 0, "statuses": 0, "unchanged": 0}
     for raw in document.get("operations", []) or []:
-        op = parse_operation(raw, tenant_id, scope)
+        op = parse_operation(raw, validator, tenant_id, scope)
         row = _operation_row(op, raw)
         key = {
             k: row[k]
             for k in ("tenant_id", "authority_scope", "task_type_pattern", "definition_version", "operation_code")
         }
-        existing = (
-            conn.execute(
-                sa.select(t.task_operation_definition).where(
-                    *[t.task_operation_definition.c[k] == v for k, v in key.items()]
-                )
-            )
-            .mappings()
-            .first()
-        )
+        existing = stores.definitions.operation_row(key)
         if existing is not None:
             if _operation_row(_operation_from_row(existing), {}) != row:
                 raise Conflict(
@@ -172,7 +164,7 @@ def save_definitions(conn: sa.Connection, document: Mapping[str, Any], tenant_id
                 )
             saved["unchanged"] += 1
             continue
-        conn.execute(sa.insert(t.task_operation_definition).values(row))
+        stores.definitions.insert_operation(row)
         saved["operations"] += 1
     for raw in document.get("statuses", []) or []:
         status_set = parse_status_set(raw)
@@ -195,18 +187,7 @@ def save_definitions(conn: sa.Connection, document: Mapping[str, Any], tenant_id
             }
             for i, s in enumerate(status_set.statuses.values())
         ]
-        existing_rows = (
-            conn.execute(
-                sa.select(t.task_status_definition).where(
-                    t.task_status_definition.c.tenant_id == tenant_id,
-                    t.task_status_definition.c.authority_scope == scope,
-                    t.task_status_definition.c.task_type == status_set.task_type,
-                    t.task_status_definition.c.definition_version == status_set.version,
-                )
-            )
-            .mappings()
-            .all()
-        )
+        existing_rows = stores.definitions.status_rows(tenant_id, scope, status_set.task_type, status_set.version)
         if existing_rows:
             old = {r["code"]: (r["lifecycle_status"], r["severity"], r["allowed_from"] or []) for r in existing_rows}
             new = {r["code"]: (r["lifecycle_status"], r["severity"], r["allowed_from"]) for r in rows}
@@ -217,7 +198,7 @@ def save_definitions(conn: sa.Connection, document: Mapping[str, Any], tenant_id
                 )
             saved["unchanged"] += 1
             continue
-        conn.execute(sa.insert(t.task_status_definition), rows)
+        stores.definitions.insert_statuses(rows)
         saved["statuses"] += 1
     return saved
 
@@ -256,34 +237,21 @@ class DefinitionCache:
         with self._lock:
             self._entries.clear()
 
-    def get(self, conn: sa.Connection, tenant_id: str, scope: str) -> Definitions:
+    def get(self, stores: Stores, tenant_id: str, scope: str) -> Definitions:
         key = (tenant_id, scope)
         with self._lock:
             hit = self._entries.get(key)
         if hit and hit[0] > time.monotonic():
             return hit[1]
-        definitions = self._load(conn, tenant_id, scope)
+        definitions = self._load(stores, tenant_id, scope)
         with self._lock:
             self._entries[key] = (time.monotonic() + self._ttl, definitions)
         return definitions
 
     @staticmethod
-    def _load(conn: sa.Connection, tenant_id: str, scope: str) -> Definitions:
-        ops = t.task_operation_definition
-        owners = sa.or_(
-            sa.and_(ops.c.tenant_id == tenant_id, ops.c.authority_scope == scope),
-            sa.and_(ops.c.tenant_id == ANY, ops.c.authority_scope == ANY),
-        )
-        operations = tuple(_operation_from_row(r) for r in conn.execute(sa.select(ops).where(owners)).mappings())
-        st = t.task_status_definition
-        rows = conn.execute(
-            sa.select(st).where(
-                sa.or_(
-                    sa.and_(st.c.tenant_id == tenant_id, st.c.authority_scope == scope),
-                    sa.and_(st.c.tenant_id == ANY, st.c.authority_scope == ANY),
-                )
-            )
-        ).mappings()
+    def _load(stores: Stores, tenant_id: str, scope: str) -> Definitions:
+        operation_rows, rows = stores.definitions.visible_to(tenant_id, scope)
+        operations = tuple(_operation_from_row(r) for r in operation_rows)
         grouped: dict[tuple[str, int], dict[str, StatusDefinition]] = {}
         # A tenant's own version shadows a default of the same type and version.
         for r in sorted(rows, key=lambda r: r["tenant_id"] != ANY):

@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-
 from status import logs
 from status.app import commands as c
 from status.app import outbox
 from status.app.binding import check_envelope, resolve_binding
 from status.app.context import RUN_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
+from status.app.ports import Stores, UnitOfWork
 from status.app.step_cache import TaskView, view_of
 from status.domain import ids
 from status.domain.aggregate import affects_workflow
@@ -55,24 +54,7 @@ from status.domain.rules import (
     apply_task_event,
     safe_user_message,
 )
-from status.infra import repository as repo
-from status.infra import tables as t
-from status.infra.uow import UnitOfWork, run_in_transaction
 
-_HANDLE_COLUMNS = (
-    t.task_execution_handle.c.handle_hash,
-    t.task_execution_handle.c.task_id,
-    t.task_execution_handle.c.step_id,
-    t.task_execution_handle.c.step_attempt,
-    t.task_execution_handle.c.execution_id,
-    t.task_execution_handle.c.producer_id,
-    t.task_execution_handle.c.expires_at,
-    t.task_execution_handle.c.revoked_at,
-    t.task_execution_handle.c.revoke_reason,
-)
-_HANDLES = sa.select(*_HANDLE_COLUMNS).where(
-    t.task_execution_handle.c.handle_hash.in_(sa.bindparam("_hashes", expanding=True))
-)
 Outcomes = list[dict[str, Any] | BaseException]
 
 
@@ -91,12 +73,12 @@ class Group:
     outbox: list[dict[str, Any]] = field(default_factory=list)
     notifications: list[dict[str, Any]] = field(default_factory=list)
 
-    def flush(self, conn: sa.Connection) -> None:
-        repo.insert_events(conn, self.events)
-        repo.insert_dedups(conn, self.dedups)
-        repo.insert_changes(conn, self.changes)
-        repo.insert_notifications(conn, self.notifications)
-        repo.insert_outbox(conn, self.outbox)
+    def flush(self, uow: UnitOfWork) -> None:
+        uow.log.insert_events(self.events)
+        uow.log.insert_dedups(self.dedups)
+        uow.log.insert_changes(self.changes)
+        uow.log.insert_notifications(self.notifications)
+        uow.log.insert_outbox(self.outbox)
 
 
 log = logs.get("status.events")
@@ -153,26 +135,25 @@ class EventCommands:
             group = Group()
             hashes = {ids.handle_hash(cmd.execution_handle) for _, cmd in items if cmd.execution_handle}
             if hashes:
-                rows = uow.conn.execute(_HANDLES, {"_hashes": sorted(hashes)}).mappings()
-                group.handles = {r["handle_hash"]: r for r in rows}
+                group.handles = dict(uow.tasks.handles(hashes))
             order = sorted(range(len(items)), key=lambda i: (self._lock_key(group, *items[i]), i))
             outcomes: Outcomes = [RuntimeError("not applied")] * len(items)
             for i in order:
                 try:
-                    outcomes[i] = self._apply(uow.conn, group, *items[i])
+                    outcomes[i] = self._apply(uow, group, *items[i])
                 except DomainError as err:
                     outcomes[i] = err
-            group.flush(uow.conn)
+            group.flush(uow)
             uow.commit()
             return outcomes, group
 
         self._validate_ahead(items)
         if len(items) == 1:
-            outcomes, group = run_in_transaction(self.ctx.engine, work)
+            outcomes, group = self.ctx.db.run(work)
             self.publish(group)
             return outcomes
         try:
-            outcomes, group = run_in_transaction(self.ctx.engine, work)
+            outcomes, group = self.ctx.db.run(work)
         except Exception:
             return [self._alone(item) for item in items]
         self.publish(group)
@@ -189,10 +170,10 @@ class EventCommands:
         with_data = [(caller, cmd) for caller, cmd in items if cmd.data is not None]
         if not with_data:
             return
-        with self.ctx.engine.connect() as conn:
+        with self.ctx.db.reading() as stores:
             for caller, cmd in with_data:
                 assert cmd.data is not None
-                defs = self.ctx.definitions_for(conn, caller.tenant_id, caller.authority_scope)
+                defs = self.ctx.definitions_for(stores, caller.tenant_id, caller.authority_scope)
                 documents = {
                     json.dumps(d, sort_keys=True): d
                     for op in defs.operations
@@ -204,8 +185,8 @@ class EventCommands:
     def apply_locked(self, uow: UnitOfWork, caller: EventCaller, cmd: c.ReportEvent) -> tuple[dict[str, Any], Group]:
         """Apply one event inside the caller's transaction (the reconciler's re-check under lock) and commit."""
         group = Group()
-        result = self._apply(uow.conn, group, caller, cmd)
-        group.flush(uow.conn)
+        result = self._apply(uow, group, caller, cmd)
+        group.flush(uow)
         uow.commit()
         return result, group
 
@@ -231,7 +212,7 @@ class EventCommands:
             return row["task_id"] if row else ""
         return cmd.task_id or ""
 
-    def _apply(self, conn: sa.Connection, group: Group, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
+    def _apply(self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
         try:
             event_type = EventType(cmd.event_type)
         except ValueError as exc:
@@ -244,11 +225,11 @@ class EventCommands:
         self._check_data_size(cmd)
         received_at = self.ctx.now()
         if event_type in TASK_EVENT_TYPES:
-            return self._task_event(conn, group, caller, cmd, event_type, received_at)
+            return self._task_event(uow, group, caller, cmd, event_type, received_at)
         if event_type not in {*WORKER_EVENT_TYPES, EventType.STEP_HEALTH_CHANGED}:
             raise Invalid(f"{event_type} cannot be reported")
         bound = resolve_binding(group.handles, group.revoked, caller, cmd, event_type, received_at)
-        view, stored = self._lock(conn, group, bound.task_id, cmd.event_id, (bound.tenant_id, bound.authority_scope))
+        view, stored = self._lock(uow, group, bound.task_id, cmd.event_id, (bound.tenant_id, bound.authority_scope))
         task = view.task
         assert bound.step_id is not None and bound.step_attempt is not None
         step = view.steps.get(bound.step_id, bound.step_attempt)
@@ -277,7 +258,7 @@ class EventCommands:
                 raise Forbidden("the operation does not match the step", ErrorCode.OPERATION_MISMATCH)
             if bound.allowed_event_types is not None and event_type.value not in bound.allowed_event_types:
                 raise Forbidden(f"{event_type} is not allowed by the execution token", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
-        defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+        defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         op = operation(defs, step.operation_code, task.task_type, step.operation_definition_version)
         others_stale = view.steps.stale_besides(step.step_id, step.attempt)
         if event_type is EventType.STEP_HEALTH_CHANGED:
@@ -313,7 +294,7 @@ class EventCommands:
             now=received_at,
         )
         return self._stage(
-            conn,
+            uow,
             group,
             task,
             step,
@@ -330,7 +311,7 @@ class EventCommands:
 
     def _task_event(
         self,
-        conn: sa.Connection,
+        uow: UnitOfWork,
         group: Group,
         caller: EventCaller,
         cmd: c.ReportEvent,
@@ -350,7 +331,7 @@ class EventCommands:
             raise Invalid("task events need taskId and taskAttempt")
         if cmd.producer_id is not None and cmd.producer_id != caller.producer_id:
             raise Forbidden("producerId does not match the credential", ErrorCode.PRODUCER_MISMATCH)
-        view, stored = self._lock(conn, group, cmd.task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
+        view, stored = self._lock(uow, group, cmd.task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
         task = view.task
         if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
             raise NotFound(f"task {cmd.task_id} is not in workflow {cmd.workflow_id}", ErrorCode.UNKNOWN_TASK)
@@ -358,7 +339,7 @@ class EventCommands:
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
-        defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+        defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         if cmd.summary is not None:
             raise Invalid("summary data is not accepted on task events yet", ErrorCode.SCHEMA_REJECTED)
         outcome = apply_task_event(
@@ -390,7 +371,7 @@ class EventCommands:
         # Execution handles stay valid: a worker's outbox may still deliver the
         # steps' own late events; the task's lifecycle is final either way.
         return self._stage(
-            conn,
+            uow,
             group,
             task,
             None,
@@ -407,7 +388,7 @@ class EventCommands:
 
     def _stage(
         self,
-        conn: sa.Connection,
+        uow: UnitOfWork,
         group: Group,
         before_task: TaskState,
         before_step: StepState | None,
@@ -425,15 +406,15 @@ class EventCommands:
         """Write the decided change: rows updated now, inserts staged for the group's flush."""
         task, step = outcome.task, outcome.step
         if step is not None:
-            repo.update_step(conn, step, before_step)
+            uow.tasks.update_step(step, before_step)
             if step.lifecycle.terminal:
-                self._revoke(conn, group, step.execution_id, "STEP_TERMINAL", received_at)
+                self._revoke(uow, group, step.execution_id, "STEP_TERMINAL", received_at)
         for ended in outcome.ended_steps:
             previous = view.steps.get(ended.step_id, ended.attempt)
-            repo.update_step(conn, ended, previous)
-            self._revoke(conn, group, ended.execution_id, "RUN_CLOSED", received_at)
+            uow.tasks.update_step(ended, previous)
+            self._revoke(uow, group, ended.execution_id, "RUN_CLOSED", received_at)
             view = view.changed(view.task, ended)
-        repo.update_task(conn, task, before_task)
+        uow.tasks.update(task, before_task)
         view = view.changed(task, step)
         committed_at = self.ctx.now()
         data = cmd.data
@@ -504,7 +485,7 @@ class EventCommands:
             event_id=cmd.event_id,
             broadcast=lifecycle_changed or outcome.must_deliver,
             now=committed_at,
-            history=self.ctx.durations.for_task(conn, task, view.steps),
+            history=self.ctx.durations.for_task(uow, task, view.steps),
         )
         found = notifications_for(before_task, task, outcome.notice)
         if found:
@@ -515,9 +496,9 @@ class EventCommands:
 
     # ------------------------------------------------------------ helpers
     def _lock(
-        self, conn: sa.Connection, group: Group, task_id: str, event_id: str, owner: tuple[str, str]
+        self, uow: UnitOfWork, group: Group, task_id: str, event_id: str, owner: tuple[str, str]
     ) -> tuple[TaskView, tuple[str, Any] | None]:
-        return locked_view(self.ctx, conn, task_id, owner, event_id=event_id, staged=group.views)
+        return locked_view(self.ctx, uow, task_id, owner, event_id=event_id, staged=group.views)
 
     @staticmethod
     def _dedup(
@@ -533,9 +514,9 @@ class EventCommands:
         return {**dict(found_result), "duplicate": True}
 
     @staticmethod
-    def _revoke(conn: sa.Connection, group: Group, execution_id: str | None, reason: str, now: datetime) -> None:
+    def _revoke(uow: UnitOfWork, group: Group, execution_id: str | None, reason: str, now: datetime) -> None:
         if execution_id is not None:
-            repo.revoke_handles(conn, execution_id, reason, now)
+            uow.tasks.revoke_handles(execution_id, reason, now)
             group.revoked[execution_id] = reason
 
     def _check_data_size(self, cmd: c.ReportEvent) -> None:
@@ -547,7 +528,7 @@ class EventCommands:
 
 def locked_view(
     ctx: AppContext,
-    conn: sa.Connection,
+    uow: Stores,
     task_id: str,
     owner: tuple[str, str],
     *,
@@ -560,7 +541,7 @@ def locked_view(
     or — a miss — one read of the task row, its steps and its viewers.  A task
     of another tenant or scope (``owner``) does not exist for the caller.
     """
-    row = repo.lock_task_version(conn, task_id, event_id)
+    row = uow.tasks.lock_version(task_id, event_id)
     if row is None:
         raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
     version, stored_hash, stored_result = row
@@ -569,18 +550,18 @@ def locked_view(
     if view is None or view.version != version:
         view = ctx.steps.get(task_id, version)
     if view is None:
-        task = repo.load_task(conn, task_id)
+        task = uow.tasks.load(task_id)
         assert task is not None  # locked above
-        view = load_view(conn, task)
+        view = load_view(uow, task)
     if (view.task.tenant_id, view.task.authority_scope) != owner:
         raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
     return view, stored
 
 
-def load_view(conn: sa.Connection, task: TaskState) -> TaskView:
+def load_view(uow: Stores, task: TaskState) -> TaskView:
     """Every step and USER viewer of a locked task, read once (a cache miss)."""
-    viewers = outbox.viewers_of(task, repo.acl_users(conn, task.task_id))
-    return view_of(task, repo.steps_of(conn, task.task_id), viewers)
+    viewers = outbox.viewers_of(task, uow.tasks.acl_users(task.task_id))
+    return view_of(task, uow.tasks.steps_of(task.task_id), viewers)
 
 
 def _operation_of(view: TaskView, step_id: str | None) -> str | None:
@@ -589,4 +570,3 @@ def _operation_of(view: TaskView, step_id: str | None) -> str | None:
         return None
     attempts = [s for s in view.steps.all() if s.step_id == step_id]
     return attempts[-1].operation_code if attempts else None
-

@@ -11,8 +11,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app import commands as c
 from status.app import outbox
 from status.app.context import (
@@ -24,6 +22,7 @@ from status.app.context import (
     require_binder,
 )
 from status.app.events import locked_view
+from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, ServicePrincipal
@@ -33,10 +32,6 @@ from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Health, Lifec
 from status.domain.model import StepState, TaskState
 from status.domain.projections import iso
 from status.domain.rules import Notice
-from status.infra import repository as repo
-from status.infra import runs as runs_repo
-from status.infra import tables as t
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 
 @dataclass(frozen=True)
@@ -91,7 +86,7 @@ class ExecutionCommands:
 
     def _run(self, work: Callable[[UnitOfWork], Activated]) -> ExecutionContext:
         """Run an activation; once committed, its task view serves the events that follow."""
-        context, view, frozen = run_in_transaction(self.ctx.engine, work)
+        context, view, frozen = self.ctx.db.run(work)
         if view is not None:
             self.ctx.steps.put(context.task_id, view)
         if frozen is not None:
@@ -107,8 +102,8 @@ class ExecutionCommands:
         check_heartbeat_settings(cmd.heartbeat_interval_seconds, cmd.heartbeat_timeout_seconds)
 
         def work(uow: UnitOfWork) -> Activated:
-            conn, now = uow.conn, self.ctx.now()
-            view, _ = locked_view(self.ctx, conn, cmd.task_id, (caller.tenant_id, caller.authority_scope))
+            now = self.ctx.now()
+            view, _ = locked_view(self.ctx, uow, cmd.task_id, (caller.tenant_id, caller.authority_scope))
             task = view.task
             attempts = sorted(
                 (s for s in view.steps.attempts.values() if s.step_id == cmd.step_id), key=lambda s: s.attempt
@@ -120,7 +115,7 @@ class ExecutionCommands:
             if existing is not None and existing.execution_id is not None:
                 if existing.producer_id != cmd.producer_id:
                     raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
-                return self._context(conn, task, existing, created=False, now=now, uow=uow), None, None
+                return self._context(task, existing, created=False, now=now, uow=uow), None, None
             if cmd.attempt < current.attempt or (existing is None and cmd.attempt != current.attempt + 1):
                 raise Conflict(
                     f"attempt {cmd.attempt} is not the next attempt of {cmd.step_id} (current {current.attempt})",
@@ -129,7 +124,7 @@ class ExecutionCommands:
             # A finished task still takes late reports of work that ran before it finished
             # (a worker's outbox may deliver after the coordinator's TASK_COMPLETED); its own
             # lifecycle never changes again (R2).
-            defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+            defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
             op = operation(defs, current.operation_code, task.task_type, current.operation_definition_version)
             op.check_producer(cmd.producer_id)
             statuses = defs.status_set(task.task_type, task.status_definition_version)
@@ -185,21 +180,20 @@ class ExecutionCommands:
             # Only changed columns are written: heartbeat columns of the cached state may be older
             # than the rows' (plain heartbeats move them without a version).
             for prev in changed:
-                repo.update_step(conn, prev, current)  # superseded: no heartbeat deadline any more
-                repo.revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
+                uow.tasks.update_step(prev, current)  # superseded: no heartbeat deadline any more
+                uow.tasks.revoke_handles(prev.execution_id, "SUPERSEDED", now)
             if existing is None:
-                repo.insert_step(conn, step)
+                uow.tasks.insert_step(step)
             else:
-                repo.update_step(conn, step, existing)
-            _record_activity(conn, step, cmd.temporal_activity)
-            repo.update_task(conn, task, before)
-            frozen = self._freeze_operation(conn, op)
+                uow.tasks.update_step(step, existing)
+            _record_activity(uow, step, cmd.temporal_activity)
+            uow.tasks.update(task, before)
+            frozen = self._freeze_operation(uow, op)
             for changed_step in [*changed, step]:
                 view = view.changed(task, changed_step)
-            repo.insert_outbox(
-                conn,
+            uow.log.insert_outbox(
                 outbox.service_event(
-                    conn,
+                    uow,
                     task,
                     view,
                     EventType.STEP_ACTIVATED,
@@ -211,7 +205,7 @@ class ExecutionCommands:
                     durations=self.ctx.durations,
                 ),
             )
-            return self._context(conn, task, step, created=True, now=now, uow=uow), view, frozen
+            return self._context(task, step, created=True, now=now, uow=uow), view, frozen
 
         return self._run(work)
 
@@ -233,8 +227,8 @@ class ExecutionCommands:
             tenant, scope, registrar = caller.tenant_id, caller.authority_scope, caller.producer_id
 
         def work(uow: UnitOfWork) -> Activated:
-            conn, now = uow.conn, self.ctx.now()
-            view, _ = locked_view(self.ctx, conn, cmd.task_id, (tenant, scope))
+            now = self.ctx.now()
+            view, _ = locked_view(self.ctx, uow, cmd.task_id, (tenant, scope))
             task = view.task
             steps = list(view.steps.attempts.values())
             existing = next(
@@ -249,10 +243,8 @@ class ExecutionCommands:
                     raise Conflict(
                         "clientStepKey was registered with different content", ErrorCode.IDEMPOTENCY_CONFLICT
                     )
-                return self._context(conn, task, existing, created=False, now=now, uow=uow), None, None
-            policy_row = conn.execute(
-                sa.select(t.task.c.dynamic_registration_policy).where(t.task.c.id == task.task_id)
-            ).scalar()
+                return self._context(task, existing, created=False, now=now, uow=uow), None, None
+            policy_row = uow.tasks.registration_policy(task.task_id)
             policy = DynamicRegistrationPolicy.from_json(policy_row)
             parent = None
             if cmd.parent_execution_id is not None:
@@ -271,7 +263,7 @@ class ExecutionCommands:
                 running_dynamic=sum(1 for s in dynamic if not s.lifecycle.terminal),
                 registered_last_minute=sum(1 for s in dynamic if s.activated_at and s.activated_at >= minute_ago),
             )
-            defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+            defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
             op = operation(defs, cmd.operation_code, task.task_type)
             op.check_producer(cmd.producer_id)
             policy_name = cmd.failure_policy or op.failure_policy.value
@@ -291,8 +283,8 @@ class ExecutionCommands:
             for old, prev in zip(
                 (s for s in steps if s.step_id == step_id and not s.superseded), superseded, strict=True
             ):
-                repo.update_step(conn, prev, old)
-                repo.revoke_handles(conn, prev.execution_id, "SUPERSEDED", now)
+                uow.tasks.update_step(prev, old)
+                uow.tasks.revoke_handles(prev.execution_id, "SUPERSEDED", now)
             step = StepState(
                 task_id=task.task_id,
                 step_id=step_id,
@@ -317,21 +309,20 @@ class ExecutionCommands:
                 failure_policy=policy_name,
                 updated_at=now,
             )
-            repo.insert_step(conn, step)
-            _record_activity(conn, step, cmd.temporal_activity)
+            uow.tasks.insert_step(step)
+            _record_activity(uow, step, cmd.temporal_activity)
             before, task = (
                 task,
                 replace(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
             )
-            repo.update_task(conn, task, before)
-            frozen = self._freeze_operation(conn, op)
+            uow.tasks.update(task, before)
+            frozen = self._freeze_operation(uow, op)
             for prev in superseded:  # written just above
                 view = view.changed(task, prev)
             view = view.changed(task, step)
-            repo.insert_outbox(
-                conn,
+            uow.log.insert_outbox(
                 outbox.service_event(
-                    conn,
+                    uow,
                     task,
                     view,
                     EventType.STEP_REGISTERED,
@@ -342,12 +333,12 @@ class ExecutionCommands:
                     durations=self.ctx.durations,
                 ),
             )
-            return self._context(conn, task, step, created=True, now=now, uow=uow), view, frozen
+            return self._context(task, step, created=True, now=now, uow=uow), view, frozen
 
         return self._run(work)
 
     def _context(
-        self, conn: sa.Connection, task: TaskState, step: StepState, *, created: bool, now: datetime, uow: UnitOfWork
+        self, task: TaskState, step: StepState, *, created: bool, now: datetime, uow: UnitOfWork
     ) -> ExecutionContext:
         """Issue a token and a fresh handle for the execution, then commit."""
         assert step.execution_id is not None and step.producer_id is not None
@@ -367,18 +358,7 @@ class ExecutionCommands:
             allowed_event_types=frozenset(e.value for e in WORKER_EVENT_TYPES),
         )
         handle = ids.new_execution_handle()
-        conn.execute(
-            sa.insert(t.task_execution_handle).values(
-                handle_hash=ids.handle_hash(handle),
-                execution_id=step.execution_id,
-                task_id=task.task_id,
-                step_id=step.step_id,
-                step_attempt=step.attempt,
-                producer_id=step.producer_id,
-                expires_at=expires_at,
-                created_at=now,
-            )
-        )
+        uow.tasks.insert_handle(ids.handle_hash(handle), step, expires_at, now)
         uow.commit()
         return ExecutionContext(
             workflow_id=task.workflow_id,
@@ -398,24 +378,12 @@ class ExecutionCommands:
             expires_at=expires_at,
         )
 
-    def _freeze_operation(self, conn: sa.Connection, op: OperationDefinition) -> OperationKey | None:
+    def _freeze_operation(self, uow: UnitOfWork, op: OperationDefinition) -> OperationKey | None:
         """Freeze the definition a step now uses (AC16); once committed, later activations skip the write."""
         key = (op.tenant_id, op.authority_scope, op.task_type_pattern, op.version, op.operation_code)
         if key in self._frozen:
             return None
-        od = t.task_operation_definition
-        conn.execute(
-            sa.update(od)
-            .where(
-                od.c.tenant_id == op.tenant_id,
-                od.c.authority_scope == op.authority_scope,
-                od.c.task_type_pattern == op.task_type_pattern,
-                od.c.definition_version == op.version,
-                od.c.operation_code == op.operation_code,
-                od.c.frozen_at.is_(None),
-            )
-            .values(frozen_at=self.ctx.now())
-        )
+        uow.definitions.freeze_operation(key, self.ctx.now())
         return key
 
 
@@ -435,11 +403,10 @@ def _superseded(previous: StepState, statuses: Any, now: datetime) -> StepState:
     )
 
 
-def _record_activity(conn: Any, step: StepState, activity: c.TemporalActivity | None) -> None:
+def _record_activity(uow: UnitOfWork, step: StepState, activity: c.TemporalActivity | None) -> None:
     """Which Temporal activity runs this execution (the reconciler asks Temporal before STALE)."""
     if activity is not None and step.execution_id is not None:
-        runs_repo.record_activity(
-            conn,
+        uow.runs.record_activity(
             step.execution_id,
             step.task_id,
             activity.namespace,

@@ -9,30 +9,21 @@ References are lookup keys, not projection state: attaching one moves no version
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app.context import AppContext, require
+from status.app.ports import Stores, UnitOfWork
 from status.app.queries import Queries
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.projections import iso
-from status.infra import tables as t
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 REF_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 MAX_REF_VALUE = 255
 MAX_REFS_PER_REQUEST = 20
-
-
-def ref_hash(ref_value: str) -> str:
-    """The key of a reference: its exact bytes (no collation folds or pads them)."""
-    return hashlib.sha256(ref_value.encode("utf-8")).hexdigest()
 
 
 def check_refs(refs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -48,41 +39,18 @@ def check_refs(refs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def attach_in(
-    conn: sa.Connection, tenant_id: str, scope: str, task_id: str, refs: Sequence[tuple[str, str]], now: datetime
+    stores: Stores, tenant_id: str, scope: str, task_id: str, refs: Sequence[tuple[str, str]], now: datetime
 ) -> list[dict[str, Any]]:
     """Attach references inside the caller's transaction (task creation or ``attach``)."""
-    x = t.task_external_ref
     results = []
     for ref_type, ref_value in refs:
-        key = (x.c.tenant_id == tenant_id, x.c.authority_scope == scope, x.c.ref_type == ref_type)
-        owner = conn.execute(
-            sa.select(x.c.task_id).where(*key, x.c.ref_hash == ref_hash(ref_value)).with_for_update()
-        ).scalar()
+        owner = stores.external_refs.lock_owner(tenant_id, scope, ref_type, ref_value)
         if owner is not None and owner != task_id:
             raise Conflict(f"{ref_type} {ref_value!r} already refers to another task", ErrorCode.EXTERNAL_REF_CONFLICT)
         if owner is None:
-            conn.execute(
-                sa.insert(x).values(
-                    tenant_id=tenant_id,
-                    authority_scope=scope,
-                    ref_type=ref_type,
-                    ref_hash=ref_hash(ref_value),
-                    ref_value=ref_value,
-                    task_id=task_id,
-                    created_at=now,
-                )
-            )
+            stores.external_refs.insert(tenant_id, scope, ref_type, ref_value, task_id, now)
         results.append({"refType": ref_type, "refValue": ref_value, "created": owner is None})
     return results
-
-
-def retry_on_duplicate(engine: sa.Engine, work: Any) -> Any:
-    """Run a transaction that inserts references; a concurrent insert of the same key loses the race
-    with a duplicate-key error, and the re-run then sees the winner (same task: no-op; other: conflict)."""
-    try:
-        return run_in_transaction(engine, work)
-    except sa.exc.IntegrityError:
-        return run_in_transaction(engine, work)
 
 
 class ExternalRefCommands:
@@ -98,36 +66,23 @@ class ExternalRefCommands:
             raise Invalid("externalRefs must not be empty")
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            conn = uow.conn
             # The task row first (the fixed lock order: task, then what hangs off it).
-            row = conn.execute(
-                sa.select(t.task.c.tenant_id, t.task.c.authority_scope).where(t.task.c.id == task_id).with_for_update()
-            ).first()
-            if row is None or (row.tenant_id, row.authority_scope) != (caller.tenant_id, caller.authority_scope):
+            row = uow.tasks.lock_tenancy(task_id)
+            if row is None or (row[0], row[1]) != (caller.tenant_id, caller.authority_scope):
                 raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-            results = attach_in(conn, caller.tenant_id, caller.authority_scope, task_id, wanted, self.ctx.now())
+            results = attach_in(uow, caller.tenant_id, caller.authority_scope, task_id, wanted, self.ctx.now())
             uow.commit()
             return {"taskId": task_id, "externalRefs": results}
 
-        result: dict[str, Any] = retry_on_duplicate(self.ctx.engine, work)
+        result: dict[str, Any] = self.ctx.db.run_unique(work)
         return result
 
     def lookup(self, caller: ServicePrincipal, ref_type: str, ref_value: str) -> dict[str, Any]:
         """The task a reference maps to, in the caller's tenant and scope (internal API)."""
         require(caller, Role.COORDINATOR)
         check_refs([(ref_type, ref_value)])
-        x = t.task_external_ref
-        with self.ctx.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(x.c.task_id, x.c.created_at, t.task.c.workflow_id, t.task.c.version)
-                .join(t.task, t.task.c.id == x.c.task_id)
-                .where(
-                    x.c.tenant_id == caller.tenant_id,
-                    x.c.authority_scope == caller.authority_scope,
-                    x.c.ref_type == ref_type,
-                    x.c.ref_hash == ref_hash(ref_value),
-                )
-            ).first()
+        with self.ctx.db.reading() as stores:
+            row = stores.external_refs.find(caller.tenant_id, caller.authority_scope, ref_type, ref_value)
         if row is None:
             raise NotFound(f"no task has {ref_type} {ref_value!r}", ErrorCode.NOT_FOUND)
         return {
@@ -148,15 +103,9 @@ class ExternalRefCommands:
         An invisible task answers exactly like an unknown reference (no probing).
         """
         check_refs([(ref_type, ref_value)])
-        x = t.task_external_ref
-        query = sa.select(x.c.task_id).where(
-            x.c.tenant_id == user.tenant_id, x.c.ref_type == ref_type, x.c.ref_hash == ref_hash(ref_value)
-        )
-        if authority_scope is not None:
-            query = query.where(x.c.authority_scope == authority_scope)
-        with self.ctx.engine.connect() as conn:
-            candidates = list(conn.scalars(query.limit(10)))
-            visible = [task_id for task_id in candidates if self.queries.can_see_task(conn, user, task_id)]
+        with self.ctx.db.reading() as stores:
+            candidates = stores.external_refs.tasks_named(user.tenant_id, ref_type, ref_value, authority_scope, 10)
+            visible = [task_id for task_id in candidates if self.queries.can_see_task(stores, user, task_id)]
         if not visible:
             raise NotFound("task not found", ErrorCode.NOT_FOUND)
         if len(visible) > 1:

@@ -12,12 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-
 from status import logs
 from status.app import commands as c
 from status.app.context import HEALTH_PRODUCER, RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands, Group
+from status.app.ports import Stores, UnitOfWork
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import DomainError, ErrorCode
@@ -26,8 +25,6 @@ from status.domain.model import StepError
 from status.domain.projections import iso
 from status.domain.silence import HeartbeatCensus
 from status.domain.verdicts import ActivityOutcome, ActivityRef, ActivityState, step_ending_for
-from status.infra import tables as t
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 # Asks Temporal about silent executions' activities: execution id -> what Temporal knows of it.
 AskTemporal = Callable[[Mapping[str, ActivityRef]], Mapping[str, ActivityOutcome]]
@@ -47,22 +44,19 @@ class HealthCommands:
         recover: list[tuple[int, str, str, int, str]] = []
 
         # Credentials and tenants are immutable: read once, before the writes (retried like any unit of work).
-        resolved = run_in_transaction(
-            self.ctx.engine, lambda uow: self._resolve_heartbeats(uow.conn, caller, items, now, results)
-        )
+        resolved = self.ctx.db.run(lambda uow: self._resolve_heartbeats(uow, caller, items, now, results))
         beats = [(*resolved[i], items[i].heartbeat_seq) for i in sorted(resolved)]
 
         def fast(uow: UnitOfWork) -> bool:
             # The usual batch: one beat per execution, every one RUNNING, HEALTHY and newer.
-            if self._write_beats(uow.conn, beats, now, guarded=True) != len(beats):
+            if uow.heartbeats.write_beats(beats, now, guarded=True) != len(beats):
                 return False  # not committed: rolled back, decided one by one below
             uow.commit()
             return True
 
         def work(uow: UnitOfWork) -> None:
-            conn = uow.conn
             recover.clear()  # a retried transaction decides again from the start
-            rows = self._lock_steps(conn, sorted({key[:3] for key in resolved.values()}))
+            rows = uow.heartbeats.lock_beat_rows(sorted({key[:3] for key in resolved.values()}))
             seq_now: dict[tuple[str, str, int], int] = {}  # last heartbeatSeq per step, as this batch moves it
             for index in sorted(resolved):  # the order the worker sent them in
                 task_id, step_id, attempt, execution_id = resolved[index]
@@ -74,131 +68,23 @@ class HealthCommands:
                     recover.append((index, task_id, step_id, attempt, execution_id))
                 elif verdict["accepted"] and verdict["reason"] is None:
                     seq_now[key] = hb.heartbeat_seq
-            self._write_beats(conn, [(*k, "", v) for k, v in seq_now.items()], now, guarded=False)
+            uow.heartbeats.write_beats([(*k, "", v) for k, v in seq_now.items()], now, guarded=False)
             uow.commit()
 
         single = len({b[:3] for b in beats}) == len(beats)
-        if beats and single and run_in_transaction(self.ctx.engine, fast):
+        if beats and single and self.ctx.db.run(fast):
             for index, key in resolved.items():
                 results[index] = _accepted(key[3])
         elif beats:
-            run_in_transaction(self.ctx.engine, work)
+            self.ctx.db.run(work)
         # STALE -> HEALTHY goes through the full event transaction, exactly once (R6).
         for index, task_id, step_id, attempt, execution_id in recover:
             results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
         return {"results": results, "receivedAt": iso(now)}
 
-    def _lock_steps(self, conn: sa.Connection, keys: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Any]:
-        """The heartbeat columns of these step attempts, locked in key order (so batches never deadlock).
-
-        Only step rows are locked, never task rows: the event path locks a
-        task and then its step, so taking a task lock here could close a cycle.
-        """
-        ts = t.task_step
-        rows: dict[tuple[str, str, int], Any] = {}
-        # Chunks of 100 keys: MariaDB turns longer row-value IN lists into a derived
-        # table and may then scan (and lock-read) the whole table instead of the key range.
-        for chunk in range(0, len(keys), 100):
-            query = (
-                sa.select(
-                    ts.c.task_id,
-                    ts.c.step_id,
-                    ts.c.attempt,
-                    ts.c.execution_id,
-                    ts.c.lifecycle_status,
-                    ts.c.health,
-                    ts.c.superseded,
-                    ts.c.last_heartbeat_seq,
-                )
-                .where(sa.tuple_(ts.c.task_id, ts.c.step_id, ts.c.attempt).in_(keys[chunk : chunk + 100]))
-                .order_by(ts.c.task_id, ts.c.step_id, ts.c.attempt)
-                .with_for_update()
-            )
-            for row in conn.execute(query):
-                rows[(row.task_id, row.step_id, row.attempt)] = row
-        return rows
-
-    def _write_beats(
-        self, conn: sa.Connection, beats: list[tuple[str, str, int, str, int]], now: datetime, *, guarded: bool
-    ) -> int:
-        """Write heartbeats (task, step, attempt, execution, seq); returns how many rows took one.
-
-        ``guarded``: only where the execution is current, RUNNING, HEALTHY and
-        the seq newer (the fast path, no prior read); otherwise the rows were
-        locked and decided already.  MySQL/MariaDB: one UPDATE joined to the
-        beats per 500 — one round trip instead of one per beat; rows are
-        visited in key order, so concurrent batches never deadlock-loop.
-        SQLite (dev): one statement executed per beat.
-        """
-        beats = sorted(beats)
-        if not beats:
-            return 0
-        if conn.dialect.name != "mysql":
-            stmt = self._beat(now, guarded)
-            return sum(
-                conn.execute(
-                    stmt, {"_task_id": t_, "_step_id": s_, "_attempt": a_, "_execution_id": e_, "_seq": q_}
-                ).rowcount
-                for t_, s_, a_, e_, q_ in beats
-            )
-        guard = (
-            " WHERE task_step.execution_id = beat.e AND task_step.lifecycle_status = 'RUNNING'"
-            " AND task_step.health = 'HEALTHY' AND task_step.superseded = 0 AND task_step.last_heartbeat_seq < beat.q"
-            if guarded
-            else ""
-        )
-        written = 0
-        for chunk in range(0, len(beats), 500):
-            part = beats[chunk : chunk + 500]
-            rows = " UNION ALL ".join(["SELECT %s AS t, %s AS s, %s AS a, %s AS e, %s AS q"] * len(part))
-            written += conn.exec_driver_sql(
-                "UPDATE task_step JOIN (" + rows + ") AS beat"
-                " ON task_step.task_id = beat.t AND task_step.step_id = beat.s AND task_step.attempt = beat.a"
-                " SET task_step.last_heartbeat_seq = beat.q, task_step.last_heartbeat_at = %s,"
-                " task_step.heartbeat_deadline_at = TIMESTAMPADD(SECOND, task_step.heartbeat_timeout_seconds, %s)"
-                + guard,
-                (*[value for beat in part for value in beat], now, now),
-            ).rowcount
-        return written
-
-    def _beat(self, now: datetime, guarded: bool) -> Any:
-        ts = t.task_step
-        where = [
-            ts.c.task_id == sa.bindparam("_task_id"),
-            ts.c.step_id == sa.bindparam("_step_id"),
-            ts.c.attempt == sa.bindparam("_attempt"),
-        ]
-        if guarded:
-            where += [
-                ts.c.execution_id == sa.bindparam("_execution_id"),
-                ts.c.lifecycle_status == Lifecycle.RUNNING.value,
-                ts.c.health == Health.HEALTHY.value,
-                ts.c.superseded.is_(sa.false()),
-                ts.c.last_heartbeat_seq < sa.bindparam("_seq"),
-            ]
-        return (
-            sa.update(ts)
-            .where(*where)
-            .values(
-                last_heartbeat_seq=sa.bindparam("_seq"),
-                last_heartbeat_at=now,
-                heartbeat_deadline_at=self._deadline_expr(now),
-            )
-        )
-
-    def _deadline_expr(self, now: datetime) -> Any:
-        ts = t.task_step
-        if self.ctx.engine.dialect.name == "sqlite":
-            return sa.func.strftime(
-                "%Y-%m-%d %H:%M:%f",
-                now.isoformat(sep=" "),
-                "+" + sa.cast(ts.c.heartbeat_timeout_seconds, sa.String) + " seconds",
-            )
-        return sa.func.timestampadd(sa.literal_column("SECOND"), ts.c.heartbeat_timeout_seconds, now)
-
     def _resolve_heartbeats(
         self,
-        conn: sa.Connection,
+        stores: Stores,
         caller: ServicePrincipal,
         items: Sequence[c.Heartbeat],
         now: datetime,
@@ -206,21 +92,7 @@ class HealthCommands:
     ) -> dict[int, tuple[str, str, int, str]]:
         resolved: dict[int, tuple[str, str, int, str]] = {}
         hashes = {ids.handle_hash(h.execution_handle) for h in items if h.execution_handle}
-        handles = {}
-        if hashes:
-            h = t.task_execution_handle
-            for row in conn.execute(
-                sa.select(
-                    h.c.handle_hash,
-                    h.c.task_id,
-                    h.c.step_id,
-                    h.c.step_attempt,
-                    h.c.execution_id,
-                    h.c.producer_id,
-                    h.c.expires_at,
-                ).where(h.c.handle_hash.in_(sorted(hashes)))
-            ):
-                handles[row.handle_hash] = row
+        handles = stores.heartbeats.handles(hashes)
         for index, hb in enumerate(items):
 
             def reject(code: ErrorCode, execution_id: str | None = hb.execution_id, _i: int = index) -> None:
@@ -263,17 +135,7 @@ class HealthCommands:
             resolved[index] = key
         # Only the caller's tenant and scope: any other task does not exist for it.
         task_ids = sorted({key[0] for key in resolved.values()})
-        mine = set()
-        for chunk in range(0, len(task_ids), 500):
-            mine |= set(
-                conn.scalars(
-                    sa.select(t.task.c.id).where(
-                        t.task.c.id.in_(task_ids[chunk : chunk + 500]),
-                        t.task.c.tenant_id == caller.tenant_id,
-                        t.task.c.authority_scope == caller.authority_scope,
-                    )
-                )
-            )
+        mine = stores.heartbeats.tasks_of(task_ids, caller.tenant_id, caller.authority_scope)
         for index, key in list(resolved.items()):
             if key[0] not in mine:
                 results[index] = {"executionId": key[3], "accepted": False, "health": None, "reason": "UNKNOWN_TASK"}
@@ -331,27 +193,13 @@ class HealthCommands:
         except DomainError as err:
             if err.code is not ErrorCode.INVALID_TRANSITION:  # someone else recovered it first
                 return {"executionId": execution_id, "accepted": False, "health": None, "reason": err.code.value}
-        # The heartbeat itself now lands on the light path.
-        ts = t.task_step
 
+        # The heartbeat itself now lands on the light path.
         def work(uow: UnitOfWork) -> None:
-            uow.conn.execute(
-                sa.update(ts)
-                .where(
-                    ts.c.task_id == task_id,
-                    ts.c.step_id == step_id,
-                    ts.c.attempt == attempt,
-                    ts.c.last_heartbeat_seq < hb.heartbeat_seq,
-                )
-                .values(
-                    last_heartbeat_seq=hb.heartbeat_seq,
-                    last_heartbeat_at=self.ctx.now(),
-                    heartbeat_deadline_at=self._deadline_expr(self.ctx.now()),
-                )
-            )
+            uow.heartbeats.write_recovered_beat(task_id, step_id, attempt, hb.heartbeat_seq, self.ctx.now())
             uow.commit()
 
-        run_in_transaction(self.ctx.engine, work)
+        self.ctx.db.run(work)
         return {"executionId": execution_id, "accepted": True, "health": "HEALTHY", "reason": "RECOVERED"}
 
     def _end_from_temporal(
@@ -387,21 +235,8 @@ class HealthCommands:
 
     def heartbeat_census(self) -> HeartbeatCensus:
         """What the reconciler needs to tell a dead worker from an ingest outage (one aggregate read)."""
-        ts = t.task_step
-        with self.ctx.engine.connect() as conn:
-            running, producers, newest, shortest = conn.execute(
-                sa.select(
-                    sa.func.count(),
-                    sa.func.count(sa.distinct(ts.c.producer_id)),
-                    sa.func.max(ts.c.last_heartbeat_at),
-                    sa.func.min(ts.c.heartbeat_interval_seconds),
-                ).where(
-                    ts.c.lifecycle_status == Lifecycle.RUNNING.value,
-                    ts.c.superseded.is_(sa.false()),
-                    ts.c.heartbeat_deadline_at.is_not(None),
-                )
-            ).one()
-        return HeartbeatCensus(int(running), int(producers), newest, shortest)
+        with self.ctx.db.reading() as stores:
+            return HeartbeatCensus(*stores.heartbeats.census())
 
     def mark_stale(
         self,
@@ -419,32 +254,8 @@ class HealthCommands:
         its run's history, ends that way instead (its report was lost); the others go STALE.
         """
         now = self.ctx.now()
-        ts, st = t.task_step, t.task_step_temporal
-        with self.ctx.engine.connect() as conn:
-            candidates = conn.execute(
-                sa.select(
-                    ts.c.task_id,
-                    ts.c.step_id,
-                    ts.c.attempt,
-                    ts.c.execution_id,
-                    t.task.c.tenant_id,
-                    t.task.c.authority_scope,
-                    st.c.namespace,
-                    st.c.workflow_id,
-                    st.c.run_id,
-                    st.c.activity_id,
-                )
-                .join(t.task, t.task.c.id == ts.c.task_id)
-                .outerjoin(st, st.c.execution_id == ts.c.execution_id)
-                .where(
-                    ts.c.lifecycle_status == Lifecycle.RUNNING.value,
-                    ts.c.health == Health.HEALTHY.value,
-                    ts.c.heartbeat_deadline_at <= now,
-                    ts.c.superseded.is_(sa.false()),
-                )
-                .order_by(ts.c.heartbeat_deadline_at)
-                .limit(limit)
-            ).all()
+        with self.ctx.db.reading() as stores:
+            candidates = stores.heartbeats.overdue_executions(now, limit)
         candidates = [
             row for row in candidates if tenant_scope is None or (row.tenant_id, row.authority_scope) == tenant_scope
         ]
@@ -490,27 +301,14 @@ class HealthCommands:
                 step_id: str = step_id,
                 attempt: int = attempt,
             ) -> tuple[dict[str, Any], Group] | None:
-                locked = uow.conn.execute(
-                    sa.select(t.task.c.id).where(t.task.c.id == task_id).with_for_update(skip_locked=True)
-                ).first()
-                if locked is None:
+                if not uow.heartbeats.try_lock_task(task_id):
                     return None  # another reconciler or a reporter has it; next pass re-checks
-                still_overdue = uow.conn.execute(
-                    sa.select(ts.c.task_id).where(
-                        ts.c.task_id == task_id,
-                        ts.c.step_id == step_id,
-                        ts.c.attempt == attempt,
-                        ts.c.lifecycle_status == Lifecycle.RUNNING.value,
-                        ts.c.health == Health.HEALTHY.value,
-                        ts.c.heartbeat_deadline_at <= self.ctx.now(),
-                    )
-                ).first()
-                if still_overdue is None:
+                if not uow.heartbeats.still_overdue(task_id, step_id, attempt, self.ctx.now()):
                     return None
                 return self.events.apply_locked(uow, caller, cmd)
 
             try:
-                outcome = run_in_transaction(self.ctx.engine, work)
+                outcome = self.ctx.db.run(work)
             except DomainError:
                 continue
             if outcome is not None:

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app.durations import DurationHistory
+from status.app.ports import Stores
 from status.app.step_cache import TaskView
 from status.domain.auth import UserPrincipal
 from status.domain.lifecycle import EventType
@@ -38,11 +37,11 @@ from status.domain.projections import (
 )
 from status.domain.rules import Notice
 from status.domain.stepset import StepSet
-from status.infra import repository as repo
 
 # Timeline entries the service writes itself are named sys:<taskId>:<version>; no producer's
 # eventId may start so (the events command refuses it), so the two can never collide.
 SERVICE_EVENT_PREFIX = "sys:"
+
 
 def _row(
     aggregate_type: str,
@@ -274,7 +273,7 @@ def change_row(task: TaskState, now: datetime) -> dict[str, Any]:
 
 
 def service_event(
-    conn: sa.Connection,
+    stores: Stores,
     task: TaskState,
     view: TaskView,
     event_type: EventType,
@@ -291,8 +290,7 @@ def service_event(
     """Log a change the service itself made (creation, activation, classification, access)
     at the task's current version; returns its outbox rows for the caller to add to."""
     event_id = f"{SERVICE_EVENT_PREFIX}{task.task_id}:{task.version}"
-    repo.insert_events(
-        conn,
+    stores.log.insert_events(
         [
             event_row(
                 event_id=event_id,
@@ -308,7 +306,7 @@ def service_event(
             )
         ],
     )
-    repo.insert_changes(conn, [change_row(task, now)])
+    stores.log.insert_changes([change_row(task, now)])
     trigger: dict[str, Any] = {"eventId": event_id, "eventType": event_type.value, "committedAt": iso(now)}
     if step is not None:
         trigger |= {"stepId": step.step_id, "operationCode": step.operation_code}
@@ -322,5 +320,5 @@ def service_event(
         event_id=event_id,
         broadcast=broadcast,
         now=now,
-        history=durations.for_task(conn, task, view.steps) if durations else None,
+        history=durations.for_task(stores, task, view.steps) if durations else None,
     )

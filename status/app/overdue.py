@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from status.app.context import AppContext, operation, require
+from status.app.ports import RunningAttempt, Stores
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import DomainError
 from status.domain.projections import iso
-from status.infra import overdue as store
 
 DEFAULT_MAX_RUNTIME = timedelta(hours=24)
 # Attempts with their own, shorter limit are looked at from this age on.
@@ -34,14 +34,14 @@ class OverdueQueries:
             require(caller, Role.ADMIN)
         now = self.ctx.now()
         found: dict[str, dict[str, Any]] = {}
-        with self.ctx.engine.connect() as conn:
-            for row in store.running_since(conn, now - SHORTEST_LIMIT, limit=max(1, limit) * 50):
+        with self.ctx.db.reading() as stores:
+            for row in stores.overdue.running_since(now - SHORTEST_LIMIT, limit=max(1, limit) * 50):
                 if caller is not None and (row.tenant_id, row.authority_scope) != (
                     caller.tenant_id,
                     caller.authority_scope,
                 ):
                     continue
-                reason = self._overdue_reason(conn, row, now)
+                reason = self._overdue_reason(stores, row, now)
                 if reason is None or row.task_id in found:
                     continue
                 found[row.task_id] = {
@@ -57,10 +57,10 @@ class OverdueQueries:
                     break
         return list(found.values())
 
-    def _overdue_reason(self, conn: Any, row: store.RunningAttempt, now: datetime) -> dict[str, Any] | None:
+    def _overdue_reason(self, stores: Stores, row: RunningAttempt, now: datetime) -> dict[str, Any] | None:
         if row.step_id is not None and row.step_started_at is not None and row.operation_code is not None:
             try:
-                defs = self.ctx.definitions_for(conn, row.tenant_id, row.authority_scope)
+                defs = self.ctx.definitions_for(stores, row.tenant_id, row.authority_scope)
                 op = operation(defs, row.operation_code, row.task_type, row.operation_version)
             except DomainError:
                 op = None

@@ -10,61 +10,42 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
+from status.app.ports import Stores
 from status.domain.aggregate import fold
 from status.domain.auth import UserPrincipal
-from status.domain.definitions import FailurePolicy
 from status.domain.errors import ErrorCode, Invalid, NotFound
-from status.domain.lifecycle import EventType, Lifecycle
+from status.domain.lifecycle import EventType
 from status.domain.projections import iso, task_snapshot, user_summary, workflow_summary
-from status.infra import repository as repo
-from status.infra import tables as t
+
+STATUS_FILTERS = ("running", "failed", "needs_action", "done")
 
 
 class Queries:
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
 
-    def _visible(self, user: UserPrincipal) -> Any:
-        return repo.visible_task_filter(user.tenant_id, user.user_id, user.project_ids, user.role_ids)
-
-    def can_see_task(self, conn: sa.Connection, user: UserPrincipal, task_id: str) -> bool:
-        return (
-            conn.execute(sa.select(t.task.c.id).where(t.task.c.id == task_id, self._visible(user))).first() is not None
-        )
+    @staticmethod
+    def can_see_task(stores: Stores, user: UserPrincipal, task_id: str) -> bool:
+        return stores.reads.can_see(user, task_id)
 
     def get_task(self, user: UserPrincipal, task_id: str) -> dict[str, Any]:
         """The snapshot, or NOT_FOUND when the task doesn't exist *or* isn't visible (no probing)."""
-        with self.ctx.engine.connect() as conn:
-            row = conn.execute(sa.select(t.task).where(t.task.c.id == task_id, self._visible(user))).mappings().first()
-            if row is None:
+        with self.ctx.db.reading() as stores:
+            task = stores.reads.visible_task(user, task_id)
+            if task is None:
                 raise NotFound("task not found", ErrorCode.NOT_FOUND)
-            task = repo.task_from_row(row)
-            steps = repo.steps_of(conn, task_id)
-            return task_snapshot(task, steps, self.ctx.now(), self.ctx.durations.for_task(conn, task, steps))
+            steps = stores.tasks.steps_of(task_id)
+            return task_snapshot(task, steps, self.ctx.now(), self.ctx.durations.for_task(stores, task, steps))
 
     def task_events(self, user: UserPrincipal, task_id: str, after_version: int, limit: int) -> dict[str, Any]:
         """The committed timeline after ``after_version`` (AC18); says when history was purged."""
         limit = max(1, min(limit, 500))
-        with self.ctx.engine.connect() as conn:
-            if not self.can_see_task(conn, user, task_id):
+        with self.ctx.db.reading() as stores:
+            if not stores.reads.can_see(user, task_id):
                 raise NotFound("task not found", ErrorCode.NOT_FOUND)
-            log = t.task_event_log
-            rows = (
-                conn.execute(
-                    sa.select(log)
-                    .where(log.c.task_id == task_id, log.c.task_version > after_version)
-                    .order_by(log.c.task_version)
-                    .limit(limit + 1)
-                )
-                .mappings()
-                .all()
-            )
-            oldest = conn.execute(sa.select(sa.func.min(log.c.task_version)).where(log.c.task_id == task_id)).scalar()
-            current = conn.execute(sa.select(t.task.c.version).where(t.task.c.id == task_id)).scalar_one()
+            rows, oldest, current = stores.reads.events_after(task_id, after_version, limit + 1)
         # Truncated when versions after ``after_version`` existed but are gone: the oldest kept is
         # later than the next one asked for, or (all of it purged) nothing is kept of a task that
         # has moved past ``after_version``.
@@ -108,12 +89,11 @@ class Queries:
         wanted = list(dict.fromkeys(task_ids))
         if len(wanted) > 100:
             raise Invalid("at most 100 taskIds per request")
-        with self.ctx.engine.connect() as conn:
-            rows = conn.execute(sa.select(t.task).where(t.task.c.id.in_(wanted), self._visible(user))).mappings().all()
-            tasks = {r["id"]: repo.task_from_row(r) for r in rows}
+        with self.ctx.db.reading() as stores:
+            tasks = {task.task_id: task for task in stores.reads.visible_tasks(user, wanted)}
             changed = [tid for tid, task in tasks.items() if task.version > known.get(tid, 0)]
-            steps = repo.steps_of_tasks(conn, changed)
-            history = {tid: self.ctx.durations.for_task(conn, tasks[tid], steps[tid]) for tid in changed}
+            steps = stores.tasks.steps_of_tasks(changed)
+            history = {tid: self.ctx.durations.for_task(stores, tasks[tid], steps[tid]) for tid in changed}
         now = self.ctx.now()
         return {
             "tasks": [task_snapshot(tasks[tid], steps[tid], now, history[tid]) for tid in changed],
@@ -128,20 +108,14 @@ class Queries:
         """The user's visible tasks, newest first, keyset-paginated; ``status`` narrows the list to
         ``running``, ``failed``, ``needs_action`` or ``done`` tasks."""
         limit = max(1, min(limit, 100))
-        query = sa.select(t.task).where(self._visible(user))
-        if status is not None:
-            query = query.where(_status_filter(status))
-        if cursor:
-            created, task_id = decode_cursor(cursor)
-            query = query.where(
-                sa.or_(t.task.c.created_at < created, sa.and_(t.task.c.created_at == created, t.task.c.id < task_id))
-            )
-        query = query.order_by(t.task.c.created_at.desc(), t.task.c.id.desc()).limit(limit + 1)
-        with self.ctx.engine.connect() as conn:
-            rows = conn.execute(query).mappings().all()
-            tasks = [repo.task_from_row(r) for r in rows[:limit]]
-            steps = repo.steps_of_tasks(conn, [task.task_id for task in tasks])
-            history = {x.task_id: self.ctx.durations.for_task(conn, x, steps[x.task_id]) for x in tasks}
+        if status is not None and status not in STATUS_FILTERS:
+            raise Invalid(f"status must be one of {', '.join(STATUS_FILTERS)}")
+        before = decode_cursor(cursor) if cursor else None
+        with self.ctx.db.reading() as stores:
+            rows = stores.reads.page_of_tasks(user, status, before, limit + 1)
+            tasks = rows[:limit]
+            steps = stores.tasks.steps_of_tasks([task.task_id for task in tasks])
+            history = {x.task_id: self.ctx.durations.for_task(stores, x, steps[x.task_id]) for x in tasks}
         now = self.ctx.now()
         next_cursor = encode_cursor(tasks[-1].created_at, tasks[-1].task_id) if len(rows) > limit else None
         summaries = [user_summary(x, steps[x.task_id], now, None, history[x.task_id]) for x in tasks]
@@ -149,37 +123,31 @@ class Queries:
 
     def get_workflow(self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool) -> dict[str, Any]:
         """The workflow summary and its ACL-trimmed tasks; NOT_FOUND unless the user sees it."""
-        with self.ctx.engine.connect() as conn:
-            row = conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id)).mappings().first()
-            if row is None or row["tenant_id"] != user.tenant_id:
+        with self.ctx.db.reading() as stores:
+            workflow = stores.reads.workflow(workflow_id)
+            if workflow is None or workflow.tenant_id != user.tenant_id:
                 raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
-            task_rows = (
-                conn.execute(
-                    sa.select(t.task)
-                    .where(t.task.c.workflow_id == workflow_id, self._visible(user))
-                    .order_by(t.task.c.created_at, t.task.c.id)
-                )
-                .mappings()
-                .all()
-            )
-            owner = row["owner_id"] == user.user_id
-            if not owner and not task_rows:
+            tasks = stores.reads.visible_tasks_of_workflow(user, workflow_id)
+            owner = workflow.owner_id == user.user_id
+            if not owner and not tasks:
                 raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
-            workflow = repo.workflow_from_row(row)
             if not owner:
                 # Someone who sees some of the tasks sees an aggregate over those only: the
                 # workflow's own aggregate would tell them about tasks they cannot see.
-                lifecycle, health, aggregate = fold([dict(r) for r in task_rows])
+                lifecycle, health, aggregate = fold(
+                    [{"lifecycle_status": x.lifecycle.value, "health": x.health.value} for x in tasks]
+                )
                 workflow = replace(
-                    workflow, lifecycle=lifecycle, health=health, aggregate=aggregate, task_count=len(task_rows)
+                    workflow, lifecycle=lifecycle, health=health, aggregate=aggregate, task_count=len(tasks)
                 )
             result = workflow_summary(workflow, self.ctx.now())
             if with_tasks:
-                tasks = [repo.task_from_row(r) for r in task_rows]
-                steps = repo.steps_of_tasks(conn, [task.task_id for task in tasks])
+                steps = stores.tasks.steps_of_tasks([task.task_id for task in tasks])
                 now = self.ctx.now()
                 summaries = [
-                    user_summary(x, steps[x.task_id], now, None, self.ctx.durations.for_task(conn, x, steps[x.task_id]))
+                    user_summary(
+                        x, steps[x.task_id], now, None, self.ctx.durations.for_task(stores, x, steps[x.task_id])
+                    )
                     for x in tasks
                 ]
                 result = {"workflow": result, "tasks": summaries}
@@ -187,40 +155,9 @@ class Queries:
 
     def snapshot(self, task_id: str) -> dict[str, Any] | None:
         """The current detail state of a task (no access check: callers check visibility)."""
-        with self.ctx.engine.connect() as conn:
-            task = repo.load_task(conn, task_id)
+        with self.ctx.db.reading() as stores:
+            task = stores.tasks.load(task_id)
             if task is None:
                 return None
-            steps = repo.steps_of(conn, task_id)
-            return task_snapshot(task, steps, self.ctx.now(), self.ctx.durations.for_task(conn, task, steps))
-
-
-_RUNNING = (Lifecycle.PENDING.value, Lifecycle.RUNNING.value)
-_FAILED = (Lifecycle.FAILED.value, Lifecycle.TIMED_OUT.value)
-_DONE = (Lifecycle.SUCCEEDED.value, Lifecycle.CANCELLED.value)
-STATUS_FILTERS = ("running", "failed", "needs_action", "done")
-
-
-def _status_filter(status: str) -> Any:
-    lifecycle = t.task.c.lifecycle_status
-    if status == "running":
-        return lifecycle.in_(_RUNNING)
-    if status == "failed":
-        return lifecycle.in_(_FAILED)
-    if status == "done":
-        return lifecycle.in_(_DONE)
-    if status == "needs_action":
-        # Unfinished, with a step that failed and waits for the user (WAIT_FOR_USER).
-        s = t.task_step
-        waiting = (
-            sa.select(s.c.task_id)
-            .where(
-                s.c.task_id == t.task.c.id,
-                s.c.lifecycle_status == Lifecycle.FAILED.value,
-                s.c.failure_policy == FailurePolicy.WAIT_FOR_USER.value,
-                s.c.superseded.is_(sa.false()),
-            )
-            .exists()
-        )
-        return sa.and_(lifecycle.in_(_RUNNING), waiting)
-    raise Invalid(f"status must be one of {', '.join(STATUS_FILTERS)}")
+            steps = stores.tasks.steps_of(task_id)
+            return task_snapshot(task, steps, self.ctx.now(), self.ctx.durations.for_task(stores, task, steps))

@@ -13,10 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
+from status.app.ports import RealtimeTokens, UnitOfWork
 from status.app.service import StatusService
 from status.domain.auth import UserPrincipal
 from status.domain.errors import Conflict, ErrorCode, Forbidden, Invalid, NotFound
@@ -29,12 +26,6 @@ from status.domain.projections import (
     user_channel,
     workflow_channel,
 )
-from status.infra import tables as t
-from status.infra.tokens import RealtimeTokens
-from status.infra.uow import UnitOfWork, run_in_transaction
-
-# The row that serializes one login session's grants (no channel is named so).
-SESSION_GUARD = ""
 
 
 @dataclass(frozen=True)
@@ -108,16 +99,16 @@ class RealtimeService:
         """A subscription JWT for one detail/workflow channel after an ACL check (AC25, AC26)."""
         if (task_id is None) == (workflow_id is None):
             raise Invalid("send exactly one of taskId, workflowId, projectId or broadcast")
-        with self.status.engine.connect() as conn:
-            if task_id is not None:
-                if not self.status.can_see_task(conn, user, task_id):
+        if task_id is not None:
+            with self.status.db.reading() as stores:
+                if not stores.reads.can_see(user, task_id):
                     raise NotFound("task not found", ErrorCode.NOT_FOUND)
-                channel = detail_channel(user.tenant_id, task_id)
+            channel = detail_channel(user.tenant_id, task_id)
         if workflow_id is not None:
             self.status.get_workflow(user, workflow_id, with_tasks=False)  # raises NOT_FOUND when not visible
-            with self.status.engine.connect() as conn:
-                owner = conn.scalar(sa.select(t.workflow.c.owner_id).where(t.workflow.c.id == workflow_id))
-            if owner != user.user_id:
+            with self.status.db.reading() as stores:
+                workflow = stores.reads.workflow(workflow_id)
+            if workflow is None or workflow.owner_id != user.user_id:
                 # The channel carries the aggregate over all of the workflow's tasks; others
                 # read a summary trimmed to the tasks they see (GET /api/workflows/{id}).
                 raise Forbidden("only the workflow's owner may follow its channel", ErrorCode.PERMISSION_DENIED)
@@ -125,64 +116,21 @@ class RealtimeService:
         now = self.status.now()
         expires = now + self.ttl
 
-        def work(conn: sa.Connection) -> None:
-            g = t.realtime_grant
-            # Serialize this session's grants on a row that always exists: FOR UPDATE over the
-            # session's grants locks nothing while it has none, so concurrent first grants all
-            # saw zero held and together passed the limit. An upsert takes the guard row's
-            # exclusive lock at once (INSERT IGNORE then FOR UPDATE would upgrade a shared lock
-            # and deadlock two waiting grants).
-            guard = {
-                "session_id": session_id,
-                "channel": SESSION_GUARD,
-                "tenant_id": user.tenant_id,
-                "user_id": user.user_id,
-                "expires_at": expires,
-                "created_at": now,
-            }
-            if conn.dialect.name == "mysql":
-                conn.execute(mysql_insert(g).values(guard).on_duplicate_key_update(expires_at=expires))
-            else:
-                conn.execute(
-                    sqlite_insert(g)
-                    .values(guard)
-                    .on_conflict_do_update(index_elements=[g.c.session_id, g.c.channel], set_={"expires_at": expires})
-                )
-            conn.execute(
-                sa.delete(g).where(g.c.session_id == session_id, g.c.expires_at <= now, g.c.channel != SESSION_GUARD)
-            )
-            held = set(
-                conn.scalars(
-                    sa.select(g.c.channel).where(g.c.session_id == session_id, g.c.channel != SESSION_GUARD)
-                )
-            )
+        def work(uow: UnitOfWork) -> None:
+            # Serialize this session's grants on a row that always exists (see the store).
+            uow.grants.guard(session_id, user, expires, now)
+            uow.grants.drop_expired(session_id, now)
+            held = uow.grants.held(session_id)
             if channel not in held and len(held) >= self.detail_limit:
                 raise Conflict(
                     f"this session already holds {len(held)} detail subscriptions (limit {self.detail_limit}); "
                     "release one first",
                     ErrorCode.DETAIL_SUBSCRIPTION_LIMIT,
                 )
-            if channel in held:
-                conn.execute(
-                    sa.update(g).where(g.c.session_id == session_id, g.c.channel == channel).values(expires_at=expires)
-                )
-            else:
-                conn.execute(
-                    sa.insert(g).values(
-                        session_id=session_id,
-                        channel=channel,
-                        tenant_id=user.tenant_id,
-                        user_id=user.user_id,
-                        expires_at=expires,
-                        created_at=now,
-                    )
-                )
-
-        def unit(uow: UnitOfWork) -> None:
-            work(uow.conn)
+            uow.grants.hold(session_id, channel, user, expires, now)
             uow.commit()
 
-        run_in_transaction(self.status.engine, unit)  # a lock wait or deadlock is retried
+        self.status.db.run(work)  # a lock wait or deadlock is retried
         token, exp = self.tokens.subscription(user, channel)
         return {"channel": channel, "token": token, "expiresAt": exp, "grantExpiresAt": iso(expires)}
 
@@ -204,28 +152,18 @@ class RealtimeService:
         session = f"sse:{user.subject}:{client_id}"
         now = self.status.now()
         expires = now + self.ttl
-        g = t.realtime_grant
-        with self.status.engine.connect() as conn:
-            visible = [task_id for task_id in wanted if self.status.can_see_task(conn, user, task_id)]
+        with self.status.db.reading() as stores:
+            visible = [task_id for task_id in wanted if stores.reads.can_see(user, task_id)]
         channels = {detail_channel(user.tenant_id, task_id) for task_id in visible}
-        with self.status.engine.begin() as conn:
-            held = set(conn.scalars(sa.select(g.c.channel).where(g.c.session_id == session)))
-            conn.execute(sa.delete(g).where(g.c.session_id == session))
-            if channels:
-                conn.execute(
-                    sa.insert(g),
-                    [
-                        {
-                            "session_id": session,
-                            "channel": ch,
-                            "tenant_id": user.tenant_id,
-                            "user_id": user.user_id,
-                            "expires_at": expires,
-                            "created_at": now,
-                        }
-                        for ch in sorted(channels)
-                    ],
-                )
+
+        def replace_set(uow: UnitOfWork) -> set[str]:
+            held = uow.grants.held(session)
+            uow.grants.release(session)
+            uow.grants.insert(session, channels, user, expires, now)
+            uow.commit()
+            return held
+
+        held = self.status.db.run(replace_set)
         return {
             "watching": visible,
             "notFound": [task_id for task_id in wanted if task_id not in visible],
@@ -236,25 +174,29 @@ class RealtimeService:
 
     def expired_watches(self, user: UserPrincipal, client_id: str) -> list[str]:
         """The detail channels of an SSE session whose watch has expired; their entries go."""
-        g = t.realtime_grant
         session = f"sse:{user.subject}:{client_id}"
         now = self.status.now()
-        with self.status.engine.begin() as conn:
-            expired = list(
-                conn.scalars(sa.select(g.c.channel).where(g.c.session_id == session, g.c.expires_at <= now))
-            )
-            if expired:
-                conn.execute(sa.delete(g).where(g.c.session_id == session, g.c.channel.in_(expired)))
-        return expired
+
+        def work(uow: UnitOfWork) -> list[str]:
+            expired = uow.grants.drop_expired(session, now)
+            uow.commit()
+            return expired
+
+        return self.status.db.run(work)
 
     def end_stream(self, user: UserPrincipal, client_id: str) -> None:
-        g = t.realtime_grant
-        with self.status.engine.begin() as conn:
-            conn.execute(sa.delete(g).where(g.c.session_id == f"sse:{user.subject}:{client_id}"))
+        def work(uow: UnitOfWork) -> None:
+            uow.grants.release(f"sse:{user.subject}:{client_id}")
+            uow.commit()
+
+        self.status.db.run(work)
 
     def release(self, session_id: str, channel: str) -> dict[str, Any]:
         """Give back a detail subscription slot (the client unsubscribed)."""
-        g = t.realtime_grant
-        with self.status.engine.begin() as conn:
-            released = conn.execute(sa.delete(g).where(g.c.session_id == session_id, g.c.channel == channel)).rowcount
-        return {"channel": channel, "released": bool(released)}
+
+        def work(uow: UnitOfWork) -> int:
+            released = uow.grants.release(session_id, channel)
+            uow.commit()
+            return released
+
+        return {"channel": channel, "released": bool(self.status.db.run(work))}

@@ -20,13 +20,11 @@ from status import logs
 from status.app import commands as c
 from status.app.context import RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
+from status.app.ports import OwnedTask, UnitOfWork
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Conflict, DomainError, ErrorCode, NotFound
 from status.domain.lifecycle import Lifecycle
 from status.domain.verdicts import ClosedRun, verdict_event_id, verdict_for, verdict_source_seq
-from status.infra import runs as store
-from status.infra.runs import OwnedTask
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 log = logs.get("status.runs")
 
@@ -49,24 +47,24 @@ class RunCommands:
         require(caller, Role.COORDINATOR)
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            row = store.task_tenancy(uow.conn, task_id)
+            row = uow.tasks.lock_tenancy(task_id)
             if row is None or (row[0], row[1]) != (caller.tenant_id, caller.authority_scope):
                 raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
             if Lifecycle(row[2]).terminal:
                 raise Conflict(f"task {task_id} has ended; it has no owner to change", ErrorCode.TERMINAL_STATE)
-            store.set_owner(uow.conn, [task_id], owner.namespace, owner.workflow_id, owner.run_id)
+            uow.runs.set_owner([task_id], owner.namespace, owner.workflow_id, owner.run_id)
             uow.commit()
             return {
                 "taskId": task_id,
                 "temporalOwner": {"namespace": owner.namespace, "workflowId": owner.workflow_id, "runId": owner.run_id},
             }
 
-        return run_in_transaction(self.ctx.engine, work)
+        return self.ctx.db.run(work)
 
     # ------------------------------------------------------------ for the run follower
     def open_tasks(self, namespace: str, workflow_ids: Sequence[str]) -> list[OwnedTask]:
-        with self.ctx.engine.connect() as conn:
-            return store.open_tasks_of(conn, namespace, workflow_ids)
+        with self.ctx.db.reading() as stores:
+            return stores.runs.open_tasks_of(namespace, workflow_ids)
 
     def follow(self, run: ClosedRun, continued_by: str | None, tasks: Sequence[OwnedTask]) -> FollowResult:
         """Apply one closed run to the open tasks it owns (the caller matched them by workflow id)."""
@@ -77,10 +75,10 @@ class RunCommands:
         if continued_by is not None:
 
             def move(uow: UnitOfWork) -> None:
-                store.hand_over(uow.conn, run.namespace, [task.task_id for task in mine], continued_by)
+                uow.runs.hand_over(run.namespace, [task.task_id for task in mine], continued_by)
                 uow.commit()
 
-            run_in_transaction(self.ctx.engine, move)
+            self.ctx.db.run(move)
             result.handed_over = [task.task_id for task in mine]
             return result
         verdict = verdict_for(run)
@@ -111,12 +109,12 @@ class RunCommands:
     def watermark(self, namespace: str) -> datetime | None:
         """Where to go on reading ``namespace``'s closed runs: the stored watermark, or (first time)
         the creation of the oldest open task a run of it owns; None when there is nothing to follow."""
-        with self.ctx.engine.connect() as conn:
-            return store.watermark(conn, namespace) or store.oldest_open_owned(conn, namespace)
+        with self.ctx.db.reading() as stores:
+            return stores.runs.watermark(namespace) or stores.runs.oldest_open_owned(namespace)
 
     def advance_watermark(self, namespace: str, close_time: datetime) -> None:
         def work(uow: UnitOfWork) -> None:
-            store.advance_watermark(uow.conn, namespace, close_time, self.ctx.now())
+            uow.runs.advance_watermark(namespace, close_time, self.ctx.now())
             uow.commit()
 
-        run_in_transaction(self.ctx.engine, work)
+        self.ctx.db.run(work)

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app.access import AccessCommands
 from status.app.broadcasts import BroadcastCommands
 from status.app.context import AppContext, EventCaller
@@ -29,15 +27,14 @@ from status.app.external_refs import ExternalRefCommands
 from status.app.health import HealthCommands
 from status.app.notifications import NotificationQueries
 from status.app.overdue import OverdueQueries
+from status.app.ports import Database, ExecutionTokens, UnitOfWork
 from status.app.queries import Queries
 from status.app.runs import RunCommands
 from status.app.workflows import WorkflowCommands
 from status.domain.auth import Role, ServicePrincipal
+from status.domain.clock import utcnow
 from status.domain.definitions import ANY, SchemaValidator
 from status.domain.errors import Forbidden
-from status.infra import repository as repo
-from status.infra.tokens import ExecutionTokens, token_type
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 __all__ = ["EventCaller", "ExecutionContext", "StatusService"]
 
@@ -45,7 +42,7 @@ __all__ = ["EventCaller", "ExecutionContext", "StatusService"]
 class StatusService:
     def __init__(
         self,
-        engine: sa.Engine,
+        db: Database,
         *,
         execution_tokens: ExecutionTokens,
         validator: SchemaValidator,
@@ -54,10 +51,10 @@ class StatusService:
         default_heartbeat_interval_seconds: int = 15,
         default_heartbeat_timeout_seconds: int = 60,
         overdue_after_seconds: int = 24 * 3600,
-        clock: Callable[[], datetime] = repo.utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.ctx = AppContext(
-            engine,
+            db,
             execution_tokens,
             validator,
             clock=clock,
@@ -66,7 +63,7 @@ class StatusService:
             heartbeat_interval_seconds=default_heartbeat_interval_seconds,
             heartbeat_timeout_seconds=default_heartbeat_timeout_seconds,
         )
-        self.engine = engine
+        self.db = db
         self.definitions = self.ctx.definitions
         self._tokens = execution_tokens
         self._validator = validator
@@ -128,17 +125,17 @@ class StatusService:
         tenant, scope = (caller.tenant_id, caller.authority_scope) if caller else (ANY, ANY)
 
         def work(uow: UnitOfWork) -> dict[str, int]:
-            result = save_definitions(uow.conn, document, tenant, scope)
+            result = save_definitions(uow, self._validator, document, tenant, scope)
             uow.commit()
             return result
 
-        result = run_in_transaction(self.engine, work)
+        result = self.db.run(work)
         self.definitions.invalidate()
         return result
 
     def resolve_caller(self, bearer: str, service_tokens: Any) -> EventCaller:
         """An execution token or a service token (both verified by signature)."""
-        if token_type(bearer) == "exe":
+        if self._tokens.is_execution_token(bearer):
             return self._tokens.verify(bearer, self.now())
         principal: ServicePrincipal = service_tokens.verify(bearer)
         return principal

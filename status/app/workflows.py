@@ -6,8 +6,6 @@ from dataclasses import replace
 from datetime import UTC
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app import commands as c
 from status.app import outbox, routing
 from status.app.context import (
@@ -20,7 +18,8 @@ from status.app.context import (
     require,
 )
 from status.app.events import load_view
-from status.app.external_refs import attach_in, check_refs, retry_on_duplicate
+from status.app.external_refs import attach_in, check_refs
+from status.app.ports import UnitOfWork
 from status.app.step_cache import view_of
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
@@ -28,10 +27,6 @@ from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepState, TaskState, WorkflowState
-from status.infra import repository as repo
-from status.infra import runs as runs_repo
-from status.infra import tables as t
-from status.infra.uow import UnitOfWork, run_in_transaction
 
 
 class WorkflowCommands:
@@ -57,25 +52,12 @@ class WorkflowCommands:
         )
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            conn, now = uow.conn, self.ctx.now()
-            wf = t.workflow
-            existing = (
-                conn.execute(
-                    sa.select(wf)
-                    .where(
-                        wf.c.tenant_id == caller.tenant_id,
-                        wf.c.authority_scope == caller.authority_scope,
-                        wf.c.client_workflow_key == cmd.client_workflow_key,
-                    )
-                    .with_for_update()
-                )
-                .mappings()
-                .first()
-            )
+            now = self.ctx.now()
+            existing = uow.workflows.lock_by_key(caller.tenant_id, caller.authority_scope, cmd.client_workflow_key)
             if existing is not None:
-                if existing["request_hash"] != request_hash:
+                workflow, facts = existing
+                if facts["request_hash"] != request_hash:
                     raise Conflict("clientWorkflowKey was used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
-                workflow = repo.workflow_from_row(existing)
                 created = False
             else:
                 workflow = WorkflowState(
@@ -91,31 +73,17 @@ class WorkflowCommands:
                     updated_at=now,
                     workflow_type=cmd.workflow_type,
                 )
-                conn.execute(
-                    sa.insert(wf).values(
-                        id=workflow.workflow_id,
-                        tenant_id=workflow.tenant_id,
-                        owner_id=workflow.owner_id,
-                        authority_scope=workflow.authority_scope,
-                        coordinator_id=caller.producer_id,
-                        client_workflow_key=workflow.client_workflow_key,
-                        workflow_type=workflow.workflow_type,
-                        title=workflow.title,
-                        lifecycle_status=workflow.lifecycle.value,
-                        version=1,
-                        task_count=0,
-                        aggregate={},
-                        dynamic_registration_policy=cmd.dynamic_registration_policy,
-                        request_hash=request_hash,
-                        created_at=now,
-                        updated_at=now,
-                    )
+                uow.workflows.insert(
+                    workflow,
+                    coordinator_id=caller.producer_id,
+                    dynamic_registration_policy=cmd.dynamic_registration_policy,
+                    request_hash=request_hash,
                 )
                 created = True
             results, rows_out = [], []
             for new_task in cmd.initial_tasks:
                 result, rows, added = self._add_task(
-                    conn, caller, workflow, new_task, cmd.dynamic_registration_policy, cmd.temporal_owner
+                    uow, caller, workflow, new_task, cmd.dynamic_registration_policy, cmd.temporal_owner
                 )
                 results.append(result)
                 rows_out += rows
@@ -124,13 +92,9 @@ class WorkflowCommands:
             if created or any(r["created"] for r in results):
                 if not created:
                     workflow = replace(workflow, version=workflow.version + 1, updated_at=now)
-                conn.execute(
-                    sa.update(wf)
-                    .where(wf.c.id == workflow.workflow_id)
-                    .values(version=workflow.version, task_count=workflow.task_count, updated_at=now)
-                )
+                uow.workflows.update_counts(workflow)
                 rows_out += outbox.workflow_rows(workflow, [workflow.owner_id], self.ctx.now())
-            repo.insert_outbox(conn, rows_out)
+            uow.log.insert_outbox(rows_out)
             uow.commit()
             return {
                 "workflowId": workflow.workflow_id,
@@ -139,7 +103,7 @@ class WorkflowCommands:
                 "tasks": results,
             }
 
-        result: dict[str, Any] = retry_on_duplicate(self.ctx.engine, work)
+        result: dict[str, Any] = self.ctx.db.run_unique(work)
         return result
 
     def add_task(self, caller: ServicePrincipal, workflow_id: str, new_task: c.NewTask) -> dict[str, Any]:
@@ -147,38 +111,32 @@ class WorkflowCommands:
         require(caller, Role.COORDINATOR)
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            conn = uow.conn
-            row = (
-                conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id).with_for_update())
-                .mappings()
-                .first()
-            )
-            if row is None or (row["tenant_id"], row["authority_scope"]) != (caller.tenant_id, caller.authority_scope):
+            found = uow.workflows.lock(workflow_id)
+            if found is None or (found[0].tenant_id, found[0].authority_scope) != (
+                caller.tenant_id,
+                caller.authority_scope,
+            ):
                 raise NotFound(f"workflow {workflow_id} does not exist", ErrorCode.UNKNOWN_WORKFLOW)
-            workflow = repo.workflow_from_row(row)
-            policy = row["dynamic_registration_policy"]
-            result, rows_out, added = self._add_task(conn, caller, workflow, new_task, policy)
+            workflow, facts = found
+            policy = facts["dynamic_registration_policy"]
+            result, rows_out, added = self._add_task(uow, caller, workflow, new_task, policy)
             if added:
                 now = self.ctx.now()
                 workflow = replace(
                     workflow, version=workflow.version + 1, task_count=workflow.task_count + 1, updated_at=now
                 )
-                conn.execute(
-                    sa.update(t.workflow)
-                    .where(t.workflow.c.id == workflow_id)
-                    .values(version=workflow.version, task_count=workflow.task_count, updated_at=now)
-                )
+                uow.workflows.update_counts(workflow)
                 rows_out += outbox.workflow_rows(workflow, [workflow.owner_id], self.ctx.now())
-            repo.insert_outbox(conn, rows_out)
+            uow.log.insert_outbox(rows_out)
             uow.commit()
             return {**result, "workflowId": workflow.workflow_id, "workflowVersion": str(workflow.version)}
 
-        result: dict[str, Any] = retry_on_duplicate(self.ctx.engine, work)
+        result: dict[str, Any] = self.ctx.db.run_unique(work)
         return result
 
     def _add_task(
         self,
-        conn: sa.Connection,
+        uow: UnitOfWork,
         caller: ServicePrincipal,
         workflow: WorkflowState,
         new_task: c.NewTask,
@@ -214,23 +172,15 @@ class WorkflowCommands:
         if refs:  # only when present, so tasks created before references keep their hashes
             content["externalRefs"] = [list(r) for r in refs]
         request_hash = content_hash(content)
-        existing = (
-            conn.execute(
-                sa.select(t.task.c.id, t.task.c.version, t.task.c.request_hash).where(
-                    t.task.c.workflow_id == workflow.workflow_id, t.task.c.client_task_key == new_task.client_task_key
-                )
-            )
-            .mappings()
-            .first()
-        )
+        existing = uow.workflows.task_by_key(workflow.workflow_id, new_task.client_task_key)
         if existing is not None:
             if existing["request_hash"] != request_hash:
                 raise Conflict("clientTaskKey was used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
             if temporal_owner is not None:
                 # The same work asked for again by a later run (continue-as-new, reset, retry): that
                 # run owns what is still open. Ownership is no part of any projection: no version.
-                runs_repo.set_owner(
-                    conn, [existing["id"]], temporal_owner.namespace, temporal_owner.workflow_id, temporal_owner.run_id
+                uow.runs.set_owner(
+                    [existing["id"]], temporal_owner.namespace, temporal_owner.workflow_id, temporal_owner.run_id
                 )
             return (
                 {
@@ -243,7 +193,7 @@ class WorkflowCommands:
                 False,
             )
         now = self.ctx.now()
-        defs = self.ctx.definitions_for(conn, caller.tenant_id, caller.authority_scope)
+        defs = self.ctx.definitions_for(uow, caller.tenant_id, caller.authority_scope)
         status_version = defs.latest_status_version(new_task.task_type) if new_task.task_type else None
         statuses = defs.status_set(new_task.task_type, status_version)
         task = TaskState(
@@ -266,23 +216,15 @@ class WorkflowCommands:
             status_definition_version=status_version,
         )
         task = replace(task, bucket_id=ids.bucket_hint(task.task_id) or 0)
-        conn.execute(
-            sa.insert(t.task).values(
-                id=task.task_id,
-                workflow_id=task.workflow_id,
-                client_task_key=task.client_task_key,
-                tenant_id=task.tenant_id,
-                owner_id=task.owner_id,
-                authority_scope=task.authority_scope,
-                bucket_id=task.bucket_id,
-                request_hash=request_hash,
-                created_at=now,
-                dynamic_registration_policy=policy,
-                temporal_namespace=temporal_owner.namespace if temporal_owner else None,
-                temporal_workflow_id=temporal_owner.workflow_id if temporal_owner else None,
-                temporal_run_id=temporal_owner.run_id if temporal_owner else None,
-                **repo.task_values(task),
-            )
+        uow.workflows.insert_task(
+            task,
+            request_hash=request_hash,
+            dynamic_registration_policy=policy,
+            temporal_owner=(
+                (temporal_owner.namespace, temporal_owner.workflow_id, temporal_owner.run_id)
+                if temporal_owner
+                else None
+            ),
         )
         steps = []
         for order, known in enumerate(new_task.known_steps):
@@ -306,11 +248,11 @@ class WorkflowCommands:
                 failure_policy=policy_name,
                 updated_at=now,
             )
-            repo.insert_step(conn, step)
+            uow.tasks.insert_step(step)
             steps.append(step)
-        attach_in(conn, task.tenant_id, task.authority_scope, task.task_id, refs, now)
+        attach_in(uow, task.tenant_id, task.authority_scope, task.task_id, refs, now)
         rows = outbox.service_event(
-            conn,
+            uow,
             task,
             view_of(task, steps, [task.owner_id]),
             EventType.TASK_CREATED,
@@ -336,14 +278,14 @@ class WorkflowCommands:
             raise Invalid("send at least one of productId, taskType, statusDefinitionVersion")
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            conn, now = uow.conn, self.ctx.now()
-            task = lock_task_for(conn, caller.tenant_id, caller.authority_scope, cmd.task_id)
+            now = self.ctx.now()
+            task = lock_task_for(uow, caller.tenant_id, caller.authority_scope, cmd.task_id)
             if cmd.expected_version is not None and cmd.expected_version != task.version:
                 raise Conflict(
                     f"the task is at version {task.version}, not {cmd.expected_version}",
                     ErrorCode.VERSION_PRECONDITION_FAILED,
                 )
-            defs = self.ctx.definitions_for(conn, task.tenant_id, task.authority_scope)
+            defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
             changes: dict[str, Any] = {}
             if "productId" in cmd.fields and cmd.product_id != task.product_id:
                 changes["product_id"] = cmd.product_id  # a label: changes freely, audited by the event
@@ -380,19 +322,18 @@ class WorkflowCommands:
                 "statusDefinitionVersion": task.status_definition_version,
             }
             task = replace(task, **changes, version=task.version + 1, updated_at=now)
-            repo.update_task(conn, task)
-            self._freeze_statuses(conn, task)
+            uow.tasks.update(task)
+            self._freeze_statuses(uow, task)
             after = {
                 "productId": task.product_id,
                 "taskType": task.task_type,
                 "statusDefinitionVersion": task.status_definition_version,
             }
-            repo.insert_outbox(
-                conn,
+            uow.log.insert_outbox(
                 outbox.service_event(
-                    conn,
+                    uow,
                     task,
-                    load_view(conn, task),
+                    load_view(uow, task),
                     EventType.TASK_CLASSIFIED,
                     caller.producer_id,
                     {"before": before, "after": after},
@@ -404,18 +345,9 @@ class WorkflowCommands:
             uow.commit()
             return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": True}
 
-        return run_in_transaction(self.ctx.engine, work)
+        return self.ctx.db.run(work)
 
-    def _freeze_statuses(self, conn: sa.Connection, task: TaskState) -> None:
+    def _freeze_statuses(self, uow: UnitOfWork, task: TaskState) -> None:
         if task.task_type is None or task.status_definition_version is None:
             return
-        sd = t.task_status_definition
-        conn.execute(
-            sa.update(sd)
-            .where(
-                sd.c.task_type == task.task_type,
-                sd.c.definition_version == task.status_definition_version,
-                sd.c.frozen_at.is_(None),
-            )
-            .values(frozen_at=self.ctx.now())
-        )
+        uow.workflows.freeze_statuses(task.task_type, task.status_definition_version, self.ctx.now())

@@ -35,6 +35,10 @@ class SchemaValidator(Protocol):
 
     def errors(self, schema_id: str, document: Mapping[str, Any], value: Any) -> list[str]: ...
 
+    def document_problem(self, document: Mapping[str, Any]) -> str | None:
+        """Why a JSON Schema document may not be stored (invalid, remote references, too costly), or None."""
+        ...
+
 
 @dataclass(frozen=True)
 class OperationDefinition:

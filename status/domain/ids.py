@@ -24,6 +24,8 @@ TASK_ID_RE = re.compile(r"^tsk_(?:(?P<version>v[1-9][0-9]?)_)?(?P<bucket>[0-9a-f
 class BucketHint(NamedTuple):
     hash_version: str
     bucket: int
+
+
 # Tenants, users, projects and other principals end up inside channel names
 # (``task_user:{tenant}/{user}``): no ``/`` or ``:`` (our separators), no ``#``/``$``
 # (Centrifugo's user-limited and private channel marks), no spaces, controls or

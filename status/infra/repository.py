@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepError, StepState, TaskState, WorkflowState
 from status.infra import tables as t
-from status.infra import wakeup
 
 
 # ------------------------------------------------------------------ mapping
@@ -357,7 +356,6 @@ def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> Non
                 for row in rows
             ],
         )
-        wakeup.wrote_outbox(conn)
 
 
 _INSERT_CHANGE = sa.insert(t.workflow_change)
@@ -390,7 +388,6 @@ def insert_changes(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> No
     """Workflow projector feed rows (one multi-row INSERT)."""
     if rows:
         conn.execute(_INSERT_CHANGE, list(rows))
-        wakeup.wrote_outbox(conn)
 
 
 def insert_events(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -423,13 +420,3 @@ def visible_task_filter(tenant_id: str, user_id: str, projects: Iterable[str], r
         .exists()
     )
     return sa.and_(t.task.c.tenant_id == tenant_id, sa.or_(t.task.c.owner_id == user_id, granted))
-
-
-def utcnow() -> datetime:
-    """Naive UTC with millisecond precision: what DATETIME(3) columns hold."""
-    return now_ms(datetime.now(UTC).replace(tzinfo=None))
-
-
-def now_ms(now: datetime) -> datetime:
-    """Truncate to milliseconds: what DATETIME(3) stores is what we return."""
-    return now.replace(microsecond=(now.microsecond // 1000) * 1000)

@@ -65,6 +65,13 @@ class JsonSchemaValidator:
         self._remembered = remembered
         self._lock = threading.Lock()
 
+    def document_problem(self, document: Mapping[str, Any]) -> str | None:
+        try:
+            check_schema_document(document)
+        except SchemaError as exc:
+            return str(exc.message)
+        return None
+
     def errors(self, schema_id: str, document: Mapping[str, Any], value: Any) -> list[str]:
         document_json = json.dumps(document, sort_keys=True)
         key = (document_json, json.dumps(value, sort_keys=True, default=str))

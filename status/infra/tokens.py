@@ -228,6 +228,10 @@ class ExecutionTokens:
             algorithm=ALGORITHM,
         )
 
+    @staticmethod
+    def is_execution_token(token: str) -> bool:
+        return token_type(token) == "exe"
+
     def verify(self, token: str, now: datetime) -> ExecutionClaims:
         """Signature first (401), then expiry (403 TOKEN_EXPIRED: the token was ours)."""
         parsed = self._verified.get(token)

@@ -1,20 +1,44 @@
-"""Unit of work: one transaction, rolled back unless explicitly committed."""
+"""The SQL unit of work: one transaction, rolled back unless explicitly committed.
+
+It implements ``status.app.ports``: the application gets its stores from here
+and never sees a connection.  The stores record what kind of rows a
+transaction wrote (``wrote``); after COMMIT — only then are the rows visible —
+the unit of work hands that record to the notifiers the composition root
+injected (the outbox consumers' wake-up).  A rolled-back transaction notifies
+nobody.
+"""
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import cached_property
 from types import TracebackType
 from typing import TypeVar
 
 import sqlalchemy as sa
 
+from status.app.ports import DuplicateKey
 from status.domain.errors import Unavailable
-from status.infra import wakeup
 from status.infra.metrics import DB_GIVE_UPS, DB_RETRIES
+from status.infra.stores.access import SqlAccessStore
+from status.infra.stores.corrections import SqlCorrectionStore
+from status.infra.stores.definitions import SqlDefinitionStore, SqlDurationStore
+from status.infra.stores.external_refs import SqlExternalRefStore
+from status.infra.stores.grants import SqlGrantStore
+from status.infra.stores.heartbeats import SqlHeartbeatStore
+from status.infra.stores.notifications import SqlNotificationStore
+from status.infra.stores.overdue import SqlOverdueStore
+from status.infra.stores.reads import SqlReadStore
+from status.infra.stores.runs import SqlRunStore
+from status.infra.stores.tasks import SqlLogStore, SqlTaskStore
+from status.infra.stores.workflows import SqlWorkflowStore
 
 T = TypeVar("T")
+# Called after a commit with the kinds of rows it wrote ("outbox", "feed"); must not block or raise.
+Notifier = Callable[[frozenset[str]], None]
 
 # MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout, 2006/2013 connection lost
 # (failover). SQLite: "database is locked".
@@ -36,12 +60,89 @@ def is_retryable(exc: sa.exc.DBAPIError) -> bool:
     return "database is locked" in str(orig) or exc.connection_invalidated
 
 
-class UnitOfWork:
+def is_duplicate_key(exc: sa.exc.DBAPIError) -> bool:
+    """A unique key taken (MySQL/MariaDB 1062; SQLite's UNIQUE/PRIMARY KEY constraint)."""
+    if not isinstance(exc, sa.exc.IntegrityError):
+        return False
+    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    return code == 1062 or "UNIQUE constraint failed" in str(exc.orig)
+
+
+class SqlStores:
+    """The stores over one connection (a transaction's, or a read's)."""
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+        self.written: set[str] = set()
+
+    def wrote(self, kind: str) -> None:
+        self.written.add(kind)
+
+    @cached_property
+    def tasks(self) -> SqlTaskStore:
+        return SqlTaskStore(self.conn)
+
+    @cached_property
+    def log(self) -> SqlLogStore:
+        return SqlLogStore(self.conn, self.wrote)
+
+    @cached_property
+    def access(self) -> SqlAccessStore:
+        return SqlAccessStore(self.conn)
+
+    @cached_property
+    def corrections(self) -> SqlCorrectionStore:
+        return SqlCorrectionStore(self.conn)
+
+    @cached_property
+    def definitions(self) -> SqlDefinitionStore:
+        return SqlDefinitionStore(self.conn)
+
+    @cached_property
+    def durations(self) -> SqlDurationStore:
+        return SqlDurationStore(self.conn)
+
+    @cached_property
+    def external_refs(self) -> SqlExternalRefStore:
+        return SqlExternalRefStore(self.conn)
+
+    @cached_property
+    def grants(self) -> SqlGrantStore:
+        return SqlGrantStore(self.conn)
+
+    @cached_property
+    def heartbeats(self) -> SqlHeartbeatStore:
+        return SqlHeartbeatStore(self.conn)
+
+    @cached_property
+    def notifications(self) -> SqlNotificationStore:
+        return SqlNotificationStore(self.conn)
+
+    @cached_property
+    def overdue(self) -> SqlOverdueStore:
+        return SqlOverdueStore(self.conn)
+
+    @cached_property
+    def reads(self) -> SqlReadStore:
+        return SqlReadStore(self.conn)
+
+    @cached_property
+    def runs(self) -> SqlRunStore:
+        return SqlRunStore(self.conn)
+
+    @cached_property
+    def workflows(self) -> SqlWorkflowStore:
+        return SqlWorkflowStore(self.conn)
+
+
+class UnitOfWork(SqlStores):
     """``with UnitOfWork(engine) as uow: ...; uow.commit()`` — no commit, no change."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, notifiers: Sequence[Notifier] = ()) -> None:
         self._engine = engine
+        self._notifiers = notifiers
         self._committed = False
+        self.written = set()
 
     def __enter__(self) -> UnitOfWork:
         self.conn = self._engine.connect()
@@ -51,9 +152,10 @@ class UnitOfWork:
     def commit(self) -> None:
         self._tx.commit()
         self._committed = True
-        if wakeup.take_mark(self.conn):
-            # Only now are the rows visible: waking a consumer earlier would find nothing.
-            wakeup.signal_for(self._engine).notify()
+        if self.written:
+            written = frozenset(self.written)
+            for notify in self._notifiers:
+                notify(written)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -62,26 +164,50 @@ class UnitOfWork:
             if not self._committed and self._tx.is_active:
                 self._tx.rollback()
         finally:
-            wakeup.take_mark(self.conn)  # a rolled-back write wakes nobody, now or at the next checkout
             self.conn.close()
 
 
-def run_in_transaction(engine: sa.Engine, work: Callable[[UnitOfWork], T], attempts: int = 6) -> T:
-    """Run ``work`` in a fresh unit of work, retrying deadlocks and lock timeouts.
+class SqlDatabase:
+    """``status.app.ports.Database`` over a SQLAlchemy engine."""
 
-    ``work`` must be a pure function of the database state (it is re-run from
-    the start, with the same event ids, after a retryable failure).
-    """
-    for attempt in range(attempts):
+    def __init__(self, engine: sa.Engine, notifiers: Sequence[Notifier] = ()) -> None:
+        self.engine = engine
+        self.notifiers: list[Notifier] = list(notifiers)
+
+    def unit_of_work(self) -> UnitOfWork:
+        return UnitOfWork(self.engine, self.notifiers)
+
+    def run(self, work: Callable[[UnitOfWork], T], *, attempts: int = 6) -> T:
+        """Run ``work`` in a fresh unit of work, retrying deadlocks, lock timeouts and lost connections.
+
+        ``work`` must be a pure function of the database state (it is re-run from
+        the start, with the same event ids, after a retryable failure).
+        """
+        for attempt in range(attempts):
+            try:
+                with self.unit_of_work() as uow:
+                    return work(uow)
+            except sa.exc.DBAPIError as exc:
+                if not is_retryable(exc) or attempt == attempts - 1:
+                    if is_retryable(exc):
+                        DB_GIVE_UPS.inc()
+                        raise Unavailable("the database is busy; retry with the same request") from exc
+                    if is_duplicate_key(exc):
+                        raise DuplicateKey(str(exc.orig)) from exc
+                    raise
+                DB_RETRIES.labels(reason=_reason(exc)).inc()
+                time.sleep(min(0.5, 0.005 * (2**attempt)) * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable")
+
+    def run_unique(self, work: Callable[[UnitOfWork], T]) -> T:
+        """A transaction that inserts unique keys: a concurrent insert of the same key loses the race
+        with a duplicate-key error, and the re-run then sees the winner."""
         try:
-            with UnitOfWork(engine) as uow:
-                return work(uow)
-        except sa.exc.DBAPIError as exc:
-            if not is_retryable(exc) or attempt == attempts - 1:
-                if is_retryable(exc):
-                    DB_GIVE_UPS.inc()
-                    raise Unavailable("the database is busy; retry with the same request") from exc
-                raise
-            DB_RETRIES.labels(reason=_reason(exc)).inc()
-            time.sleep(min(0.5, 0.005 * (2**attempt)) * random.uniform(0.5, 1.5))
-    raise AssertionError("unreachable")
+            return self.run(work)
+        except DuplicateKey:
+            return self.run(work)
+
+    @contextmanager
+    def reading(self) -> Iterator[SqlStores]:
+        with self.engine.connect() as conn:
+            yield SqlStores(conn)

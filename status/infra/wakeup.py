@@ -1,7 +1,7 @@
 """Wake-ups for the outbox consumers (relay, projector) instead of polling.
 
-A transaction that wrote outbox or projector-feed rows marks its connection;
-when the unit of work commits, the database's :class:`OutboxSignal` tells
+A unit of work that wrote outbox or projector-feed rows calls, after its COMMIT, the
+notifier the composition root injected: the process's :class:`OutboxSignal`, which tells
 
 * consumers in the same process directly (``dev`` runs API and observer together), and
 * every live relay through one UDP datagram to the address it advertises in
@@ -29,22 +29,8 @@ from status.infra import tables as t
 
 log = logging.getLogger("status.wakeup")
 
-_WROTE = "task_observer.wrote_outbox"
 ADDRESS_REFRESH_SECONDS = 2.0
 REFRESHER_IDLE_SECONDS = 60.0
-
-
-def wrote_outbox(conn: sa.Connection) -> None:
-    """Mark the connection: its transaction wrote rows a consumer should be woken for."""
-    conn.info[_WROTE] = True
-
-
-def take_mark(conn: sa.Connection) -> bool:
-    """Read and clear the mark (``Connection.info`` outlives the checkout, so it is always cleared)."""
-    try:
-        return bool(conn.info.pop(_WROTE, False))
-    except sa.exc.SQLAlchemyError:  # an invalidated connection: its DBAPI connection is gone with the mark
-        return False
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -56,8 +42,9 @@ def parse_address(address: str) -> tuple[str, int]:
 class OutboxSignal:
     """After-commit notification of one database's outbox consumers."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, sender_host: str = "127.0.0.1") -> None:
         self._engine = engine
+        self._sender_host = sender_host  # the interface datagrams leave from (WAKEUP_HOST)
         self._listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._addresses: list[tuple[str, int]] = []
@@ -77,6 +64,11 @@ class OutboxSignal:
 
         return unsubscribe
 
+    def committed(self, written: frozenset[str]) -> None:
+        """The unit of work's after-commit notifier: wake consumers for outbox and feed rows."""
+        if written & {"outbox", "feed"}:
+            self.notify()
+
     def notify(self) -> None:
         """Never raises and never blocks on a consumer: the commit it follows has already happened."""
         for listener in self._listeners:
@@ -94,7 +86,7 @@ class OutboxSignal:
             sock.setblocking(False)
             # Send from the configured interface, not from every interface (0.0.0.0:<port>).
             with contextlib.suppress(OSError):
-                sock.bind((SENDER_HOST[0], 0))
+                sock.bind((self._sender_host, 0))
             self._socket = sock
         return self._socket
 
@@ -145,27 +137,6 @@ class OutboxSignal:
             sock.close()
 
 
-_SIGNALS: dict[str, OutboxSignal] = {}
-# The interface wake-up datagrams leave from (WAKEUP_HOST; set by the API at start).
-SENDER_HOST = ["127.0.0.1"]
-
-
-def send_from(host: str) -> None:
-    """Wake-ups leave from ``host`` (an address of this machine; 0.0.0.0 means any)."""
-    SENDER_HOST[0] = host
-_SIGNALS_LOCK = threading.Lock()
-
-
-def signal_for(engine: sa.Engine) -> OutboxSignal:
-    """The process's signal for the database behind ``engine`` (API and observer engines of one URL share it)."""
-    key = engine.url.render_as_string(hide_password=False)
-    with _SIGNALS_LOCK:
-        signal = _SIGNALS.get(key)
-        if signal is None:
-            signal = _SIGNALS[key] = OutboxSignal(engine)
-        return signal
-
-
 class _Datagrams(asyncio.DatagramProtocol):
     def __init__(self, fire: Callable[[], None]) -> None:
         self._fire = fire
@@ -177,8 +148,8 @@ class _Datagrams(asyncio.DatagramProtocol):
 class WakeReceiver:
     """The observer side: wakes every consumer's event on an in-process signal or a UDP datagram."""
 
-    def __init__(self, engine: sa.Engine, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._engine = engine
+    def __init__(self, signal: OutboxSignal | None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._signal = signal  # this process's commits (None: datagrams only)
         self._host, self._port = host, port
         self._events: list[asyncio.Event] = []
         self._transport: asyncio.DatagramTransport | None = None
@@ -203,7 +174,8 @@ class WakeReceiver:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
                 loop.call_soon_threadsafe(self._fire)
 
-        self._unsubscribe = signal_for(self._engine).subscribe(from_any_thread)
+        if self._signal is not None:
+            self._unsubscribe = self._signal.subscribe(from_any_thread)
         if listen:
             transport, _ = await loop.create_datagram_endpoint(
                 lambda: _Datagrams(self._fire), local_addr=(self._host, self._port)

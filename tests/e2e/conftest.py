@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from observer.relay import OutboxRelay, RelayConfig
 from status.api.app import create_app
 from status.app.service import StatusService
-from status.bootstrap import build_service
+from status.bootstrap import Components
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
@@ -45,8 +45,13 @@ def e2e_engine(e2e_settings: Settings) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture(scope="session")
-def e2e_service(e2e_settings: Settings, e2e_engine: sa.Engine) -> StatusService:
-    service = build_service(e2e_settings, e2e_engine)
+def e2e_parts(e2e_settings: Settings, e2e_engine: sa.Engine) -> Components:
+    return Components(e2e_settings, e2e_engine)
+
+
+@pytest.fixture(scope="session")
+def e2e_service(e2e_parts: Components) -> StatusService:
+    service = e2e_parts.service
     service.install_default_definitions()
     return service
 

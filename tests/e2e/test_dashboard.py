@@ -30,6 +30,7 @@ from status.bootstrap import build_service
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens, ServiceTokens, UserTokens
+from status.infra.uow import SqlDatabase
 from tests.integration.conftest import Http
 from tests.support.browser import VERSION_WATCH, chromium, open_dashboard, require_dashboard, screenshot
 from tests.support.flows import activate, complete_task, create_workflow, report
@@ -452,7 +453,9 @@ def test_a_silent_executor_reads_as_how_long_it_has_been_silent(stack: Stack, br
     assert report(stack.http, response.json(), "STEP_STARTED", 1).status_code == 200
     # The health reconciler's pass, run by the test until the two-second deadline has passed.
     reconciler = StatusService(
-        stack.engine, execution_tokens=ExecutionTokens(secrets.token_hex(32)), validator=JsonSchemaValidator()
+        SqlDatabase(stack.engine),
+        execution_tokens=ExecutionTokens(secrets.token_hex(32)),
+        validator=JsonSchemaValidator(),
     )
     wait_until(lambda: reconciler.mark_stale(tenant_scope=(stack.http.tenant, "content")), 20, "STALE")
     expect(card(page, task_id)).to_have_attribute("data-health", "STALE", timeout=TIMEOUT_MS)

@@ -57,8 +57,18 @@ def test_the_plugin_installs_alone_in_a_clean_virtualenv(tmp_path: Path) -> None
 
 
 def test_the_plugin_wheel_holds_exactly_its_two_distinctive_packages(tmp_path: Path) -> None:
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), str(REPO / "interceptors"),
-         cwd=tmp_path)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "-w",
+        str(tmp_path),
+        str(REPO / "interceptors"),
+        cwd=tmp_path,
+    )
     (wheel,) = tmp_path.glob("task_status_observer_plugin-*.whl")
     assert _top_level_packages(wheel) == {"task_status_interceptors", "task_status_wire"}
     names = zipfile.ZipFile(wheel).namelist()

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
 from tests.e2e.test_realtime_delivery import DetailRecorder, connect_user, drain, next_for_task
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, fail_task, report
 from tests.support.processes import CentrifugoNode
 from tests.support.realtime import recording_client
+from tests.support.wiring import projector_for
 
 pytestmark = pytest.mark.centrifugo
 
@@ -153,7 +153,7 @@ async def test_ac32_detail_limit_and_independent_unsubscribe(api: Http, relay: O
 async def test_ac20_workflow_versions_advance_on_their_own(api: Http, relay: OutboxRelay, e2e_engine: Any) -> None:
     created = create_workflow(api)
     workflow_id, task_id = created["workflowId"], created["tasks"][0]["taskId"]
-    projector = WorkflowProjector(e2e_engine)
+    projector = projector_for(e2e_engine)
     while projector.run_once():
         pass
     before = api.client.get(f"/api/workflows/{workflow_id}", headers=api.user("user-1")).json()

@@ -13,10 +13,10 @@ import sqlalchemy as sa
 from cent import AsyncClient, HistoryRequest
 
 from observer.relay import OutboxRelay, RelayConfig
+from status.domain.clock import utcnow
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
-from status.infra.repository import utcnow
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
 from tests.support.processes import CentrifugoNode

@@ -26,6 +26,7 @@ from observer.loops import LoopConfig
 from observer.runs import RunFollower
 from status.app.service import StatusService
 from status.infra import tables as t
+from status.infra.uow import SqlDatabase
 from tests.integration.conftest import Http
 from tests.support.verdict_workflows import Ending, EndingWorkflow, work
 
@@ -360,7 +361,7 @@ async def test_stale_asks_temporal_and_repairs_a_completion_whose_report_was_los
         probe.bind(asyncio.get_running_loop())
         base = e2e_service.now()
         later = StatusService(
-            e2e_service.engine,
+            SqlDatabase(e2e_service.db.engine),
             execution_tokens=e2e_service._tokens,
             validator=e2e_service._validator,
             clock=lambda: base + timedelta(seconds=60),

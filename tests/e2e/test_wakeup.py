@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
-from observer.projector import WorkflowProjector
 from status.infra.centrifugo import CentrifugoApi
-from status.infra.wakeup import WakeReceiver, signal_for
+from status.infra.wakeup import OutboxSignal, WakeReceiver
 from tests.e2e.test_realtime_delivery import connect_user, next_for_task
 from tests.integration.conftest import Http
 from tests.support.flows import create_workflow
+from tests.support.wiring import projector_for
 
 pytestmark = pytest.mark.centrifugo
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.centrifugo
 def _loops(e2e_engine: Any, e2e_service: Any, relay: Any, config: LoopConfig, wake: asyncio.Event) -> ObserverLoops:
     return ObserverLoops(
         relay,
-        WorkflowProjector(e2e_engine),
+        projector_for(e2e_engine),
         Reconciler(e2e_service, config),
         Retention(e2e_engine, relay, config),
         config,
@@ -56,10 +56,10 @@ async def test_a_lost_wake_up_is_caught_by_the_safety_poll(
 
 
 async def test_an_in_process_commit_wakes_the_relay(
-    api: Http, e2e_engine: Any, e2e_service: Any, e2e_settings: Any, make_relay: Any
+    api: Http, e2e_engine: Any, e2e_parts: Any, e2e_service: Any, e2e_settings: Any, make_relay: Any
 ) -> None:
     publisher = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
-    receiver = WakeReceiver(e2e_engine)
+    receiver = WakeReceiver(e2e_parts.signal)  # the API's commits notify its parts' signal
     await receiver.start(listen=False)
     # A safety poll of ten minutes: only the wake-up can deliver within the test's timeout.
     config = LoopConfig(relay_idle_sleep=600)
@@ -71,12 +71,13 @@ async def test_an_in_process_commit_wakes_the_relay(
 
 
 def test_a_rolled_back_write_wakes_nobody(e2e_engine: Any) -> None:
-    from status.infra import repository as repo
-    from status.infra.repository import utcnow
-    from status.infra.uow import UnitOfWork
+    from status.domain.clock import utcnow
+    from status.infra.uow import SqlDatabase
 
     woken: list[int] = []
-    unsubscribe = signal_for(e2e_engine).subscribe(lambda: woken.append(1))
+    signal = OutboxSignal(e2e_engine)
+    database = SqlDatabase(e2e_engine, [signal.committed])
+    unsubscribe = signal.subscribe(lambda: woken.append(1))
     try:
         now = utcnow()
         row = {
@@ -89,13 +90,13 @@ def test_a_rolled_back_write_wakes_nobody(e2e_engine: Any) -> None:
             "available_at": now,
             "created_at": now,
         }
-        with UnitOfWork(e2e_engine) as uow:
-            repo.insert_outbox(uow.conn, [row])  # no commit: rolled back
-        with UnitOfWork(e2e_engine) as uow:
+        with database.unit_of_work() as uow:
+            uow.log.insert_outbox([row])  # no commit: rolled back
+        with database.unit_of_work() as uow:
             uow.commit()  # a commit that wrote no outbox row, on the same pooled connection
         assert woken == []
-        with UnitOfWork(e2e_engine) as uow:
-            repo.insert_outbox(uow.conn, [{**row, "aggregate_id": "tsk_committed"}])
+        with database.unit_of_work() as uow:
+            uow.log.insert_outbox([{**row, "aggregate_id": "tsk_committed"}])
             uow.commit()
         assert woken == [1]
     finally:

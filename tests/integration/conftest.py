@@ -14,6 +14,7 @@ from status.domain.auth import Role, ServicePrincipal
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens
+from status.infra.uow import SqlDatabase
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +31,7 @@ def execution_tokens() -> ExecutionTokens:
 
 @pytest.fixture(scope="session")
 def service(engine: sa.Engine, execution_tokens: ExecutionTokens) -> StatusService:
-    svc = StatusService(engine, execution_tokens=execution_tokens, validator=JsonSchemaValidator())
+    svc = StatusService(SqlDatabase(engine), execution_tokens=execution_tokens, validator=JsonSchemaValidator())
     svc.install_default_definitions()
     return svc
 

@@ -20,6 +20,7 @@ from status.domain.model import Progress
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.schemas import JsonSchemaValidator
+from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, event, wide_task
 
 
@@ -48,7 +49,7 @@ def _counts(engine: sa.Engine, task_id: str) -> tuple[int, int, int, int]:
 def test_a_bad_event_among_good_ones_fails_alone(service: StatusService, coordinator: ServicePrincipal) -> None:
     task_id = wide_task(service, coordinator, 2)
     a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
-    before = _counts(service.engine, task_id)
+    before = _counts(service.db.engine, task_id)
     outcomes = service.report_group(
         [
             (a, event("STEP_STARTED", 1)),
@@ -63,7 +64,7 @@ def test_a_bad_event_among_good_ones_fails_alone(service: StatusService, coordin
     assert len(good) == 2 and all(o["accepted"] for o in good)
     # Gap-free: the two good events took exactly the next two versions, and nothing else was written.
     assert sorted(int(o["taskVersion"]) for o in good) == [before[0] + 1, before[0] + 2]
-    version, events, dedups, outbox = _counts(service.engine, task_id)
+    version, events, dedups, outbox = _counts(service.db.engine, task_id)
     assert (version, events - before[1], dedups - before[2]) == (before[0] + 2, 2, 2)
     assert outbox - before[3] == 4  # owner summary + detail per good event
 
@@ -100,17 +101,17 @@ def test_a_crash_mid_group_leaves_nothing(
 ) -> None:
     task_id = wide_task(service, coordinator, 3)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
-    before = _counts(service.engine, task_id)
+    before = _counts(service.db.engine, task_id)
     items = [(cl, event("STEP_STARTED", 1)) for cl in claims]
     _crash(monkeypatch, point)
     outcomes = service.report_group(items)
     assert all(isinstance(o, RuntimeError) for o in outcomes)
-    assert _counts(service.engine, task_id) == before
+    assert _counts(service.db.engine, task_id) == before
     monkeypatch.undo()
     # The producers' retries with the same eventIds then land exactly once each.
     retried = service.report_group(items)
     assert all(isinstance(o, dict) and not o["duplicate"] for o in retried)
-    assert _counts(service.engine, task_id)[0] == before[0] + 3
+    assert _counts(service.db.engine, task_id)[0] == before[0] + 3
 
 
 def test_a_poison_item_does_not_take_its_neighbours_down(
@@ -118,13 +119,13 @@ def test_a_poison_item_does_not_take_its_neighbours_down(
 ) -> None:
     task_id = wide_task(service, coordinator, 3)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
-    before = _counts(service.engine, task_id)
+    before = _counts(service.db.engine, task_id)
     # A failure that is not a rejection, for one step only: the group rolls back, then each event runs alone.
     _crash(monkeypatch, "update_step", lambda conn, step, before=None: step.step_id == "s1")
     outcomes = service.report_group([(cl, event("STEP_STARTED", 1)) for cl in claims])
     assert isinstance(outcomes[1], RuntimeError)
     assert isinstance(outcomes[0], dict) and isinstance(outcomes[2], dict)
-    assert _counts(service.engine, task_id)[0] == before[0] + 2
+    assert _counts(service.db.engine, task_id)[0] == before[0] + 2
 
 
 def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
@@ -133,7 +134,7 @@ def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
     producers, per_producer = 6, 8
     task_id = wide_task(service, coordinator, producers)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(producers)]
-    start = _counts(service.engine, task_id)[0]
+    start = _counts(service.db.engine, task_id)[0]
     sizes: list[int] = []
 
     def run_group(items: Any) -> Any:
@@ -154,7 +155,7 @@ def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
     versions = sorted(int(r["taskVersion"]) for r in results)
     assert versions == list(range(start + 1, start + 1 + producers * per_producer))
     assert max(sizes) > 1, "no two events ever shared a transaction"
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         logged = sorted(
             conn.scalars(sa.select(t.task_event_log.c.task_version).where(t.task_event_log.c.task_id == task_id))
         )
@@ -202,14 +203,16 @@ def _progress_cost(service: StatusService, coordinator: ServicePrincipal, steps:
     task_id = wide_task(service, coordinator, steps)
     claims = _claims(service, coordinator, task_id, "s0")
     service.report_event(claims, event("STEP_STARTED", 1))
-    with _statements(service.engine) as warm:
+    with _statements(service.db.engine) as warm:
         service.report_event(claims, event("STEP_PROGRESS", 2, progress=Progress(1, 10)))
-    cold_service = StatusService(service.engine, execution_tokens=service._tokens, validator=JsonSchemaValidator())
+    cold_service = StatusService(
+        SqlDatabase(service.db.engine), execution_tokens=service._tokens, validator=JsonSchemaValidator()
+    )
     cold_service.definitions = service.definitions  # definitions are loaded once a few seconds, not per event
     cold_service.ctx.definitions = service.definitions
     # ETA history is per operation and refreshed once a minute, like definitions: not per event.
     cold_service.ctx.durations = service.ctx.durations
-    with _statements(service.engine) as cold:
+    with _statements(service.db.engine) as cold:
         cold_service.report_event(claims, event("STEP_PROGRESS", 3, progress=Progress(2, 10)))
     return warm, cold
 
@@ -231,12 +234,14 @@ def test_the_cache_never_serves_a_step_another_process_changed(
     """Two API processes write the same task; each detail message still shows every step's latest state."""
     task_id = wide_task(service, coordinator, 2)
     a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
-    other = StatusService(service.engine, execution_tokens=service._tokens, validator=JsonSchemaValidator())
+    other = StatusService(
+        SqlDatabase(service.db.engine), execution_tokens=service._tokens, validator=JsonSchemaValidator()
+    )
     service.report_event(a, event("STEP_STARTED", 1))
     other.report_event(b, event("STEP_STARTED", 1))
     other.report_event(b, event("STEP_PROGRESS", 2, progress=Progress(7, 10)))
     last = service.report_event(a, event("STEP_PROGRESS", 2, progress=Progress(1, 10)))
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         payload = conn.execute(
             sa.select(t.task_outbox.c.payload).where(
                 t.task_outbox.c.aggregate_id == task_id,
@@ -263,7 +268,7 @@ def test_events_from_a_cached_state_never_write_back_older_heartbeat_columns(
     service.report_event(claims, event("STEP_PROGRESS", 2, progress=Progress(1, 2)))
     activate(service, coordinator, task_id, "s1", producer=worker.producer_id)  # another writer of the task
     service.report_event(claims, event("STEP_COMPLETED", 3))
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         row = conn.execute(
             sa.select(t.task_step.c.last_heartbeat_seq, t.task_step.c.lifecycle_status).where(
                 t.task_step.c.task_id == task_id, t.task_step.c.step_id == "s0"

@@ -26,7 +26,9 @@ from tests.support.flows import activate, create_workflow
 
 @pytest.fixture
 async def stub(app_client: TestClient) -> AsyncIterator[pb_grpc.TaskEventsStub]:
-    server, port = await start_grpc_server(app_client.app.state.api.gate, "127.0.0.1", 0)  # type: ignore[attr-defined]
+    server, port = await start_grpc_server(
+        app_client.app.state.api.gate, app_client.app.state.api.grpc_committer, "127.0.0.1", 0
+    )  # type: ignore[attr-defined]
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
         yield pb_grpc.TaskEventsStub(channel)

@@ -448,9 +448,7 @@ def test_ac18_timeline_resumes_and_reports_purged_history(http: Http, engine: sa
     page = http.client.get(f"/api/tasks/{task_id}/events?afterTaskVersion=0", headers=http.user("user-1")).json()
     assert page["events"] == [] and page["historyTruncated"] is True and page["oldestAvailableVersion"] is None
     latest = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()["taskVersion"]
-    page = http.client.get(
-        f"/api/tasks/{task_id}/events?afterTaskVersion={latest}", headers=http.user("user-1")
-    ).json()
+    page = http.client.get(f"/api/tasks/{task_id}/events?afterTaskVersion={latest}", headers=http.user("user-1")).json()
     assert page["historyTruncated"] is False  # nothing after the current version was ever there
 
 

@@ -21,6 +21,7 @@ from status.infra import migrate
 from status.infra import tables as t
 from status.infra.db import create_engine
 from status.infra.tokens import ExecutionTokens
+from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, create_task, event, now
 
 STEPS = 50
@@ -46,7 +47,10 @@ def fleet(tmp_path: Path) -> tuple[StatusService, Clock, list[ExecutionContext]]
     from status.infra.schemas import JsonSchemaValidator
 
     service = StatusService(
-        create_engine(url), execution_tokens=ExecutionTokens("x" * 32), validator=JsonSchemaValidator(), clock=clock
+        SqlDatabase(create_engine(url)),
+        execution_tokens=ExecutionTokens("x" * 32),
+        validator=JsonSchemaValidator(),
+        clock=clock,
     )
     service.install_default_definitions()
     coordinator = ServicePrincipal("coord", "tenant-outage", "content", frozenset({Role.COORDINATOR}))
@@ -78,7 +82,7 @@ def _beat(service: StatusService, executions: list[ExecutionContext], seq: int) 
 
 
 def _stale(service: StatusService) -> set[str]:
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         return set(conn.scalars(sa.select(t.task_step.c.execution_id).where(t.task_step.c.health == "STALE")))
 
 

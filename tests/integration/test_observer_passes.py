@@ -7,15 +7,16 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from observer.loops import LoopConfig, Reconciler, Retention
-from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
 from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.aggregate import fold
 from status.domain.auth import ServicePrincipal
+from status.domain.clock import utcnow
 from status.infra import tables as t
-from status.infra.repository import utcnow
+from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, create_task, event
+from tests.support.wiring import projector_for
 
 
 def test_fold_is_descriptive_and_never_decides() -> None:
@@ -34,10 +35,10 @@ def test_projector_bumps_the_workflow_once_per_real_change(
     service: StatusService, coordinator: ServicePrincipal
 ) -> None:
     task_id = create_task(service, coordinator)
-    projector = WorkflowProjector(service.engine)
+    projector = projector_for(service.db.engine)
     while projector.run_once():
         pass
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         workflow_id = conn.execute(sa.select(t.task.c.workflow_id).where(t.task.c.id == task_id)).scalar_one()
         before = conn.execute(sa.select(t.workflow.c.version).where(t.workflow.c.id == workflow_id)).scalar_one()
     ctx = activate(service, coordinator, task_id)
@@ -46,7 +47,7 @@ def test_projector_bumps_the_workflow_once_per_real_change(
     service.report_event(claims, event("STEP_PROGRESS", 2))
     assert projector.run_once() >= 1
     assert projector.run_once() == 0  # the feed is consumed
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         after = conn.execute(
             sa.select(t.workflow.c.version, t.workflow.c.lifecycle_status).where(t.workflow.c.id == workflow_id)
         ).one()
@@ -66,7 +67,7 @@ def test_only_lifecycle_and_health_changes_feed_the_projector(
     wc = t.workflow_change
 
     def feed() -> int:
-        with service.engine.connect() as conn:
+        with service.db.engine.connect() as conn:
             return int(
                 conn.execute(sa.select(sa.func.count()).select_from(wc).where(wc.c.task_id == task_id)).scalar_one()
             )
@@ -80,7 +81,7 @@ def test_only_lifecycle_and_health_changes_feed_the_projector(
         service.report_event(claims, event("STEP_PROGRESS", seq))
     assert feed() == fed + 1
     service.report_event(claims, event("STEP_COMPLETED", 6))  # the task finishes (or moves on): fed again
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         lifecycle = conn.execute(sa.select(t.task.c.lifecycle_status).where(t.task.c.id == task_id)).scalar_one()
     assert feed() == fed + (2 if lifecycle != "RUNNING" else 1)
 
@@ -96,7 +97,7 @@ def test_no_false_stale_burst_after_a_restart(
     service.report_event(claims, event("STEP_STARTED", 1))
     base = service.now()
     later = StatusService(
-        service.engine,
+        SqlDatabase(service.db.engine),
         execution_tokens=service._tokens,
         validator=service._validator,
         clock=lambda: base + timedelta(seconds=120),
@@ -121,15 +122,15 @@ def test_no_false_stale_burst_after_a_restart(
 
 def test_retention_purges_old_rows_in_bounded_batches(service: StatusService, coordinator: ServicePrincipal) -> None:
     task_id = create_task(service, coordinator)
-    relay = OutboxRelay(service.engine, None, "retention", clock=lambda: utcnow() + timedelta(days=60))  # type: ignore[arg-type]
-    with service.engine.begin() as conn:
+    relay = OutboxRelay(service.db.engine, None, "retention", clock=lambda: utcnow() + timedelta(days=60))  # type: ignore[arg-type]
+    with service.db.engine.begin() as conn:
         conn.execute(
             sa.update(t.task_outbox)
             .where(t.task_outbox.c.aggregate_id == task_id)
             .values(status="PUBLISHED", published_at=utcnow())
         )
     retention = Retention(
-        service.engine,
+        service.db.engine,
         relay,
         LoopConfig(
             outbox_retention=timedelta(days=1),
@@ -142,7 +143,7 @@ def test_retention_purges_old_rows_in_bounded_batches(service: StatusService, co
     assert set(purged.values()) == {1}  # old rows exist in every table; each purge is bounded by the batch
     retention.config.retention_batch = 100_000
     retention.run_once()
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         remaining = conn.execute(
             sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
         ).scalar_one()

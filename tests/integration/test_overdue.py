@@ -14,6 +14,7 @@ from status.app.service import StatusService
 from status.cli import main
 from status.domain.auth import Role, ServicePrincipal
 from status.infra import tables as t
+from status.infra.uow import SqlDatabase
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
 
@@ -25,7 +26,7 @@ def _admin(http: Http) -> dict[str, str]:
 def _later(service: StatusService, seconds: float, **kwargs: Any) -> StatusService:
     base = service.now()
     return StatusService(
-        service.engine,
+        SqlDatabase(service.db.engine),
         execution_tokens=service._tokens,
         validator=service._validator,
         clock=lambda: base + timedelta(seconds=seconds),
@@ -91,7 +92,7 @@ def test_the_admin_api_and_the_command_line_list_overdue_tasks(
     monkeypatch.setenv("TASK_OBSERVER_OVERDUE_AFTER_SECONDS", "3600")
     task_id = create_workflow(http)["tasks"][0]["taskId"]
     assert report(http, activate(http, task_id, "01_prepare"), "STEP_STARTED", 1).status_code == 200
-    with service.engine.begin() as conn:  # it has been running for two hours
+    with service.db.engine.begin() as conn:  # it has been running for two hours
         conn.execute(
             sa.update(t.task).where(t.task.c.id == task_id).values(started_at=service.now() - timedelta(hours=2))
         )

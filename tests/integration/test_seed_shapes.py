@@ -246,6 +246,7 @@ def test_concurrent_first_grants_of_one_session_stay_within_the_limit(
     )
     user = UserPrincipal(http.tenant, "user-1")
     tasks = [_task(http)[0] for _ in range(8)]
+
     def race(session: str) -> tuple[list[str], list[str]]:
         start = threading.Barrier(len(tasks))
         granted: list[str] = []

@@ -39,7 +39,7 @@ def test_step_lifecycle_assigns_gap_free_versions(
     assert snap is not None
     parse = next(s for s in snap["steps"] if s["stepId"] == "02_parse")
     assert parse["durationMs"] == 1234 and parse["data"]["value"] == {"pageCount": 10}
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         logged = conn.scalars(
             sa.select(t.task_event_log.c.task_version)
             .where(t.task_event_log.c.task_id == task_id)
@@ -72,7 +72,7 @@ def test_failed_step_notice_and_coordinator_completion(service: StatusService, c
         ),
     )
     assert done["lifecycleStatus"] == "FAILED"
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         notices = [
             p["notice"]
             for p in conn.scalars(

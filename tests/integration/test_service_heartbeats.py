@@ -10,11 +10,12 @@ from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from status.infra import tables as t
+from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, create_task, event
 
 
 def _versions_and_outbox(service: StatusService, task_id: str) -> tuple[int, int, int]:
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         version = conn.execute(sa.select(t.task.c.version).where(t.task.c.id == task_id)).scalar_one()
         outbox = conn.execute(
             sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
@@ -26,7 +27,7 @@ def _versions_and_outbox(service: StatusService, task_id: str) -> tuple[int, int
 
 
 def _step_row(service: StatusService, task_id: str) -> sa.RowMapping:
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         return (
             conn.execute(
                 sa.select(t.task_step).where(t.task_step.c.task_id == task_id, t.task_step.c.step_id == "02_parse")
@@ -40,7 +41,7 @@ def _later(service: StatusService, seconds: int) -> StatusService:
     """The same service seen from a clock ``seconds`` ahead (time passing without sleeping)."""
     base = service.now()
     return StatusService(
-        service.engine,
+        SqlDatabase(service.db.engine),
         execution_tokens=service._tokens,
         validator=service._validator,
         clock=lambda: base + timedelta(seconds=seconds),
@@ -91,7 +92,7 @@ def test_ac23_stale_once_and_healthy_once(
     assert (row["health"], row["lifecycle_status"]) == ("STALE", "RUNNING")  # STALE never means FAILED
     version_stale, outbox_stale, _ = _versions_and_outbox(service, task_id)
     # Seed §6.8: a silent executor is a WARNING that the status is unconfirmed, never a failure.
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         summary = conn.scalars(
             sa.select(t.task_outbox.c.payload)
             .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
@@ -159,7 +160,7 @@ def test_a_mixed_batch_is_decided_item_by_item_in_the_order_sent(
         (False, "SOURCE_SEQ_REGRESSION"),
         (False, "TERMINAL_STATE"),
     ]
-    with service.engine.connect() as conn:
+    with service.db.engine.connect() as conn:
         seqs = dict(
             conn.execute(
                 sa.select(t.task_step.c.step_id, t.task_step.c.last_heartbeat_seq).where(

@@ -6,8 +6,8 @@ import uuid
 
 import sqlalchemy as sa
 
-from observer.projector import WorkflowProjector
 from tests.integration.conftest import Http
+from tests.support.wiring import projector_for
 
 
 def _two_owner_workflow(http: Http) -> tuple[str, str]:
@@ -29,7 +29,7 @@ def _two_owner_workflow(http: Http) -> tuple[str, str]:
 
 def test_a_user_who_sees_some_tasks_gets_an_aggregate_over_those_only(http: Http, engine: sa.Engine) -> None:
     workflow_id, _ = _two_owner_workflow(http)
-    WorkflowProjector(engine).run_once()  # the owner's aggregate, as the observer folds it
+    projector_for(engine).run_once()  # the owner's aggregate, as the observer folds it
     owner = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("owner")).json()
     guest = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("guest")).json()
     assert owner["taskCount"] == 3 and owner["aggregate"]["taskCount"] == 3

@@ -42,9 +42,7 @@ def _run(status: RunStatus, **kw: object) -> ClosedRun:
         (RunStatus.FAILED, EventType.TASK_FAILED, Lifecycle.CANCELLED, "The work failed."),
     ],
 )
-def test_each_close_status_has_its_verdict(
-    status: RunStatus, event: EventType, steps: Lifecycle, message: str
-) -> None:
+def test_each_close_status_has_its_verdict(status: RunStatus, event: EventType, steps: Lifecycle, message: str) -> None:
     verdict = verdict_for(_run(status))
     assert verdict is not None
     assert (verdict.event_type, verdict.step_lifecycle, verdict.message) == (event, steps, message)

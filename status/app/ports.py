@@ -1,0 +1,447 @@
+"""What the application needs from the outside world, named by the application.
+
+The application layer decides; it does not know SQL, the database's dialect or
+how a token is signed.  Each capability talks to the stores of one unit of work
+(``UnitOfWork``): a transaction whose writes commit together or not at all
+(SPEC R1).  ``status.infra`` implements these protocols and the composition
+root (``status.bootstrap``) wires the implementation in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from status.domain.auth import ExecutionClaims, UserPrincipal
+from status.domain.model import StepState, TaskState, WorkflowState
+
+T = TypeVar("T")
+Row = Mapping[Any, Any]
+
+
+class DuplicateKey(Exception):
+    """A unique key was taken by a concurrent transaction (the caller may re-run and see the winner)."""
+
+
+# ---------------------------------------------------------------- credentials
+class ExecutionTokens(Protocol):
+    def issue(self, claims: ExecutionClaims) -> str: ...
+
+    def verify(self, token: str, now: datetime) -> ExecutionClaims: ...
+
+    def is_execution_token(self, token: str) -> bool:
+        """Whether a bearer token claims to be an execution token (which verifier to try; unverified)."""
+        ...
+
+
+class RealtimeTokens(Protocol):
+    """Centrifugo connection and subscription JWTs: (token, expiry as a Unix time)."""
+
+    def connection(self, user: UserPrincipal, channels: list[str]) -> tuple[str, int]: ...
+    def subscription(self, user: UserPrincipal, channel: str) -> tuple[str, int]: ...
+
+
+# ---------------------------------------------------------------- stores
+@dataclass(frozen=True)
+class OwnedTask:
+    task_id: str
+    tenant_id: str
+    authority_scope: str
+    attempt: int
+    workflow_id: str  # Temporal's
+    run_id: str | None  # None: any run of the workflow id
+
+
+@dataclass(frozen=True)
+class RunningAttempt:
+    task_id: str
+    tenant_id: str
+    authority_scope: str
+    title: str
+    task_type: str | None
+    task_started_at: datetime | None
+    health: str
+    step_id: str | None  # None: the task runs, no attempt of it does (between steps)
+    operation_code: str | None
+    operation_version: int | None
+    step_started_at: datetime | None
+
+
+class AccessStore(Protocol):
+    """Task grants (``task_acl``): who besides the owner may see a task."""
+
+    def grant_of(self, task_id: str, principal_type: str, principal_id: str) -> Row | None: ...
+    def insert_grant(
+        self, task_id: str, tenant_id: str, principal_type: str, principal_id: str, permission: str, now: datetime
+    ) -> None: ...
+    def renew_grant(self, task_id: str, principal_type: str, principal_id: str, permission: str) -> None: ...
+    def revoke_grant(self, task_id: str, principal_type: str, principal_id: str, now: datetime) -> None: ...
+    def users_granted(self, task_id: str) -> set[str]:
+        """Users holding an unrevoked USER grant on the task."""
+        ...
+
+    def subscribers_of(self, tenant_id: str, channel: str) -> set[str]:
+        """Users holding a live subscription grant for a channel (``realtime_grant``)."""
+        ...
+
+    def drop_subscriptions(self, tenant_id: str, user_ids: Sequence[str], channel: str) -> None: ...
+
+
+class CorrectionStore(Protocol):
+    """Operators' corrections (``task_correction``): the audit record beside the event log."""
+
+    def insert(self, row: Row) -> None: ...
+    def of_task(self, task_id: str) -> list[Row]: ...
+
+
+class DefinitionStore(Protocol):
+    """Definition rows (operations, status sets) and the duration history ETAs read."""
+
+    def visible_to(self, tenant_id: str, scope: str) -> tuple[list[Row], list[Row]]:
+        """(operation rows, status rows) of a tenant's scope and of the global defaults."""
+        ...
+
+    def operation_row(self, key: Row) -> Row | None: ...
+    def insert_operation(self, row: Row) -> None: ...
+    def freeze_operation(self, key: tuple[str, str, str, int, str], now: datetime) -> None:
+        """An operation version in use can no longer be replaced (AC16); key: tenant, scope, task type
+        pattern, version, operation code."""
+        ...
+
+    def status_rows(self, tenant_id: str, scope: str, task_type: str | None, version: int | None) -> list[Row]: ...
+    def insert_statuses(self, rows: Sequence[Row]) -> None: ...
+
+
+class DurationStore(Protocol):
+    """Past durations of completed step attempts (what ETAs are computed from)."""
+
+    def recent_durations(
+        self, tenant_id: str, scope: str, task_type: str, operation_code: str, limit: int
+    ) -> list[float]:
+        """The newest successes' ``durationMs`` of an operation (``task_type`` "" for none); uses
+        ``task_step_duration_idx``."""
+        ...
+
+
+class ExternalRefStore(Protocol):
+    """External references (``task_external_ref``), keyed by the exact bytes of the value."""
+
+    def lock_owner(self, tenant_id: str, scope: str, ref_type: str, ref_value: str) -> str | None:
+        """The task a reference names (its row locked), or None."""
+        ...
+
+    def insert(
+        self, tenant_id: str, scope: str, ref_type: str, ref_value: str, task_id: str, now: datetime
+    ) -> None: ...
+    def find(self, tenant_id: str, scope: str, ref_type: str, ref_value: str) -> Any:
+        """(task_id, created_at, workflow_id, version) of the task a reference names, or None."""
+        ...
+
+    def tasks_named(self, tenant_id: str, ref_type: str, ref_value: str, scope: str | None, limit: int) -> list[str]:
+        """The tasks a reference names in a tenant (one per authority scope; ``scope`` narrows)."""
+        ...
+
+
+class GrantStore(Protocol):
+    """Realtime subscription grants (``realtime_grant``): which session holds which detail channel, until when."""
+
+    def guard(self, session_id: str, user: UserPrincipal, expires: datetime, now: datetime) -> None:
+        """Lock the session's guard row, creating it if need be.
+
+        FOR UPDATE over the session's grants locks nothing while it has none, so concurrent first
+        grants all saw zero held and together passed the limit. An upsert takes the guard row's
+        exclusive lock at once (INSERT IGNORE then FOR UPDATE would upgrade a shared lock and
+        deadlock two waiting grants)."""
+        ...
+
+    def drop_expired(self, session_id: str, now: datetime) -> list[str]:
+        """Forget a session's expired grants; the channels they were for."""
+        ...
+
+    def held(self, session_id: str) -> set[str]: ...
+    def hold(self, session_id: str, channel: str, user: UserPrincipal, expires: datetime, now: datetime) -> None:
+        """Grant (or extend) one channel to a session."""
+        ...
+
+    def insert(
+        self, session_id: str, channels: Iterable[str], user: UserPrincipal, expires: datetime, now: datetime
+    ) -> None: ...
+    def release(self, session_id: str, channel: str | None = None) -> int:
+        """Drop one grant of a session (``channel``), or all of them."""
+        ...
+
+
+class HeartbeatStore(Protocol):
+    """The heartbeat light path and the reconciler's reads (SPEC R6, R7): step rows' heartbeat columns only."""
+
+    def handles(self, hashes: Iterable[str]) -> dict[str, Any]:
+        """Execution handles by hash (task, step, attempt, execution, producer, expiry)."""
+        ...
+
+    def tasks_of(self, task_ids: list[str], tenant_id: str, scope: str) -> set[str]:
+        """Which of these tasks belong to a tenant's scope (chunks of 500 ids)."""
+        ...
+
+    def lock_beat_rows(self, keys: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Any]:
+        """The heartbeat columns of these step attempts, locked in key order (so batches never deadlock).
+
+        Only step rows are locked, never task rows: the event path locks a
+        task and then its step, so taking a task lock here could close a cycle."""
+        ...
+
+    def write_beats(self, beats: list[tuple[str, str, int, str, int]], now: datetime, *, guarded: bool) -> int:
+        """Write heartbeats (task, step, attempt, execution, seq); returns how many rows took one.
+
+        ``guarded``: only where the execution is current, RUNNING, HEALTHY and
+        the seq newer (the fast path, no prior read); otherwise the rows were
+        locked and decided already.  MySQL/MariaDB: one UPDATE joined to the
+        beats per 500 — one round trip instead of one per beat; rows are
+        visited in key order, so concurrent batches never deadlock-loop.
+        SQLite (dev): one statement executed per beat."""
+        ...
+
+    def write_recovered_beat(self, task_id: str, step_id: str, attempt: int, seq: int, now: datetime) -> None:
+        """The heartbeat that recovered a STALE execution, once its recovery event committed."""
+        ...
+
+    def census(self) -> tuple[int, int, datetime | None, int | None]:
+        """(running executions with a deadline, their producers, newest heartbeat, shortest interval)."""
+        ...
+
+    def overdue_executions(self, now: datetime, limit: int) -> list[Any]:
+        """RUNNING + HEALTHY attempts past their heartbeat deadline (unlocked), oldest deadline first,
+        with their tenant, scope and Temporal activity (when known)."""
+        ...
+
+    def try_lock_task(self, task_id: str) -> bool:
+        """Lock a task unless someone else holds it (SKIP LOCKED)."""
+        ...
+
+    def still_overdue(self, task_id: str, step_id: str, attempt: int, now: datetime) -> bool: ...
+
+
+class NotificationStore(Protocol):
+    """Users' notifications (``user_notification``), limited to tasks the user can still see."""
+
+    def page(
+        self, user: UserPrincipal, *, unread_only: bool, before: tuple[datetime, str] | None, limit: int
+    ) -> list[Any]:
+        """Newest first, after the keyset position ``before`` (created at, notification id)."""
+        ...
+
+    def unread_count(self, user: UserPrincipal) -> int: ...
+    def mark_read(self, user: UserPrincipal, ids: Sequence[str] | None, now: datetime) -> int: ...
+
+
+class OverdueStore(Protocol):
+    """Storage reads behind ``status.app.overdue``: tasks still RUNNING (or STALE) and their running attempts."""
+
+    def running_since(self, started_before: datetime, limit: int) -> list[RunningAttempt]:
+        """Running tasks that started before ``started_before`` (oldest first), with their running attempts."""
+        ...
+
+
+class ReadStore(Protocol):
+    """The reads of the public API, each limited to what a user may see (SPEC §3, §7)."""
+
+    def can_see(self, user: UserPrincipal, task_id: str) -> bool: ...
+    def visible_task(self, user: UserPrincipal, task_id: str) -> TaskState | None: ...
+    def visible_tasks(self, user: UserPrincipal, task_ids: list[str]) -> list[TaskState]: ...
+    def events_after(self, task_id: str, after_version: int, limit: int) -> tuple[list[Row], int | None, int]:
+        """(up to ``limit`` event-log rows after a version, the oldest version kept, the task's version)."""
+        ...
+
+    def page_of_tasks(
+        self, user: UserPrincipal, status: str | None, before: tuple[datetime, str] | None, limit: int
+    ) -> list[TaskState]:
+        """The user's visible tasks, newest first, after the keyset position ``before``."""
+        ...
+
+    def workflow(self, workflow_id: str) -> WorkflowState | None: ...
+    def visible_tasks_of_workflow(self, user: UserPrincipal, workflow_id: str) -> list[TaskState]: ...
+
+
+class RunStore(Protocol):
+    """Storage of Temporal run ownership: which run owns which open task, and how far the run follower"""
+
+    def set_owner(self, task_ids: Sequence[str], namespace: str, workflow_id: str, run_id: str | None) -> int:
+        """Record the owning run of the open tasks among ``task_ids``; how many changed."""
+        ...
+
+    def open_tasks_of(self, namespace: str, workflow_ids: Sequence[str]) -> list[OwnedTask]:
+        """The open tasks owned by any run of these Temporal workflow ids (one indexed read)."""
+        ...
+
+    def hand_over(self, namespace: str, task_ids: Sequence[str], to_run_id: str) -> int:
+        """The open tasks among ``task_ids`` now belong to ``to_run_id`` of the same workflow id."""
+        ...
+
+    def oldest_open_owned(self, namespace: str) -> datetime | None:
+        """When the oldest open task owned by a run of ``namespace`` was created."""
+        ...
+
+    def watermark(self, namespace: str) -> datetime | None: ...
+    def advance_watermark(self, namespace: str, close_time: datetime, now: datetime) -> None:
+        """Move the watermark forward (never back: two followers may race)."""
+        ...
+
+    def record_activity(
+        self,
+        execution_id: str,
+        task_id: str,
+        namespace: str,
+        workflow_id: str,
+        run_id: str,
+        activity_id: str,
+    ) -> None: ...
+
+
+class TaskStore(Protocol):
+    """Task and step rows, execution handles, and the insert-only rows of a change."""
+
+    def lock(self, task_id: str) -> TaskState | None: ...
+    def lock_version(self, task_id: str, event_id: str) -> tuple[int, str | None, Any] | None: ...
+    def load(self, task_id: str) -> TaskState | None: ...
+    def steps_of(self, task_id: str, *, lock: bool = False) -> list[StepState]: ...
+    def steps_of_tasks(self, task_ids: Sequence[str]) -> dict[str, list[StepState]]: ...
+    def update(self, task: TaskState, before: TaskState | None = None) -> None: ...
+    def update_step(self, step: StepState, before: StepState | None = None) -> None: ...
+    def lock_step(self, task_id: str, step_id: str, attempt: int) -> StepState | None: ...
+    def insert_step(self, step: StepState) -> None: ...
+    def tenancy(self, task_id: str) -> tuple[str, str] | None:
+        """(tenant, authority scope) of a task, unlocked; None when there is no such task."""
+        ...
+
+    def lock_tenancy(self, task_id: str) -> tuple[str, str, str] | None:
+        """(tenant, authority scope, lifecycle) of a task, its row locked."""
+        ...
+
+    def registration_policy(self, task_id: str) -> Any:
+        """The task's dynamic registration policy as stored (JSON, or None: the workflow's)."""
+        ...
+
+    def insert_handle(self, handle_hash: str, step: StepState, expires_at: datetime, now: datetime) -> None:
+        """A fresh execution handle of a bound step attempt (only its hash is stored)."""
+        ...
+
+    def acl_users(self, task_id: str) -> list[str]: ...
+    def handles(self, hashes: Iterable[str]) -> dict[str, Row]: ...
+    def revoke_handles(self, execution_id: str | None, reason: str, now: datetime) -> None: ...
+
+
+class LogStore(Protocol):
+    """Task and step rows, execution handles, and the insert-only rows of a change."""
+
+    def insert_events(self, rows: Sequence[Row]) -> None: ...
+    def insert_dedups(self, rows: Sequence[Row]) -> None: ...
+    def insert_changes(self, rows: Sequence[Row]) -> None: ...
+    def insert_notifications(self, rows: Sequence[Row]) -> None: ...
+    def insert_outbox(self, rows: Sequence[Row]) -> None: ...
+    def outbox_rows_of(self, aggregate_type: str, aggregate_id: str) -> int: ...
+
+
+class WorkflowStore(Protocol):
+    """Workflow rows, task creation, and the workflow projector's feed (``workflow_change``)."""
+
+    def lock_by_key(self, tenant_id: str, scope: str, client_workflow_key: str) -> tuple[WorkflowState, Row] | None:
+        """A workflow by its client key, locked: (state, creation facts: request_hash, dynamic_registration_policy)."""
+        ...
+
+    def lock(self, workflow_id: str) -> tuple[WorkflowState, Row] | None: ...
+    def insert(
+        self,
+        workflow: WorkflowState,
+        *,
+        coordinator_id: str,
+        dynamic_registration_policy: dict[str, Any] | None,
+        request_hash: str,
+    ) -> None: ...
+    def update_counts(self, workflow: WorkflowState) -> None:
+        """Version and task count (a task was added)."""
+        ...
+
+    def update_aggregate(self, workflow: WorkflowState) -> None:
+        """What the projector folded: lifecycle, health, aggregate, version, times."""
+        ...
+
+    def task_by_key(self, workflow_id: str, client_task_key: str) -> Row | None:
+        """(id, version, request_hash) of a workflow's task by its client key."""
+        ...
+
+    def insert_task(
+        self,
+        task: TaskState,
+        *,
+        request_hash: str,
+        dynamic_registration_policy: dict[str, Any] | None,
+        temporal_owner: tuple[str, str, str | None] | None,
+    ) -> None: ...
+    def freeze_statuses(self, task_type: str, version: int, now: datetime) -> None:
+        """A status set in use can no longer be replaced (AC16)."""
+        ...
+
+    def claim_changes(self, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` feed rows no other projector holds: (id, workflow id), locked."""
+        ...
+
+    def delete_changes(self, change_ids: Sequence[int]) -> None: ...
+    def task_states_of(self, workflow_id: str) -> list[dict[str, Any]]:
+        """Each task's lifecycle and health (what ``fold`` reads)."""
+        ...
+
+
+class Stores(Protocol):
+    """The stores of one unit of work (each call runs in its transaction)."""
+
+    @property
+    def access(self) -> AccessStore: ...
+    @property
+    def corrections(self) -> CorrectionStore: ...
+    @property
+    def definitions(self) -> DefinitionStore: ...
+    @property
+    def durations(self) -> DurationStore: ...
+    @property
+    def external_refs(self) -> ExternalRefStore: ...
+    @property
+    def grants(self) -> GrantStore: ...
+    @property
+    def heartbeats(self) -> HeartbeatStore: ...
+    @property
+    def notifications(self) -> NotificationStore: ...
+    @property
+    def overdue(self) -> OverdueStore: ...
+    @property
+    def reads(self) -> ReadStore: ...
+    @property
+    def runs(self) -> RunStore: ...
+    @property
+    def tasks(self) -> TaskStore: ...
+    @property
+    def log(self) -> LogStore: ...
+    @property
+    def workflows(self) -> WorkflowStore: ...
+
+
+class UnitOfWork(Stores, Protocol):
+    """One transaction: nothing it wrote is visible or published before ``commit``."""
+
+    def commit(self) -> None: ...
+
+
+class Database(Protocol):
+    def run(self, work: Callable[[UnitOfWork], T], *, attempts: int = 6) -> T:
+        """Run ``work`` in a fresh unit of work, again from the start after a transient failure
+        (deadlock, lock timeout, lost connection); ``work`` commits."""
+        ...
+
+    def run_unique(self, work: Callable[[UnitOfWork], T]) -> T:
+        """``run``, once more after a ``DuplicateKey`` (the re-run sees the concurrent winner)."""
+        ...
+
+    def reading(self) -> AbstractContextManager[Stores]:
+        """Stores for reads outside a write (one connection, nothing committed)."""
+        ...

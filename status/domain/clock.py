@@ -1,0 +1,15 @@
+"""Time as the service stores it: naive UTC with millisecond precision (what DATETIME(3) holds)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def utcnow() -> datetime:
+    """Naive UTC with millisecond precision: what DATETIME(3) columns hold."""
+    return now_ms(datetime.now(UTC).replace(tzinfo=None))
+
+
+def now_ms(now: datetime) -> datetime:
+    """Truncate to milliseconds: what DATETIME(3) stores is what we return."""
+    return now.replace(microsecond=(now.microsecond // 1000) * 1000)

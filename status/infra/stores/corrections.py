@@ -1,0 +1,22 @@
+"""Operators' corrections (``task_correction``): the audit record beside the event log."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from status.app.ports import Row
+from status.infra import tables as t
+
+
+class SqlCorrectionStore:
+    def __init__(self, conn: sa.Connection) -> None:
+        self._conn = conn
+
+    def insert(self, row: Row) -> None:
+        self._conn.execute(sa.insert(t.task_correction).values(dict(row)))
+
+    def of_task(self, task_id: str) -> list[Row]:
+        c = t.task_correction
+        return list(
+            self._conn.execute(sa.select(c).where(c.c.task_id == task_id).order_by(c.c.task_version)).mappings()
+        )

@@ -1,0 +1,236 @@
+"""The heartbeat light path and the reconciler's reads (SPEC R6, R7): step rows' heartbeat columns only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.domain.lifecycle import Health, Lifecycle
+from status.infra import tables as t
+
+ts, st = t.task_step, t.task_step_temporal
+
+
+class SqlHeartbeatStore:
+    def __init__(self, conn: sa.Connection) -> None:
+        self._conn = conn
+
+    def handles(self, hashes: Iterable[str]) -> dict[str, Any]:
+        """Execution handles by hash (task, step, attempt, execution, producer, expiry)."""
+        wanted = sorted(set(hashes))
+        if not wanted:
+            return {}
+        h = t.task_execution_handle
+        rows = self._conn.execute(
+            sa.select(
+                h.c.handle_hash,
+                h.c.task_id,
+                h.c.step_id,
+                h.c.step_attempt,
+                h.c.execution_id,
+                h.c.producer_id,
+                h.c.expires_at,
+            ).where(h.c.handle_hash.in_(wanted))
+        )
+        return {row.handle_hash: row for row in rows}
+
+    def tasks_of(self, task_ids: list[str], tenant_id: str, scope: str) -> set[str]:
+        """Which of these tasks belong to a tenant's scope (chunks of 500 ids)."""
+        mine: set[str] = set()
+        for chunk in range(0, len(task_ids), 500):
+            mine |= set(
+                self._conn.scalars(
+                    sa.select(t.task.c.id).where(
+                        t.task.c.id.in_(task_ids[chunk : chunk + 500]),
+                        t.task.c.tenant_id == tenant_id,
+                        t.task.c.authority_scope == scope,
+                    )
+                )
+            )
+        return mine
+
+    def lock_beat_rows(self, keys: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Any]:
+        """The heartbeat columns of these step attempts, locked in key order (so batches never deadlock).
+
+        Only step rows are locked, never task rows: the event path locks a
+        task and then its step, so taking a task lock here could close a cycle.
+        """
+        rows: dict[tuple[str, str, int], Any] = {}
+        # Chunks of 100 keys: MariaDB turns longer row-value IN lists into a derived
+        # table and may then scan (and lock-read) the whole table instead of the key range.
+        for chunk in range(0, len(keys), 100):
+            query = (
+                sa.select(
+                    ts.c.task_id,
+                    ts.c.step_id,
+                    ts.c.attempt,
+                    ts.c.execution_id,
+                    ts.c.lifecycle_status,
+                    ts.c.health,
+                    ts.c.superseded,
+                    ts.c.last_heartbeat_seq,
+                )
+                .where(sa.tuple_(ts.c.task_id, ts.c.step_id, ts.c.attempt).in_(keys[chunk : chunk + 100]))
+                .order_by(ts.c.task_id, ts.c.step_id, ts.c.attempt)
+                .with_for_update()
+            )
+            for row in self._conn.execute(query):
+                rows[(row.task_id, row.step_id, row.attempt)] = row
+        return rows
+
+    def write_beats(self, beats: list[tuple[str, str, int, str, int]], now: datetime, *, guarded: bool) -> int:
+        """Write heartbeats (task, step, attempt, execution, seq); returns how many rows took one.
+
+        ``guarded``: only where the execution is current, RUNNING, HEALTHY and
+        the seq newer (the fast path, no prior read); otherwise the rows were
+        locked and decided already.  MySQL/MariaDB: one UPDATE joined to the
+        beats per 500 — one round trip instead of one per beat; rows are
+        visited in key order, so concurrent batches never deadlock-loop.
+        SQLite (dev): one statement executed per beat.
+        """
+        beats = sorted(beats)
+        if not beats:
+            return 0
+        conn = self._conn
+        if conn.dialect.name != "mysql":
+            stmt = self._beat(now, guarded)
+            return sum(
+                conn.execute(
+                    stmt, {"_task_id": t_, "_step_id": s_, "_attempt": a_, "_execution_id": e_, "_seq": q_}
+                ).rowcount
+                for t_, s_, a_, e_, q_ in beats
+            )
+        guard = (
+            " WHERE task_step.execution_id = beat.e AND task_step.lifecycle_status = 'RUNNING'"
+            " AND task_step.health = 'HEALTHY' AND task_step.superseded = 0 AND task_step.last_heartbeat_seq < beat.q"
+            if guarded
+            else ""
+        )
+        written = 0
+        for chunk in range(0, len(beats), 500):
+            part = beats[chunk : chunk + 500]
+            rows = " UNION ALL ".join(["SELECT %s AS t, %s AS s, %s AS a, %s AS e, %s AS q"] * len(part))
+            written += conn.exec_driver_sql(
+                "UPDATE task_step JOIN (" + rows + ") AS beat"
+                " ON task_step.task_id = beat.t AND task_step.step_id = beat.s AND task_step.attempt = beat.a"
+                " SET task_step.last_heartbeat_seq = beat.q, task_step.last_heartbeat_at = %s,"
+                " task_step.heartbeat_deadline_at = TIMESTAMPADD(SECOND, task_step.heartbeat_timeout_seconds, %s)"
+                + guard,
+                (*[value for beat in part for value in beat], now, now),
+            ).rowcount
+        return written
+
+    def _beat(self, now: datetime, guarded: bool) -> Any:
+        where = [
+            ts.c.task_id == sa.bindparam("_task_id"),
+            ts.c.step_id == sa.bindparam("_step_id"),
+            ts.c.attempt == sa.bindparam("_attempt"),
+        ]
+        if guarded:
+            where += [
+                ts.c.execution_id == sa.bindparam("_execution_id"),
+                ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                ts.c.health == Health.HEALTHY.value,
+                ts.c.superseded.is_(sa.false()),
+                ts.c.last_heartbeat_seq < sa.bindparam("_seq"),
+            ]
+        return (
+            sa.update(ts)
+            .where(*where)
+            .values(
+                last_heartbeat_seq=sa.bindparam("_seq"),
+                last_heartbeat_at=now,
+                heartbeat_deadline_at=self._deadline_expr(now),
+            )
+        )
+
+    def _deadline_expr(self, now: datetime) -> Any:
+        if self._conn.dialect.name == "sqlite":
+            return sa.func.strftime(
+                "%Y-%m-%d %H:%M:%f",
+                now.isoformat(sep=" "),
+                "+" + sa.cast(ts.c.heartbeat_timeout_seconds, sa.String) + " seconds",
+            )
+        return sa.func.timestampadd(sa.literal_column("SECOND"), ts.c.heartbeat_timeout_seconds, now)
+
+    def write_recovered_beat(self, task_id: str, step_id: str, attempt: int, seq: int, now: datetime) -> None:
+        """The heartbeat that recovered a STALE execution, once its recovery event committed."""
+        self._conn.execute(
+            sa.update(ts)
+            .where(
+                ts.c.task_id == task_id,
+                ts.c.step_id == step_id,
+                ts.c.attempt == attempt,
+                ts.c.last_heartbeat_seq < seq,
+            )
+            .values(last_heartbeat_seq=seq, last_heartbeat_at=now, heartbeat_deadline_at=self._deadline_expr(now))
+        )
+
+    def census(self) -> tuple[int, int, datetime | None, int | None]:
+        """(running executions with a deadline, their producers, newest heartbeat, shortest interval)."""
+        running, producers, newest, shortest = self._conn.execute(
+            sa.select(
+                sa.func.count(),
+                sa.func.count(sa.distinct(ts.c.producer_id)),
+                sa.func.max(ts.c.last_heartbeat_at),
+                sa.func.min(ts.c.heartbeat_interval_seconds),
+            ).where(
+                ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                ts.c.superseded.is_(sa.false()),
+                ts.c.heartbeat_deadline_at.is_not(None),
+            )
+        ).one()
+        return int(running), int(producers), newest, shortest
+
+    def overdue_executions(self, now: datetime, limit: int) -> list[Any]:
+        """RUNNING + HEALTHY attempts past their heartbeat deadline (unlocked), oldest deadline first,
+        with their tenant, scope and Temporal activity (when known)."""
+        return list(
+            self._conn.execute(
+                sa.select(
+                    ts.c.task_id,
+                    ts.c.step_id,
+                    ts.c.attempt,
+                    ts.c.execution_id,
+                    t.task.c.tenant_id,
+                    t.task.c.authority_scope,
+                    st.c.namespace,
+                    st.c.workflow_id,
+                    st.c.run_id,
+                    st.c.activity_id,
+                )
+                .join(t.task, t.task.c.id == ts.c.task_id)
+                .outerjoin(st, st.c.execution_id == ts.c.execution_id)
+                .where(
+                    ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                    ts.c.health == Health.HEALTHY.value,
+                    ts.c.heartbeat_deadline_at <= now,
+                    ts.c.superseded.is_(sa.false()),
+                )
+                .order_by(ts.c.heartbeat_deadline_at)
+                .limit(limit)
+            ).all()
+        )
+
+    def try_lock_task(self, task_id: str) -> bool:
+        """Lock a task unless someone else holds it (SKIP LOCKED)."""
+        query = sa.select(t.task.c.id).where(t.task.c.id == task_id).with_for_update(skip_locked=True)
+        return self._conn.execute(query).first() is not None
+
+    def still_overdue(self, task_id: str, step_id: str, attempt: int, now: datetime) -> bool:
+        return (
+            self._conn.execute(
+                sa.select(ts.c.task_id).where(
+                    ts.c.task_id == task_id,
+                    ts.c.step_id == step_id,
+                    ts.c.attempt == attempt,
+                    ts.c.lifecycle_status == Lifecycle.RUNNING.value,
+                    ts.c.health == Health.HEALTHY.value,
+                    ts.c.heartbeat_deadline_at <= now,
+                )
+            ).first()
+            is not None
+        )

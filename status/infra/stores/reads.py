@@ -1,0 +1,109 @@
+"""The reads of the public API, each limited to what a user may see (SPEC §3, §7)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app.ports import Row
+from status.domain.auth import UserPrincipal
+from status.domain.definitions import FailurePolicy
+from status.domain.lifecycle import Lifecycle
+from status.domain.model import TaskState, WorkflowState
+from status.infra import repository as repo
+from status.infra import tables as t
+
+_RUNNING = (Lifecycle.PENDING.value, Lifecycle.RUNNING.value)
+_FAILED = (Lifecycle.FAILED.value, Lifecycle.TIMED_OUT.value)
+_DONE = (Lifecycle.SUCCEEDED.value, Lifecycle.CANCELLED.value)
+
+
+def _visible(user: UserPrincipal) -> Any:
+    return repo.visible_task_filter(user.tenant_id, user.user_id, user.project_ids, user.role_ids)
+
+
+def _status_filter(status: str) -> Any:
+    """``running``, ``failed``, ``needs_action`` or ``done`` (the application checks the name)."""
+    lifecycle = t.task.c.lifecycle_status
+    if status == "running":
+        return lifecycle.in_(_RUNNING)
+    if status == "failed":
+        return lifecycle.in_(_FAILED)
+    if status == "done":
+        return lifecycle.in_(_DONE)
+    # needs_action: unfinished, with a step that failed and waits for the user (WAIT_FOR_USER).
+    s = t.task_step
+    waiting = (
+        sa.select(s.c.task_id)
+        .where(
+            s.c.task_id == t.task.c.id,
+            s.c.lifecycle_status == Lifecycle.FAILED.value,
+            s.c.failure_policy == FailurePolicy.WAIT_FOR_USER.value,
+            s.c.superseded.is_(sa.false()),
+        )
+        .exists()
+    )
+    return sa.and_(lifecycle.in_(_RUNNING), waiting)
+
+
+class SqlReadStore:
+    def __init__(self, conn: sa.Connection) -> None:
+        self._conn = conn
+
+    def can_see(self, user: UserPrincipal, task_id: str) -> bool:
+        query = sa.select(t.task.c.id).where(t.task.c.id == task_id, _visible(user))
+        return self._conn.execute(query).first() is not None
+
+    def visible_task(self, user: UserPrincipal, task_id: str) -> TaskState | None:
+        row = self._conn.execute(sa.select(t.task).where(t.task.c.id == task_id, _visible(user))).mappings().first()
+        return repo.task_from_row(row) if row is not None else None
+
+    def visible_tasks(self, user: UserPrincipal, task_ids: list[str]) -> list[TaskState]:
+        rows = self._conn.execute(sa.select(t.task).where(t.task.c.id.in_(task_ids), _visible(user))).mappings()
+        return [repo.task_from_row(r) for r in rows]
+
+    def events_after(self, task_id: str, after_version: int, limit: int) -> tuple[list[Row], int | None, int]:
+        """(up to ``limit`` event-log rows after a version, the oldest version kept, the task's version)."""
+        log = t.task_event_log
+        rows = (
+            self._conn.execute(
+                sa.select(log)
+                .where(log.c.task_id == task_id, log.c.task_version > after_version)
+                .order_by(log.c.task_version)
+                .limit(limit)
+            )
+            .mappings()
+            .all()
+        )
+        oldest = self._conn.execute(sa.select(sa.func.min(log.c.task_version)).where(log.c.task_id == task_id)).scalar()
+        current = self._conn.execute(sa.select(t.task.c.version).where(t.task.c.id == task_id)).scalar_one()
+        return list(rows), oldest, int(current)
+
+    def page_of_tasks(
+        self, user: UserPrincipal, status: str | None, before: tuple[datetime, str] | None, limit: int
+    ) -> list[TaskState]:
+        """The user's visible tasks, newest first, after the keyset position ``before``."""
+        query = sa.select(t.task).where(_visible(user))
+        if status is not None:
+            query = query.where(_status_filter(status))
+        if before is not None:
+            created, task_id = before
+            query = query.where(
+                sa.or_(t.task.c.created_at < created, sa.and_(t.task.c.created_at == created, t.task.c.id < task_id))
+            )
+        query = query.order_by(t.task.c.created_at.desc(), t.task.c.id.desc()).limit(limit)
+        return [repo.task_from_row(r) for r in self._conn.execute(query).mappings()]
+
+    def workflow(self, workflow_id: str) -> WorkflowState | None:
+        row = self._conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id)).mappings().first()
+        return repo.workflow_from_row(row) if row is not None else None
+
+    def visible_tasks_of_workflow(self, user: UserPrincipal, workflow_id: str) -> list[TaskState]:
+        rows = self._conn.execute(
+            sa.select(t.task)
+            .where(t.task.c.workflow_id == workflow_id, _visible(user))
+            .order_by(t.task.c.created_at, t.task.c.id)
+        ).mappings()
+        return [repo.task_from_row(r) for r in rows]

@@ -1,0 +1,144 @@
+"""Task and step rows, execution handles, and the insert-only rows of a change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app.ports import Row
+from status.domain.model import StepState, TaskState
+from status.infra import repository as repo
+from status.infra import tables as t
+
+_HANDLES = sa.select(
+    t.task_execution_handle.c.handle_hash,
+    t.task_execution_handle.c.task_id,
+    t.task_execution_handle.c.step_id,
+    t.task_execution_handle.c.step_attempt,
+    t.task_execution_handle.c.execution_id,
+    t.task_execution_handle.c.producer_id,
+    t.task_execution_handle.c.expires_at,
+    t.task_execution_handle.c.revoked_at,
+    t.task_execution_handle.c.revoke_reason,
+).where(t.task_execution_handle.c.handle_hash.in_(sa.bindparam("_hashes", expanding=True)))
+
+
+class SqlTaskStore:
+    def __init__(self, conn: sa.Connection) -> None:
+        self._conn = conn
+
+    def lock(self, task_id: str) -> TaskState | None:
+        return repo.lock_task(self._conn, task_id)
+
+    def lock_version(self, task_id: str, event_id: str) -> tuple[int, str | None, Any] | None:
+        row = repo.lock_task_version(self._conn, task_id, event_id)
+        return (int(row[0]), row[1], row[2]) if row is not None else None
+
+    def load(self, task_id: str) -> TaskState | None:
+        return repo.load_task(self._conn, task_id)
+
+    def steps_of(self, task_id: str, *, lock: bool = False) -> list[StepState]:
+        return repo.steps_of(self._conn, task_id, lock=lock)
+
+    def steps_of_tasks(self, task_ids: Sequence[str]) -> dict[str, list[StepState]]:
+        return repo.steps_of_tasks(self._conn, task_ids)
+
+    def update(self, task: TaskState, before: TaskState | None = None) -> None:
+        repo.update_task(self._conn, task, before)
+
+    def update_step(self, step: StepState, before: StepState | None = None) -> None:
+        repo.update_step(self._conn, step, before)
+
+    def lock_step(self, task_id: str, step_id: str, attempt: int) -> StepState | None:
+        return repo.lock_step(self._conn, task_id, step_id, attempt)
+
+    def insert_step(self, step: StepState) -> None:
+        repo.insert_step(self._conn, step)
+
+    def tenancy(self, task_id: str) -> tuple[str, str] | None:
+        """(tenant, authority scope) of a task, unlocked; None when there is no such task."""
+        row = self._conn.execute(
+            sa.select(t.task.c.tenant_id, t.task.c.authority_scope).where(t.task.c.id == task_id)
+        ).first()
+        return (row[0], row[1]) if row is not None else None
+
+    def lock_tenancy(self, task_id: str) -> tuple[str, str, str] | None:
+        """(tenant, authority scope, lifecycle) of a task, its row locked."""
+        conn = self._conn
+        row = conn.execute(
+            sa.select(t.task.c.tenant_id, t.task.c.authority_scope, t.task.c.lifecycle_status)
+            .where(t.task.c.id == task_id)
+            .with_for_update()
+        ).first()
+        return (row[0], row[1], row[2]) if row is not None else None
+
+    def registration_policy(self, task_id: str) -> Any:
+        """The task's dynamic registration policy as stored (JSON, or None: the workflow's)."""
+        return self._conn.execute(
+            sa.select(t.task.c.dynamic_registration_policy).where(t.task.c.id == task_id)
+        ).scalar()
+
+    def insert_handle(self, handle_hash: str, step: StepState, expires_at: datetime, now: datetime) -> None:
+        """A fresh execution handle of a bound step attempt (only its hash is stored)."""
+        self._conn.execute(
+            sa.insert(t.task_execution_handle).values(
+                handle_hash=handle_hash,
+                execution_id=step.execution_id,
+                task_id=step.task_id,
+                step_id=step.step_id,
+                step_attempt=step.attempt,
+                producer_id=step.producer_id,
+                expires_at=expires_at,
+                created_at=now,
+            )
+        )
+
+    def acl_users(self, task_id: str) -> list[str]:
+        return repo.acl_users(self._conn, task_id)
+
+    def handles(self, hashes: Iterable[str]) -> dict[str, Row]:
+        wanted = sorted(set(hashes))
+        if not wanted:
+            return {}
+        return {r["handle_hash"]: r for r in self._conn.execute(_HANDLES, {"_hashes": wanted}).mappings()}
+
+    def revoke_handles(self, execution_id: str | None, reason: str, now: datetime) -> None:
+        repo.revoke_handles(self._conn, execution_id, reason, now)
+
+
+class SqlLogStore:
+    def __init__(self, conn: sa.Connection, wrote: Callable[[str], None]) -> None:
+        self._conn = conn
+        self._wrote = wrote
+
+    def insert_events(self, rows: Sequence[Row]) -> None:
+        repo.insert_events(self._conn, rows)
+
+    def insert_dedups(self, rows: Sequence[Row]) -> None:
+        repo.insert_dedups(self._conn, rows)
+
+    def insert_changes(self, rows: Sequence[Row]) -> None:
+        if rows:
+            repo.insert_changes(self._conn, rows)
+            self._wrote("feed")
+
+    def insert_notifications(self, rows: Sequence[Row]) -> None:
+        repo.insert_notifications(self._conn, rows)
+
+    def insert_outbox(self, rows: Sequence[Row]) -> None:
+        if rows:
+            repo.insert_outbox(self._conn, rows)
+            self._wrote("outbox")
+
+    def outbox_rows_of(self, aggregate_type: str, aggregate_id: str) -> int:
+        ob = t.task_outbox
+        return int(
+            self._conn.execute(
+                sa.select(sa.func.count())
+                .select_from(ob)
+                .where(ob.c.aggregate_type == aggregate_type, ob.c.aggregate_id == aggregate_id)
+            ).scalar_one()
+        )
