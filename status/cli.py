@@ -253,29 +253,20 @@ def _correct(args: argparse.Namespace) -> int:
     import json
     import uuid
 
-    import sqlalchemy as sa
-
     from status.app.corrections import Correct
-    from status.bootstrap import build_service
+    from status.bootstrap import Components
     from status.domain.auth import ServicePrincipal
     from status.domain.errors import DomainError
-    from status.infra import tables
-    from status.infra.db import create_engine
 
-    settings = Settings.from_env()
-    engine = create_engine(settings.database_url)
+    parts = Components(Settings.from_env())
     try:
-        with engine.connect() as conn:
-            owner = conn.execute(
-                sa.select(tables.task.c.tenant_id, tables.task.c.authority_scope).where(tables.task.c.id == args.task)
-            ).first()
+        owner = parts.service.queries.tenancy(args.task)
         if owner is None:
             print(f"task-observer: UNKNOWN_TASK: task {args.task} does not exist", file=sys.stderr)
             return 1
         # An operator with database access acts as ADMIN of the task's own tenant and scope.
-        admin = ServicePrincipal(
-            f"cli:{args.operator}", owner.tenant_id, owner.authority_scope, frozenset({Role.ADMIN})
-        )
+        tenant_id, authority_scope = owner
+        admin = ServicePrincipal(f"cli:{args.operator}", tenant_id, authority_scope, frozenset({Role.ADMIN}))
         cmd = Correct(
             task_id=args.task,
             correction_id=args.correction_id or f"cli-{uuid.uuid4().hex}",
@@ -287,12 +278,12 @@ def _correct(args: argparse.Namespace) -> int:
             business_status=args.business_status,
             expected_task_version=args.expected_version,
         )
-        result = build_service(settings, engine).correct(admin, cmd)
+        result = parts.service.correct(admin, cmd)
     except DomainError as err:
         print(f"task-observer: {err.code}: {err.message}", file=sys.stderr)
         return 1
     finally:
-        engine.dispose()
+        parts.engine.dispose()
     print(json.dumps(result))
     return 0
 

@@ -26,6 +26,11 @@ class Queries:
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
 
+    def tenancy(self, task_id: str) -> tuple[str, str] | None:
+        """(tenant, authority scope) of a task, for an operator's command line (no access check)."""
+        with self.ctx.db.reading() as stores:
+            return stores.tasks.tenancy(task_id)
+
     @staticmethod
     def can_see_task(stores: Stores, user: UserPrincipal, task_id: str) -> bool:
         return stores.reads.can_see(user, task_id)
