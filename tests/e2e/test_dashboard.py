@@ -177,12 +177,24 @@ def test_dashboard_shows_a_new_task_updates_live_and_shows_the_failure(stack: St
     expect(parse_step).to_have_attribute("data-renderer", "document.parse.progress.v1", timeout=TIMEOUT_MS)
     expect(parse_step).to_contain_text("3 of 8")
     expect(page.locator('#detail .step[data-step-id="01_prepare"]')).to_have_attribute("data-status", "PENDING")
+    # The bars are a timeline (when each attempt ran), with its axis; not more progress bars.
+    axis = page.locator("#detail .axis > span")
+    expect(axis).to_have_count(5)
+    expect(axis.first).to_have_text("0 s")
+    expect(parse_step.locator(".lane > span")).to_have_attribute(
+        "title", re.compile(r"^ran from \+\S+.* to \+\S+.* \(still running\)$")
+    )
+    expect(page.locator('#detail .step[data-step-id="01_prepare"] .lane > span')).to_have_count(0)  # never ran
 
     fail_task(stack, task_id, ctx, 3)
     expect(card(page, task_id)).to_have_attribute("data-status", "FAILED", timeout=TIMEOUT_MS)
     expect(page.locator(".toast").filter(has_text="The OCR service is down")).to_have_count(1, timeout=TIMEOUT_MS)
     expect(parse_step).to_have_attribute("data-status", "FAILED", timeout=TIMEOUT_MS)
     expect(card(page, task_id)).to_have_attribute("data-version", stack.task_version(user, task_id))
+    # The open detail never stays behind the card: it shows the committed version too.
+    expect(page.locator("#detail")).to_have_attribute(
+        "data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS
+    )
     screenshot(page, "dashboard-live-failure")
     assert_never_went_back(page)
     page.context.close()

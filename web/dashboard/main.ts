@@ -90,6 +90,20 @@ const ticker = new SharedTicker(1000);
  * The unread list: durable notifications kept by the service, so what a user missed while away
  * (or read on another device) shows correctly after a reload; snapshots never re-pop old toasts.
  */
+
+/**
+ * The detail's time axis: the step bars below are when each attempt ran, from the task's creation
+ * (0) to now or its end — a timeline, unlike the cards' progress bars. Quarter marks line up with
+ * the lanes' grid.
+ */
+function timeAxis(span: number): HTMLElement {
+  return h(
+    'div',
+    { class: 'axis', 'aria-label': 'time since the task was created' },
+    ...[0, 0.25, 0.5, 0.75, 1].map((at) => h('span', { style: `left:${at * 100}%` }, at === 0 ? '0 s' : `+${formatDuration(span * at)}`)),
+  );
+}
+
 class Inbox {
   private loading: Promise<void> | null = null;
   private again = false;
@@ -503,6 +517,7 @@ class Dashboard {
       ),
       s.failure ? h('p', { class: 'failure' }, `${s.failure.code}${s.failure.userMessage ? `: ${s.failure.userMessage}` : ''}`) : null,
       d === null ? h('p', { class: 'muted' }, 'Loading steps…') : null,
+      steps.length ? timeAxis(span) : null,
       h('div', { class: 'timeline' }, ...this.stepRows(steps, start, span)),
       d?.stepsOmitted ? h('p', { class: 'muted steps-omitted' }, `${d.stepsOmitted} earlier finished steps not shown`) : null,
       ),
@@ -546,7 +561,13 @@ class Dashboard {
     const to = Date.parse(step.finishedAt ?? '') || Math.max(from, Date.now());
     const left = Math.min(100, Math.max(0, ((from - start) / span) * 100));
     const width = Math.min(100 - left, Math.max(0.5, ((to - from) / span) * 100));
-    const bar = Number.isNaN(from) ? null : h('span', { style: `left:${left}%;width:${width}%` });
+    // A time bar (when it ran, on the axis above), not a progress bar: it says so when pointed at.
+    const bar = Number.isNaN(from)
+      ? null
+      : h('span', {
+          style: `left:${left}%;width:${width}%`,
+          title: `ran from +${formatDuration(Math.max(0, from - start))} to +${formatDuration(Math.max(0, to - start))}${step.finishedAt ? '' : ' (still running)'}`,
+        });
     return h(
       'div',
       {

@@ -47,6 +47,11 @@ export interface TaskStatusClientOptions {
   staleAfterMs?: number;
   /** Period of the background snapshot check of running tasks (ms, jittered ±25%); 0 turns it off. */
   consistencyCheckMs?: number;
+  /**
+   * A followed task's detail that stays behind its summary this long (ms) is read again over HTTP:
+   * the two travel on different channels, and the panel must not show an older state than the card.
+   */
+  detailCatchUpMs?: number;
   /** Upper bound for open detail subscriptions; the server's limit wins when lower. */
   detailLimit?: number;
   /** Reconnect back-off bounds handed to the SDK, which adds jitter (AC31). */
@@ -84,6 +89,8 @@ export class TaskStatusClient {
   private buffer: unknown[] = [];
   private snapshotRun: Promise<void> | null = null;
   private readonly details = new Map<string, DetailEntry>();
+  private readonly catchUps = new Map<string, ReturnType<typeof setTimeout>>();
+  private unsubscribeStore: (() => void) | null = null;
   private readonly detailOrder: LruSet<string>;
   private stopped = false;
   private transportName: string | null = null;
@@ -203,6 +210,9 @@ export class TaskStatusClient {
     centrifuge.on('error', (ctx) => this.report(ctx.error, 'connection'));
 
     this.options.visibility?.addEventListener('visibilitychange', this.onVisibility);
+    this.unsubscribeStore = this.store.subscribe((event) => {
+      if (event.type === 'task' && event.summaryChanged) this.watchDetailLag(event.taskId);
+    });
     this.scheduleCheck();
     centrifuge.connect();
     // Snapshots come over HTTP: show what the service knows even while realtime cannot connect
@@ -218,6 +228,10 @@ export class TaskStatusClient {
     if (this.staleTimer) clearTimeout(this.staleTimer);
     if (this.checkTimer) clearTimeout(this.checkTimer);
     this.staleTimer = this.checkTimer = null;
+    for (const timer of this.catchUps.values()) clearTimeout(timer);
+    this.catchUps.clear();
+    this.unsubscribeStore?.();
+    this.unsubscribeStore = null;
     this.centrifuge?.disconnect();
     this.centrifuge = null;
   }
@@ -399,6 +413,24 @@ export class TaskStatusClient {
           this.report(error, `workflow ${workflowId}`);
         }
       }),
+    );
+  }
+
+  /** Whether a followed task's detail is older than its summary (the panel would lag the card). */
+  private detailBehind(taskId: string): boolean {
+    const view = this.store.task(taskId);
+    return this.details.has(taskId) && view !== undefined && view.detailVersion !== null && view.detailVersion < view.summaryVersion;
+  }
+
+  /** Give the detail channel its moment to deliver the summary's version; then ask the service. */
+  private watchDetailLag(taskId: string): void {
+    if (this.stopped || this.catchUps.has(taskId) || !this.detailBehind(taskId)) return;
+    this.catchUps.set(
+      taskId,
+      setTimeout(() => {
+        this.catchUps.delete(taskId);
+        if (this.detailBehind(taskId)) void this.loadDetailSnapshot(taskId);
+      }, this.options.detailCatchUpMs ?? 1500),
     );
   }
 

@@ -9,7 +9,7 @@ import { UnauthorizedError, type Centrifuge } from 'centrifuge';
 import { ApiError } from '../src/api.js';
 import { TaskStatusClient, type ConnectionState } from '../src/client.js';
 import type { RealtimeSession } from '../src/types.js';
-import { snapshot, summary } from './fixtures.js';
+import { detail, snapshot, summary } from './fixtures.js';
 
 type Handler = (ctx: any) => void;
 
@@ -274,6 +274,47 @@ describe('TaskStatusClient', () => {
     expect(h.client.store.taskIds().sort()).toEqual(['a', 'b', 'c']);
     expect(h.client.state).toBe('LIVE');
     h.client.stop();
+  });
+
+  it('reads a followed task again when its detail stays behind the card (different channels), and only then', async () => {
+    vi.useFakeTimers();
+    try {
+      let served = 1;
+      const h = harness({
+        'GET /api/realtime/session': () => SESSION,
+        'GET /api/me/tasks': () => ({ tasks: [summary('a', 1)], nextCursor: null }),
+        'POST /api/realtime/subscription-token': (body) => ({ channel: `task_detail:demo/${body.taskId}`, token: 't', expiresAt: 0, grantExpiresAt: '' }),
+        'GET /api/tasks/a': () => snapshot('a', served),
+      });
+      await h.client.start();
+      h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+      await vi.advanceTimersByTimeAsync(1);
+      await h.client.openDetail('a');
+      const sub = h.centrifuge.subs.get('task_detail:demo/a')!;
+      sub.emit('subscribed', { channel: sub.channel, wasRecovering: false, recovered: false });
+      await vi.advanceTimersByTimeAsync(1);
+      expect(h.client.store.task('a')!.detailVersion).toBe(1n);
+      const reads = () => h.calls.filter((c) => c.path === '/api/tasks/a').length;
+      const before = reads();
+      // v2 reaches the card; its detail message arrives in time: nothing is read again.
+      h.centrifuge.emit('publication', { channel: SESSION.channels.summary, data: summary('a', 2) });
+      await vi.advanceTimersByTimeAsync(500);
+      sub.emit('publication', { channel: sub.channel, data: detail('a', 2) });
+      await vi.advanceTimersByTimeAsync(2_000);
+      expect(reads()).toBe(before);
+      expect(h.client.store.task('a')!.detailVersion).toBe(2n);
+      // v3 reaches the card and its detail message never comes: the service is asked.
+      served = 3;
+      h.centrifuge.emit('publication', { channel: SESSION.channels.summary, data: summary('a', 3) });
+      await vi.advanceTimersByTimeAsync(1_000);
+      expect(reads()).toBe(before);
+      await vi.advanceTimersByTimeAsync(600);
+      expect(reads()).toBe(before + 1);
+      expect(h.client.store.task('a')!.detailVersion).toBe(3n);
+      h.client.stop();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('becomes STALE when it cannot get back to LIVE in time, and keeps the list', async () => {
