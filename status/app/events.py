@@ -67,13 +67,36 @@ class Group:
     # (tenant, event id) -> (hash, result): a group may hold several tenants' events
     seen: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
     views: dict[str, TaskView] = field(default_factory=dict)  # task id -> view after this group's changes
+    # Read up front, once for the whole group (see EventCommands._prepare):
+    locked: dict[str, int] = field(default_factory=dict)  # task id -> version, row locked by this group
+    stored: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict)  # committed dedup entries
+    loaded: dict[str, TaskView] = field(default_factory=dict)  # views read for cache misses
+    probed: set[tuple[str, str]] = field(default_factory=set)  # the (tenant, eventId)s looked up
+    # Written once, at the end: each row's state as read and as the group left it.
+    task_rows: dict[str, tuple[TaskState | None, TaskState]] = field(default_factory=dict)
+    step_rows: dict[tuple[str, str, int], tuple[StepState | None, StepState]] = field(default_factory=dict)
+    revoked_at: datetime | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     dedups: list[dict[str, Any]] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
     outbox: list[dict[str, Any]] = field(default_factory=list)
     notifications: list[dict[str, Any]] = field(default_factory=list)
 
+    def write_task(self, before: TaskState | None, after: TaskState) -> None:
+        first = self.task_rows.get(after.task_id)
+        self.task_rows[after.task_id] = (first[0] if first else before, after)
+
+    def write_step(self, before: StepState | None, after: StepState) -> None:
+        key = (after.task_id, after.step_id, after.attempt)
+        first = self.step_rows.get(key)
+        self.step_rows[key] = (first[0] if first else before, after)
+
     def flush(self, uow: UnitOfWork) -> None:
+        """The group's writes: one statement per table, whatever the number of events and tasks."""
+        uow.tasks.write_steps(list(self.step_rows.values()))
+        uow.tasks.write_tasks(list(self.task_rows.values()))
+        if self.revoked and self.revoked_at is not None:
+            uow.tasks.revoke_many(self.revoked, self.revoked_at)
         uow.log.insert_events(self.events)
         uow.log.insert_dedups(self.dedups)
         uow.log.insert_changes(self.changes)
@@ -136,7 +159,9 @@ class EventCommands:
             hashes = {ids.handle_hash(cmd.execution_handle) for _, cmd in items if cmd.execution_handle}
             if hashes:
                 group.handles = dict(uow.tasks.handles(hashes))
-            order = sorted(range(len(items)), key=lambda i: (self._lock_key(group, *items[i]), i))
+            keys = [self._lock_key(group, *item) for item in items]
+            order = sorted(range(len(items)), key=lambda i: (keys[i], i))
+            self._prepare(uow, group, items, keys)
             outcomes: Outcomes = [RuntimeError("not applied")] * len(items)
             for i in order:
                 try:
@@ -403,18 +428,18 @@ class EventCommands:
         *,
         lifecycle_changed: bool,
     ) -> dict[str, Any]:
-        """Write the decided change: rows updated now, inserts staged for the group's flush."""
+        """Stage the decided change for the group's flush (rows as the group leaves them, inserts)."""
         task, step = outcome.task, outcome.step
         if step is not None:
-            uow.tasks.update_step(step, before_step)
+            group.write_step(before_step, step)
             if step.lifecycle.terminal:
-                self._revoke(uow, group, step.execution_id, "STEP_TERMINAL", received_at)
+                self._revoke(group, step.execution_id, "STEP_TERMINAL", received_at)
         for ended in outcome.ended_steps:
             previous = view.steps.get(ended.step_id, ended.attempt)
-            uow.tasks.update_step(ended, previous)
-            self._revoke(uow, group, ended.execution_id, "RUN_CLOSED", received_at)
+            group.write_step(previous, ended)
+            self._revoke(group, ended.execution_id, "RUN_CLOSED", received_at)
             view = view.changed(view.task, ended)
-        uow.tasks.update(task, before_task)
+        group.write_task(before_task, task)
         view = view.changed(task, step)
         committed_at = self.ctx.now()
         data = cmd.data
@@ -495,10 +520,55 @@ class EventCommands:
         return result
 
     # ------------------------------------------------------------ helpers
+    def _prepare(
+        self, uow: UnitOfWork, group: Group, items: Sequence[tuple[EventCaller, c.ReportEvent]], keys: Sequence[str]
+    ) -> None:
+        """Everything a group reads, in a constant number of statements: lock all its tasks (id
+        order), probe all its eventIds' dedup entries, and read the tasks the cache does not hold
+        at their locked version (rows, steps, viewers)."""
+        group.probed = {(caller.tenant_id, cmd.event_id) for caller, cmd in items}
+        if len(items) == 1 and keys[0]:
+            # One event (the usual request without group commit): lock and dedup probe in one statement.
+            (tenant, event_id), task_id = next(iter(group.probed)), keys[0]
+            row = uow.tasks.lock_version(task_id, event_id)
+            if row is not None:
+                group.locked[task_id] = row[0]
+                if row[1] is not None:
+                    group.stored[(tenant, event_id)] = (row[1], row[2])
+        else:
+            group.locked = uow.tasks.lock_versions([key for key in keys if key])
+            group.stored = uow.tasks.dedup_entries(group.probed)
+        misses = [task_id for task_id, version in group.locked.items() if self.ctx.steps.get(task_id, version) is None]
+        if misses:
+            tasks = uow.tasks.load_many(misses)
+            steps = uow.tasks.steps_of_tasks(list(tasks))
+            viewers = uow.tasks.acl_users_of(list(tasks))
+            for task_id, task in tasks.items():
+                group.loaded[task_id] = view_of(task, steps[task_id], outbox.viewers_of(task, viewers[task_id]))
+
     def _lock(
         self, uow: UnitOfWork, group: Group, task_id: str, event_id: str, owner: tuple[str, str]
     ) -> tuple[TaskView, tuple[str, Any] | None]:
-        return locked_view(self.ctx, uow, task_id, owner, event_id=event_id, staged=group.views)
+        """The task's view as this group has left it so far, and ``event_id``'s committed dedup entry."""
+        if task_id not in group.locked:
+            # Not locked up front (one event applied under a caller's own lock, or a task id the
+            # group could not know before resolving): lock it now, and probe the group's eventIds again.
+            found, stored = locked_view(self.ctx, uow, task_id, owner, event_id=event_id)
+            group.locked[task_id] = found.version
+            group.loaded[task_id] = found
+            if stored is not None:
+                group.stored[(owner[0], event_id)] = stored
+            if group.probed:
+                group.stored.update(uow.tasks.dedup_entries(group.probed))
+        view = group.views.get(task_id)
+        if view is None:
+            version = group.locked[task_id]
+            cached = self.ctx.steps.get(task_id, version) or group.loaded.get(task_id)
+            assert cached is not None and cached.version == version  # read when it was locked
+            view = group.views[task_id] = cached
+        if (view.task.tenant_id, view.task.authority_scope) != owner:
+            raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
+        return view, group.stored.get((owner[0], event_id))
 
     @staticmethod
     def _dedup(
@@ -514,10 +584,11 @@ class EventCommands:
         return {**dict(found_result), "duplicate": True}
 
     @staticmethod
-    def _revoke(uow: UnitOfWork, group: Group, execution_id: str | None, reason: str, now: datetime) -> None:
+    def _revoke(group: Group, execution_id: str | None, reason: str, now: datetime) -> None:
+        """Revoked at the group's flush; later events of the group already see it (``resolve_binding``)."""
         if execution_id is not None:
-            uow.tasks.revoke_handles(execution_id, reason, now)
-            group.revoked[execution_id] = reason
+            group.revoked.setdefault(execution_id, reason)
+            group.revoked_at = group.revoked_at or now
 
     def _check_data_size(self, cmd: c.ReportEvent) -> None:
         limit = self.ctx.max_data_bytes

@@ -302,6 +302,33 @@ class RunStore(Protocol):
 class TaskStore(Protocol):
     """Task and step rows, execution handles, and the insert-only rows of a change."""
 
+    def lock_versions(self, task_ids: Sequence[str]) -> dict[str, int]:
+        """Lock these tasks in one statement (id order, so concurrent groups never deadlock-loop);
+        the version of each that exists."""
+        ...
+
+    def dedup_entries(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, Any]]:
+        """Stored results of these (tenant, eventId)s, in one read: (payload hash, result)."""
+        ...
+
+    def load_many(self, task_ids: Sequence[str]) -> dict[str, TaskState]: ...
+    def acl_users_of(self, task_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Users (besides the owner) holding an unrevoked USER grant, per task."""
+        ...
+
+    def write_tasks(self, rows: Sequence[tuple[TaskState | None, TaskState]]) -> None:
+        """Final states of a group's tasks — (as read, as decided) — in one statement: each row's
+        changed columns only."""
+        ...
+
+    def write_steps(self, rows: Sequence[tuple[StepState | None, StepState]]) -> None:
+        """Final states of a group's step attempts, in one statement (each row's changed columns only)."""
+        ...
+
+    def revoke_many(self, reasons: Mapping[str, str], now: datetime) -> None:
+        """Revoke the live handles of these executions (execution id -> reason): one statement per reason."""
+        ...
+
     def lock(self, task_id: str) -> TaskState | None: ...
     def lock_version(self, task_id: str, event_id: str) -> tuple[int, str | None, Any] | None: ...
     def load(self, task_id: str) -> TaskState | None: ...

@@ -20,6 +20,7 @@ import logging
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -88,6 +89,8 @@ class OutboxSignal:
             with contextlib.suppress(OSError):
                 sock.bind((self._sender_host, 0))
             self._socket = sock
+            # Parts are built per process (and per test): the socket goes with its signal.
+            weakref.finalize(self, sock.close)
         return self._socket
 
     def _remote_addresses(self) -> list[tuple[str, int]]:

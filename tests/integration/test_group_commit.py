@@ -20,6 +20,7 @@ from status.domain.model import Progress
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.schemas import JsonSchemaValidator
+from status.infra.stores.tasks import SqlTaskStore
 from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, event, wide_task
 
@@ -84,7 +85,10 @@ def test_the_same_event_id_twice_in_one_group(service: StatusService, coordinato
 
 
 def _crash(monkeypatch: pytest.MonkeyPatch, name: str, when: Any = lambda *a, **k: True) -> None:
-    original = getattr(repo, name)
+    """Fail right after a write of the group (the group's task and step rows are written by the
+    task store in one statement each; the inserts by the repository)."""
+    target: Any = SqlTaskStore if hasattr(SqlTaskStore, name) else repo
+    original = getattr(target, name)
 
     def crashing(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
@@ -92,10 +96,10 @@ def _crash(monkeypatch: pytest.MonkeyPatch, name: str, when: Any = lambda *a, **
             raise RuntimeError(f"injected crash after {name}")
         return result
 
-    monkeypatch.setattr(repo, name, crashing)
+    monkeypatch.setattr(target, name, crashing)
 
 
-@pytest.mark.parametrize("point", ["update_task", "insert_events", "insert_outbox"])
+@pytest.mark.parametrize("point", ["write_tasks", "insert_events", "insert_outbox"])
 def test_a_crash_mid_group_leaves_nothing(
     service: StatusService, coordinator: ServicePrincipal, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
@@ -121,7 +125,7 @@ def test_a_poison_item_does_not_take_its_neighbours_down(
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
     before = _counts(service.db.engine, task_id)
     # A failure that is not a rejection, for one step only: the group rolls back, then each event runs alone.
-    _crash(monkeypatch, "update_step", lambda conn, step, before=None: step.step_id == "s1")
+    _crash(monkeypatch, "write_steps", lambda store, rows: any(after.step_id == "s1" for _, after in rows))
     outcomes = service.report_group([(cl, event("STEP_STARTED", 1)) for cl in claims])
     assert isinstance(outcomes[1], RuntimeError)
     assert isinstance(outcomes[0], dict) and isinstance(outcomes[2], dict)
@@ -275,3 +279,36 @@ def test_events_from_a_cached_state_never_write_back_older_heartbeat_columns(
             )
         ).one()
     assert (row.last_heartbeat_seq, row.lifecycle_status) == (5, "SUCCEEDED")
+
+
+def _group_statements(service: StatusService, claims: list[ExecutionClaims], seq: int) -> list[str]:
+    items = [(cl, event("STEP_PROGRESS", seq, progress=Progress(seq, 100))) for cl in claims]
+    with _statements(service.db.engine) as seen:
+        outcomes = service.report_group(items)
+    assert all(isinstance(o, dict) and o["accepted"] and not o["duplicate"] for o in outcomes), outcomes
+    return seen
+
+
+def test_a_group_costs_the_same_statements_for_1_or_64_events_over_1_or_64_tasks(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    """A group is a set: one lock, one dedup probe, one write per table — not one round of them per event."""
+    one_task = wide_task(service, coordinator, 64)
+    same_task = [_claims(service, coordinator, one_task, f"s{i}") for i in range(64)]
+    own_tasks = [_claims(service, coordinator, wide_task(service, coordinator, 1), "s0") for _ in range(64)]
+    for claims in (same_task, own_tasks):  # started, and every task's state in the cache (as in steady state)
+        service.report_group([(cl, event("STEP_STARTED", 1)) for cl in claims])
+    shapes = {
+        "8 events, 1 task": _group_statements(service, same_task[:8], 2),
+        "64 events, 1 task": _group_statements(service, same_task, 3),
+        "8 events, 8 tasks": _group_statements(service, own_tasks[:8], 2),
+        "64 events, 64 tasks": _group_statements(service, own_tasks, 3),
+    }
+    assert len({tuple(seen) for seen in shapes.values()}) == 1, shapes
+    seen = shapes["64 events, 64 tasks"]
+    # lock the tasks, probe the eventIds; write steps, tasks; insert events, dedups, feed, outbox; commit.
+    assert seen.count("SELECT") == 2 and seen.count("UPDATE") == 2, seen
+    assert len(seen) <= 8, seen
+    # One event alone: the lock carries the dedup probe (one statement fewer).
+    single = _group_statements(service, own_tasks[:1], 4)
+    assert len(single) == len(seen) - 1, (single, seen)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +12,7 @@ from status.app.ports import Row
 from status.domain.model import StepState, TaskState
 from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra.stores.bulk import changed_columns, update_rows
 
 _HANDLES = sa.select(
     t.task_execution_handle.c.handle_hash,
@@ -29,6 +30,98 @@ _HANDLES = sa.select(
 class SqlTaskStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
+
+    # ------------------------------------------------------------ a group of events, as a set
+    def lock_versions(self, task_ids: Sequence[str]) -> dict[str, int]:
+        """Lock these tasks in one statement (id order, so concurrent groups never deadlock-loop);
+        the version of each that exists."""
+        if not task_ids:
+            return {}
+        rows = self._conn.execute(
+            sa.select(t.task.c.id, t.task.c.version)
+            .where(t.task.c.id.in_(sorted(set(task_ids))))
+            .order_by(t.task.c.id)
+            .with_for_update()
+        )
+        return {row.id: int(row.version) for row in rows}
+
+    def dedup_entries(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, Any]]:
+        """Stored results of these (tenant, eventId)s, in one read: (payload hash, result)."""
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        d = t.task_event_dedup
+        rows = self._conn.execute(
+            sa.select(d.c.tenant_id, d.c.event_id, d.c.payload_hash, d.c.result).where(
+                d.c.tenant_id.in_(sorted({tenant for tenant, _ in wanted})),
+                d.c.event_id.in_(sorted({event_id for _, event_id in wanted})),
+            )
+        )
+        found = {(r.tenant_id, r.event_id): (r.payload_hash, r.result) for r in rows}
+        return {key: entry for key, entry in found.items() if key in wanted}
+
+    def load_many(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
+        if not task_ids:
+            return {}
+        rows = self._conn.execute(sa.select(t.task).where(t.task.c.id.in_(list(task_ids)))).mappings()
+        return {row["id"]: repo.task_from_row(row) for row in rows}
+
+    def acl_users_of(self, task_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Users (besides the owner) holding an unrevoked USER grant, per task."""
+        users: dict[str, list[str]] = {task_id: [] for task_id in task_ids}
+        if users:
+            acl = t.task_acl
+            for row in self._conn.execute(
+                sa.select(acl.c.task_id, acl.c.principal_id).where(
+                    acl.c.task_id.in_(list(users)), acl.c.principal_type == "USER", acl.c.revoked_at.is_(None)
+                )
+            ):
+                users[row.task_id].append(row.principal_id)
+        return users
+
+    def write_tasks(self, rows: Sequence[tuple[TaskState | None, TaskState]]) -> None:
+        """Final states of a group's tasks — (as read, as decided) — in one statement: each row's
+        changed columns only."""
+        update_rows(
+            self._conn,
+            t.task,
+            ["id"],
+            [
+                (
+                    {"id": after.task_id},
+                    changed_columns(repo.task_values(before) if before else None, repo.task_values(after)),
+                )
+                for before, after in rows
+            ],
+        )
+
+    def write_steps(self, rows: Sequence[tuple[StepState | None, StepState]]) -> None:
+        """Final states of a group's step attempts, in one statement (each row's changed columns only)."""
+        update_rows(
+            self._conn,
+            t.task_step,
+            ["task_id", "step_id", "attempt"],
+            [
+                (
+                    {"task_id": after.task_id, "step_id": after.step_id, "attempt": after.attempt},
+                    changed_columns(repo.step_values(before) if before else None, repo.step_values(after)),
+                )
+                for before, after in rows
+            ],
+        )
+
+    def revoke_many(self, reasons: Mapping[str, str], now: datetime) -> None:
+        """Revoke the live handles of these executions (execution id -> reason): one statement per reason."""
+        by_reason: dict[str, list[str]] = {}
+        for execution_id, reason in reasons.items():
+            by_reason.setdefault(reason, []).append(execution_id)
+        h = t.task_execution_handle
+        for reason, execution_ids in sorted(by_reason.items()):
+            self._conn.execute(
+                sa.update(h)
+                .where(h.c.execution_id.in_(sorted(execution_ids)), h.c.revoked_at.is_(None))
+                .values(revoked_at=now, revoke_reason=reason)
+            )
 
     def lock(self, task_id: str) -> TaskState | None:
         return repo.lock_task(self._conn, task_id)
