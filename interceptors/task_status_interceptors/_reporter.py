@@ -215,6 +215,14 @@ class Reporter:
         # workflows on one schedule), and binding them one after another delays all their events.
         # Children naming a parent execution go in a second wave, after any parent in this batch.
         unbound = [e for e in executions.values() if e["handle"] is None]
+        # An execution's STEP_STARTED travels with its binding: one request and one commit for both.
+        first: dict[str, tuple[int, dict[str, Any]]] = {}
+        for event_id, key, event in events:
+            first.setdefault(key, (event_id, event))
+        for execution in unbound:
+            started = first.get(execution["key"])
+            if started is not None and started[1].get("eventType") == "STEP_STARTED":
+                execution["started"] = started
         children = [e for e in unbound if e["binding"].get("parent_execution_id")]
         for wave in ([e for e in unbound if e not in children], children):
             outcomes = await asyncio.gather(*(self._bind_in_turn(e) for e in wave), return_exceptions=True)
@@ -223,6 +231,10 @@ class Reporter:
                     raise outcome
             if not all(outcomes):
                 return True  # some events were dropped; reload the batch
+        settled = {e["started"][0] for e in unbound if e.get("started_settled")}
+        events = [item for item in events if item[0] not in settled]
+        if not events:
+            return True  # everything of this batch went with its binding; look for more
         body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
         results = await self._events.report_events(body)
         done, refused, expired, retry = [], [], set(), False
@@ -279,6 +291,14 @@ class Reporter:
             payload = {"attempt": execution["attempt"], "producerId": self.config.producer_id}
         if execution["binding"].get("temporal"):
             payload["temporalActivity"] = execution["binding"]["temporal"]
+        started = execution.get("started")
+        if started is not None:
+            event = started[1]
+            payload["startedEvent"] = {
+                "eventId": event["eventId"],
+                "occurredAt": event["occurredAt"],
+                "sourceSeq": event["sourceSeq"],
+            }
         if self.config.heartbeat_timeout_seconds:
             payload["heartbeatIntervalSeconds"] = max(1, round(self.config.heartbeat_interval))
             payload["heartbeatTimeoutSeconds"] = self.config.heartbeat_timeout_seconds
@@ -309,7 +329,31 @@ class Reporter:
         context = response.json()
         await asyncio.to_thread(self.outbox.bound, execution["key"], context["executionHandle"], context["executionId"])
         execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
+        if started is not None:
+            await self._settle_started(execution, started, context.get("startedEvent"))
         return True
+
+    async def _settle_started(
+        self, execution: dict[str, Any], started: tuple[int, dict[str, Any]], result: dict[str, Any] | None
+    ) -> None:
+        """What the binding's answer says of the STEP_STARTED it carried (None: a service that
+        predates the combined operation ignored it — the event goes in the batch as before)."""
+        if result is None:
+            return
+        event_id, event = started
+        if result.get("accepted"):
+            await asyncio.to_thread(self.outbox.forget, [event_id], [])
+            self.delivered += 1
+            execution["started_settled"] = True
+            return
+        code = (result.get("error") or {}).get("code")
+        if code in FINAL_REJECTIONS:
+            log.warning("event %s of %s refused for good: %s", event["eventId"], execution["key"], code)
+            reason = f"{code}: {(result.get('error') or {}).get('message', '')}"[:300]
+            await asyncio.to_thread(self.outbox.forget, [event_id], [(execution["key"], event, reason)])
+            self.dropped += 1
+            execution["started_settled"] = True
+        # Anything else is retried in the batch, with the handle just bound.
 
     def handle_of(self, key: str) -> str | None:
         return self.outbox.handles_of([key]).get(key)

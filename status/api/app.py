@@ -110,6 +110,7 @@ class Api:
             body.heartbeat_interval_seconds,
             body.heartbeat_timeout_seconds,
             body.temporal_activity.command() if body.temporal_activity else None,
+            body.started_event.command() if body.started_event else None,
         )
         ctx = await run_in_threadpool(self.service.activate_step, caller, cmd)
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
@@ -117,9 +118,12 @@ class Api:
     async def register_execution(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
         body = await self.parse(request, RegisterExecutionIn)
-        fields = body.model_dump(exclude={"temporal_activity"})
+        fields = body.model_dump(exclude={"temporal_activity", "started_event"})
         temporal = body.temporal_activity.command() if body.temporal_activity else None
-        cmd = c.RegisterExecution(task_id=request.path_params["task_id"], temporal_activity=temporal, **fields)
+        started = body.started_event.command() if body.started_event else None
+        cmd = c.RegisterExecution(
+            task_id=request.path_params["task_id"], temporal_activity=temporal, started=started, **fields
+        )
         ctx = await run_in_threadpool(self.service.register_execution, caller, cmd)
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
 

@@ -166,12 +166,27 @@ class TemporalActivityIn(Strict):
         return c.TemporalActivity(self.namespace, self.workflow_id, self.run_id, self.activity_id)
 
 
+class StartedEventIn(Strict):
+    """The execution's STEP_STARTED, committed with the binding (one transaction, one request).
+
+    Idempotent like any event (same eventId, same result); its outcome is the response's
+    ``startedEvent`` (a rejection there leaves the binding in place)."""
+
+    event_id: Key
+    occurred_at: datetime
+    source_seq: Count = 1
+
+    def command(self) -> c.StartedEvent:
+        return c.StartedEvent(self.event_id, _naive_utc(self.occurred_at), self.source_seq)
+
+
 class ActivateStepIn(Strict):
     attempt: int = Field(ge=1, le=10_000)
     producer_id: Key
     heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
     heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
     temporal_activity: TemporalActivityIn | None = None
+    started_event: StartedEventIn | None = None
 
 
 class RegisterExecutionIn(Strict):
@@ -185,6 +200,7 @@ class RegisterExecutionIn(Strict):
     heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
     heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
     temporal_activity: TemporalActivityIn | None = None
+    started_event: StartedEventIn | None = None
 
 
 class ProgressIn(Strict):

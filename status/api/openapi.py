@@ -114,7 +114,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
     (
         "post",
         "/internal/v1/tasks/{taskId}/steps/{stepId}:activate",
-        "Activate attempt N of a known step",
+        "Activate attempt N of a known step; with startedEvent, its STEP_STARTED commits with it",
         m.ActivateStepIn,
         "service",
         "201",
@@ -122,7 +122,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
     (
         "post",
         "/internal/v1/tasks/{taskId}/executions:register",
-        "Register a dynamic execution",
+        "Register a dynamic execution; with startedEvent, its STEP_STARTED commits with it",
         m.RegisterExecutionIn,
         "service",
         "201",

@@ -65,6 +65,15 @@ class TemporalActivity:
 
 
 @dataclass(frozen=True)
+class StartedEvent:
+    """The execution's STEP_STARTED, sent with its binding: both commit in one transaction."""
+
+    event_id: str
+    occurred_at: datetime
+    source_seq: int = 1
+
+
+@dataclass(frozen=True)
 class ActivateStep:
     task_id: str
     step_id: str
@@ -73,6 +82,7 @@ class ActivateStep:
     heartbeat_interval_seconds: int | None = None
     heartbeat_timeout_seconds: int | None = None
     temporal_activity: TemporalActivity | None = None
+    started: StartedEvent | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,7 @@ class RegisterExecution:
     heartbeat_interval_seconds: int | None = None
     heartbeat_timeout_seconds: int | None = None
     temporal_activity: TemporalActivity | None = None
+    started: StartedEvent | None = None
 
 
 @dataclass(frozen=True)

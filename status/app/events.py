@@ -215,6 +215,23 @@ class EventCommands:
         uow.commit()
         return result, group
 
+    def apply_in(
+        self, uow: UnitOfWork, caller: EventCaller, cmd: c.ReportEvent, view: TaskView
+    ) -> tuple[dict[str, Any] | DomainError, Group]:
+        """Apply one event inside the caller's open transaction, on the task view it holds locked (an
+        activation's, with its STEP_STARTED); staged for the caller's commit, published after it."""
+        group = Group()
+        group.locked[view.task.task_id] = view.version
+        group.views[view.task.task_id] = view
+        group.probed = {(caller.tenant_id, cmd.event_id)}
+        group.stored = uow.tasks.dedup_entries(group.probed)
+        try:
+            outcome: dict[str, Any] | DomainError = self._apply(uow, group, caller, cmd)
+        except DomainError as err:
+            outcome = err
+        group.flush(uow)
+        return outcome, group
+
     def _alone(self, item: tuple[EventCaller, c.ReportEvent]) -> dict[str, Any] | BaseException:
         try:
             return self.report_group([item])[0]

@@ -21,7 +21,7 @@ from status.app.context import (
     operation,
     require_binder,
 )
-from status.app.events import locked_view
+from status.app.events import EventCommands, locked_view, rejection
 from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView
 from status.domain import ids
@@ -53,9 +53,12 @@ class ExecutionContext:
     step_version: int
     created: bool
     expires_at: datetime
+    # The outcome of the STEP_STARTED sent with the binding: its result, or its rejection.
+    started: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        started = {"startedEvent": self.started} if self.started is not None else {}
+        return started | {
             "workflowId": self.workflow_id,
             "taskId": self.task_id,
             "stepId": self.step_id,
@@ -75,18 +78,19 @@ class ExecutionContext:
 
 
 OperationKey = tuple[str, str, str, int, str]
-# The context, the task's view after the change, and the operation definition it froze.
-Activated = tuple[ExecutionContext, TaskView | None, OperationKey | None]
+# (The context, the task's view after the change), and the operation definition it froze.
+Activated = tuple[tuple[ExecutionContext, TaskView | None], OperationKey | None]
 
 
 class ExecutionCommands:
-    def __init__(self, ctx: AppContext) -> None:
+    def __init__(self, ctx: AppContext, events: EventCommands) -> None:
         self.ctx = ctx
+        self.events = events
         self._frozen: set[OperationKey] = set()  # operation definitions known to be frozen (never thaw)
 
     def _run(self, work: Callable[[UnitOfWork], Activated]) -> ExecutionContext:
         """Run an activation; once committed, its task view serves the events that follow."""
-        context, view, frozen = self.ctx.db.run(work)
+        (context, view), frozen = self.ctx.db.run(work)
         if view is not None:
             self.ctx.steps.put(context.task_id, view)
         if frozen is not None:
@@ -115,7 +119,7 @@ class ExecutionCommands:
             if existing is not None and existing.execution_id is not None:
                 if existing.producer_id != cmd.producer_id:
                     raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
-                return self._context(task, existing, created=False, now=now, uow=uow), None, None
+                return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow), None
             if cmd.attempt < current.attempt or (existing is None and cmd.attempt != current.attempt + 1):
                 raise Conflict(
                     f"attempt {cmd.attempt} is not the next attempt of {cmd.step_id} (current {current.attempt})",
@@ -205,7 +209,7 @@ class ExecutionCommands:
                     durations=self.ctx.durations,
                 ),
             )
-            return self._context(task, step, created=True, now=now, uow=uow), view, frozen
+            return self._bound(task, step, view, cmd.started, created=True, now=now, uow=uow), frozen
 
         return self._run(work)
 
@@ -243,7 +247,7 @@ class ExecutionCommands:
                     raise Conflict(
                         "clientStepKey was registered with different content", ErrorCode.IDEMPOTENCY_CONFLICT
                     )
-                return self._context(task, existing, created=False, now=now, uow=uow), None, None
+                return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow), None
             policy_row = uow.tasks.registration_policy(task.task_id)
             policy = DynamicRegistrationPolicy.from_json(policy_row)
             parent = None
@@ -333,14 +337,44 @@ class ExecutionCommands:
                     durations=self.ctx.durations,
                 ),
             )
-            return self._context(task, step, created=True, now=now, uow=uow), view, frozen
+            return self._bound(task, step, view, cmd.started, created=True, now=now, uow=uow), frozen
 
         return self._run(work)
 
+    def _bound(
+        self,
+        task: TaskState,
+        step: StepState,
+        view: TaskView,
+        started: c.StartedEvent | None,
+        *,
+        created: bool,
+        now: datetime,
+        uow: UnitOfWork,
+    ) -> tuple[ExecutionContext, TaskView | None]:
+        """The execution's context; with ``started``, its STEP_STARTED applied in the same transaction
+        (one commit for a step change instead of two; the event keeps its own idempotency)."""
+        context, claims = self._context(task, step, now=now, created=created, uow=uow)
+        result: dict[str, Any] | None = None
+        if started is not None:
+            event = c.ReportEvent(
+                event_id=started.event_id,
+                event_type="STEP_STARTED",
+                source_seq=started.source_seq,
+                occurred_at=started.occurred_at,
+            )
+            outcome, group = self.events.apply_in(uow, claims, event, view)
+            result = outcome if isinstance(outcome, dict) else rejection(event, outcome)
+            view = group.views.get(task.task_id, view)
+        uow.commit()
+        if result is not None:
+            context = replace(context, started=result)
+        return context, view if created or started is not None else None
+
     def _context(
         self, task: TaskState, step: StepState, *, created: bool, now: datetime, uow: UnitOfWork
-    ) -> ExecutionContext:
-        """Issue a token and a fresh handle for the execution, then commit."""
+    ) -> tuple[ExecutionContext, ExecutionClaims]:
+        """Issue a token and a fresh handle for the execution (committed by the caller)."""
         assert step.execution_id is not None and step.producer_id is not None
         expires_at = now + self.ctx.token_ttl
         claims = ExecutionClaims(
@@ -359,7 +393,6 @@ class ExecutionCommands:
         )
         handle = ids.new_execution_handle()
         uow.tasks.insert_handle(ids.handle_hash(handle), step, expires_at, now)
-        uow.commit()
         return ExecutionContext(
             workflow_id=task.workflow_id,
             task_id=task.task_id,
@@ -376,7 +409,7 @@ class ExecutionCommands:
             step_version=step.version,
             created=created,
             expires_at=expires_at,
-        )
+        ), claims
 
     def _freeze_operation(self, uow: UnitOfWork, op: OperationDefinition) -> OperationKey | None:
         """Freeze the definition a step now uses (AC16); once committed, later activations skip the write."""

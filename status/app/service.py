@@ -68,8 +68,8 @@ class StatusService:
         self._tokens = execution_tokens
         self._validator = validator
         self.workflows = WorkflowCommands(self.ctx)
-        self.executions = ExecutionCommands(self.ctx)
         self.events = EventCommands(self.ctx)
+        self.executions = ExecutionCommands(self.ctx, self.events)
         self.health = HealthCommands(self.ctx, self.events)
         self.access = AccessCommands(self.ctx)
         self.broadcasts = BroadcastCommands(self.ctx)

@@ -110,3 +110,35 @@ async def test_an_activity_that_outlives_its_handle_still_reports_its_completion
         if s["stepId"] == "02_parse"
     )
     assert step["lifecycleStatus"] == "SUCCEEDED"
+
+
+async def test_one_activity_costs_the_api_two_commits(
+    api: Http, live_api: str, tmp_path: Path, e2e_engine: Any
+) -> None:
+    """Its binding carries its STEP_STARTED (one commit), its end is the other (issue: write path, item 3)."""
+    import sqlalchemy as sa
+
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    token = api.service_token("document-parser", "WORKER")
+    reporter = Reporter(ReporterConfig(live_api, token, "document-parser", tmp_path / "outbox.sqlite3"))
+    await reporter.start()
+    commits: list[int] = []
+
+    def counted(conn: Any) -> None:
+        commits.append(1)
+
+    sa.event.listen(e2e_engine, "commit", counted)
+    try:
+        execution = reporter.begin("run/two-commits/1", StepBinding(task_id, "02_parse"), 1)
+        await reporter.drained(30)  # bound with its STARTED
+        assert len(commits) == 1
+        execution.completed()
+        await reporter.drained(30)
+    finally:
+        sa.event.remove(e2e_engine, "commit", counted)
+        await reporter.stop()
+    assert len(commits) == 2 and reporter.delivered == 2 and reporter.dropped == 0
+    timeline = api.client.get(f"/api/tasks/{task_id}/events", headers=api.user("user-1")).json()["events"]
+    assert [e["eventType"] for e in timeline][-3:] == ["STEP_ACTIVATED", "STEP_STARTED", "STEP_COMPLETED"]
+    versions = [int(e["taskVersion"]) for e in timeline]
+    assert versions == list(range(versions[0], versions[0] + len(versions)))  # gap-free

@@ -1,0 +1,98 @@
+"""Activation (or registration) and the execution's STEP_STARTED commit together (issue: write path, item 3)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app.service import StatusService
+from status.domain.auth import ServicePrincipal
+from tests.support.factories import activate, create_task, event, now
+
+
+def _started(event_id: str | None = None, seq: int = 1) -> c.StartedEvent:
+    return c.StartedEvent(event_id or f"evt-{uuid.uuid4().hex}", now().replace(microsecond=0), seq)
+
+
+@pytest.fixture
+def commits(service: StatusService) -> Any:
+    seen: list[int] = []
+
+    def count(conn: Any) -> None:
+        seen.append(1)
+
+    sa.event.listen(service.db.engine, "commit", count)
+    yield seen
+    sa.event.remove(service.db.engine, "commit", count)
+
+
+def test_activation_with_its_started_event_is_one_commit_and_two_versions(
+    service: StatusService, coordinator: ServicePrincipal, commits: list[int]
+) -> None:
+    task_id = create_task(service, coordinator)
+    commits.clear()
+    started = _started()
+    ctx = activate(service, coordinator, task_id, started=started)
+    assert len(commits) == 1
+    assert ctx.started is not None and ctx.started["accepted"] and not ctx.started["duplicate"]
+    assert int(ctx.started["taskVersion"]) == ctx.task_version + 1  # activation, then STARTED: gap-free
+    assert ctx.started["lifecycleStatus"] == "RUNNING"
+    # The same request again (a retry after a lost answer): the same binding, the event a duplicate.
+    again = activate(service, coordinator, task_id, started=started)
+    assert again.execution_id == ctx.execution_id and again.started is not None and again.started["duplicate"]
+    # Later events of the execution go on from there.
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    done = service.report_event(claims, event("STEP_COMPLETED", 2))
+    assert int(done["taskVersion"]) == int(ctx.started["taskVersion"]) + 1
+
+
+def test_a_refused_started_event_leaves_the_binding_and_says_why(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    task_id = create_task(service, coordinator)
+    ctx = activate(service, coordinator, task_id, started=_started(seq=0))  # sourceSeq must be >= 1
+    assert ctx.started is not None and ctx.started["accepted"] is False
+    assert ctx.started["error"]["code"] == "VALIDATION_FAILED"
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    assert service.report_event(claims, event("STEP_STARTED", 1))["lifecycleStatus"] == "RUNNING"
+
+
+def test_the_http_api_takes_started_event_on_activation_and_registration(http: Any) -> None:
+    from tests.integration.test_http_rules import _agent_task
+
+    policy = {"allowedParentOperations": ["AGENT.RUN"], "allowedChildOperations": ["SEARCH.*"], "maxDynamicSteps": 5}
+    task_id, agent = _agent_task(http, policy)
+    started = {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": "2026-12-01T10:00:00Z"}
+    url = f"/internal/v1/tasks/{task_id}/executions:register"
+    register = {
+        "clientStepKey": "tool-1",
+        "operationCode": "SEARCH.WEB",
+        "producerId": "search-service",
+        "parentExecutionId": agent["executionId"],
+        "startedEvent": started,
+    }
+    first = http.client.post(url, json=register, headers=http.auth(agent["executionToken"]))
+    assert first.status_code == 201, first.text
+    assert first.json()["startedEvent"]["accepted"] is True
+    assert first.json()["startedEvent"]["lifecycleStatus"] == "RUNNING"
+    again = http.client.post(url, json=register, headers=http.auth(agent["executionToken"]))
+    assert again.status_code == 200 and again.json()["startedEvent"]["duplicate"] is True
+    snapshot = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert {s["stepId"]: s["lifecycleStatus"] for s in snapshot["steps"]}["dyn_tool-1"] == "RUNNING"
+    # Out of the calendar in UTC: a clear rejection, nothing registered.
+    bad = http.client.post(
+        url,
+        json={
+            **register,
+            "clientStepKey": "tool-2",
+            "startedEvent": {**started, "occurredAt": "0001-01-01T00:30:00+01:00"},
+        },
+        headers=http.auth(agent["executionToken"]),
+    )
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "VALIDATION_FAILED"
+    snapshot = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert "dyn_tool-2" not in {s["stepId"] for s in snapshot["steps"]}
