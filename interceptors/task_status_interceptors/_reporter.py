@@ -211,6 +211,7 @@ class Reporter:
         events, executions = await asyncio.to_thread(self.outbox.load_batch, self.config.batch_size)
         if not events:
             return False
+        full = len(events) == self.config.batch_size  # more may be waiting behind this batch
         # Bind new executions concurrently: activities tend to start in bursts (fan-out, many
         # workflows on one schedule), and binding them one after another delays all their events.
         # Children naming a parent execution go in a second wave, after any parent in this batch.
@@ -263,7 +264,7 @@ class Reporter:
             return True  # re-bound on the next batch
         if retry:
             raise _Retry("retryable rejections")
-        return len(events) == self.config.batch_size
+        return full
 
     async def _bind_in_turn(self, execution: dict[str, Any]) -> bool:
         assert self._binds is not None

@@ -142,3 +142,25 @@ async def test_one_activity_costs_the_api_two_commits(
     assert [e["eventType"] for e in timeline][-3:] == ["STEP_ACTIVATED", "STEP_STARTED", "STEP_COMPLETED"]
     versions = [int(e["taskVersion"]) for e in timeline]
     assert versions == list(range(versions[0], versions[0] + len(versions)))  # gap-free
+
+
+async def test_a_full_batch_whose_started_events_all_went_with_their_bindings_still_sends_the_rest(
+    api: Http, live_api: str, tmp_path: Path
+) -> None:
+    """A batch emptied by the bindings (every event a STARTED that travelled with its binding) is no sign
+    that the file is empty: what waits behind it is delivered too."""
+    token = api.service_token("document-parser", "WORKER")
+    config = ReporterConfig(live_api, token, "document-parser", tmp_path / "outbox.sqlite3", batch_size=3)
+    reporter = Reporter(config)
+    tasks = [create_workflow(api)["tasks"][0]["taskId"] for _ in range(4)]
+    for i, task_id in enumerate(tasks):  # queued before the sender runs: STARTED, STARTED, STARTED | …
+        reporter.begin(f"run/full/{i}", StepBinding(task_id, "02_parse"), 1)
+    for i, task_id in enumerate(tasks):
+        reporter.begin(f"run/full/{i}", StepBinding(task_id, "02_parse"), 1).completed()
+    await reporter.start()
+    await reporter.drained(30)
+    await reporter.stop()
+    assert reporter.delivered == 8 and reporter.dropped == 0
+    for task_id in tasks:
+        steps = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["steps"]
+        assert {s["stepId"]: s["lifecycleStatus"] for s in steps}["02_parse"] == "SUCCEEDED"
