@@ -134,11 +134,170 @@ async def run_workload(
     return ids
 
 
+async def poll_phase(
+    client: Client,
+    address: str,
+    tmp: Path,
+    k: int,
+    steps: int,
+    step_seconds: float,
+    viewers: int,
+    baseline: Phase,
+    temporal_pid: int,
+) -> Phase:
+    """``viewers`` pages per task, each polling: one poller process per viewer describing every workflow each second."""
+    # Poll: a separate poller process describing every workflow each second.
+    poll = Phase(f"poll, {viewers} viewer(s)")
+    ids_file = tmp / "ids.json"
+    ids = [f"pvp-{uuid.uuid4().hex[:10]}" for _ in range(k)]
+    ids_file.write_text(json.dumps(ids))
+    STEP_STARTED_AT.clear()
+    before = cpu_seconds(temporal_pid)
+    queue = f"pvp-{uuid.uuid4().hex[:6]}"
+    async with Worker(client, task_queue=queue, workflows=[SteppedWorkflow], activities=[slow_step]):
+        pollers = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--poll-worker", address, str(ids_file), str(2 * steps * step_seconds + 60)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            for _ in range(viewers)
+        ]
+        for poller in pollers:
+            assert poller.stdout is not None
+            await asyncio.to_thread(poller.stdout.readline)  # connected and polling
+        handles = await start_staggered(client, queue, ids, [""] * k, steps, step_seconds)
+        await asyncio.gather(*[h.result() for h in handles])
+        outputs = [(await asyncio.to_thread(poller.communicate))[0] for poller in pollers]
+    poll.temporal_cpu = cpu_seconds(temporal_pid) - before
+    poller_cpu = 0.0
+    for index, out in enumerate(outputs):
+        for line in out.decode().splitlines():
+            record = json.loads(line)
+            if "ready" in record:
+                continue
+            if "cpu" in record:
+                poller_cpu += float(record["cpu"])
+                continue
+            started = STEP_STARTED_AT.get((record["wf"], int(record["activityId"]) - 1))
+            if started is not None and index == 0:  # latency as one viewer sees it
+                poll.latencies_ms.append((record["seen"] - started) * 1000)
+    poll.changes = len(poll.latencies_ms)
+    poll.cpu_seconds = poller_cpu + max(0.0, poll.temporal_cpu - baseline.temporal_cpu)
+    return poll
+
+
+async def push_phase(
+    client: Client,
+    node: CentrifugoNode,
+    tmp: Path,
+    k: int,
+    steps: int,
+    step_seconds: float,
+    viewers: int,
+    baseline: Phase,
+    processes: list[subprocess.Popen[bytes]],
+    temporal_pid: int,
+) -> tuple[Phase, str]:
+    """``viewers`` open pages per task (WebSocket connections of its owner); the server side does not
+    change with them but for Centrifugo's fan-out."""
+    # Push: plugin → status API → outbox → observer → Centrifugo → WebSocket client.
+    push = Phase(f"push, {viewers} viewer(s)")
+    with scratch_database() as url:
+        secrets_env = {
+            "TASK_OBSERVER_ENV": "test",
+            "TASK_OBSERVER_DATABASE_URL": url,
+            "TASK_OBSERVER_CENTRIFUGO_API_URL": node.api_url,
+            "TASK_OBSERVER_CENTRIFUGO_API_KEY": node.api_key,
+            "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node.token_secret,
+            "TASK_OBSERVER_CENTRIFUGO_PUBLIC_URL": node.ws_url,
+            "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
+            "TASK_OBSERVER_DATA_DIR": str(tmp),
+            **{
+                f"TASK_OBSERVER_{n}": secrets.token_hex(32)
+                for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
+            },
+        }
+        env = {**os.environ, **secrets_env}
+        cli = str(REPO / ".venv" / "bin" / "task-observer")
+        port = free_port()
+        api = subprocess.Popen(
+            [cli, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        observer = subprocess.Popen(
+            [cli, "observer", "--mode", "loops"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        processes += [api, observer]
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _ready(base), 60, "status API")
+        token = ServiceTokens(secrets_env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
+            "pvp-worker", "bench", "s", [Role.WORKER, Role.COORDINATOR]
+        )
+        user = UserPrincipal("bench", "viewer")
+        conn_token, _ = RealtimeTokens(node.token_secret, 600).connection(user, ["task_user:bench/viewer"])
+        clients = [recording_client(node.ws_url, conn_token) for _ in range(viewers)]
+        for ws_client, recording in clients:
+            await ws_client.connect()
+            await recording.next_subscribed()
+        ws, recorder = clients[0]  # latency as one viewer sees it; the others only receive
+
+        task_ids = create_tasks_http(base, token, k, steps, owner="viewer")
+        seen: dict[tuple[str, str], float] = {}
+
+        async def watch() -> None:
+            while True:
+                _, _, data = await recorder.publications.get()
+                current = (data.get("currentStep") or {}).get("stepId")
+                if data.get("kind") == "task.summary" and current:
+                    seen.setdefault((data["taskId"], current), time.time())
+
+        watcher = asyncio.create_task(watch())
+        cpu_before = {p.pid: cpu_seconds(p.pid) for p in (api, observer, node.process) if p}
+        before = cpu_seconds(temporal_pid)
+        STEP_STARTED_AT.clear()
+        plugin = TaskStatusPlugin(base, token, outbox_path=tmp / "pvp-outbox.sqlite3", heartbeat_interval=2.0)
+        wf_ids = await run_workload(client, [plugin], task_ids, steps, step_seconds)
+        # Let the last messages through before reading the meters.
+        wait_deadline = time.monotonic() + 15
+        while len(seen) < k * steps and time.monotonic() < wait_deadline:
+            await asyncio.sleep(0.1)
+        push.temporal_cpu = cpu_seconds(temporal_pid) - before
+        spent = {pid: cpu_seconds(pid) - cpu for pid, cpu in cpu_before.items()}
+        push_cpu = sum(spent.values())
+        names = {
+            api.pid: "status API",
+            observer.pid: "observer",
+            node.process.pid if node.process else 0: "Centrifugo",
+        }
+        breakdown = ", ".join(f"{names.get(pid, pid)} {cpu:.2f} s" for pid, cpu in spent.items())
+        watcher.cancel()
+        for ws_client, _ in clients:
+            await ws_client.disconnect()
+        for wf, tid in zip(wf_ids, task_ids, strict=True):
+            for i in range(steps):
+                started = STEP_STARTED_AT.get((wf, i))
+                shown = seen.get((tid, f"s{i:02d}"))
+                if started is not None and shown is not None:
+                    push.latencies_ms.append((shown - started) * 1000)
+        push.changes = len(push.latencies_ms)
+        push.cpu_seconds = push_cpu + max(0.0, push.temporal_cpu - baseline.temporal_cpu)
+        for p in (api, observer):
+            p.terminate()
+            p.wait(15)
+    return push, breakdown
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workflows", type=int, default=20)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--step-seconds", type=float, default=6.0)
+    parser.add_argument(
+        "--viewers",
+        type=lambda text: [int(v) for v in text.split(",")],
+        default=[1, 10],
+        help="open pages per task, comma-separated (polling cost grows with them, push does not)",
+    )
     parser.add_argument("--poll-worker", nargs=3, metavar=("ADDRESS", "IDS_FILE", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.poll_worker:
@@ -147,7 +306,6 @@ async def main() -> None:
         return
 
     k, steps, step_seconds = args.workflows, args.steps, args.step_seconds
-    breakdown = ""
     tmp = Path(tempfile.mkdtemp())
     temporal_port = free_port()
     temporal = subprocess.Popen(
@@ -169,6 +327,7 @@ async def main() -> None:
         stderr=subprocess.DEVNULL,
     )
     address = f"127.0.0.1:{temporal_port}"
+    temporal_pid = temporal.pid
     processes: list[subprocess.Popen[bytes]] = [temporal]
     node = CentrifugoNode(workdir=tmp).start()
     try:
@@ -184,124 +343,17 @@ async def main() -> None:
         # Warm-up, then the baseline: the workload alone.
         await run_workload(client, [], [""] * 2, 1, 0.1)
         baseline = Phase("baseline")
-        before = cpu_seconds(temporal.pid)
+        before = cpu_seconds(temporal_pid)
         await run_workload(client, [], [""] * k, steps, step_seconds)
-        baseline.temporal_cpu = cpu_seconds(temporal.pid) - before
+        baseline.temporal_cpu = cpu_seconds(temporal_pid) - before
 
-        # Poll: a separate poller process describing every workflow each second.
-        poll = Phase("poll (describe every 1 s)")
-        ids_file = tmp / "ids.json"
-        ids = [f"pvp-{uuid.uuid4().hex[:10]}" for _ in range(k)]
-        ids_file.write_text(json.dumps(ids))
-        STEP_STARTED_AT.clear()
-        before = cpu_seconds(temporal.pid)
-        queue = f"pvp-{uuid.uuid4().hex[:6]}"
-        async with Worker(client, task_queue=queue, workflows=[SteppedWorkflow], activities=[slow_step]):
-            poller = subprocess.Popen(
-                [sys.executable, __file__, "--poll-worker", address, str(ids_file), str(2 * steps * step_seconds + 60)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+        phases = []
+        for viewers in args.viewers:
+            poll = await poll_phase(client, address, tmp, k, steps, step_seconds, viewers, baseline, temporal_pid)
+            push, breakdown = await push_phase(
+                client, node, tmp, k, steps, step_seconds, viewers, baseline, processes, temporal_pid
             )
-            assert poller.stdout is not None
-            await asyncio.to_thread(poller.stdout.readline)  # connected and polling
-            handles = await start_staggered(client, queue, ids, [""] * k, steps, step_seconds)
-            await asyncio.gather(*[h.result() for h in handles])
-            out, _ = await asyncio.to_thread(poller.communicate)
-        poll.temporal_cpu = cpu_seconds(temporal.pid) - before
-        poller_cpu = 0.0
-        for line in out.decode().splitlines():
-            record = json.loads(line)
-            if "ready" in record:
-                continue
-            if "cpu" in record:
-                poller_cpu = float(record["cpu"])
-                continue
-            started = STEP_STARTED_AT.get((record["wf"], int(record["activityId"]) - 1))
-            if started is not None:
-                poll.latencies_ms.append((record["seen"] - started) * 1000)
-        poll.changes = len(poll.latencies_ms)
-        poll.cpu_seconds = poller_cpu + max(0.0, poll.temporal_cpu - baseline.temporal_cpu)
-
-        # Push: plugin → status API → outbox → observer → Centrifugo → WebSocket client.
-        push = Phase("push (this project)")
-        with scratch_database() as url:
-            secrets_env = {
-                "TASK_OBSERVER_ENV": "test",
-                "TASK_OBSERVER_DATABASE_URL": url,
-                "TASK_OBSERVER_CENTRIFUGO_API_URL": node.api_url,
-                "TASK_OBSERVER_CENTRIFUGO_API_KEY": node.api_key,
-                "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node.token_secret,
-                "TASK_OBSERVER_CENTRIFUGO_PUBLIC_URL": node.ws_url,
-                "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
-                "TASK_OBSERVER_DATA_DIR": str(tmp),
-                **{
-                    f"TASK_OBSERVER_{n}": secrets.token_hex(32)
-                    for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
-                },
-            }
-            env = {**os.environ, **secrets_env}
-            cli = str(REPO / ".venv" / "bin" / "task-observer")
-            port = free_port()
-            api = subprocess.Popen(
-                [cli, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            observer = subprocess.Popen(
-                [cli, "observer", "--mode", "loops"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            processes += [api, observer]
-            base = f"http://127.0.0.1:{port}"
-            wait_until(lambda: _ready(base), 60, "status API")
-            token = ServiceTokens(secrets_env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
-                "pvp-worker", "bench", "s", [Role.WORKER, Role.COORDINATOR]
-            )
-            user = UserPrincipal("bench", "viewer")
-            conn_token, _ = RealtimeTokens(node.token_secret, 600).connection(user, ["task_user:bench/viewer"])
-            ws, recorder = recording_client(node.ws_url, conn_token)
-            await ws.connect()
-            await recorder.next_subscribed()
-
-            task_ids = create_tasks_http(base, token, k, steps, owner="viewer")
-            seen: dict[tuple[str, str], float] = {}
-
-            async def watch() -> None:
-                while True:
-                    _, _, data = await recorder.publications.get()
-                    current = (data.get("currentStep") or {}).get("stepId")
-                    if data.get("kind") == "task.summary" and current:
-                        seen.setdefault((data["taskId"], current), time.time())
-
-            watcher = asyncio.create_task(watch())
-            cpu_before = {p.pid: cpu_seconds(p.pid) for p in (api, observer, node.process) if p}
-            before = cpu_seconds(temporal.pid)
-            STEP_STARTED_AT.clear()
-            plugin = TaskStatusPlugin(base, token, outbox_path=tmp / "pvp-outbox.sqlite3", heartbeat_interval=2.0)
-            wf_ids = await run_workload(client, [plugin], task_ids, steps, step_seconds)
-            # Let the last messages through before reading the meters.
-            wait_deadline = time.monotonic() + 15
-            while len(seen) < k * steps and time.monotonic() < wait_deadline:
-                await asyncio.sleep(0.1)
-            push.temporal_cpu = cpu_seconds(temporal.pid) - before
-            spent = {pid: cpu_seconds(pid) - cpu for pid, cpu in cpu_before.items()}
-            push_cpu = sum(spent.values())
-            names = {
-                api.pid: "status API",
-                observer.pid: "observer",
-                node.process.pid if node.process else 0: "Centrifugo",
-            }
-            breakdown = ", ".join(f"{names.get(pid, pid)} {cpu:.2f} s" for pid, cpu in spent.items())
-            watcher.cancel()
-            await ws.disconnect()
-            for wf, tid in zip(wf_ids, task_ids, strict=True):
-                for i in range(steps):
-                    started = STEP_STARTED_AT.get((wf, i))
-                    shown = seen.get((tid, f"s{i:02d}"))
-                    if started is not None and shown is not None:
-                        push.latencies_ms.append((shown - started) * 1000)
-            push.changes = len(push.latencies_ms)
-            push.cpu_seconds = push_cpu + max(0.0, push.temporal_cpu - baseline.temporal_cpu)
-            for p in (api, observer):
-                p.terminate()
-                p.wait(15)
+            phases.append((viewers, poll, push, breakdown))
     finally:
         node.stop()
         for p in processes:
@@ -313,25 +365,26 @@ async def main() -> None:
                     p.kill()
 
     expected = k * steps
-    print(f"push-path CPU by process: {breakdown}, Temporal extra {push.temporal_cpu - baseline.temporal_cpu:.2f} s")
     print(f"workload: {k} workflows x {steps} steps, one change every {step_seconds:g} s per task; {expected} changes")
     print(f"temporal CPU for the workload alone: {baseline.temporal_cpu:.2f} s")
-    for phase in (poll, push):
-        per_change = phase.cpu_seconds / max(1, phase.changes) * 1000
-        p50 = percentile(phase.latencies_ms, 0.5)
+    for viewers, poll, push, breakdown in phases:
+        print(f"-- {viewers} viewer(s) per task; push-path CPU by process: {breakdown}")
+        for phase in (poll, push):
+            per_change = phase.cpu_seconds / max(1, phase.changes) * 1000
+            p50 = percentile(phase.latencies_ms, 0.5)
+            print(
+                f"{phase.name:28s} seen {phase.changes}/{expected}  latency p50 {p50:6.0f} ms"
+                f"  p99 {percentile(phase.latencies_ms, 0.99):6.0f} ms   server CPU {phase.cpu_seconds:6.2f} s"
+                f" = {per_change:6.2f} ms per change"
+            )
+        poll_cpu = poll.cpu_seconds / max(1, poll.changes)
+        push_cpu_per = push.cpu_seconds / max(1, push.changes)
+        latency_ratio = percentile(poll.latencies_ms, 0.5) / max(1e-9, percentile(push.latencies_ms, 0.5))
         print(
-            f"{phase.name:28s} seen {phase.changes}/{expected}  latency p50 {p50:6.0f} ms"
-            f"  p99 {percentile(phase.latencies_ms, 0.99):6.0f} ms   server CPU {phase.cpu_seconds:6.2f} s"
-            f" = {per_change:6.2f} ms per change"
+            f"ratios (poll / push), {viewers} viewer(s): latency p50 {latency_ratio:.1f}x"
+            f"   CPU per change {poll_cpu / max(1e-9, push_cpu_per):.1f}x"
+            f"   (target: push <= 1/10 of polling = {poll_cpu * 100:.2f} ms per change)"
         )
-    poll_cpu = poll.cpu_seconds / max(1, poll.changes)
-    push_cpu_per = push.cpu_seconds / max(1, push.changes)
-    latency_ratio = percentile(poll.latencies_ms, 0.5) / max(1e-9, percentile(push.latencies_ms, 0.5))
-    print(
-        f"ratios (poll / push): latency p50 {latency_ratio:.1f}x"
-        f"   CPU per change {poll_cpu / max(1e-9, push_cpu_per):.1f}x"
-        f"   (target: push <= 1/10 of polling = {poll_cpu * 100:.2f} ms per change, p50 < 50 ms, p99 < 150 ms)"
-    )
 
 
 def _ready(base: str) -> bool:
