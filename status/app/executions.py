@@ -195,21 +195,31 @@ class ExecutionCommands:
             frozen = self._freeze_operation(uow, op)
             for changed_step in [*changed, step]:
                 view = view.changed(task, changed_step)
-            uow.log.insert_outbox(
-                outbox.service_event(
-                    uow,
-                    task,
-                    view,
-                    EventType.STEP_ACTIVATED,
-                    caller.producer_id,
-                    {"producerId": cmd.producer_id},
-                    now,
-                    step=step,
-                    notice=notice,
-                    durations=self.ctx.durations,
-                ),
+            messages = outbox.service_event(
+                uow,
+                task,
+                view,
+                EventType.STEP_ACTIVATED,
+                caller.producer_id,
+                {"producerId": cmd.producer_id},
+                now,
+                step=step,
+                notice=notice,
+                durations=self.ctx.durations,
             )
-            return self._bound(task, step, view, cmd.started, created=True, now=now, uow=uow), frozen
+            # A retry's notice rides on the activation's own messages: they go out whatever follows.
+            bound = self._bound(
+                task,
+                step,
+                view,
+                cmd.started,
+                created=True,
+                now=now,
+                uow=uow,
+                messages=messages,
+                keep=notice is not None,
+            )
+            return bound, frozen
 
         return self._run(work)
 
@@ -324,20 +334,18 @@ class ExecutionCommands:
             for prev in superseded:  # written just above
                 view = view.changed(task, prev)
             view = view.changed(task, step)
-            uow.log.insert_outbox(
-                outbox.service_event(
-                    uow,
-                    task,
-                    view,
-                    EventType.STEP_REGISTERED,
-                    registrar,
-                    {"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
-                    now,
-                    step=step,
-                    durations=self.ctx.durations,
-                ),
+            messages = outbox.service_event(
+                uow,
+                task,
+                view,
+                EventType.STEP_REGISTERED,
+                registrar,
+                {"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
+                now,
+                step=step,
+                durations=self.ctx.durations,
             )
-            return self._bound(task, step, view, cmd.started, created=True, now=now, uow=uow), frozen
+            return self._bound(task, step, view, cmd.started, created=True, now=now, uow=uow, messages=messages), frozen
 
         return self._run(work)
 
@@ -351,11 +359,21 @@ class ExecutionCommands:
         created: bool,
         now: datetime,
         uow: UnitOfWork,
+        messages: list[dict[str, Any]] | None = None,
+        keep: bool = False,
     ) -> tuple[ExecutionContext, TaskView | None]:
         """The execution's context; with ``started``, its STEP_STARTED applied in the same transaction
-        (one commit for a step change instead of two; the event keeps its own idempotency)."""
+        (one commit for a step change instead of two; the event keeps its own idempotency).
+
+        ``messages``: the binding's own outbox rows. When the STARTED lands in the same transaction
+        its messages carry the newer full state of the same channels, so the binding's are not
+        published (every message is a full state: a channel skipping a version loses nothing; the
+        binding stays in the timeline) — unless ``keep`` (they carry a notice)."""
         context, claims = self._context(task, step, now=now, created=created, uow=uow)
         result: dict[str, Any] | None = None
+        if messages and (started is None or keep):
+            uow.log.insert_outbox(messages)  # ahead of the STARTED's: a channel's messages go in version order
+            messages = None
         if started is not None:
             event = c.ReportEvent(
                 event_id=started.event_id,
@@ -366,6 +384,8 @@ class ExecutionCommands:
             outcome, group = self.events.apply_in(uow, claims, event, view)
             result = outcome if isinstance(outcome, dict) else rejection(event, outcome)
             view = group.views.get(task.task_id, view)
+        if messages and not (result is not None and result.get("accepted") and not result.get("duplicate")):
+            uow.log.insert_outbox(messages)  # the STARTED wrote nothing: the binding's own messages go
         uow.commit()
         if result is not None:
             context = replace(context, started=result)

@@ -96,3 +96,43 @@ def test_the_http_api_takes_started_event_on_activation_and_registration(http: A
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "VALIDATION_FAILED"
     snapshot = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     assert "dyn_tool-2" not in {s["stepId"] for s in snapshot["steps"]}
+
+
+def _published_versions(service: StatusService, task_id: str) -> list[int]:
+    from status.infra import tables as t
+
+    with service.db.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(t.task_outbox.c.aggregate_version)
+            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "TASK_DETAIL")
+            .order_by(t.task_outbox.c.id)
+        ).scalars()
+        return [int(v) for v in rows]
+
+
+def test_the_started_events_messages_carry_the_bindings_state(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    """One commit, one set of messages: the STARTED's full state (the binding's version is in the timeline)."""
+    task_id = create_task(service, coordinator)
+    before = _published_versions(service, task_id)
+    ctx = activate(service, coordinator, task_id, started=_started())
+    assert ctx.started is not None
+    assert _published_versions(service, task_id) == [*before, int(ctx.started["taskVersion"])]
+    # A retry's notice rides on its binding's messages: those go, ahead of the STARTED's.
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(claims, event("STEP_FAILED", 2, error=_error()))
+    mark = _published_versions(service, task_id)
+    retry = activate(service, coordinator, task_id, attempt=2, started=_started())
+    assert retry.started is not None and retry.started["accepted"]
+    assert _published_versions(service, task_id) == [*mark, retry.task_version, int(retry.started["taskVersion"])]
+    # A refused STARTED wrote nothing: the binding's own messages go.
+    other = create_task(service, coordinator)
+    refused = activate(service, coordinator, other, started=_started(seq=0))
+    assert _published_versions(service, other)[-1] == refused.task_version
+
+
+def _error() -> Any:
+    from status.domain.model import StepError
+
+    return StepError("DEPENDENCY", "OCR_DOWN", "The OCR service is down", True, None)
