@@ -75,6 +75,7 @@ class Group:
     # Written once, at the end: each row's state as read and as the group left it.
     task_rows: dict[str, tuple[TaskState | None, TaskState]] = field(default_factory=dict)
     step_rows: dict[tuple[str, str, int], tuple[StepState | None, StepState]] = field(default_factory=dict)
+    new_steps: dict[tuple[str, str, int], StepState] = field(default_factory=dict)  # inserted with their final state
     revoked_at: datetime | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     dedups: list[dict[str, Any]] = field(default_factory=list)
@@ -88,11 +89,31 @@ class Group:
 
     def write_step(self, before: StepState | None, after: StepState) -> None:
         key = (after.task_id, after.step_id, after.attempt)
+        if key in self.new_steps:  # not in the table yet: it goes in as the group leaves it
+            self.new_steps[key] = after
+            return
         first = self.step_rows.get(key)
         self.step_rows[key] = (first[0] if first else before, after)
 
+    def insert_step(self, step: StepState) -> None:
+        self.new_steps[(step.task_id, step.step_id, step.attempt)] = step
+
+    def revoke(self, execution_id: str | None, reason: str, now: datetime) -> None:
+        """Revoked at the flush; later events of the group already see it (``resolve_binding``)."""
+        if execution_id is not None:
+            self.revoked.setdefault(execution_id, reason)
+            self.revoked_at = self.revoked_at or now
+
+    # The event sink of ``outbox.service_event``: a service-written entry joins the group's inserts.
+    def insert_events(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.events += rows
+
+    def insert_changes(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.changes += rows
+
     def flush(self, uow: UnitOfWork) -> None:
         """The group's writes: one statement per table, whatever the number of events and tasks."""
+        uow.tasks.insert_steps(list(self.new_steps.values()))
         uow.tasks.write_steps(list(self.step_rows.values()))
         uow.tasks.write_tasks(list(self.task_rows.values()))
         if self.revoked and self.revoked_at is not None:
@@ -216,21 +237,19 @@ class EventCommands:
         return result, group
 
     def apply_in(
-        self, uow: UnitOfWork, caller: EventCaller, cmd: c.ReportEvent, view: TaskView
-    ) -> tuple[dict[str, Any] | DomainError, Group]:
-        """Apply one event inside the caller's open transaction, on the task view it holds locked (an
-        activation's, with its STEP_STARTED); staged for the caller's commit, published after it."""
-        group = Group()
+        self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent, view: TaskView
+    ) -> dict[str, Any] | DomainError:
+        """Apply one event inside the caller's open transaction and group, on the task view it holds
+        locked (an activation's, with its STEP_STARTED); written by the caller's flush and commit,
+        published after it."""
         group.locked[view.task.task_id] = view.version
         group.views[view.task.task_id] = view
         group.probed = {(caller.tenant_id, cmd.event_id)}
         group.stored = uow.tasks.dedup_entries(group.probed)
         try:
-            outcome: dict[str, Any] | DomainError = self._apply(uow, group, caller, cmd)
+            return self._apply(uow, group, caller, cmd)
         except DomainError as err:
-            outcome = err
-        group.flush(uow)
-        return outcome, group
+            return err
 
     def _alone(self, item: tuple[EventCaller, c.ReportEvent]) -> dict[str, Any] | BaseException:
         try:
@@ -602,10 +621,7 @@ class EventCommands:
 
     @staticmethod
     def _revoke(group: Group, execution_id: str | None, reason: str, now: datetime) -> None:
-        """Revoked at the group's flush; later events of the group already see it (``resolve_binding``)."""
-        if execution_id is not None:
-            group.revoked.setdefault(execution_id, reason)
-            group.revoked_at = group.revoked_at or now
+        group.revoke(execution_id, reason, now)
 
     def _check_data_size(self, cmd: c.ReportEvent) -> None:
         limit = self.ctx.max_data_bytes

@@ -21,7 +21,7 @@ from status.app.context import (
     operation,
     require_binder,
 )
-from status.app.events import EventCommands, locked_view, rejection
+from status.app.events import EventCommands, Group, locked_view, rejection
 from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView
 from status.domain import ids
@@ -181,17 +181,18 @@ class ExecutionCommands:
                 updated_at=now,
             )
             before, task = task, replace(task, version=task.version + 1, updated_at=now)
-            # Only changed columns are written: heartbeat columns of the cached state may be older
-            # than the rows' (plain heartbeats move them without a version).
+            # Staged, written once at the end with whatever the STARTED changes: only changed columns
+            # (heartbeat columns of the cached state may be older than the rows').
+            group = Group()
             for prev in changed:
-                uow.tasks.update_step(prev, current)  # superseded: no heartbeat deadline any more
-                uow.tasks.revoke_handles(prev.execution_id, "SUPERSEDED", now)
+                group.write_step(current, prev)  # superseded: no heartbeat deadline any more
+                group.revoke(prev.execution_id, "SUPERSEDED", now)
             if existing is None:
-                uow.tasks.insert_step(step)
+                group.insert_step(step)
             else:
-                uow.tasks.update_step(step, existing)
+                group.write_step(existing, step)
             _record_activity(uow, step, cmd.temporal_activity)
-            uow.tasks.update(task, before)
+            group.write_task(before, task)
             frozen = self._freeze_operation(uow, op)
             for changed_step in [*changed, step]:
                 view = view.changed(task, changed_step)
@@ -206,6 +207,7 @@ class ExecutionCommands:
                 step=step,
                 notice=notice,
                 durations=self.ctx.durations,
+                log=group,
             )
             # A retry's notice rides on the activation's own messages: they go out whatever follows.
             bound = self._bound(
@@ -216,6 +218,7 @@ class ExecutionCommands:
                 created=True,
                 now=now,
                 uow=uow,
+                group=group,
                 messages=messages,
                 keep=notice is not None,
             )
@@ -294,11 +297,12 @@ class ExecutionCommands:
             superseded = [
                 _superseded(prev, statuses, now) for prev in steps if prev.step_id == step_id and not prev.superseded
             ]
+            group = Group()  # staged, written once at the end with whatever the STARTED changes
             for old, prev in zip(
                 (s for s in steps if s.step_id == step_id and not s.superseded), superseded, strict=True
             ):
-                uow.tasks.update_step(prev, old)
-                uow.tasks.revoke_handles(prev.execution_id, "SUPERSEDED", now)
+                group.write_step(old, prev)
+                group.revoke(prev.execution_id, "SUPERSEDED", now)
             step = StepState(
                 task_id=task.task_id,
                 step_id=step_id,
@@ -323,13 +327,13 @@ class ExecutionCommands:
                 failure_policy=policy_name,
                 updated_at=now,
             )
-            uow.tasks.insert_step(step)
+            group.insert_step(step)
             _record_activity(uow, step, cmd.temporal_activity)
             before, task = (
                 task,
                 replace(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
             )
-            uow.tasks.update(task, before)
+            group.write_task(before, task)
             frozen = self._freeze_operation(uow, op)
             for prev in superseded:  # written just above
                 view = view.changed(task, prev)
@@ -344,8 +348,12 @@ class ExecutionCommands:
                 now,
                 step=step,
                 durations=self.ctx.durations,
+                log=group,
             )
-            return self._bound(task, step, view, cmd.started, created=True, now=now, uow=uow, messages=messages), frozen
+            bound = self._bound(
+                task, step, view, cmd.started, created=True, now=now, uow=uow, group=group, messages=messages
+            )
+            return bound, frozen
 
         return self._run(work)
 
@@ -359,6 +367,7 @@ class ExecutionCommands:
         created: bool,
         now: datetime,
         uow: UnitOfWork,
+        group: Group | None = None,
         messages: list[dict[str, Any]] | None = None,
         keep: bool = False,
     ) -> tuple[ExecutionContext, TaskView | None]:
@@ -369,10 +378,11 @@ class ExecutionCommands:
         its messages carry the newer full state of the same channels, so the binding's are not
         published (every message is a full state: a channel skipping a version loses nothing; the
         binding stays in the timeline) — unless ``keep`` (they carry a notice)."""
-        context, claims = self._context(task, step, now=now, created=created, uow=uow)
+        group = group if group is not None else Group()
+        context, claims, handle = self._context(task, step, now=now, created=created)
         result: dict[str, Any] | None = None
         if messages and (started is None or keep):
-            uow.log.insert_outbox(messages)  # ahead of the STARTED's: a channel's messages go in version order
+            group.outbox += messages  # ahead of the STARTED's: a channel's messages go in version order
             messages = None
         if started is not None:
             event = c.ReportEvent(
@@ -381,20 +391,22 @@ class ExecutionCommands:
                 source_seq=started.source_seq,
                 occurred_at=started.occurred_at,
             )
-            outcome, group = self.events.apply_in(uow, claims, event, view)
+            outcome = self.events.apply_in(uow, group, claims, event, view)
             result = outcome if isinstance(outcome, dict) else rejection(event, outcome)
             view = group.views.get(task.task_id, view)
         if messages and not (result is not None and result.get("accepted") and not result.get("duplicate")):
-            uow.log.insert_outbox(messages)  # the STARTED wrote nothing: the binding's own messages go
+            group.outbox += messages  # the STARTED wrote nothing: the binding's own messages go
+        group.flush(uow)
+        uow.tasks.insert_handles([handle])  # after its step row (a new attempt is inserted by the flush)
         uow.commit()
         if result is not None:
             context = replace(context, started=result)
         return context, view if created or started is not None else None
 
     def _context(
-        self, task: TaskState, step: StepState, *, created: bool, now: datetime, uow: UnitOfWork
-    ) -> tuple[ExecutionContext, ExecutionClaims]:
-        """Issue a token and a fresh handle for the execution (committed by the caller)."""
+        self, task: TaskState, step: StepState, *, created: bool, now: datetime
+    ) -> tuple[ExecutionContext, ExecutionClaims, tuple[str, StepState, datetime, datetime]]:
+        """Issue a token and a fresh handle for the execution (the handle's row is the caller's to write)."""
         assert step.execution_id is not None and step.producer_id is not None
         expires_at = now + self.ctx.token_ttl
         claims = ExecutionClaims(
@@ -412,24 +424,27 @@ class ExecutionCommands:
             allowed_event_types=frozenset(e.value for e in WORKER_EVENT_TYPES),
         )
         handle = ids.new_execution_handle()
-        uow.tasks.insert_handle(ids.handle_hash(handle), step, expires_at, now)
-        return ExecutionContext(
-            workflow_id=task.workflow_id,
-            task_id=task.task_id,
-            step_id=step.step_id,
-            operation_code=step.operation_code,
-            step_attempt=step.attempt,
-            execution_id=step.execution_id,
-            producer_id=step.producer_id,
-            heartbeat_interval_seconds=step.heartbeat_interval_seconds,
-            heartbeat_timeout_seconds=step.heartbeat_timeout_seconds,
-            execution_token=self.ctx.tokens.issue(claims),
-            execution_handle=handle,
-            task_version=task.version,
-            step_version=step.version,
-            created=created,
-            expires_at=expires_at,
-        ), claims
+        return (
+            ExecutionContext(
+                workflow_id=task.workflow_id,
+                task_id=task.task_id,
+                step_id=step.step_id,
+                operation_code=step.operation_code,
+                step_attempt=step.attempt,
+                execution_id=step.execution_id,
+                producer_id=step.producer_id,
+                heartbeat_interval_seconds=step.heartbeat_interval_seconds,
+                heartbeat_timeout_seconds=step.heartbeat_timeout_seconds,
+                execution_token=self.ctx.tokens.issue(claims),
+                execution_handle=handle,
+                task_version=task.version,
+                step_version=step.version,
+                created=created,
+                expires_at=expires_at,
+            ),
+            claims,
+            (ids.handle_hash(handle), step, expires_at, now),
+        )
 
     def _freeze_operation(self, uow: UnitOfWork, op: OperationDefinition) -> OperationKey | None:
         """Freeze the definition a step now uses (AC16); once committed, later activations skip the write."""

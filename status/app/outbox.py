@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from status.app.durations import DurationHistory
 from status.app.ports import Stores
@@ -272,6 +272,11 @@ def change_row(task: TaskState, now: datetime) -> dict[str, Any]:
     return {"workflow_id": task.workflow_id, "task_id": task.task_id, "task_version": task.version, "created_at": now}
 
 
+class EventSink(Protocol):
+    def insert_events(self, rows: Sequence[dict[str, Any]]) -> None: ...
+    def insert_changes(self, rows: Sequence[dict[str, Any]]) -> None: ...
+
+
 def service_event(
     stores: Stores,
     task: TaskState,
@@ -286,11 +291,15 @@ def service_event(
     must_deliver: bool = True,
     broadcast: bool = False,
     durations: DurationHistory | None = None,
+    log: EventSink | None = None,
 ) -> list[dict[str, Any]]:
     """Log a change the service itself made (creation, activation, classification, access)
-    at the task's current version; returns its outbox rows for the caller to add to."""
+    at the task's current version; returns its outbox rows for the caller to add to.
+
+    ``log``: where its event-log and feed rows go (a group's staged inserts; default: written now)."""
     event_id = f"{SERVICE_EVENT_PREFIX}{task.task_id}:{task.version}"
-    stores.log.insert_events(
+    sink: EventSink = log if log is not None else stores.log
+    sink.insert_events(
         [
             event_row(
                 event_id=event_id,
@@ -306,7 +315,7 @@ def service_event(
             )
         ],
     )
-    stores.log.insert_changes([change_row(task, now)])
+    sink.insert_changes([change_row(task, now)])
     trigger: dict[str, Any] = {"eventId": event_id, "eventType": event_type.value, "committedAt": iso(now)}
     if step is not None:
         trigger |= {"stepId": step.step_id, "operationCode": step.operation_code}

@@ -262,7 +262,7 @@ _UPDATE_STEP = sa.update(t.task_step).where(
     t.task_step.c.step_id == sa.bindparam("_step_id"),
     t.task_step.c.attempt == sa.bindparam("_attempt"),
 )
-_INSERT_STEP = sa.insert(t.task_step)
+INSERT_STEP = _INSERT_STEP = sa.insert(t.task_step)
 _INSERT_OUTBOX = sa.insert(t.task_outbox)
 _ACL_USERS = sa.select(t.task_acl.c.principal_id).where(
     t.task_acl.c.task_id == sa.bindparam("_task_id"),

@@ -136,3 +136,28 @@ def _error() -> Any:
     from status.domain.model import StepError
 
     return StepError("DEPENDENCY", "OCR_DOWN", "The OCR service is down", True, None)
+
+
+def test_a_binding_with_its_started_event_writes_each_row_once(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    """The binding's writes and the STARTED's are one set: each table written once, step and task rows
+    carrying the final state (issue: write path, items 1 and 3)."""
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(" ".join(statement.split()[:3]).upper())
+
+    activate(service, coordinator, create_task(service, coordinator), started=_started())  # its operation is frozen
+    task_id = create_task(service, coordinator)
+    activate(service, coordinator, task_id, "01_prepare", started=_started())  # the task's state is cached now
+    sa.event.listen(service.db.engine, "before_cursor_execute", record)
+    try:
+        activate(service, coordinator, task_id, started=_started())
+    finally:
+        sa.event.remove(service.db.engine, "before_cursor_execute", record)
+    writes = [s for s in statements if s.split()[0] in ("INSERT", "UPDATE")]
+    assert len(writes) == len(set(writes)), statements  # no table written twice
+    assert sum(s.startswith("SELECT") for s in statements) == 2, statements  # the lock, the dedup probe
+    # lock + probe; step, task; event log (both entries), dedup, feed, outbox; the handle
+    assert len([s for s in statements if not s.startswith("BEGIN")]) == 9, statements

@@ -79,6 +79,37 @@ class SqlTaskStore:
                 users[row.task_id].append(row.principal_id)
         return users
 
+    def insert_steps(self, steps: Sequence[StepState]) -> None:
+        """New step attempts, as a group leaves them (one multi-row INSERT)."""
+        if steps:
+            self._conn.execute(
+                repo.INSERT_STEP,
+                [
+                    {"task_id": s.task_id, "step_id": s.step_id, "attempt": s.attempt, **repo.step_values(s)}
+                    for s in steps
+                ],
+            )
+
+    def insert_handles(self, rows: Sequence[tuple[str, StepState, datetime, datetime]]) -> None:
+        """Fresh execution handles: (hash, bound step attempt, expiry, now); only hashes are stored."""
+        if rows:
+            self._conn.execute(
+                sa.insert(t.task_execution_handle),
+                [
+                    {
+                        "handle_hash": handle_hash,
+                        "execution_id": step.execution_id,
+                        "task_id": step.task_id,
+                        "step_id": step.step_id,
+                        "step_attempt": step.attempt,
+                        "producer_id": step.producer_id,
+                        "expires_at": expires_at,
+                        "created_at": now,
+                    }
+                    for handle_hash, step, expires_at, now in rows
+                ],
+            )
+
     def write_tasks(self, rows: Sequence[tuple[TaskState | None, TaskState]]) -> None:
         """Final states of a group's tasks — (as read, as decided) — in one statement: each row's
         changed columns only."""
@@ -145,9 +176,6 @@ class SqlTaskStore:
     def update_step(self, step: StepState, before: StepState | None = None) -> None:
         repo.update_step(self._conn, step, before)
 
-    def lock_step(self, task_id: str, step_id: str, attempt: int) -> StepState | None:
-        return repo.lock_step(self._conn, task_id, step_id, attempt)
-
     def insert_step(self, step: StepState) -> None:
         repo.insert_step(self._conn, step)
 
@@ -173,21 +201,6 @@ class SqlTaskStore:
         return self._conn.execute(
             sa.select(t.task.c.dynamic_registration_policy).where(t.task.c.id == task_id)
         ).scalar()
-
-    def insert_handle(self, handle_hash: str, step: StepState, expires_at: datetime, now: datetime) -> None:
-        """A fresh execution handle of a bound step attempt (only its hash is stored)."""
-        self._conn.execute(
-            sa.insert(t.task_execution_handle).values(
-                handle_hash=handle_hash,
-                execution_id=step.execution_id,
-                task_id=step.task_id,
-                step_id=step.step_id,
-                step_attempt=step.attempt,
-                producer_id=step.producer_id,
-                expires_at=expires_at,
-                created_at=now,
-            )
-        )
 
     def acl_users(self, task_id: str) -> list[str]:
         return repo.acl_users(self._conn, task_id)
