@@ -14,6 +14,7 @@ in memory (only the latest sequence matters) and sent in batches with jitter.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -52,8 +53,10 @@ FINAL_REJECTIONS = frozenset(
 )
 
 
-# Executions bound at once (activations/registrations in flight); the rest of a burst queues.
+# Executions bound at once (activations/registrations in flight) where they go one per request;
+# the rest of a burst queues. Where the service takes a batch, a wave goes BIND_BATCH at a time.
 BIND_CONCURRENCY = 8
+BIND_BATCH = 100
 
 
 @dataclass
@@ -99,6 +102,7 @@ class Reporter:
         self.dropped = 0  # refused for good (kept in the file's undeliverable table)
         self.config_errors = 0  # the service refused this worker's credential (reports kept, retried)
         self.rebinds = 0  # executions bound again after their handle expired
+        self._batch_binds = True  # until the service says it has no executions:bind
 
     # ------------------------------------------------------------ reporting (any thread, never waits for I/O)
     def begin(
@@ -226,7 +230,9 @@ class Reporter:
                 execution["started"] = started
         children = [e for e in unbound if e["binding"].get("parent_execution_id")]
         for wave in ([e for e in unbound if e not in children], children):
-            outcomes = await asyncio.gather(*(self._bind_in_turn(e) for e in wave), return_exceptions=True)
+            if not wave:
+                continue
+            outcomes = await self._bind_wave(wave)
             for outcome in outcomes:  # every bind has finished; the first error decides the retry
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -266,6 +272,42 @@ class Reporter:
             raise _Retry("retryable rejections")
         return full
 
+    async def _bind_wave(self, wave: list[dict[str, Any]]) -> list[bool | BaseException]:
+        """Bind a wave of executions: in one request (one transaction for all of them) where the
+        service offers it, else one request each (a few at a time)."""
+        if not (self._batch_binds and len(wave) > 1):
+            return list(await asyncio.gather(*(self._bind_in_turn(e) for e in wave), return_exceptions=True))
+        outcomes: list[bool | BaseException] = []
+        for start in range(0, len(wave), BIND_BATCH):
+            part = wave[start : start + BIND_BATCH]
+            try:
+                answers = await self._bind_batch(part)
+            except Exception as exc:  # the request failed as a whole: the rest of the wave waits for a retry
+                return [*outcomes, *([exc] * (len(wave) - len(outcomes)))]
+            if answers is None:  # a service without executions:bind: one by one from now on
+                self._batch_binds = False
+                return [*outcomes, *await self._bind_wave(wave[len(outcomes) :])]
+            for execution, (status, answer) in zip(part, answers, strict=True):
+                try:
+                    outcomes.append(await self._settle_bind(execution, status, answer))
+                except Exception as exc:
+                    outcomes.append(exc)
+        return outcomes
+
+    async def _bind_batch(self, part: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+        """One ``executions:bind`` request: (status, body) per execution, or None when the service has no such route."""
+        assert self._http is not None
+        items = []
+        for execution in part:
+            kind, path, payload = self._bind_request(execution)
+            items.append({kind: {**payload, **path}})
+        response = await self._http.bind("/internal/v1/executions:bind", {"items": items})
+        if response.status_code in (404, 405):  # the route itself is unknown (items answer inside a 200)
+            return None
+        if response.status_code != 200:
+            return [(response.status_code, response)] * len(part)
+        return [(int(item.get("status", 500)), item) for item in response.json()["results"]]
+
     async def _bind_in_turn(self, execution: dict[str, Any]) -> bool:
         assert self._binds is not None
         async with self._binds:
@@ -273,10 +315,21 @@ class Reporter:
 
     async def _bind(self, execution: dict[str, Any]) -> bool:
         """Activate (known step) or register (dynamic step) the execution; idempotent per attempt."""
-        binding = StepBinding.from_json(execution["binding"])
         assert self._http is not None
+        kind, path, payload = self._bind_request(execution)
+        if kind == "register":
+            url = f"/internal/v1/tasks/{path['taskId']}/executions:register"
+        else:
+            url = f"/internal/v1/tasks/{path['taskId']}/steps/{path['stepId']}:activate"
+        response = await self._http.bind(url, payload)
+        return await self._settle_bind(execution, response.status_code, response)
+
+    def _bind_request(self, execution: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """("activate" or "register", the path's ids, the body) of an execution's binding."""
+        binding = StepBinding.from_json(execution["binding"])
+        path: dict[str, str] = {"taskId": binding.task_id}
         if binding.dynamic:
-            url = f"/internal/v1/tasks/{binding.task_id}/executions:register"
+            kind = "register"
             payload: dict[str, Any] = {
                 "clientStepKey": binding.client_step_key or execution["key"].replace("/", "_")[-128:],
                 "operationCode": binding.operation_code,
@@ -288,7 +341,8 @@ class Reporter:
             if binding.display_name:
                 payload["displayName"] = binding.display_name
         else:
-            url = f"/internal/v1/tasks/{binding.task_id}/steps/{binding.step_id}:activate"
+            kind = "activate"
+            path["stepId"] = binding.step_id or ""
             payload = {"attempt": execution["attempt"], "producerId": self.config.producer_id}
         if execution["binding"].get("temporal"):
             payload["temporalActivity"] = execution["binding"]["temporal"]
@@ -303,31 +357,37 @@ class Reporter:
         if self.config.heartbeat_timeout_seconds:
             payload["heartbeatIntervalSeconds"] = max(1, round(self.config.heartbeat_interval))
             payload["heartbeatTimeoutSeconds"] = self.config.heartbeat_timeout_seconds
-        response = await self._http.bind(url, payload)
+        return kind, path, payload
+
+    async def _settle_bind(self, execution: dict[str, Any], status: int, answer: Any) -> bool:
+        """What a binding's answer (an HTTP response, or a batch item with the status it would have had
+        alone) means: bound, a retry, a credential problem, or refused for good."""
+        text = answer.text if hasattr(answer, "text") else json.dumps(answer)
+        started = execution.get("started")
         # A registration the task's policy refuses (namespace or count) never succeeds on retry.
-        refused_for_good = response.status_code < 500 and any(
-            code in response.text for code in ("DYNAMIC_STEP_LIMIT", "DYNAMIC_STEP_NOT_ALLOWED")
+        refused_for_good = status < 500 and any(
+            code in text for code in ("DYNAMIC_STEP_LIMIT", "DYNAMIC_STEP_NOT_ALLOWED")
         )
-        if (response.status_code >= 500 or response.status_code == 429) and not refused_for_good:
-            raise _Retry(f"HTTP {response.status_code}")
-        if response.status_code in (401, 403) and not refused_for_good:
+        if (status >= 500 or status == 429) and not refused_for_good:
+            raise _Retry(f"HTTP {status}")
+        if status in (401, 403) and not refused_for_good:
             # A credential problem is the deployment's, not these events': keep them, say so
             # loudly, and retry (with backoff) until the credential is fixed.
             self.config_errors += 1
             log.error(
                 "the status service refuses this worker's credential (HTTP %s: %s); reports are kept and retried",
-                response.status_code,
-                response.text[:200],
+                status,
+                text[:200],
             )
-            raise _Retry(f"HTTP {response.status_code} (credential)")
-        if response.status_code not in (200, 201):
+            raise _Retry(f"HTTP {status} (credential)")
+        if status not in (200, 201):
             # The step can't be bound (unknown task/step, policy refused): its events can never land.
-            reason = f"bind refused: HTTP {response.status_code} {response.text[:300]}"
+            reason = f"bind refused: HTTP {status} {text[:300]}"
             log.warning("cannot bind %s (%s); its events are kept as undeliverable", execution["key"], reason)
             self.dropped += await asyncio.to_thread(self.outbox.drop_execution, execution["key"], reason)
             self.heartbeats.pop(execution["key"], None)
             return False
-        context = response.json()
+        context = answer.json() if hasattr(answer, "json") else answer
         await asyncio.to_thread(self.outbox.bound, execution["key"], context["executionHandle"], context["executionId"])
         execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
         if started is not None:

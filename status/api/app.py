@@ -25,12 +25,13 @@ from starlette.staticfiles import StaticFiles
 from status import logs
 from status.api import metrics
 from status.api.corrections import CorrectionEndpoints
-from status.api.errors import domain_error_handler, error_body, unexpected_error_handler
+from status.api.errors import domain_error_handler, error_body, status_for, unexpected_error, unexpected_error_handler
 from status.api.gate import Gate, is_ascii_digits
 from status.api.models import (
     AclIn,
     ActivateStepIn,
     BatchGetIn,
+    BindBatchIn,
     BroadcastIn,
     ClassifyIn,
     CreateWorkflowIn,
@@ -51,7 +52,7 @@ from status.app import commands as c
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import Components
 from status.domain.auth import ServicePrincipal, UserPrincipal
-from status.domain.errors import DomainError, Invalid, Unauthenticated
+from status.domain.errors import DomainError, Invalid, Unauthenticated, Unavailable
 from status.infra.metrics import REGISTRY
 from status.settings import Settings
 
@@ -126,6 +127,31 @@ class Api:
         )
         ctx = await run_in_threadpool(self.service.register_execution, caller, cmd)
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
+
+    async def bind_executions(self, request: Request) -> JSONResponse:
+        """Many activations and registrations in one transaction; one result per item, with the
+        status it would have had alone (``status``) so a client handles it as it handles that answer."""
+        caller = self.event_caller(request)
+        body = await self.parse(request, BindBatchIn)
+        items = [(caller, item.command()) for item in body.items]
+        outcomes = await run_in_threadpool(self.service.bind_executions, items)
+        results: list[dict[str, Any]] = []
+        for outcome in outcomes:
+            if isinstance(outcome, DomainError):
+                results.append(
+                    {
+                        **error_body(outcome.code.value, outcome.message, outcome.retryable),
+                        "status": status_for(outcome),
+                    }
+                )
+            elif isinstance(outcome, BaseException):
+                transient = unexpected_error(outcome)
+                log.error("a binding of a batch failed", code=type(outcome).__name__)
+                error = transient or Unavailable("this binding could not be applied; send it again")
+                results.append({**error_body(error.code.value, error.message, True), "status": status_for(error)})
+            else:
+                results.append({**outcome.to_json(), "status": 201 if outcome.created else 200})
+        return JSONResponse({"results": results})
 
     async def report_event(self, request: Request) -> JSONResponse:
         started = time.perf_counter()
@@ -424,6 +450,7 @@ def routes(api: Api) -> list[Route]:
         Route("/internal/v1/workflows/{workflow_id}/tasks", api.add_task, methods=["POST"]),
         Route("/internal/v1/tasks/{task_id}/steps/{step_id}:activate", api.activate_step, methods=["POST"]),
         Route("/internal/v1/tasks/{task_id}/executions:register", api.register_execution, methods=["POST"]),
+        Route("/internal/v1/executions:bind", api.bind_executions, methods=["POST"]),
         Route("/internal/v1/task-events:batch", api.report_events, methods=["POST"]),
         Route("/internal/v1/task-events", api.report_event, methods=["POST"]),
         Route("/internal/v1/task-heartbeats:batch", api.heartbeats, methods=["POST"]),

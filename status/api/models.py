@@ -203,6 +203,60 @@ class RegisterExecutionIn(Strict):
     started_event: StartedEventIn | None = None
 
 
+class ActivateItemIn(ActivateStepIn):
+    task_id: Key
+    step_id: Key
+
+    def command(self) -> c.ActivateStep:
+        return c.ActivateStep(
+            self.task_id,
+            self.step_id,
+            self.attempt,
+            self.producer_id,
+            self.heartbeat_interval_seconds,
+            self.heartbeat_timeout_seconds,
+            self.temporal_activity.command() if self.temporal_activity else None,
+            self.started_event.command() if self.started_event else None,
+        )
+
+
+class RegisterItemIn(RegisterExecutionIn):
+    task_id: Key
+
+    def command(self) -> c.RegisterExecution:
+        fields = self.model_dump(exclude={"temporal_activity", "started_event"})
+        return c.RegisterExecution(
+            temporal_activity=self.temporal_activity.command() if self.temporal_activity else None,
+            started=self.started_event.command() if self.started_event else None,
+            **fields,
+        )
+
+
+class BindItemIn(Strict):
+    """One binding of a batch: an activation (known step) or a registration (dynamic step)."""
+
+    activate: ActivateItemIn | None = None
+    registration: RegisterItemIn | None = Field(default=None, alias="register")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> BindItemIn:
+        if (self.activate is None) == (self.registration is None):
+            raise ValueError("an item is either activate or register")
+        return self
+
+    def command(self) -> c.ActivateStep | c.RegisterExecution:
+        if self.activate is not None:
+            return self.activate.command()
+        assert self.registration is not None
+        return self.registration.command()
+
+
+class BindBatchIn(Strict):
+    """Bindings of many executions, committed together (each with its STARTED when given)."""
+
+    items: list[BindItemIn] = Field(min_length=1, max_length=100)
+
+
 class ProgressIn(Strict):
     current: float = Field(ge=0, le=1e15)
     total: float | None = Field(default=None, ge=0, le=1e15)

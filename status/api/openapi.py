@@ -127,6 +127,14 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "service",
         "201",
     ),
+    (
+        "post",
+        "/internal/v1/executions:bind",
+        "Bind many executions (activations, registrations; each with its STARTED) in one transaction",
+        m.BindBatchIn,
+        "execution",
+        "200",
+    ),
     ("post", "/internal/v1/task-events", "Report one event", m.EventIn, "execution", "200"),
     (
         "post",

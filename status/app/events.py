@@ -244,8 +244,10 @@ class EventCommands:
         published after it."""
         group.locked[view.task.task_id] = view.version
         group.views[view.task.task_id] = view
-        group.probed = {(caller.tenant_id, cmd.event_id)}
-        group.stored = uow.tasks.dedup_entries(group.probed)
+        key = (caller.tenant_id, cmd.event_id)
+        if key not in group.probed:  # a group of bindings probed its STARTED events up front
+            group.probed.add(key)
+            group.stored.update(uow.tasks.dedup_entries({key}))
         try:
             return self._apply(uow, group, caller, cmd)
         except DomainError as err:
@@ -572,8 +574,23 @@ class EventCommands:
                 if row[1] is not None:
                     group.stored[(tenant, event_id)] = (row[1], row[2])
         else:
-            group.locked = uow.tasks.lock_versions([key for key in keys if key])
-            group.stored = uow.tasks.dedup_entries(group.probed)
+            self.prepare(uow, group, [key for key in keys if key], group.probed)
+            return
+        self._load_misses(uow, group)
+
+    def prepare(self, uow: UnitOfWork, group: Group, task_ids: Sequence[str], probe: set[tuple[str, str]]) -> None:
+        """Lock a group's tasks (one statement, id order), probe its (tenant, eventId)s (one), and read
+        the tasks the cache does not hold at their locked version (three, when there are any)."""
+        group.locked = uow.tasks.lock_versions(task_ids)
+        group.probed = set(probe)
+        group.stored = uow.tasks.dedup_entries(group.probed)
+        self._load_misses(uow, group)
+
+    def locked(self, uow: UnitOfWork, group: Group, task_id: str, owner: tuple[str, str]) -> TaskView:
+        """A task's view as the group has left it (locked by ``prepare``, or now)."""
+        return self._lock(uow, group, task_id, "", owner)[0]
+
+    def _load_misses(self, uow: UnitOfWork, group: Group) -> None:
         misses = [task_id for task_id, version in group.locked.items() if self.ctx.steps.get(task_id, version) is None]
         if misses:
             tasks = uow.tasks.load_many(misses)

@@ -6,7 +6,7 @@ newer attempt supersedes the previous one, whose handles are revoked.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,7 +27,7 @@ from status.app.step_cache import TaskView
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
-from status.domain.errors import Conflict, ErrorCode, Forbidden, Invalid, NotFound
+from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Health, Lifecycle
 from status.domain.model import StepState, TaskState
 from status.domain.projections import iso
@@ -78,8 +78,20 @@ class ExecutionContext:
 
 
 OperationKey = tuple[str, str, str, int, str]
-# (The context, the task's view after the change), and the operation definition it froze.
-Activated = tuple[tuple[ExecutionContext, TaskView | None], OperationKey | None]
+
+
+@dataclass
+class Bound:
+    """A binding staged in a group: what it answers, its handle's row, the task's view after it."""
+
+    context: ExecutionContext
+    handle: tuple[str, StepState, datetime, datetime]
+    view: TaskView | None  # None: nothing changed
+
+
+# A binding staged, and the operation definition it froze.
+Staged = tuple[Bound, OperationKey | None]
+Bindings = Sequence[tuple[EventCaller, c.ActivateStep | c.RegisterExecution]]
 
 
 class ExecutionCommands:
@@ -88,146 +100,248 @@ class ExecutionCommands:
         self.events = events
         self._frozen: set[OperationKey] = set()  # operation definitions known to be frozen (never thaw)
 
-    def _run(self, work: Callable[[UnitOfWork], Activated]) -> ExecutionContext:
-        """Run an activation; once committed, its task view serves the events that follow."""
-        (context, view), frozen = self.ctx.db.run(work)
-        if view is not None:
-            self.ctx.steps.put(context.task_id, view)
-        if frozen is not None:
-            self._frozen.add(frozen)
-        return context
+    def _one(
+        self, owner: tuple[str, str], task_id: str, stage: Callable[[UnitOfWork, Group, TaskView, datetime], Staged]
+    ) -> ExecutionContext:
+        """One binding in a transaction of its own."""
+
+        def work(uow: UnitOfWork) -> Staged:
+            now = self.ctx.now()
+            view, _ = locked_view(self.ctx, uow, task_id, owner)
+            group = Group()
+            bound, frozen = stage(uow, group, view, now)
+            self._finish(uow, group, [bound])
+            return bound, frozen
+
+        bound, frozen = self.ctx.db.run(work)
+        self._committed([bound], [frozen])
+        return bound.context
+
+    def bind_many(self, items: Bindings) -> list[ExecutionContext | BaseException]:
+        """Many bindings (activations and registrations, each with its STARTED or not) in one
+        transaction: their tasks locked in one statement, their STARTED eventIds probed in one, each
+        row written once (a group of bindings is a set, as a group of events is). Each item gets its
+        context or its own error; if the transaction fails for a reason that is no item's
+        rejection, each runs again alone, so one poison item can't take its neighbours down."""
+        checked: list[tuple[str, str] | DomainError] = []
+        for caller, cmd in items:
+            try:
+                if isinstance(cmd, c.ActivateStep):
+                    checked.append(self._check_activation(caller, cmd))
+                else:
+                    checked.append(self._check_registration(caller, cmd))
+            except DomainError as err:
+                checked.append(err)
+
+        def work(uow: UnitOfWork) -> list[Staged | DomainError]:
+            now = self.ctx.now()
+            group = Group()
+            probe = {(caller.tenant_id, cmd.started.event_id) for caller, cmd in items if cmd.started is not None}
+            self.events.prepare(uow, group, sorted({cmd.task_id for _, cmd in items}), probe)
+            staged: list[Staged | DomainError] = []
+            for (caller, cmd), owner in zip(items, checked, strict=True):
+                if isinstance(owner, DomainError):
+                    staged.append(owner)
+                    continue
+                try:
+                    view = self.events.locked(uow, group, cmd.task_id, owner)
+                    if isinstance(cmd, c.ActivateStep):
+                        assert isinstance(caller, ServicePrincipal)  # _check_activation refused any other
+                        bound, frozen = self._stage_activation(uow, group, view, now, caller, cmd)
+                    else:
+                        bound, frozen = self._stage_registration(uow, group, view, now, caller, cmd)
+                except DomainError as err:
+                    staged.append(err)
+                    continue
+                if bound.view is not None:  # the next binding of the same task starts from here
+                    group.views[cmd.task_id] = bound.view
+                staged.append((bound, frozen))
+            self._finish(uow, group, [s[0] for s in staged if not isinstance(s, DomainError)])
+            return staged
+
+        try:
+            staged = self.ctx.db.run(work)
+        except Exception:
+            return [self._alone(caller, cmd) for caller, cmd in items]
+        done = [s for s in staged if not isinstance(s, DomainError)]
+        self._committed([b for b, _ in done], [f for _, f in done])
+        return [s if isinstance(s, DomainError) else s[0].context for s in staged]
+
+    def _alone(
+        self, caller: EventCaller, cmd: c.ActivateStep | c.RegisterExecution
+    ) -> ExecutionContext | BaseException:
+        try:
+            if isinstance(cmd, c.ActivateStep):
+                if not isinstance(caller, ServicePrincipal):
+                    raise Forbidden("activating a step needs a service credential", ErrorCode.PERMISSION_DENIED)
+                return self.activate_step(caller, cmd)
+            return self.register_execution(caller, cmd)
+        except Exception as exc:  # one item's own failure stays that item's
+            return exc
+
+    @staticmethod
+    def _finish(uow: UnitOfWork, group: Group, bounds: Sequence[Bound]) -> None:
+        """Write what the bindings staged (each row once), then their handles (after their step rows), and commit."""
+        group.flush(uow)
+        uow.tasks.insert_handles([bound.handle for bound in bounds])
+        uow.commit()
+
+    def _committed(self, bounds: Sequence[Bound], frozen: Sequence[OperationKey | None]) -> None:
+        """Once committed, the tasks' views serve the events that follow."""
+        for bound in bounds:
+            if bound.view is not None:
+                self.ctx.steps.put(bound.context.task_id, bound.view)
+        self._frozen.update(key for key in frozen if key is not None)
 
     def activate_step(self, caller: ServicePrincipal, cmd: c.ActivateStep) -> ExecutionContext:
         """Create attempt N of a known step and bind an execution (idempotent per attempt)."""
+        return self._one(
+            self._check_activation(caller, cmd),
+            cmd.task_id,
+            lambda uow, group, view, now: self._stage_activation(uow, group, view, now, caller, cmd),
+        )
+
+    @staticmethod
+    def _check_activation(caller: EventCaller, cmd: c.ActivateStep) -> tuple[str, str]:
+        """What an activation must satisfy before any lock; the (tenant, scope) it may touch."""
         check_key("producerId", cmd.producer_id)
+        if not isinstance(caller, ServicePrincipal):
+            raise Forbidden("activating a step needs a service credential", ErrorCode.PERMISSION_DENIED)
         require_binder(caller, cmd.producer_id)
         if cmd.attempt < 1:
             raise Invalid("attempt must be >= 1")
         check_heartbeat_settings(cmd.heartbeat_interval_seconds, cmd.heartbeat_timeout_seconds)
+        return caller.tenant_id, caller.authority_scope
 
-        def work(uow: UnitOfWork) -> Activated:
-            now = self.ctx.now()
-            view, _ = locked_view(self.ctx, uow, cmd.task_id, (caller.tenant_id, caller.authority_scope))
-            task = view.task
-            attempts = sorted(
-                (s for s in view.steps.attempts.values() if s.step_id == cmd.step_id), key=lambda s: s.attempt
+    def _stage_activation(
+        self, uow: UnitOfWork, group: Group, view: TaskView, now: datetime, caller: ServicePrincipal, cmd: Any
+    ) -> Staged:
+        task = view.task
+        attempts = sorted(
+            (s for s in view.steps.attempts.values() if s.step_id == cmd.step_id), key=lambda s: s.attempt
+        )
+        if not attempts or attempts[0].step_kind != "KNOWN":
+            raise NotFound(f"step {cmd.step_id} is not a known step of this task", ErrorCode.UNKNOWN_STEP)
+        current = attempts[-1]
+        existing = next((s for s in attempts if s.attempt == cmd.attempt), None)
+        if existing is not None and existing.execution_id is not None:
+            if existing.producer_id != cmd.producer_id:
+                raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
+            return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow, group=group), None
+        if cmd.attempt < current.attempt or (existing is None and cmd.attempt != current.attempt + 1):
+            raise Conflict(
+                f"attempt {cmd.attempt} is not the next attempt of {cmd.step_id} (current {current.attempt})",
+                ErrorCode.STALE_ATTEMPT,
             )
-            if not attempts or attempts[0].step_kind != "KNOWN":
-                raise NotFound(f"step {cmd.step_id} is not a known step of this task", ErrorCode.UNKNOWN_STEP)
-            current = attempts[-1]
-            existing = next((s for s in attempts if s.attempt == cmd.attempt), None)
-            if existing is not None and existing.execution_id is not None:
-                if existing.producer_id != cmd.producer_id:
-                    raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
-                return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow), None
-            if cmd.attempt < current.attempt or (existing is None and cmd.attempt != current.attempt + 1):
-                raise Conflict(
-                    f"attempt {cmd.attempt} is not the next attempt of {cmd.step_id} (current {current.attempt})",
-                    ErrorCode.STALE_ATTEMPT,
-                )
-            # A finished task still takes late reports of work that ran before it finished
-            # (a worker's outbox may deliver after the coordinator's TASK_COMPLETED); its own
-            # lifecycle never changes again (R2).
-            defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
-            op = operation(defs, current.operation_code, task.task_type, current.operation_definition_version)
-            op.check_producer(cmd.producer_id)
-            statuses = defs.status_set(task.task_type, task.status_definition_version)
-            execution_id = ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000))
-            changed: list[StepState] = []
-            notice = None
-            if existing is None:
-                # A newer attempt supersedes the previous one: its late events become STALE_ATTEMPT.
-                changed.append(_superseded(current, statuses, now))
-                step = replace(
-                    current,
-                    attempt=cmd.attempt,
-                    lifecycle=Lifecycle.PENDING,
-                    business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
-                    health=Health.HEALTHY,
-                    version=1,
-                    source_seq=0,
-                    last_heartbeat_seq=0,
-                    last_heartbeat_at=None,
-                    stale_since=None,
-                    progress=None,
-                    phase_code=None,
-                    phase_label=None,
-                    data_schema=None,
-                    state_data=None,
-                    started_at=None,
-                    finished_at=None,
-                    duration_ms=None,
-                    error=None,
-                )
-                notice = Notice(
-                    f"{task.task_id}:{task.version + 1}",
-                    "STEP_RETRYING",
-                    Severity.INFO,
-                    f"{step.display_name or step.operation_code} is being retried (attempt {cmd.attempt})",
-                    operation_code=step.operation_code,
-                    step_id=step.step_id,
-                )
-            else:
-                step = existing
+        # A finished task still takes late reports of work that ran before it finished
+        # (a worker's outbox may deliver after the coordinator's TASK_COMPLETED); its own
+        # lifecycle never changes again (R2).
+        defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
+        op = operation(defs, current.operation_code, task.task_type, current.operation_definition_version)
+        op.check_producer(cmd.producer_id)
+        statuses = defs.status_set(task.task_type, task.status_definition_version)
+        execution_id = ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000))
+        changed: list[StepState] = []
+        notice = None
+        if existing is None:
+            # A newer attempt supersedes the previous one: its late events become STALE_ATTEMPT.
+            changed.append(_superseded(current, statuses, now))
             step = replace(
-                step,
-                execution_id=execution_id,
-                producer_id=cmd.producer_id,
-                operation_definition_version=op.version,
-                heartbeat_interval_seconds=cmd.heartbeat_interval_seconds or self.ctx.heartbeat_interval_seconds,
-                heartbeat_timeout_seconds=cmd.heartbeat_timeout_seconds or self.ctx.heartbeat_timeout_seconds,
-                activated_at=now,
-                version=step.version + (1 if existing is not None else 0),
-                updated_at=now,
+                current,
+                attempt=cmd.attempt,
+                lifecycle=Lifecycle.PENDING,
+                business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
+                health=Health.HEALTHY,
+                version=1,
+                source_seq=0,
+                last_heartbeat_seq=0,
+                last_heartbeat_at=None,
+                stale_since=None,
+                progress=None,
+                phase_code=None,
+                phase_label=None,
+                data_schema=None,
+                state_data=None,
+                started_at=None,
+                finished_at=None,
+                duration_ms=None,
+                error=None,
             )
-            before, task = task, replace(task, version=task.version + 1, updated_at=now)
-            # Staged, written once at the end with whatever the STARTED changes: only changed columns
-            # (heartbeat columns of the cached state may be older than the rows').
-            group = Group()
-            for prev in changed:
-                group.write_step(current, prev)  # superseded: no heartbeat deadline any more
-                group.revoke(prev.execution_id, "SUPERSEDED", now)
-            if existing is None:
-                group.insert_step(step)
-            else:
-                group.write_step(existing, step)
-            _record_activity(uow, step, cmd.temporal_activity)
-            group.write_task(before, task)
-            frozen = self._freeze_operation(uow, op)
-            for changed_step in [*changed, step]:
-                view = view.changed(task, changed_step)
-            messages = outbox.service_event(
-                uow,
-                task,
-                view,
-                EventType.STEP_ACTIVATED,
-                caller.producer_id,
-                {"producerId": cmd.producer_id},
-                now,
-                step=step,
-                notice=notice,
-                durations=self.ctx.durations,
-                log=group,
+            notice = Notice(
+                f"{task.task_id}:{task.version + 1}",
+                "STEP_RETRYING",
+                Severity.INFO,
+                f"{step.display_name or step.operation_code} is being retried (attempt {cmd.attempt})",
+                operation_code=step.operation_code,
+                step_id=step.step_id,
             )
-            # A retry's notice rides on the activation's own messages: they go out whatever follows.
-            bound = self._bound(
-                task,
-                step,
-                view,
-                cmd.started,
-                created=True,
-                now=now,
-                uow=uow,
-                group=group,
-                messages=messages,
-                keep=notice is not None,
-            )
-            return bound, frozen
-
-        return self._run(work)
+        else:
+            step = existing
+        step = replace(
+            step,
+            execution_id=execution_id,
+            producer_id=cmd.producer_id,
+            operation_definition_version=op.version,
+            heartbeat_interval_seconds=cmd.heartbeat_interval_seconds or self.ctx.heartbeat_interval_seconds,
+            heartbeat_timeout_seconds=cmd.heartbeat_timeout_seconds or self.ctx.heartbeat_timeout_seconds,
+            activated_at=now,
+            version=step.version + (1 if existing is not None else 0),
+            updated_at=now,
+        )
+        before, task = task, replace(task, version=task.version + 1, updated_at=now)
+        # Staged, written once at the end with whatever the STARTED changes: only changed columns
+        # (heartbeat columns of the cached state may be older than the rows').
+        for prev in changed:
+            group.write_step(current, prev)  # superseded: no heartbeat deadline any more
+            group.revoke(prev.execution_id, "SUPERSEDED", now)
+        if existing is None:
+            group.insert_step(step)
+        else:
+            group.write_step(existing, step)
+        _record_activity(uow, step, cmd.temporal_activity)
+        group.write_task(before, task)
+        frozen = self._freeze_operation(uow, op)
+        for changed_step in [*changed, step]:
+            view = view.changed(task, changed_step)
+        messages = outbox.service_event(
+            uow,
+            task,
+            view,
+            EventType.STEP_ACTIVATED,
+            caller.producer_id,
+            {"producerId": cmd.producer_id},
+            now,
+            step=step,
+            notice=notice,
+            durations=self.ctx.durations,
+            log=group,
+        )
+        # A retry's notice rides on the activation's own messages: they go out whatever follows.
+        bound = self._bound(
+            task,
+            step,
+            view,
+            cmd.started,
+            created=True,
+            now=now,
+            uow=uow,
+            group=group,
+            messages=messages,
+            keep=notice is not None,
+        )
+        return bound, frozen
 
     def register_execution(self, caller: EventCaller, cmd: c.RegisterExecution) -> ExecutionContext:
         """Register a dynamic step execution (seed §3.1.1, R9), idempotent per clientStepKey+attempt."""
+        return self._one(
+            self._check_registration(caller, cmd),
+            cmd.task_id,
+            lambda uow, group, view, now: self._stage_registration(uow, group, view, now, caller, cmd),
+        )
+
+    @staticmethod
+    def _check_registration(caller: EventCaller, cmd: c.RegisterExecution) -> tuple[str, str]:
+        """What a registration must satisfy before any lock; the (tenant, scope) it may touch."""
         check_key("clientStepKey", cmd.client_step_key)
         check_key("producerId", cmd.producer_id)
         check_heartbeat_settings(cmd.heartbeat_interval_seconds, cmd.heartbeat_timeout_seconds)
@@ -235,127 +349,118 @@ class ExecutionCommands:
             raise Invalid("attempt must be >= 1")
         if isinstance(caller, ServicePrincipal):
             require_binder(caller, cmd.producer_id)
-            tenant, scope = caller.tenant_id, caller.authority_scope
-            registrar = caller.producer_id
-        else:
-            # A parent execution may register children of itself only.
-            if cmd.parent_execution_id != caller.execution_id or cmd.task_id != caller.task_id:
-                raise Forbidden("an execution may only register its own children", ErrorCode.PERMISSION_DENIED)
-            tenant, scope, registrar = caller.tenant_id, caller.authority_scope, caller.producer_id
+        # A parent execution may register children of itself only.
+        elif cmd.parent_execution_id != caller.execution_id or cmd.task_id != caller.task_id:
+            raise Forbidden("an execution may only register its own children", ErrorCode.PERMISSION_DENIED)
+        return caller.tenant_id, caller.authority_scope
 
-        def work(uow: UnitOfWork) -> Activated:
-            now = self.ctx.now()
-            view, _ = locked_view(self.ctx, uow, cmd.task_id, (tenant, scope))
-            task = view.task
-            steps = list(view.steps.attempts.values())
-            existing = next(
-                (s for s in steps if s.client_step_key == cmd.client_step_key and s.attempt == cmd.attempt), None
-            )
-            if existing is not None:
-                if (existing.operation_code, existing.producer_id, existing.parent_execution_id) != (
-                    cmd.operation_code,
-                    cmd.producer_id,
-                    cmd.parent_execution_id,
-                ):
-                    raise Conflict(
-                        "clientStepKey was registered with different content", ErrorCode.IDEMPOTENCY_CONFLICT
-                    )
-                return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow), None
-            policy_row = uow.tasks.registration_policy(task.task_id)
-            policy = DynamicRegistrationPolicy.from_json(policy_row)
-            parent = None
-            if cmd.parent_execution_id is not None:
-                parent = next((s for s in steps if s.execution_id == cmd.parent_execution_id), None)
-                if parent is None:
-                    raise NotFound("parentExecutionId is not an execution of this task", ErrorCode.UNKNOWN_STEP)
-                if parent.lifecycle.terminal:
-                    raise Conflict("the parent execution has finished", ErrorCode.TERMINAL_STATE)
-            dynamic = [s for s in steps if s.step_kind == "DYNAMIC"]
-            minute_ago = now - timedelta(minutes=1)
-            policy.check(
-                operation_code=cmd.operation_code,
-                parent_operation=parent.operation_code if parent else None,
-                depth=(parent.depth + 1) if parent else 1,
-                dynamic_steps=len({s.step_id for s in dynamic}),
-                running_dynamic=sum(1 for s in dynamic if not s.lifecycle.terminal),
-                registered_last_minute=sum(1 for s in dynamic if s.activated_at and s.activated_at >= minute_ago),
-            )
-            defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
-            op = operation(defs, cmd.operation_code, task.task_type)
-            op.check_producer(cmd.producer_id)
-            policy_name = cmd.failure_policy or op.failure_policy.value
-            try:
-                FailurePolicy(policy_name)
-            except ValueError as exc:
-                raise Invalid(f"unknown failurePolicy {policy_name!r}") from exc
-            statuses = defs.status_set(task.task_type, task.status_definition_version)
-            step_id = f"dyn_{cmd.client_step_key}"
-            if any(s.step_id == step_id and s.attempt >= cmd.attempt for s in steps):
-                raise Conflict(f"attempt {cmd.attempt} of {step_id} is not new", ErrorCode.STALE_ATTEMPT)
-            # A newer attempt supersedes the previous ones; an unfinished one times out, so a
-            # step never shows two running attempts (as activation does for known steps).
-            superseded = [
-                _superseded(prev, statuses, now) for prev in steps if prev.step_id == step_id and not prev.superseded
-            ]
-            group = Group()  # staged, written once at the end with whatever the STARTED changes
-            for old, prev in zip(
-                (s for s in steps if s.step_id == step_id and not s.superseded), superseded, strict=True
+    def _stage_registration(
+        self, uow: UnitOfWork, group: Group, view: TaskView, now: datetime, caller: EventCaller, cmd: Any
+    ) -> Staged:
+        registrar = caller.producer_id
+        task = view.task
+        steps = list(view.steps.attempts.values())
+        existing = next(
+            (s for s in steps if s.client_step_key == cmd.client_step_key and s.attempt == cmd.attempt), None
+        )
+        if existing is not None:
+            if (existing.operation_code, existing.producer_id, existing.parent_execution_id) != (
+                cmd.operation_code,
+                cmd.producer_id,
+                cmd.parent_execution_id,
             ):
-                group.write_step(old, prev)
-                group.revoke(prev.execution_id, "SUPERSEDED", now)
-            step = StepState(
-                task_id=task.task_id,
-                step_id=step_id,
-                attempt=cmd.attempt,
-                client_step_key=cmd.client_step_key,
-                operation_code=cmd.operation_code,
-                operation_definition_version=op.version,
-                service_name=cmd.producer_id,
-                lifecycle=Lifecycle.PENDING,
-                business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
-                version=1,
-                step_kind="DYNAMIC",
-                display_name=cmd.display_name or op.display_name,
-                step_order=10_000 + len(dynamic),
-                parent_execution_id=cmd.parent_execution_id,
-                depth=(parent.depth + 1) if parent else 1,
-                producer_id=cmd.producer_id,
-                execution_id=ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000)),
-                heartbeat_interval_seconds=cmd.heartbeat_interval_seconds or self.ctx.heartbeat_interval_seconds,
-                heartbeat_timeout_seconds=cmd.heartbeat_timeout_seconds or self.ctx.heartbeat_timeout_seconds,
-                activated_at=now,
-                failure_policy=policy_name,
-                updated_at=now,
-            )
-            group.insert_step(step)
-            _record_activity(uow, step, cmd.temporal_activity)
-            before, task = (
-                task,
-                replace(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
-            )
-            group.write_task(before, task)
-            frozen = self._freeze_operation(uow, op)
-            for prev in superseded:  # written just above
-                view = view.changed(task, prev)
-            view = view.changed(task, step)
-            messages = outbox.service_event(
-                uow,
-                task,
-                view,
-                EventType.STEP_REGISTERED,
-                registrar,
-                {"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
-                now,
-                step=step,
-                durations=self.ctx.durations,
-                log=group,
-            )
-            bound = self._bound(
-                task, step, view, cmd.started, created=True, now=now, uow=uow, group=group, messages=messages
-            )
-            return bound, frozen
-
-        return self._run(work)
+                raise Conflict("clientStepKey was registered with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
+            return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow, group=group), None
+        policy_row = uow.tasks.registration_policy(task.task_id)
+        policy = DynamicRegistrationPolicy.from_json(policy_row)
+        parent = None
+        if cmd.parent_execution_id is not None:
+            parent = next((s for s in steps if s.execution_id == cmd.parent_execution_id), None)
+            if parent is None:
+                raise NotFound("parentExecutionId is not an execution of this task", ErrorCode.UNKNOWN_STEP)
+            if parent.lifecycle.terminal:
+                raise Conflict("the parent execution has finished", ErrorCode.TERMINAL_STATE)
+        dynamic = [s for s in steps if s.step_kind == "DYNAMIC"]
+        minute_ago = now - timedelta(minutes=1)
+        policy.check(
+            operation_code=cmd.operation_code,
+            parent_operation=parent.operation_code if parent else None,
+            depth=(parent.depth + 1) if parent else 1,
+            dynamic_steps=len({s.step_id for s in dynamic}),
+            running_dynamic=sum(1 for s in dynamic if not s.lifecycle.terminal),
+            registered_last_minute=sum(1 for s in dynamic if s.activated_at and s.activated_at >= minute_ago),
+        )
+        defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
+        op = operation(defs, cmd.operation_code, task.task_type)
+        op.check_producer(cmd.producer_id)
+        policy_name = cmd.failure_policy or op.failure_policy.value
+        try:
+            FailurePolicy(policy_name)
+        except ValueError as exc:
+            raise Invalid(f"unknown failurePolicy {policy_name!r}") from exc
+        statuses = defs.status_set(task.task_type, task.status_definition_version)
+        step_id = f"dyn_{cmd.client_step_key}"
+        if any(s.step_id == step_id and s.attempt >= cmd.attempt for s in steps):
+            raise Conflict(f"attempt {cmd.attempt} of {step_id} is not new", ErrorCode.STALE_ATTEMPT)
+        # A newer attempt supersedes the previous ones; an unfinished one times out, so a
+        # step never shows two running attempts (as activation does for known steps).
+        superseded = [
+            _superseded(prev, statuses, now) for prev in steps if prev.step_id == step_id and not prev.superseded
+        ]
+        for old, prev in zip((s for s in steps if s.step_id == step_id and not s.superseded), superseded, strict=True):
+            group.write_step(old, prev)
+            group.revoke(prev.execution_id, "SUPERSEDED", now)
+        step = StepState(
+            task_id=task.task_id,
+            step_id=step_id,
+            attempt=cmd.attempt,
+            client_step_key=cmd.client_step_key,
+            operation_code=cmd.operation_code,
+            operation_definition_version=op.version,
+            service_name=cmd.producer_id,
+            lifecycle=Lifecycle.PENDING,
+            business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
+            version=1,
+            step_kind="DYNAMIC",
+            display_name=cmd.display_name or op.display_name,
+            step_order=10_000 + len(dynamic),
+            parent_execution_id=cmd.parent_execution_id,
+            depth=(parent.depth + 1) if parent else 1,
+            producer_id=cmd.producer_id,
+            execution_id=ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000)),
+            heartbeat_interval_seconds=cmd.heartbeat_interval_seconds or self.ctx.heartbeat_interval_seconds,
+            heartbeat_timeout_seconds=cmd.heartbeat_timeout_seconds or self.ctx.heartbeat_timeout_seconds,
+            activated_at=now,
+            failure_policy=policy_name,
+            updated_at=now,
+        )
+        group.insert_step(step)
+        _record_activity(uow, step, cmd.temporal_activity)
+        before, task = (
+            task,
+            replace(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
+        )
+        group.write_task(before, task)
+        frozen = self._freeze_operation(uow, op)
+        for prev in superseded:  # written just above
+            view = view.changed(task, prev)
+        view = view.changed(task, step)
+        messages = outbox.service_event(
+            uow,
+            task,
+            view,
+            EventType.STEP_REGISTERED,
+            registrar,
+            {"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
+            now,
+            step=step,
+            durations=self.ctx.durations,
+            log=group,
+        )
+        bound = self._bound(
+            task, step, view, cmd.started, created=True, now=now, uow=uow, group=group, messages=messages
+        )
+        return bound, frozen
 
     def _bound(
         self,
@@ -370,7 +475,7 @@ class ExecutionCommands:
         group: Group | None = None,
         messages: list[dict[str, Any]] | None = None,
         keep: bool = False,
-    ) -> tuple[ExecutionContext, TaskView | None]:
+    ) -> Bound:
         """The execution's context; with ``started``, its STEP_STARTED applied in the same transaction
         (one commit for a step change instead of two; the event keeps its own idempotency).
 
@@ -396,12 +501,9 @@ class ExecutionCommands:
             view = group.views.get(task.task_id, view)
         if messages and not (result is not None and result.get("accepted") and not result.get("duplicate")):
             group.outbox += messages  # the STARTED wrote nothing: the binding's own messages go
-        group.flush(uow)
-        uow.tasks.insert_handles([handle])  # after its step row (a new attempt is inserted by the flush)
-        uow.commit()
         if result is not None:
             context = replace(context, started=result)
-        return context, view if created or started is not None else None
+        return Bound(context, handle, view if created or started is not None else None)
 
     def _context(
         self, task: TaskState, step: StepState, *, created: bool, now: datetime

@@ -86,6 +86,7 @@ class StatusService:
         self.set_temporal_owner = self.runs.set_owner
         self.activate_step = self.executions.activate_step
         self.register_execution = self.executions.register_execution
+        self.bind_executions = self.executions.bind_many
         self.report_event = self.events.report_event
         self.report_events = self.events.report_events
         self.report_group = self.events.report_group

@@ -164,3 +164,34 @@ async def test_a_full_batch_whose_started_events_all_went_with_their_bindings_st
     for task_id in tasks:
         steps = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["steps"]
         assert {s["stepId"]: s["lifecycleStatus"] for s in steps}["02_parse"] == "SUCCEEDED"
+
+
+async def test_a_burst_of_activities_is_bound_in_one_request_and_one_commit(
+    api: Http, live_api: str, tmp_path: Path, e2e_engine: Any
+) -> None:
+    """Five activities that started together: their bindings (each with its STARTED) are one request and
+    one transaction, their ends another (issue: write path, item 3)."""
+    import sqlalchemy as sa
+
+    token = api.service_token("document-parser", "WORKER")
+    reporter = Reporter(ReporterConfig(live_api, token, "document-parser", tmp_path / "outbox.sqlite3"))
+    tasks = [create_workflow(api)["tasks"][0]["taskId"] for _ in range(5)]
+    for i, task_id in enumerate(tasks):  # all queued before the sender runs, as in a fan-out
+        reporter.begin(f"run/burst/{i}", StepBinding(task_id, "02_parse"), 1).completed()
+    commits: list[int] = []
+
+    def counted(conn: Any) -> None:
+        commits.append(1)
+
+    sa.event.listen(e2e_engine, "commit", counted)
+    try:
+        await reporter.start()
+        await reporter.drained(30)
+    finally:
+        sa.event.remove(e2e_engine, "commit", counted)
+        await reporter.stop()
+    assert reporter.delivered == 10 and reporter.dropped == 0
+    assert len(commits) == 2, commits
+    for task_id in tasks:
+        steps = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["steps"]
+        assert {s["stepId"]: s["lifecycleStatus"] for s in steps}["02_parse"] == "SUCCEEDED"

@@ -161,3 +161,83 @@ def test_a_binding_with_its_started_event_writes_each_row_once(
     assert sum(s.startswith("SELECT") for s in statements) == 2, statements  # the lock, the dedup probe
     # lock + probe; step, task; event log (both entries), dedup, feed, outbox; the handle
     assert len([s for s in statements if not s.startswith("BEGIN")]) == 9, statements
+
+
+def _bind_item(task_id: str, step_id: str, started: dict[str, Any] | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {"taskId": task_id, "stepId": step_id, "attempt": 1, "producerId": "document-parser"}
+    if started is not None:
+        item["startedEvent"] = started
+    return {"activate": item}
+
+
+def _started_json() -> dict[str, Any]:
+    return {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": "2026-12-01T10:00:00Z"}
+
+
+def test_a_batch_of_bindings_is_one_transaction_and_each_item_gets_its_own_answer(http: Any, engine: Any) -> None:
+    from tests.support.flows import create_workflow
+
+    tasks = [create_workflow(http)["tasks"][0]["taskId"] for _ in range(3)]
+    items = [
+        _bind_item(tasks[0], "02_parse", _started_json()),
+        _bind_item(tasks[0], "01_prepare", _started_json()),  # two bindings of one task: in order, gap-free
+        _bind_item(tasks[1], "02_parse", _started_json()),
+        _bind_item(tasks[2], "no_such_step", _started_json()),  # refused alone
+        _bind_item(tasks[2], "02_parse"),  # no STARTED: bound, still PENDING
+    ]
+    commits: list[int] = []
+
+    def count(conn: Any) -> None:
+        commits.append(1)
+
+    sa.event.listen(engine, "commit", count)
+    try:
+        answer = http.client.post("/internal/v1/executions:bind", json={"items": items}, headers=http.coordinator)
+    finally:
+        sa.event.remove(engine, "commit", count)
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert len(commits) == 1
+    assert [r["status"] for r in results] == [201, 201, 201, 404, 201]
+    assert results[3]["error"]["code"] == "UNKNOWN_STEP"
+    assert all(r["startedEvent"]["accepted"] for r in results[:3]) and "startedEvent" not in results[4]
+    first, second = (int(r["startedEvent"]["taskVersion"]) for r in results[:2])
+    assert second == first + 2  # the second binding and its STARTED came after the first's
+    timeline = http.client.get(f"/api/tasks/{tasks[0]}/events", headers=http.user("user-1")).json()["events"]
+    versions = [int(e["taskVersion"]) for e in timeline]
+    assert versions == list(range(versions[0], versions[0] + len(versions)))
+    snapshot = http.client.get(f"/api/tasks/{tasks[2]}", headers=http.user("user-1")).json()
+    assert {s["stepId"]: s["lifecycleStatus"] for s in snapshot["steps"]}["02_parse"] == "PENDING"
+    # The same batch again (a lost answer): the same executions, the STARTEDs duplicates.
+    again = http.client.post("/internal/v1/executions:bind", json={"items": items}, headers=http.coordinator).json()
+    assert [r["status"] for r in again["results"]] == [200, 200, 200, 404, 200]
+    assert [r.get("executionId") for r in again["results"]] == [r.get("executionId") for r in results]
+    assert all(r["startedEvent"]["duplicate"] for r in again["results"][:3])
+
+
+def test_a_batch_of_bindings_costs_the_same_statements_for_2_or_8_bindings(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    def batch(n: int) -> list[str]:
+        tasks = [create_task(service, coordinator) for _ in range(n)]
+        for task_id in tasks:  # cached, as in steady state
+            activate(service, coordinator, task_id, "01_prepare", started=_started())
+        items = [
+            (coordinator, c.ActivateStep(task_id, "02_parse", 1, "document-parser", started=_started()))
+            for task_id in tasks
+        ]
+        seen: list[str] = []
+
+        def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            seen.append(statement.split()[0].upper())
+
+        sa.event.listen(service.db.engine, "before_cursor_execute", record)
+        try:
+            outcomes = service.bind_executions(items)
+        finally:
+            sa.event.remove(service.db.engine, "before_cursor_execute", record)
+        assert all(not isinstance(o, BaseException) and o.started and o.started["accepted"] for o in outcomes), outcomes
+        return seen
+
+    batch(1)  # the operation's definition is frozen once
+    assert batch(2) == batch(8)
