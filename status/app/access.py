@@ -13,8 +13,8 @@ from typing import Any
 
 from status.app import outbox
 from status.app.context import AppContext, lock_task_for
-from status.app.events import load_view
 from status.app.ports import Stores, UnitOfWork
+from status.app.views import load_view
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
 from status.domain.ids import is_principal_id

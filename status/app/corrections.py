@@ -12,8 +12,8 @@ from typing import Any
 
 from status.app import outbox
 from status.app.context import AppContext, check_key, content_hash, require
-from status.app.events import locked_view
 from status.app.ports import UnitOfWork
+from status.app.views import locked_view
 from status.domain.aggregate import affects_workflow
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.corrections import Correction, apply_correction

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -27,8 +26,10 @@ from status.app import commands as c
 from status.app import outbox
 from status.app.binding import check_envelope, resolve_binding
 from status.app.context import RUN_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
-from status.app.ports import Stores, UnitOfWork
+from status.app.group import Group
+from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView, view_of
+from status.app.views import locked_view
 from status.domain import ids
 from status.domain.aggregate import affects_workflow
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
@@ -56,73 +57,6 @@ from status.domain.rules import (
 )
 
 Outcomes = list[dict[str, Any] | BaseException]
-
-
-@dataclass
-class Group:
-    """What a group of events has staged in its open transaction."""
-
-    handles: dict[str, Any] = field(default_factory=dict)  # handle hash -> row
-    revoked: dict[str, str] = field(default_factory=dict)  # execution id -> reason, revoked in this group
-    # (tenant, event id) -> (hash, result): a group may hold several tenants' events
-    seen: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
-    views: dict[str, TaskView] = field(default_factory=dict)  # task id -> view after this group's changes
-    # Read up front, once for the whole group (see EventCommands._prepare):
-    locked: dict[str, int] = field(default_factory=dict)  # task id -> version, row locked by this group
-    stored: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict)  # committed dedup entries
-    loaded: dict[str, TaskView] = field(default_factory=dict)  # views read for cache misses
-    probed: set[tuple[str, str]] = field(default_factory=set)  # the (tenant, eventId)s looked up
-    # Written once, at the end: each row's state as read and as the group left it.
-    task_rows: dict[str, tuple[TaskState | None, TaskState]] = field(default_factory=dict)
-    step_rows: dict[tuple[str, str, int], tuple[StepState | None, StepState]] = field(default_factory=dict)
-    new_steps: dict[tuple[str, str, int], StepState] = field(default_factory=dict)  # inserted with their final state
-    revoked_at: datetime | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    dedups: list[dict[str, Any]] = field(default_factory=list)
-    changes: list[dict[str, Any]] = field(default_factory=list)
-    outbox: list[dict[str, Any]] = field(default_factory=list)
-    notifications: list[dict[str, Any]] = field(default_factory=list)
-
-    def write_task(self, before: TaskState | None, after: TaskState) -> None:
-        first = self.task_rows.get(after.task_id)
-        self.task_rows[after.task_id] = (first[0] if first else before, after)
-
-    def write_step(self, before: StepState | None, after: StepState) -> None:
-        key = (after.task_id, after.step_id, after.attempt)
-        if key in self.new_steps:  # not in the table yet: it goes in as the group leaves it
-            self.new_steps[key] = after
-            return
-        first = self.step_rows.get(key)
-        self.step_rows[key] = (first[0] if first else before, after)
-
-    def insert_step(self, step: StepState) -> None:
-        self.new_steps[(step.task_id, step.step_id, step.attempt)] = step
-
-    def revoke(self, execution_id: str | None, reason: str, now: datetime) -> None:
-        """Revoked at the flush; later events of the group already see it (``resolve_binding``)."""
-        if execution_id is not None:
-            self.revoked.setdefault(execution_id, reason)
-            self.revoked_at = self.revoked_at or now
-
-    # The event sink of ``outbox.service_event``: a service-written entry joins the group's inserts.
-    def insert_events(self, rows: Sequence[dict[str, Any]]) -> None:
-        self.events += rows
-
-    def insert_changes(self, rows: Sequence[dict[str, Any]]) -> None:
-        self.changes += rows
-
-    def flush(self, uow: UnitOfWork) -> None:
-        """The group's writes: one statement per table, whatever the number of events and tasks."""
-        uow.tasks.insert_steps(list(self.new_steps.values()))
-        uow.tasks.write_steps(list(self.step_rows.values()))
-        uow.tasks.write_tasks(list(self.task_rows.values()))
-        if self.revoked and self.revoked_at is not None:
-            uow.tasks.revoke_many(self.revoked, self.revoked_at)
-        uow.log.insert_events(self.events)
-        uow.log.insert_dedups(self.dedups)
-        uow.log.insert_changes(self.changes)
-        uow.log.insert_notifications(self.notifications)
-        uow.log.insert_outbox(self.outbox)
 
 
 log = logs.get("status.events")
@@ -645,44 +579,6 @@ class EventCommands:
         for body in (cmd.data, cmd.summary):
             if body is not None and len(json.dumps(body.value, default=str)) > limit:
                 raise TooLarge(f"data is larger than {limit} bytes; send a resultRef instead")
-
-
-def locked_view(
-    ctx: AppContext,
-    uow: Stores,
-    task_id: str,
-    owner: tuple[str, str],
-    *,
-    event_id: str = "",
-    staged: dict[str, TaskView] | None = None,
-) -> tuple[TaskView, tuple[str, Any] | None]:
-    """Lock a task; its view at the locked version, and ``event_id``'s stored dedup entry.
-
-    The view comes from ``staged`` (this transaction's own changes), the cache,
-    or — a miss — one read of the task row, its steps and its viewers.  A task
-    of another tenant or scope (``owner``) does not exist for the caller.
-    """
-    row = uow.tasks.lock_version(task_id, event_id)
-    if row is None:
-        raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-    version, stored_hash, stored_result = row
-    stored = (stored_hash, stored_result) if stored_hash is not None else None
-    view = (staged or {}).get(task_id)
-    if view is None or view.version != version:
-        view = ctx.steps.get(task_id, version)
-    if view is None:
-        task = uow.tasks.load(task_id)
-        assert task is not None  # locked above
-        view = load_view(uow, task)
-    if (view.task.tenant_id, view.task.authority_scope) != owner:
-        raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-    return view, stored
-
-
-def load_view(uow: Stores, task: TaskState) -> TaskView:
-    """Every step and USER viewer of a locked task, read once (a cache miss)."""
-    viewers = outbox.viewers_of(task, uow.tasks.acl_users(task.task_id))
-    return view_of(task, uow.tasks.steps_of(task.task_id), viewers)
 
 
 def _operation_of(view: TaskView, step_id: str | None) -> str | None:

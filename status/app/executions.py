@@ -21,9 +21,11 @@ from status.app.context import (
     operation,
     require_binder,
 )
-from status.app.events import EventCommands, Group, locked_view, rejection
+from status.app.events import EventCommands, rejection
+from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView
+from status.app.views import locked_view
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity

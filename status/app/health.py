@@ -15,7 +15,8 @@ from typing import Any
 from status import logs
 from status.app import commands as c
 from status.app.context import HEALTH_PRODUCER, RUN_PRODUCER, AppContext, require
-from status.app.events import EventCommands, Group
+from status.app.events import EventCommands
+from status.app.group import Group
 from status.app.ports import Stores, UnitOfWork
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal

@@ -17,10 +17,10 @@ from status.app.context import (
     operation,
     require,
 )
-from status.app.events import load_view
 from status.app.external_refs import attach_in, check_refs
 from status.app.ports import UnitOfWork
 from status.app.step_cache import view_of
+from status.app.views import load_view
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy

@@ -1,0 +1,85 @@
+"""What a group of events (or bindings) stages in its open transaction, written once at its end.
+
+Events of one group are decided one after the other in memory, each seeing the state the
+previous one left (``views``); what they change is kept as each row's state as read and as the
+group leaves it, plus the insert-only rows, so the flush costs one statement per table whatever
+the number of events and tasks (``status.infra.stores.tasks``, ``status.infra.stores.bulk``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from status.app.ports import UnitOfWork
+from status.app.step_cache import TaskView
+from status.domain.model import StepState, TaskState
+
+
+@dataclass
+class Group:
+    """What a group of events has staged in its open transaction."""
+
+    handles: dict[str, Any] = field(default_factory=dict)  # handle hash -> row
+    revoked: dict[str, str] = field(default_factory=dict)  # execution id -> reason, revoked in this group
+    # (tenant, event id) -> (hash, result): a group may hold several tenants' events
+    seen: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    views: dict[str, TaskView] = field(default_factory=dict)  # task id -> view after this group's changes
+    # Read up front, once for the whole group (see EventCommands._prepare):
+    locked: dict[str, int] = field(default_factory=dict)  # task id -> version, row locked by this group
+    stored: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict)  # committed dedup entries
+    loaded: dict[str, TaskView] = field(default_factory=dict)  # views read for cache misses
+    probed: set[tuple[str, str]] = field(default_factory=set)  # the (tenant, eventId)s looked up
+    # Written once, at the end: each row's state as read and as the group left it.
+    task_rows: dict[str, tuple[TaskState | None, TaskState]] = field(default_factory=dict)
+    step_rows: dict[tuple[str, str, int], tuple[StepState | None, StepState]] = field(default_factory=dict)
+    new_steps: dict[tuple[str, str, int], StepState] = field(default_factory=dict)  # inserted with their final state
+    revoked_at: datetime | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    dedups: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    notifications: list[dict[str, Any]] = field(default_factory=list)
+
+    def write_task(self, before: TaskState | None, after: TaskState) -> None:
+        first = self.task_rows.get(after.task_id)
+        self.task_rows[after.task_id] = (first[0] if first else before, after)
+
+    def write_step(self, before: StepState | None, after: StepState) -> None:
+        key = (after.task_id, after.step_id, after.attempt)
+        if key in self.new_steps:  # not in the table yet: it goes in as the group leaves it
+            self.new_steps[key] = after
+            return
+        first = self.step_rows.get(key)
+        self.step_rows[key] = (first[0] if first else before, after)
+
+    def insert_step(self, step: StepState) -> None:
+        self.new_steps[(step.task_id, step.step_id, step.attempt)] = step
+
+    def revoke(self, execution_id: str | None, reason: str, now: datetime) -> None:
+        """Revoked at the flush; later events of the group already see it (``resolve_binding``)."""
+        if execution_id is not None:
+            self.revoked.setdefault(execution_id, reason)
+            self.revoked_at = self.revoked_at or now
+
+    # The event sink of ``outbox.service_event``: a service-written entry joins the group's inserts.
+    def insert_events(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.events += rows
+
+    def insert_changes(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.changes += rows
+
+    def flush(self, uow: UnitOfWork) -> None:
+        """The group's writes: one statement per table, whatever the number of events and tasks."""
+        uow.tasks.insert_steps(list(self.new_steps.values()))
+        uow.tasks.write_steps(list(self.step_rows.values()))
+        uow.tasks.write_tasks(list(self.task_rows.values()))
+        if self.revoked and self.revoked_at is not None:
+            uow.tasks.revoke_many(self.revoked, self.revoked_at)
+        uow.log.insert_events(self.events)
+        uow.log.insert_dedups(self.dedups)
+        uow.log.insert_changes(self.changes)
+        uow.log.insert_notifications(self.notifications)
+        uow.log.insert_outbox(self.outbox)
