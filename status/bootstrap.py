@@ -18,9 +18,11 @@ import sqlalchemy as sa
 
 from status.app.group_commit import GroupCommitter
 from status.app.projection import WorkflowProjection
+from status.app.readiness import ReadinessMonitor
 from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import StatusService
 from status.domain.clock import utcnow
+from status.domain.readiness import ReadinessPolicy
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
@@ -88,6 +90,12 @@ class Components:
     @cached_property
     def publisher(self) -> CentrifugoApi:
         return CentrifugoApi(self.settings.centrifugo_api_url, self.settings.centrifugo_api_key)
+
+    @cached_property
+    def readiness(self) -> ReadinessMonitor:
+        s = self.settings
+        policy = ReadinessPolicy(s.readiness_fail_after, s.readiness_recover_after, s.readiness_interval_ms / 1000)
+        return ReadinessMonitor(policy, self.database.ping)
 
     def projection(self) -> WorkflowProjection:
         return WorkflowProjection(self.database, self.clock)

@@ -144,6 +144,14 @@ class Settings:
     # A task RUNNING longer than this (or an attempt longer than its operation's maxRuntimeSeconds)
     # is listed as overdue (task-observer overdue, the overdue_tasks gauge).
     overdue_after_seconds: int = 24 * 3600
+    # /readyz: unready after this many failed database probes in a row, ready again after this many
+    # successes in a row; probes at most every interval (health checks share the answer).
+    readiness_fail_after: int = 3
+    readiness_recover_after: int = 2
+    readiness_interval_ms: int = 2000
+    # On SIGTERM a replica reports unready for this long (the load balancer stops sending it new
+    # requests), then stops accepting and finishes what is in flight.
+    drain_seconds: float = 5.0
 
     @property
     def followed_namespaces(self) -> tuple[str, ...]:
@@ -225,4 +233,8 @@ class Settings:
             temporal_api_key=_env("TEMPORAL_API_KEY"),
             run_follow_interval_ms=max(100, _int("RUN_FOLLOW_INTERVAL_MS", 1000)),
             overdue_after_seconds=max(1, _int("OVERDUE_AFTER_SECONDS", 24 * 3600)),
+            readiness_fail_after=max(1, _int("READINESS_FAIL_AFTER", 3)),
+            readiness_recover_after=max(1, _int("READINESS_RECOVER_AFTER", 2)),
+            readiness_interval_ms=max(0, _int("READINESS_INTERVAL_MS", 2000)),
+            drain_seconds=max(0.0, float(_env("DRAIN_SECONDS", "5") or "5")),
         )

@@ -513,15 +513,14 @@ def app_of(parts: Components) -> Starlette:
         return JSONResponse({"status": "ok"})
 
     async def readyz(_: Request) -> JSONResponse:
-        def ping() -> None:
-            with engine.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
-
-        try:
-            await run_in_threadpool(ping)
-        except sa.exc.SQLAlchemyError:
-            return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503)
-        return JSONResponse({"status": "ok", "database": "up"})
+        # Hysteresis and draining (status.domain.readiness): one failed probe is no reason to leave
+        # the load balancer, and a replica that received SIGTERM says so before it stops.
+        state = await run_in_threadpool(parts.readiness.check)
+        database = "up" if state.failures == 0 and state.started else "down"
+        if state.ready:
+            return JSONResponse({"status": "ok", "database": database})
+        status = "draining" if state.draining else "unavailable"
+        return JSONResponse({"status": status, "database": database, "reason": state.reason}, status_code=503)
 
     async def openapi_json(_: Request) -> JSONResponse:
         return JSONResponse(openapi)
@@ -569,4 +568,5 @@ def app_of(parts: Components) -> Starlette:
     app.state.engine = engine
     app.state.service = service
     app.state.api = api
+    app.state.parts = parts
     return app

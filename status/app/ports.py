@@ -472,6 +472,10 @@ class Database(Protocol):
         """``run``, once more after a ``DuplicateKey`` (the re-run sees the concurrent winner)."""
         ...
 
+    def ping(self) -> None:
+        """One round trip to the database; raises when it cannot serve."""
+        ...
+
     def reading(self) -> AbstractContextManager[Stores]:
         """Stores for reads outside a write (one connection, nothing committed)."""
         ...

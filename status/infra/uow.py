@@ -207,6 +207,10 @@ class SqlDatabase:
         except DuplicateKey:
             return self.run(work)
 
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+
     @contextmanager
     def reading(self) -> Iterator[SqlStores]:
         with self.engine.connect() as conn:
