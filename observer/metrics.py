@@ -10,6 +10,11 @@ OUTBOX_ROWS = Gauge("outbox_rows", "Outbox rows by status", ["status"], registry
 OLDEST_PENDING_AGE = Gauge(
     "outbox_oldest_pending_age_seconds", "Age of the oldest PENDING outbox row", registry=REGISTRY
 )
+OLDEST_MUST_DELIVER_AGE = Gauge(
+    "outbox_oldest_must_deliver_pending_age_seconds",
+    "Age of the oldest PENDING must-deliver outbox row (a terminal state, a failure, a notice not yet published)",
+    registry=REGISTRY,
+)
 COMMIT_TO_PUBLISH = Histogram(
     "state_commit_to_publish_seconds",
     "From the outbox row's commit to Centrifugo accepting the publication",

@@ -368,16 +368,19 @@ class OutboxRelay:
 
     def update_gauges(self) -> dict[str, float]:
         now = self.now()
-        counts, oldest = self.store.waiting()
+        counts, oldest, oldest_must = self.store.waiting()
         age = (now - oldest).total_seconds() if oldest is not None else 0.0
+        must_age = (now - oldest_must).total_seconds() if oldest_must is not None else 0.0
         for status in ("PENDING", "PROCESSING", "DEAD"):
             metrics.OUTBOX_ROWS.labels(status=status.lower()).set(counts.get(status, 0))
         metrics.OLDEST_PENDING_AGE.set(max(0.0, age))
+        metrics.OLDEST_MUST_DELIVER_AGE.set(max(0.0, must_age))
         return {
             "pending": counts.get("PENDING", 0),
             "processing": counts.get("PROCESSING", 0),
             "dead": counts.get("DEAD", 0),
             "oldest_pending_age_seconds": age,
+            "oldest_must_deliver_age_seconds": must_age,
         }
 
 

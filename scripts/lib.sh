@@ -6,6 +6,8 @@ RUN_DIR="$CACHE_DIR/run"
 BIN_DIR="$CACHE_DIR/bin"
 VENV_DIR="${TASK_OBSERVER_VENV:-$REPO_ROOT/.venv}"
 CENTRIFUGO_VERSION="6.9.1"
+# promtool (the alert rules' unit tests), from the Prometheus Go module of this version.
+PROMETHEUS_VERSION="0.316.0"
 mkdir -p "$RUN_DIR" "$BIN_DIR"
 
 log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }

@@ -516,6 +516,8 @@ def app_of(parts: Components) -> Starlette:
         # Hysteresis and draining (status.domain.readiness): one failed probe is no reason to leave
         # the load balancer, and a replica that received SIGTERM says so before it stops.
         state = await run_in_threadpool(parts.readiness.check)
+        metrics.READY.set(1 if state.ready else 0)
+        metrics.DRAINING.set(1 if state.draining else 0)
         database = "up" if state.failures == 0 and state.started else "down"
         if state.ready:
             return JSONResponse({"status": "ok", "database": database})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from status.infra.metrics import REGISTRY
 
@@ -16,6 +16,10 @@ INGEST_SECONDS = Histogram(
     registry=REGISTRY,
 )
 HEARTBEATS = Counter("task_status_heartbeats_total", "Heartbeat items by result", ["result"], registry=REGISTRY)
+READY = Gauge(
+    "task_status_ready", "1 while this replica's /readyz answers ready (last health check)", registry=REGISTRY
+)
+DRAINING = Gauge("task_status_draining", "1 once this replica drains (SIGTERM received)", registry=REGISTRY)
 GRPC_CALLS = Counter(
     "task_status_grpc_calls_total",
     "gRPC adapter calls by method and result code",

@@ -193,8 +193,9 @@ class OutboxStore:
                 conn.execute(sa.delete(ot).where(ot.c.id.in_(ids)))
         return len(ids)
 
-    def waiting(self) -> tuple[dict[str, int], datetime | None]:
-        """Rows by status (PENDING, PROCESSING, DEAD) and the oldest PENDING row's commit time."""
+    def waiting(self) -> tuple[dict[str, int], datetime | None, datetime | None]:
+        """Rows by status (PENDING, PROCESSING, DEAD), and the commit time of the oldest PENDING row
+        and of the oldest PENDING must-deliver row (terminal states, notices: what users must see)."""
         with self.engine.connect() as conn:
             counts: dict[str, int] = dict(
                 conn.execute(
@@ -204,7 +205,12 @@ class OutboxStore:
                 ).all()
             )
             oldest = conn.execute(sa.select(sa.func.min(ot.c.created_at)).where(ot.c.status == "PENDING")).scalar()
-        return counts, oldest
+            oldest_must = conn.execute(
+                sa.select(sa.func.min(ot.c.created_at)).where(
+                    ot.c.status == "PENDING", ot.c.must_deliver.is_(sa.true())
+                )
+            ).scalar()
+        return counts, oldest, oldest_must
 
 
 def retrying(work: Callable[[], T]) -> T:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -148,3 +149,35 @@ def test_retention_purges_old_rows_in_bounded_batches(service: StatusService, co
             sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
         ).scalar_one()
     assert remaining == 0
+
+
+def test_the_gauges_tell_apart_what_users_must_see_from_what_may_be_coalesced(tmp_path: Path) -> None:
+    """``outbox_oldest_must_deliver_pending_age_seconds`` backs the alert "a terminal state is committed
+    but not published" (issue: running it in production, item 1)."""
+    from status.infra import migrate
+    from status.infra import repository as repo
+    from status.infra.db import create_engine
+
+    url = f"sqlite:///{tmp_path / 'gauges.sqlite3'}"
+    migrate.upgrade(url)
+    engine = create_engine(url)
+    now = utcnow()
+    row = {
+        "aggregate_type": "TASK",
+        "aggregate_version": 1,
+        "channel": "task_user:t/u",
+        "projection": "USER_SUMMARY",
+        "payload": {},
+        "available_at": now,
+    }
+    with engine.begin() as conn:
+        repo.insert_outbox(conn, [{**row, "aggregate_id": "tsk_progress", "created_at": now - timedelta(seconds=90)}])
+        repo.insert_outbox(
+            conn,
+            [{**row, "aggregate_id": "tsk_failed", "must_deliver": True, "created_at": now - timedelta(seconds=30)}],
+        )
+    gauges = OutboxRelay(engine, None, "gauges", clock=lambda: now).update_gauges()  # type: ignore[arg-type]
+    assert gauges["pending"] == 2
+    assert 89 <= gauges["oldest_pending_age_seconds"] <= 91
+    assert 29 <= gauges["oldest_must_deliver_age_seconds"] <= 31
+    engine.dispose()
