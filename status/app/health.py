@@ -107,13 +107,13 @@ class HealthCommands:
                 if handle is None:
                     reject(ErrorCode.TOKEN_REVOKED)
                     continue
-                if handle.producer_id != caller.producer_id:
-                    reject(ErrorCode.PRODUCER_MISMATCH, handle.execution_id)
+                if handle["producer_id"] != caller.producer_id:
+                    reject(ErrorCode.PRODUCER_MISMATCH, handle["execution_id"])
                     continue
-                if handle.expires_at <= now:
-                    reject(ErrorCode.TOKEN_EXPIRED, handle.execution_id)
+                if handle["expires_at"] <= now:
+                    reject(ErrorCode.TOKEN_EXPIRED, handle["execution_id"])
                     continue
-                key = (handle.task_id, handle.step_id, handle.step_attempt, handle.execution_id)
+                key = (handle["task_id"], handle["step_id"], handle["step_attempt"], handle["execution_id"])
             elif hb.execution_token:
                 try:
                     claims = self.ctx.tokens.verify(hb.execution_token, now)

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from status.domain.lifecycle import Health, Lifecycle
 from status.infra import tables as t
+from status.infra.stores.tasks import handles_by_hash
 
 ts, st = t.task_step, t.task_step_temporal
 
@@ -20,22 +21,7 @@ class SqlHeartbeatStore:
 
     def handles(self, hashes: Iterable[str]) -> dict[str, Any]:
         """Execution handles by hash (task, step, attempt, execution, producer, expiry)."""
-        wanted = sorted(set(hashes))
-        if not wanted:
-            return {}
-        h = t.task_execution_handle
-        rows = self._conn.execute(
-            sa.select(
-                h.c.handle_hash,
-                h.c.task_id,
-                h.c.step_id,
-                h.c.step_attempt,
-                h.c.execution_id,
-                h.c.producer_id,
-                h.c.expires_at,
-            ).where(h.c.handle_hash.in_(wanted))
-        )
-        return {row.handle_hash: row for row in rows}
+        return handles_by_hash(self._conn, hashes)
 
     def tasks_of(self, task_ids: list[str], tenant_id: str, scope: str) -> set[str]:
         """Which of these tasks belong to a tenant's scope (chunks of 500 ids)."""

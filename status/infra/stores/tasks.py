@@ -27,6 +27,14 @@ _HANDLES = sa.select(
 ).where(t.task_execution_handle.c.handle_hash.in_(sa.bindparam("_hashes", expanding=True)))
 
 
+def handles_by_hash(conn: sa.Connection, hashes: Iterable[str]) -> dict[str, Any]:
+    """Execution handles by hash: task, step, attempt, execution, producer, expiry, revocation."""
+    wanted = sorted(set(hashes))
+    if not wanted:
+        return {}
+    return {r["handle_hash"]: r for r in conn.execute(_HANDLES, {"_hashes": wanted}).mappings()}
+
+
 class SqlTaskStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
@@ -206,10 +214,7 @@ class SqlTaskStore:
         return repo.acl_users(self._conn, task_id)
 
     def handles(self, hashes: Iterable[str]) -> dict[str, Row]:
-        wanted = sorted(set(hashes))
-        if not wanted:
-            return {}
-        return {r["handle_hash"]: r for r in self._conn.execute(_HANDLES, {"_hashes": wanted}).mappings()}
+        return handles_by_hash(self._conn, hashes)
 
     def revoke_handles(self, execution_id: str | None, reason: str, now: datetime) -> None:
         repo.revoke_handles(self._conn, execution_id, reason, now)
