@@ -52,7 +52,7 @@ from status.app import commands as c
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import Components
 from status.domain.auth import ServicePrincipal, UserPrincipal
-from status.domain.errors import DomainError, Invalid, Unauthenticated, Unavailable
+from status.domain.errors import DomainError, Invalid, Unauthenticated
 from status.infra.metrics import REGISTRY
 from status.settings import Settings
 
@@ -145,10 +145,15 @@ class Api:
                     }
                 )
             elif isinstance(outcome, BaseException):
+                # As the same binding alone would be answered: retryable only when retrying can help.
                 transient = unexpected_error(outcome)
-                log.error("a binding of a batch failed", code=type(outcome).__name__)
-                error = transient or Unavailable("this binding could not be applied; send it again")
-                results.append({**error_body(error.code.value, error.message, True), "status": status_for(error)})
+                if transient is not None:
+                    results.append(
+                        {**error_body(transient.code.value, transient.message, True), "status": status_for(transient)}
+                    )
+                else:
+                    log.error("a binding of a batch failed", code=type(outcome).__name__)
+                    results.append({**error_body("INTERNAL", "internal error (reported to operators)"), "status": 500})
             else:
                 results.append({**outcome.to_json(), "status": 201 if outcome.created else 200})
         return JSONResponse({"results": results})

@@ -241,3 +241,28 @@ def test_a_batch_of_bindings_costs_the_same_statements_for_2_or_8_bindings(
 
     batch(1)  # the operation's definition is frozen once
     assert batch(2) == batch(8)
+
+
+def test_a_poison_binding_does_not_take_its_neighbours_down(
+    service: StatusService, coordinator: ServicePrincipal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from status.app.executions import ExecutionCommands
+
+    tasks = [create_task(service, coordinator) for _ in range(3)]
+    original = ExecutionCommands._stage_activation
+
+    def poisoned(self: Any, uow: Any, group: Any, view: Any, now: Any, caller: Any, cmd: Any) -> Any:
+        if cmd.task_id == tasks[1]:
+            raise RuntimeError("a fault of ours, for this item only")
+        return original(self, uow, group, view, now, caller, cmd)
+
+    monkeypatch.setattr(ExecutionCommands, "_stage_activation", poisoned)
+    items = [(coordinator, c.ActivateStep(t, "02_parse", 1, "document-parser", started=_started())) for t in tasks]
+    outcomes = service.bind_executions(items)
+    assert isinstance(outcomes[1], RuntimeError)
+    for outcome in (outcomes[0], outcomes[2]):
+        assert not isinstance(outcome, BaseException) and outcome.started and outcome.started["accepted"]
+    monkeypatch.undo()
+    # Nothing of the failed group stayed behind: the neighbours are bound once (a replay is idempotent).
+    again = service.bind_executions(items)
+    assert [o.created for o in again if not isinstance(o, BaseException)] == [False, True, False]
