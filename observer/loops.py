@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from observer import metrics
@@ -27,8 +29,10 @@ from observer.relay import OutboxRelay
 from observer.runs import RunFollower
 from status import logs
 from status.app.service import StatusService
+from status.domain.retention import RetentionPolicy, cutoff
 from status.domain.silence import ingest_silent
 from status.infra import retention
+from status.infra.archive import ArchiveError, ArchiveWriter
 from status.infra.outbox_store import is_database_error
 
 if TYPE_CHECKING:
@@ -52,31 +56,87 @@ class LoopConfig:
     retention_interval: float = 60.0
     run_follow_interval: float = 1.0  # how often Temporal's closed runs are read (observer/runs.py)
     lease_check_interval: float = 10.0  # outbox gauges, and rows older relays left in flight
-    outbox_retention: timedelta = timedelta(hours=24)
-    dedup_retention: timedelta = timedelta(days=7)
-    event_retention: timedelta = timedelta(days=30)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    # Event-log and correction rows are archived here before they are deleted (None: never deleted).
+    archive_dir: Path | None = None
     retention_batch: int = 5000
+    # A pass stops after this many batches per kind of data (the next pass goes on from the watermark).
+    retention_batches_per_pass: int = 20
 
 
 class Retention:
-    """Bounded purges of dedup results and old events (R16); published outbox rows via the relay."""
+    """R16, seed §15.1/§15.6: each kind of data purged past its own window, in bounded batches
+    that walk a watermark; the event log and corrections are archived (``status.infra.archive``),
+    read back and checked, and only then deleted.  Published outbox rows go through the relay."""
+
+    # Archived before they are deleted: the audit trail.
+    ARCHIVED = ("task_event_log", "task_correction")
 
     def __init__(self, engine: sa.Engine, relay: OutboxRelay, config: LoopConfig) -> None:
         self.engine = engine
         self.relay = relay
         self.config = config
+        self.archive = ArchiveWriter(config.archive_dir) if config.archive_dir is not None else None
+        self._warned = False
 
     def run_once(self) -> dict[str, int]:
         now = self.relay.now()
-        purged = {"task_outbox": self.relay.purge_published(self.config.outbox_retention, self.config.retention_batch)}
-        for table, window in (
-            ("task_event_dedup", self.config.dedup_retention),
-            ("task_event_log", self.config.event_retention),
-        ):
-            purged[table] = retention.purge_older(self.engine, table, now - window, self.config.retention_batch)
-            metrics.PURGED.labels(table=table).inc(purged[table])
-        retention.purge_expired_grants(self.engine, now)
+        policy, batch, engine = self.config.retention, self.config.retention_batch, self.engine
+        purges: dict[str, tuple[timedelta | None, Callable[[datetime], int]]] = {
+            "task_outbox": (policy.outbox, partial(self.relay.purge_published, batch=batch)),
+            "task_event_dedup": (
+                policy.dedup,
+                partial(retention.purge_older, engine, "task_event_dedup", batch=batch, now=now),
+            ),
+            "user_notification": (
+                policy.notifications,
+                partial(retention.purge_older, engine, "user_notification", batch=batch, now=now),
+            ),
+            "task_event_log": (policy.events, partial(self._archive_then_delete, "task_event_log", now=now)),
+            "task_correction": (policy.corrections, partial(self._archive_then_delete, "task_correction", now=now)),
+            "task": (policy.terminal_tasks, partial(retention.purge_terminal_tasks, engine, batch=batch, now=now)),
+            "workflow": (policy.terminal_tasks, partial(retention.purge_finished_workflows, engine, batch=batch)),
+        }
+        purged: dict[str, int] = {}
+        for name, (window, purge) in purges.items():
+            bound = cutoff(now, window)
+            purged[name] = 0 if bound is None else self._batches(purge, bound)
+            if name != "task_outbox":  # the relay counts its own
+                metrics.PURGED.labels(table=name).inc(purged[name])
+        retention.purge_expired_grants(engine, now)
+        for name, position in retention.watermarks(engine).items():
+            metrics.RETENTION_WATERMARK.labels(purge=name).set(position.replace(tzinfo=UTC).timestamp())
         return purged
+
+    def _batches(self, one: Callable[[datetime], int], bound: datetime) -> int:
+        """Run ``one`` batch after another while they come back full, at most the configured number."""
+        total = 0
+        for _ in range(self.config.retention_batches_per_pass):
+            done = one(bound)
+            total += done
+            if done < self.config.retention_batch:
+                break
+        return total
+
+    def _archive_then_delete(self, name: str, bound: datetime, *, now: datetime) -> int:
+        if self.archive is None:
+            if not self._warned:
+                self._warned = True
+                log.warning("no archive directory: event-log and correction rows are kept past their retention")
+            return 0
+        rows = retention.oldest_rows(self.engine, name, bound, self.config.retention_batch)
+        if not rows:
+            return 0
+        aged = retention.AGED[name]
+        try:
+            archived = self.archive.write(name, rows, aged.key, aged.dated_by, now)
+        except (ArchiveError, OSError) as exc:
+            metrics.ARCHIVE_FAILURES.labels(table=name).inc()
+            log.error("archive failed; nothing was deleted", extra={"table": name, "error": str(exc)})
+            return 0
+        metrics.ARCHIVED.labels(table=name).inc(archived.rows)
+        # Fewer than archived when another observer's pass deleted them first: the batch stops here.
+        return retention.delete_rows(self.engine, name, rows, bound, now)
 
 
 class Reconciler:

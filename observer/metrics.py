@@ -27,6 +27,24 @@ COALESCED = Counter("relay_coalesced_total", "Superseded summaries skipped under
 DEAD = Counter("relay_dead_total", "Outbox rows that went DEAD", registry=REGISTRY)
 PUBLISH_ERRORS = Counter("relay_publish_errors_total", "Failed publications by class", ["kind"], registry=REGISTRY)
 PURGED = Counter("retention_purged_total", "Rows deleted by retention", ["table"], registry=REGISTRY)
+ARCHIVED = Counter(
+    "retention_archived_rows_total",
+    "Rows written to verified archive files before deletion",
+    ["table"],
+    registry=REGISTRY,
+)
+ARCHIVE_FAILURES = Counter(
+    "retention_archive_failures_total",
+    "Archive batches that could not be written or did not read back as written (nothing was deleted)",
+    ["table"],
+    registry=REGISTRY,
+)
+RETENTION_WATERMARK = Gauge(
+    "retention_watermark_timestamp_seconds",
+    "Date of the newest row each retention purge has removed (unix seconds)",
+    ["purge"],
+    registry=REGISTRY,
+)
 RECONCILER_TRANSITIONS = Counter(
     "reconciler_transitions_total", "Health transitions committed by the reconciler", ["to"], registry=REGISTRY
 )

@@ -90,6 +90,8 @@ class RelayConfig:
     # partition_lease_seconds without renewal (a crashed relay's partitions move on then).
     partition_lease_seconds: float = 10.0
     partition_renew_seconds: float = 3.0
+    # Share of publications logged with their correlation fields (by eventId, as the API samples).
+    log_sample: float = 0.0
 
 
 class OutboxRelay:
@@ -332,11 +334,22 @@ class OutboxRelay:
         for row in rows:
             if row.id in skipped:
                 result.coalesced += 1
+        sample = self.config.log_sample
         for row, outcome in zip(sent, outcomes, strict=True):
             if outcome.ok:
                 lag = (now - row.created_at).total_seconds()
                 result.lag_seconds.append(lag)
                 metrics.COMMIT_TO_PUBLISH.observe(max(0.0, lag))
+                if sample and logs.sampled(row.event_id, sample):
+                    log.info(
+                        "published",
+                        outboxId=row.id,
+                        channel=row.channel,
+                        projection=row.projection,
+                        eventId=row.event_id,
+                        taskId=row.aggregate_id if row.aggregate_type == "TASK" else None,
+                        taskVersion=row.aggregate_version,
+                    )
         result.published = len(published) - len(skipped)
         result.retried = len(retry)
         result.dead = len(dead)
@@ -360,9 +373,9 @@ class OutboxRelay:
         return random.uniform(ceiling / 2, ceiling)
 
     # ------------------------------------------------------------ retention and gauges
-    def purge_published(self, older_than: timedelta, batch: int = 5000) -> int:
-        """Delete PUBLISHED rows past the retention window, in bounded batches (R16)."""
-        purged = self.store.purge_published(self.now() - older_than, batch)
+    def purge_published(self, cutoff: datetime, batch: int = 5000) -> int:
+        """Delete at most ``batch`` PUBLISHED rows published before ``cutoff`` (R16)."""
+        purged = self.store.purge_published(cutoff, batch)
         metrics.PURGED.labels(table="task_outbox").inc(purged)
         return purged
 

@@ -10,7 +10,6 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import IO
 
@@ -20,7 +19,7 @@ from observer import metrics
 from observer.activities import ActivityProbe
 from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
-from observer.relay import OutboxRelay
+from observer.relay import OutboxRelay, RelayConfig
 from observer.runs import RunFollower
 from status.bootstrap import Components
 from status.infra import temporal
@@ -128,6 +127,23 @@ def relay_identity(data_dir: Path) -> tuple[str, IO[str] | None]:
     return f"{host}-{os.getpid()}", None
 
 
+def observer_config(settings: Settings) -> LoopConfig:
+    return LoopConfig(
+        relay_idle_sleep=settings.relay_idle_ms / 1000,
+        projector_idle_sleep=settings.relay_idle_ms / 1000,
+        heartbeat_grace_seconds=settings.heartbeat_grace_seconds,
+        retention=settings.retention_policy(),
+        archive_dir=settings.archive_dir,
+        run_follow_interval=settings.run_follow_interval_ms / 1000,
+    )
+
+
+def build_retention(parts: Components) -> Retention:
+    """Retention alone (``task-observer retention``): it publishes nothing."""
+    relay = OutboxRelay(parts.engine, None, "retention")  # type: ignore[arg-type]  # purges, never publishes
+    return Retention(parts.engine, relay, observer_config(parts.settings))
+
+
 def build_observer(settings: Settings, parts: Components | None = None) -> Observer:
     """The observer over the composition root's parts (``parts``: shared with an API in this process)."""
     if settings.observer_metrics_port:
@@ -136,17 +152,9 @@ def build_observer(settings: Settings, parts: Components | None = None) -> Obser
     parts = parts if parts is not None else Components(settings)
     engine, service = parts.engine, parts.service
     publisher = CentrifugoApi(settings.centrifugo_api_url, settings.centrifugo_api_key)
-    config = LoopConfig(
-        relay_idle_sleep=settings.relay_idle_ms / 1000,
-        projector_idle_sleep=settings.relay_idle_ms / 1000,
-        heartbeat_grace_seconds=settings.heartbeat_grace_seconds,
-        outbox_retention=timedelta(seconds=settings.outbox_retention_seconds),
-        dedup_retention=timedelta(seconds=settings.dedup_retention_seconds),
-        event_retention=timedelta(seconds=settings.event_retention_seconds),
-        run_follow_interval=settings.run_follow_interval_ms / 1000,
-    )
+    config = observer_config(settings)
     relay_id, slot = relay_identity(settings.data_dir)
-    relay = OutboxRelay(engine, publisher, relay_id)
+    relay = OutboxRelay(engine, publisher, relay_id, RelayConfig(log_sample=settings.change_log_sample))
     return Observer(
         relay=relay,
         projector=WorkflowProjector(parts.projection(), RowProbe(engine, WorkflowProjector.PROBE)),

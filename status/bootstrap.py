@@ -56,6 +56,7 @@ class Components:
             execution_token_ttl_seconds=s.execution_token_ttl_seconds,
             max_data_bytes=s.max_data_bytes,
             overdue_after_seconds=s.overdue_after_seconds,
+            max_event_age_seconds=s.max_event_age_seconds,
             clock=self.clock,
         )
 

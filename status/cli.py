@@ -212,6 +212,61 @@ def _overdue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _archive_verify(args: argparse.Namespace) -> int:
+    from status.infra.archive import verify_directory
+
+    directory = Path(args.dir) if args.dir else Settings.from_env().archive_dir
+    if directory is None or not directory.is_dir():
+        print(f"task-observer: no archive directory at {directory}", file=sys.stderr)
+        return 2
+    verdicts = verify_directory(directory)
+    bad = [v for v in verdicts if not v.ok]
+    for verdict in verdicts:
+        where = verdict.path.relative_to(directory)
+        problem = f" {verdict.problem}" if verdict.problem else ""
+        print(f"{'ok  ' if verdict.ok else 'FAIL'} {where} rows={verdict.rows}{problem}")
+    rows = sum(v.rows for v in verdicts if v.ok)
+    print(f"{len(verdicts) - len(bad)} of {len(verdicts)} archive files verified, {rows} rows", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def _retention(args: argparse.Namespace) -> int:
+    import json
+
+    from observer.runner import build_retention
+    from status.bootstrap import Components
+
+    parts = Components(Settings.from_env())
+    try:
+        purged = build_retention(parts).run_once()
+    finally:
+        parts.engine.dispose()
+    print(json.dumps(purged, sort_keys=True))
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    import json
+
+    from status.infra.db import create_engine
+    from status.infra.trace import trace_event
+
+    engine = create_engine(Settings.from_env().database_url)
+    try:
+        found = trace_event(engine, args.event_id, args.tenant)
+    finally:
+        engine.dispose()
+    if not found:
+        print(
+            f"task-observer: no event {args.event_id!r} in the event log or the dedup results"
+            " (never accepted, or purged past its retention: see the archive)",
+            file=sys.stderr,
+        )
+        return 1
+    print(json.dumps(found, indent=2, default=str))
+    return 0
+
+
 def _user_token(args: argparse.Namespace) -> int:
     from status.infra.tokens import UserTokens
 
@@ -397,6 +452,30 @@ def build_parser() -> argparse.ArgumentParser:
     correct.add_argument(
         "--correction-id", default=None, help="idempotency key (default: a new one); reuse it to retry safely"
     )
+
+    archive = add("archive", lambda _: 2, "inspect the retention archive (event log and corrections)")
+    archive_actions = archive.add_subparsers(dest="action", required=True, metavar="ACTION")
+    verify = archive_actions.add_parser(
+        "verify",
+        help="check every archive file against its manifest (rows, checksums); exit 1 on any failure",
+    )
+    verify.add_argument("--dir", default=None, help="the archive directory (default: TASK_OBSERVER_ARCHIVE_DIR)")
+    verify.set_defaults(handler=_archive_verify)
+
+    add(
+        "retention",
+        _retention,
+        "run one retention pass now (archive, verify and purge what is past its window); prints the counts",
+    )
+
+    trace = add(
+        "trace",
+        _trace,
+        "show what an eventId committed: the task version, the event, its dedup result and each outbox row"
+        " with its channel and publish state (JSON)",
+    )
+    trace.add_argument("event_id", metavar="EVENT_ID", help="the eventId a producer sent")
+    trace.add_argument("--tenant", default=None, help="only this tenant's event (eventIds are unique per tenant)")
 
     user = add("user-token", _user_token, "print a user token signed with the dev/test secret")
     user.add_argument("--tenant", required=True, help="the user's tenant")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import zlib
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -30,6 +31,14 @@ CORRELATION_FIELDS = frozenset(
         "status",
         "path",
         "method",
+        # Seed §14.2's remaining correlation fields, and what retention says about a table.
+        "taskType",
+        "dataSchema",
+        "errorCode",
+        "projection",
+        "lifecycleStatus",
+        "table",
+        "reason",
     }
 )
 
@@ -56,6 +65,17 @@ def configure(level: int = logging.INFO) -> None:
         logger_factory=structlog.PrintLoggerFactory(),
         cache_logger_on_first_use=True,
     )
+
+
+def sampled(key: str | None, rate: float) -> bool:
+    """Whether the change keyed ``key`` (its eventId) is logged at ``rate`` (0..1): the same answer
+    in every process, so the API's "event accepted" and the relay's "published" lines of one event
+    are kept or dropped together."""
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0 or not key:
+        return False
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) < rate * 2**32
 
 
 def get(name: str) -> Any:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
+
+from status.domain.retention import RetentionPolicy
 
 PREFIX = "TASK_OBSERVER_"
 SECRET_NAMES = (
@@ -31,6 +34,23 @@ class SettingsError(RuntimeError):
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(PREFIX + name)
     return value if value not in (None, "") else default
+
+
+def _archive_dir(data_dir: Path) -> Path | None:
+    raw = os.environ.get(PREFIX + "ARCHIVE_DIR")
+    if raw is None:
+        return data_dir / "archive"
+    return Path(raw).resolve() if raw.strip() else None  # set but empty: no archive, nothing archived is purged
+
+
+def _float(name: str, default: float) -> float:
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{PREFIX}{name} must be a number, got {raw!r}") from exc
 
 
 def _int(name: str, default: int) -> int:
@@ -152,6 +172,35 @@ class Settings:
     # On SIGTERM a replica reports unready for this long (the load balancer stops sending it new
     # requests), then stops accepting and finishes what is in flight.
     drain_seconds: float = 5.0
+    # Retention (seed §15.1/§15.6; 0 keeps that data forever): events older than the maximum age are
+    # refused (EVENT_TOO_OLD), so dedup results need live only that long plus the retry grace;
+    # terminal tasks (with their steps), notifications and corrections have windows of their own.
+    max_event_age_seconds: int = 6 * 24 * 3600
+    event_retry_grace_seconds: int = 24 * 3600
+    task_retention_seconds: int = 90 * 24 * 3600
+    notification_retention_seconds: int = 90 * 24 * 3600
+    correction_retention_seconds: int = 365 * 24 * 3600
+    # Event-log and correction rows are written here (JSON Lines, gzip, a manifest per file) and
+    # verified before they are deleted; None: they are never deleted.
+    archive_dir: Path | None = None
+    # Share of accepted changes logged with their correlation fields (seed §14.2), by eventId, by the
+    # API ("event accepted") and the relay ("published") alike; rejections are always logged.
+    change_log_sample: float = 0.0
+
+    def retention_policy(self) -> RetentionPolicy:
+        def window(seconds: int) -> timedelta | None:
+            return timedelta(seconds=seconds) if seconds > 0 else None
+
+        return RetentionPolicy(
+            max_event_age=window(self.max_event_age_seconds),
+            retry_grace=timedelta(seconds=max(0, self.event_retry_grace_seconds)),
+            dedup=window(self.dedup_retention_seconds),
+            events=window(self.event_retention_seconds),
+            outbox=window(self.outbox_retention_seconds),
+            terminal_tasks=window(self.task_retention_seconds),
+            notifications=window(self.notification_retention_seconds),
+            corrections=window(self.correction_retention_seconds),
+        )
 
     @property
     def followed_namespaces(self) -> tuple[str, ...]:
@@ -185,7 +234,7 @@ class Settings:
         if environment == "production" and jwks_url and not (_env("USER_JWKS_AUDIENCE") and _env("USER_JWKS_ISSUER")):
             # Without them, any token the identity provider signs for another application is accepted.
             raise SettingsError(f"{PREFIX}USER_JWKS_AUDIENCE and {PREFIX}USER_JWKS_ISSUER must be set with a JWKS")
-        return cls(
+        settings = cls(
             environment=environment,
             data_dir=data_dir,
             database_url=_env("DATABASE_URL", default_db) or default_db,
@@ -237,4 +286,15 @@ class Settings:
             readiness_recover_after=max(1, _int("READINESS_RECOVER_AFTER", 2)),
             readiness_interval_ms=max(0, _int("READINESS_INTERVAL_MS", 2000)),
             drain_seconds=max(0.0, float(_env("DRAIN_SECONDS", "5") or "5")),
+            max_event_age_seconds=_int("MAX_EVENT_AGE_SECONDS", 6 * 24 * 3600),
+            event_retry_grace_seconds=_int("EVENT_RETRY_GRACE_SECONDS", 24 * 3600),
+            task_retention_seconds=_int("TASK_RETENTION_SECONDS", 90 * 24 * 3600),
+            notification_retention_seconds=_int("NOTIFICATION_RETENTION_SECONDS", 90 * 24 * 3600),
+            correction_retention_seconds=_int("CORRECTION_RETENTION_SECONDS", 365 * 24 * 3600),
+            archive_dir=_archive_dir(data_dir),
+            change_log_sample=min(1.0, max(0.0, _float("CHANGE_LOG_SAMPLE", 0.01))),
         )
+        for problem in settings.retention_policy().problems():
+            names = f"{PREFIX}DEDUP_RETENTION_SECONDS, {PREFIX}MAX_EVENT_AGE_SECONDS"
+            raise SettingsError(f"retention: {problem} ({names})")
+        return settings

@@ -51,7 +51,7 @@ from status.api.references import ReferenceEndpoints
 from status.app import commands as c
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import Components
-from status.domain.auth import ServicePrincipal, UserPrincipal
+from status.domain.auth import ExecutionClaims, ServicePrincipal, UserPrincipal
 from status.domain.errors import DomainError, Invalid, Unauthenticated
 from status.infra.metrics import REGISTRY
 from status.settings import Settings
@@ -180,15 +180,46 @@ class Api:
             raise
         metrics.EVENTS.labels(result="duplicate" if result["duplicate"] else "accepted", code="").inc()
         metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
+        self.log_accepted(caller, cmd, result, request.headers.get("traceparent"))
         return JSONResponse(result)
+
+    def log_accepted(self, caller: EventCaller, cmd: c.ReportEvent, result: dict[str, Any], trace: str | None) -> None:
+        """A sampled line per accepted change with seed §14.2's correlation fields (by eventId: the
+        relay's "published" lines of the same event are sampled alike)."""
+        if result.get("duplicate") or not logs.sampled(cmd.event_id, self.settings.change_log_sample):
+            return
+        claims = caller if isinstance(caller, ExecutionClaims) else None
+        task_id = result.get("taskId")
+        log.info(
+            "event accepted",
+            eventId=cmd.event_id,
+            eventType=cmd.event_type,
+            taskId=task_id,
+            taskType=self.service.cached_task_type(task_id, int(result["taskVersion"])) if task_id else None,
+            stepId=result.get("stepId"),
+            operationCode=result.get("operationCode"),
+            attempt=claims.step_attempt if claims else cmd.task_attempt,
+            executionId=claims.execution_id if claims else None,
+            sourceSeq=cmd.source_seq,
+            taskVersion=result.get("taskVersion"),
+            lifecycleStatus=result.get("lifecycleStatus"),
+            dataSchema=cmd.data.schema if cmd.data is not None else None,
+            errorCode=cmd.error.code if cmd.error is not None else None,
+            producerId=caller.producer_id,
+            traceId=trace,
+        )
 
     async def report_events(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
         body = await self.parse(request, EventBatchIn)
-        results = await run_in_threadpool(self.service.report_events, caller, [e.command() for e in body.events])
-        for r in results:
+        commands = [e.command() for e in body.events]
+        results = await run_in_threadpool(self.service.report_events, caller, commands)
+        trace = request.headers.get("traceparent")
+        for cmd, r in zip(commands, results, strict=True):
             code = r.get("error", {}).get("code", "")
             metrics.EVENTS.labels(result="rejected" if code else "accepted", code=code).inc()
+            if not code:
+                self.log_accepted(caller, cmd, r, trace)
         return JSONResponse({"results": results})
 
     async def heartbeats(self, request: Request) -> JSONResponse:

@@ -45,6 +45,9 @@ class AppContext:
     clock: Callable[[], datetime] = utcnow
     token_ttl: timedelta = timedelta(hours=24)
     max_data_bytes: int = 16 * 1024
+    # Events that occurred longer ago are refused (EVENT_TOO_OLD): their dedup entries may be
+    # purged (status.domain.retention). None: any age, for a service that never purges dedup.
+    max_event_age: timedelta | None = None
     heartbeat_interval_seconds: int = 15
     heartbeat_timeout_seconds: int = 60
     definitions: DefinitionCache = field(default_factory=DefinitionCache)

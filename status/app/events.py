@@ -47,6 +47,7 @@ from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventT
 from status.domain.model import StepState, TaskState
 from status.domain.notifications import notifications_for
 from status.domain.projections import iso
+from status.domain.retention import check_event_age
 from status.domain.rules import (
     Outcome,
     StepEvent,
@@ -264,6 +265,9 @@ class EventCommands:
             source_seq = step.source_seq + 1
         else:
             source_seq = cmd.source_seq
+        if not from_temporal:  # Temporal's verdict is the truth however late it is read
+            # Last of the checks: only an event that would be applied is refused for its age.
+            check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age)
         outcome = apply_step_event(
             task,
             step,
@@ -339,6 +343,8 @@ class EventCommands:
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         if cmd.summary is not None:
             raise Invalid("summary data is not accepted on task events yet", ErrorCode.SCHEMA_REJECTED)
+        if not verdict:  # Temporal's verdict (a run that closed) is the truth however late it is read
+            check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age)
         outcome = apply_task_event(
             task,
             TaskEvent(

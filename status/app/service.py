@@ -51,6 +51,7 @@ class StatusService:
         default_heartbeat_interval_seconds: int = 15,
         default_heartbeat_timeout_seconds: int = 60,
         overdue_after_seconds: int = 24 * 3600,
+        max_event_age_seconds: int | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.ctx = AppContext(
@@ -60,6 +61,7 @@ class StatusService:
             clock=clock,
             token_ttl=timedelta(seconds=execution_token_ttl_seconds),
             max_data_bytes=max_data_bytes,
+            max_event_age=timedelta(seconds=max_event_age_seconds) if max_event_age_seconds else None,
             heartbeat_interval_seconds=default_heartbeat_interval_seconds,
             heartbeat_timeout_seconds=default_heartbeat_timeout_seconds,
         )
@@ -111,6 +113,12 @@ class StatusService:
         self.snapshot = self.queries.snapshot
         self.my_notifications = self.notifications.list_for
         self.mark_notifications_read = self.notifications.mark_read
+
+    def cached_task_type(self, task_id: str, version: int) -> str | None:
+        """The task's type if this process holds the task at ``version`` in memory (for log lines:
+        never a database read)."""
+        view = self.ctx.steps.get(task_id, version)
+        return view.task.task_type if view is not None else None
 
     def now(self) -> datetime:
         return self.ctx.now()

@@ -35,6 +35,9 @@ class ErrorCode(StrEnum):
     SCHEMA_REJECTED = "SCHEMA_REJECTED"
     UNKNOWN_BUSINESS_STATUS = "UNKNOWN_BUSINESS_STATUS"
     VALIDATION_FAILED = "VALIDATION_FAILED"
+    # occurredAt is older than the maximum accepted event age: its dedup entry may be gone, so
+    # accepting it could apply a retry twice (seed §15.6). Not retryable.
+    EVENT_TOO_OLD = "EVENT_TOO_OLD"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     DYNAMIC_STEP_NOT_ALLOWED = "DYNAMIC_STEP_NOT_ALLOWED"
     DETAIL_SUBSCRIPTION_LIMIT = "DETAIL_SUBSCRIPTION_LIMIT"
@@ -134,6 +137,7 @@ CODE_CLASS: dict[ErrorCode, type[DomainError]] = {
     ErrorCode.SCHEMA_REJECTED: Invalid,
     ErrorCode.UNKNOWN_BUSINESS_STATUS: Invalid,
     ErrorCode.VALIDATION_FAILED: Invalid,
+    ErrorCode.EVENT_TOO_OLD: Invalid,
     ErrorCode.PAYLOAD_TOO_LARGE: TooLarge,
     ErrorCode.DYNAMIC_STEP_LIMIT: LimitExceeded,
     ErrorCode.RATE_LIMITED: LimitExceeded,

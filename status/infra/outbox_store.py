@@ -35,6 +35,7 @@ class ClaimedRow:
     attempts: int
     created_at: datetime
     payload_bytes: int = 0
+    event_id: str | None = None  # the change it publishes (correlates the relay's log with the API's)
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,14 @@ _CLAIMED_COLUMNS = (
     ot.c.attempts,
     ot.c.created_at,
     sa.func.length(ot.c.payload).label("payload_bytes"),
+    ot.c.event_id,
 )
 
 
 def _claimed(row: Any) -> ClaimedRow:
     """A claim's row, unpacked by position (a mapping per row costs more than the rest of the claim)."""
-    row_id, key, aggregate_type, aggregate_id, version, channel, projection, must, payload, attempts, created, size = (
-        row
-    )
+    row_id, key, aggregate_type, aggregate_id, version, channel, projection, must, payload, attempts = row[:10]
+    created, size, event = row[10:]
     # attempts counts this publication too
     return ClaimedRow(
         row_id,
@@ -83,6 +84,7 @@ def _claimed(row: Any) -> ClaimedRow:
         attempts + 1,
         created,
         size,
+        event,
     )
 
 

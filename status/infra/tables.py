@@ -66,6 +66,7 @@ workflow = sa.Table(
     sa.Column("updated_at", Timestamp, nullable=False),
     sa.UniqueConstraint("tenant_id", "authority_scope", "client_workflow_key", name="workflow_client_key_uk"),
     sa.Index("workflow_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),
+    sa.Index("workflow_lifecycle_updated_idx", "lifecycle_status", "updated_at"),  # retention
     **MYSQL_TABLE_ARGS,
 )
 
@@ -422,6 +423,7 @@ task_correction = sa.Table(
     sa.Column("changes", Json, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Index("task_correction_task_idx", "task_id", "task_version"),
+    sa.Index("task_correction_created_idx", "created_at"),  # retention
     **MYSQL_TABLE_ARGS,
 )
 
@@ -444,6 +446,7 @@ user_notification = sa.Table(
     sa.Column("read_at", Timestamp, nullable=True),
     sa.Index("user_notification_list_idx", "tenant_id", "user_id", "created_at"),
     sa.Index("user_notification_unread_idx", "tenant_id", "user_id", "read_at", "created_at"),
+    sa.Index("user_notification_created_idx", "created_at"),  # retention
     **MYSQL_TABLE_ARGS,
 )
 
@@ -517,5 +520,16 @@ realtime_grant = sa.Table(
     sa.Column("expires_at", Timestamp, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Index("realtime_grant_expiry_idx", "expires_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+# How far each retention purge has gone (status/infra/retention.py): the date of the newest row it
+# removed, per purge (a table, or the tasks of one terminal lifecycle).
+retention_watermark = sa.Table(
+    "retention_watermark",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("position", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
     **MYSQL_TABLE_ARGS,
 )

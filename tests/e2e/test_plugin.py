@@ -29,6 +29,7 @@ from status.infra import tables as t
 from status.infra.metrics import REGISTRY
 from status.settings import Settings
 from tests.integration.conftest import Http
+from tests.support.flows import now_iso
 from tests.support.processes import free_port, serving
 
 pytestmark = [pytest.mark.temporal]
@@ -142,7 +143,7 @@ async def test_document_example_reports_every_step(
             "eventId": f"late-{uuid.uuid4()}",
             "eventType": "STEP_PROGRESS",
             "sourceSeq": 99,
-            "occurredAt": "2026-01-01T00:00:00Z",
+            "occurredAt": now_iso(),
             "executionHandle": old["executionHandle"],
         },
     )

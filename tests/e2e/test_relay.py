@@ -6,10 +6,13 @@ import asyncio
 import threading
 import time
 import uuid
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import structlog
 from cent import AsyncClient, HistoryRequest
 
 from observer.relay import OutboxRelay, RelayConfig
@@ -205,3 +208,22 @@ async def test_ac24_coalescing_under_backlog_never_drops_notices_or_terminal(
     assert int(delivered[-1]["taskVersion"]) == final
     assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PUBLISHED"}
     _ = datetime
+
+
+async def test_published_changes_are_logged_with_their_outbox_ids_and_channels(
+    api: Http, relay: OutboxRelay, make_relay: Any, e2e_engine: sa.Engine
+) -> None:
+    """Seed §14.2: the relay's sampled "published" line carries outboxId and channel beside the
+    eventId, so an operator goes from the API's "event accepted" line to what users were sent."""
+    await _drain(relay)
+    relay.release_partitions()
+    logging_relay = make_relay(relay.publisher, "logging", replace(relay.config, log_sample=1.0))
+    task_id, _ = _task_with_events(api, progress_events=1)
+    with structlog.testing.capture_logs() as lines:
+        await _drain(logging_relay)
+    published = [line for line in lines if line["event"] == "published" and line["taskId"] == task_id]
+    rows = [r for r in _rows(e2e_engine, task_id) if r["event_id"] is not None]
+    assert {(line["outboxId"], line["channel"], line["eventId"]) for line in published} == {
+        (r["id"], r["channel"], r["event_id"]) for r in rows
+    }
+    assert {line["taskVersion"] for line in published} == {r["aggregate_version"] for r in rows}

@@ -31,7 +31,13 @@ def execution_tokens() -> ExecutionTokens:
 
 @pytest.fixture(scope="session")
 def service(engine: sa.Engine, execution_tokens: ExecutionTokens) -> StatusService:
-    svc = StatusService(SqlDatabase(engine), execution_tokens=execution_tokens, validator=JsonSchemaValidator())
+    # The maximum event age of the settings' defaults (events older are refused: EVENT_TOO_OLD).
+    svc = StatusService(
+        SqlDatabase(engine),
+        execution_tokens=execution_tokens,
+        validator=JsonSchemaValidator(),
+        max_event_age_seconds=6 * 24 * 3600,
+    )
     svc.install_default_definitions()
     return svc
 

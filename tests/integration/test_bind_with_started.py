@@ -12,6 +12,7 @@ from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from tests.support.factories import activate, create_task, event, now
+from tests.support.flows import now_iso
 
 
 def _started(event_id: str | None = None, seq: int = 1) -> c.StartedEvent:
@@ -66,7 +67,7 @@ def test_the_http_api_takes_started_event_on_activation_and_registration(http: A
 
     policy = {"allowedParentOperations": ["AGENT.RUN"], "allowedChildOperations": ["SEARCH.*"], "maxDynamicSteps": 5}
     task_id, agent = _agent_task(http, policy)
-    started = {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": "2026-12-01T10:00:00Z"}
+    started = {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": now_iso()}
     url = f"/internal/v1/tasks/{task_id}/executions:register"
     register = {
         "clientStepKey": "tool-1",
@@ -171,7 +172,7 @@ def _bind_item(task_id: str, step_id: str, started: dict[str, Any] | None = None
 
 
 def _started_json() -> dict[str, Any]:
-    return {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": "2026-12-01T10:00:00Z"}
+    return {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": now_iso()}
 
 
 def test_a_batch_of_bindings_is_one_transaction_and_each_item_gets_its_own_answer(http: Any, engine: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -142,3 +143,16 @@ def test_event_ids_are_scoped_to_the_tenant(http: Http) -> None:
     ctx = activate(other, task_id)
     again = report(other, ctx, "STEP_STARTED", 1, eventId="evt-shared-across-tenants")
     assert again.status_code == 409 and again.json()["error"]["code"] == "EVENT_ID_CONFLICT"
+
+
+def test_an_event_older_than_the_maximum_age_is_refused_with_its_own_code(http: Http, engine: sa.Engine) -> None:
+    """Its dedup entry may be purged already (retention): accepting it could apply a retry twice."""
+    task_id, ctx = _task(http)
+    week_ago = (datetime.now(UTC) - timedelta(days=7)).isoformat()
+    refused = report(http, ctx, "STEP_STARTED", 1, occurredAt=week_ago)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "EVENT_TOO_OLD" and refused.json()["error"]["retryable"] is False
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert snap["lifecycleStatus"] != "RUNNING"  # nothing was applied
+    five_days_ago = (datetime.now(UTC) - timedelta(days=5)).isoformat()
+    assert report(http, ctx, "STEP_STARTED", 1, occurredAt=five_days_ago).status_code == 200

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from status.infra import tables as t
 from tests.integration.conftest import Http
-from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
+from tests.support.flows import activate, complete_task, create_workflow, fail_task, now_iso, report
 
 
 def _notifications(http: Http, user: str = "user-1", **params: Any) -> dict[str, Any]:
@@ -32,7 +32,8 @@ def test_terminal_changes_notify_every_viewer_once(http: Http, engine: sa.Engine
     retried = {"category": "DEPENDENCY", "code": "OCR_DOWN", "retryable": True, "userMessage": "OCR down"}
     assert report(http, ctx, "STEP_FAILED", 2, error=retried).status_code == 200
     assert _mine(http, task_id) == []
-    failed = fail_task(http, task_id, "PARSE_FAILED", "The file could not be read.")
+    when = now_iso()
+    failed = fail_task(http, task_id, "PARSE_FAILED", "The file could not be read.", occurred_at=when)
     assert failed.status_code == 200
     version = failed.json()["taskVersion"]
     for user in ("user-1", "user-2"):
@@ -50,7 +51,7 @@ def test_terminal_changes_notify_every_viewer_once(http: Http, engine: sa.Engine
             "sourceSeq": 1,
             "taskId": task_id,
             "taskAttempt": 1,
-            "occurredAt": "2026-01-01T00:00:00Z",
+            "occurredAt": when,
             "error": {
                 "category": "BUSINESS_INPUT",
                 "code": "PARSE_FAILED",

@@ -14,6 +14,7 @@ from status.app.service import StatusService
 from status.domain.aggregate import fold
 from status.domain.auth import ServicePrincipal
 from status.domain.clock import utcnow
+from status.domain.retention import RetentionPolicy
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, create_task, event
@@ -121,7 +122,9 @@ def test_no_false_stale_burst_after_a_restart(
     assert settled.run_once() == 0  # and a database error starts a new grace period
 
 
-def test_retention_purges_old_rows_in_bounded_batches(service: StatusService, coordinator: ServicePrincipal) -> None:
+def test_retention_purges_old_rows_in_bounded_batches(
+    service: StatusService, coordinator: ServicePrincipal, tmp_path: Path
+) -> None:
     task_id = create_task(service, coordinator)
     relay = OutboxRelay(service.db.engine, None, "retention", clock=lambda: utcnow() + timedelta(days=60))  # type: ignore[arg-type]
     with service.db.engine.begin() as conn:
@@ -134,14 +137,15 @@ def test_retention_purges_old_rows_in_bounded_batches(service: StatusService, co
         service.db.engine,
         relay,
         LoopConfig(
-            outbox_retention=timedelta(days=1),
-            dedup_retention=timedelta(days=7),
-            event_retention=timedelta(days=30),
+            retention=RetentionPolicy(outbox=timedelta(days=1), dedup=timedelta(days=7), events=timedelta(days=30)),
+            archive_dir=tmp_path,
             retention_batch=1,
+            retention_batches_per_pass=1,
         ),
     )
     purged = retention.run_once()
-    assert set(purged.values()) == {1}  # old rows exist in every table; each purge is bounded by the batch
+    # Old rows exist in each of these tables; each purge is bounded by the batch.
+    assert [purged[name] for name in ("task_outbox", "task_event_dedup", "task_event_log")] == [1, 1, 1]
     retention.config.retention_batch = 100_000
     retention.run_once()
     with service.db.engine.connect() as conn:

@@ -44,6 +44,10 @@ def activate(
     return dict(response.json())
 
 
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
 def event_body(event_type: str, seq: int, **fields: Any) -> dict[str, Any]:
     return {
         "eventId": fields.pop("eventId", f"evt-{uuid.uuid4().hex}"),
@@ -61,7 +65,7 @@ def report(http: Http, ctx: dict[str, Any], event_type: str, seq: int, **fields:
     )
 
 
-def fail_task(http: Http, task_id: str, code: str, message: str | None = None) -> Any:
+def fail_task(http: Http, task_id: str, code: str, message: str | None = None, occurred_at: str | None = None) -> Any:
     """The coordinator ends the task as FAILED (TASK_FAILED, attempt 1) with the seed's error object."""
     error = {"category": "BUSINESS_INPUT", "code": code, "retryable": False, "userMessage": message or ""}
     return http.client.post(
@@ -73,7 +77,7 @@ def fail_task(http: Http, task_id: str, code: str, message: str | None = None) -
             "sourceSeq": 1,
             "taskId": task_id,
             "taskAttempt": 1,
-            "occurredAt": "2026-01-01T00:00:00Z",
+            "occurredAt": occurred_at or now_iso(),
             "error": error,
         },
     )

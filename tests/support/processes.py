@@ -74,6 +74,9 @@ class CentrifugoNode:
     redis_address: str | None = None
     # Browser origins allowed to connect (the dashboard's); None keeps the config file's list.
     allowed_origins: list[str] | None = None
+    # The per-connection outgoing queue limit (bytes; None keeps the config file's), and /metrics.
+    client_queue_max_size: int | None = None
+    prometheus: bool = False
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -90,6 +93,10 @@ class CentrifugoNode:
             config["engine"] = {"type": "redis", "redis": {"address": self.redis_address}}
         if self.allowed_origins is not None:
             config["client"]["allowed_origins"] = self.allowed_origins
+        if self.client_queue_max_size is not None:
+            config["client"]["queue_max_size"] = self.client_queue_max_size
+        if self.prometheus:
+            config["prometheus"] = {"enabled": True}
         path = self.workdir / f"centrifugo-{self.port}.json"
         path.write_text(json.dumps(config))
         return path

@@ -64,3 +64,27 @@ def test_relay_idle_interval_reaches_the_observer(clean_env: Path, monkeypatch: 
     finally:
         asyncio.run(observer.close())
         observer.relay.engine.dispose()
+
+
+def test_dedup_results_must_outlive_the_maximum_event_age(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed §15.6: dedup covers the maximum accepted event age plus a retry grace, or a retry past
+    it could be applied twice; a configuration that breaks it refuses to start."""
+    policy = Settings.from_env().retention_policy()
+    assert policy.problems() == [] and policy.max_event_age is not None and policy.dedup is not None
+    assert policy.dedup >= policy.max_event_age + policy.retry_grace
+    monkeypatch.setenv("TASK_OBSERVER_DEDUP_RETENTION_SECONDS", str(3 * 24 * 3600))
+    with pytest.raises(SettingsError, match="maximum event age"):
+        Settings.from_env()
+    monkeypatch.setenv("TASK_OBSERVER_MAX_EVENT_AGE_SECONDS", str(24 * 3600))
+    assert Settings.from_env().retention_policy().problems() == []  # 1 day + 1 day of grace < 3 days
+    monkeypatch.setenv("TASK_OBSERVER_MAX_EVENT_AGE_SECONDS", "0")  # any age: dedup must then be kept forever
+    with pytest.raises(SettingsError, match="events of any age"):
+        Settings.from_env()
+    monkeypatch.setenv("TASK_OBSERVER_DEDUP_RETENTION_SECONDS", "0")
+    assert Settings.from_env().retention_policy().dedup is None
+
+
+def test_the_archive_directory_defaults_to_the_data_directory(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings.from_env().archive_dir == clean_env.resolve() / "archive"
+    monkeypatch.setenv("TASK_OBSERVER_ARCHIVE_DIR", "")  # set and empty: no archive (nothing archived is purged)
+    assert Settings.from_env().archive_dir is None

@@ -1,0 +1,128 @@
+"""``task-observer trace EVENT_ID``: from an eventId to what it changed and how far it got.
+
+An operator holding an eventId (from a worker's log, a user's report, an "event rejected" line)
+sees the task version it committed, the event as logged, whether its dedup result is still held,
+and each outbox row it wrote — channel, projection, publish state, attempts, last error.  Reads
+only; payloads stay out of the answer (they may hold user data).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.infra import tables as t
+
+_EVENT_COLUMNS = (
+    "tenant_id",
+    "event_id",
+    "workflow_id",
+    "task_id",
+    "task_version",
+    "step_id",
+    "step_attempt",
+    "operation_code",
+    "execution_id",
+    "step_version",
+    "task_attempt",
+    "producer_id",
+    "source_seq",
+    "event_type",
+    "lifecycle_status",
+    "business_status",
+    "health",
+    "data_schema",
+    "error_code",
+    "occurred_at",
+    "received_at",
+    "committed_at",
+)
+_OUTBOX_COLUMNS = (
+    "id",
+    "channel",
+    "projection",
+    "aggregate_type",
+    "aggregate_id",
+    "aggregate_version",
+    "must_deliver",
+    "status",
+    "attempts",
+    "created_at",
+    "published_at",
+    "last_error",
+)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _plain(row: Any, columns: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for column in columns:
+        value = row[column]
+        out[_camel(column)] = _iso(value) if isinstance(value, datetime) else value
+    return out
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="milliseconds") + "Z" if value is not None else None
+
+
+def trace_event(engine: sa.Engine, event_id: str, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """One entry per tenant that holds ``event_id`` (ids are unique per tenant)."""
+    log, dedup, task, outbox = t.task_event_log, t.task_event_dedup, t.task, t.task_outbox
+    with engine.connect() as conn:
+        events = {
+            e["tenant_id"]: e
+            for e in conn.execute(sa.select(log).where(log.c.event_id == event_id)).mappings()
+            if tenant_id in (None, e["tenant_id"])
+        }
+        held = {
+            d.tenant_id: d
+            for d in conn.execute(
+                sa.select(dedup.c.tenant_id, dedup.c.task_id, dedup.c.created_at).where(dedup.c.event_id == event_id)
+            )
+            if tenant_id in (None, d.tenant_id)
+        }
+        task_of = {tenant: e["task_id"] for tenant, e in events.items()} | {
+            tenant: d.task_id for tenant, d in held.items() if tenant not in events
+        }
+        tasks = {
+            r.id: r
+            for r in conn.execute(
+                sa.select(task.c.id, task.c.task_type, task.c.version, task.c.lifecycle_status).where(
+                    task.c.id.in_(set(task_of.values()))
+                )
+            )
+        }
+        columns = [outbox.c[c] for c in _OUTBOX_COLUMNS]
+        query = sa.select(*columns).where(outbox.c.event_id == event_id).order_by(outbox.c.id)
+        written = conn.execute(query).mappings()
+        outbox_rows = [dict(r) for r in written]
+    found: list[dict[str, Any]] = []
+    for tenant, task_id in task_of.items():
+        event, current = events.get(tenant), tasks.get(task_id)
+        # Outbox rows carry no tenant of their own: those of this event's task and its workflow.
+        aggregates = {task_id} | ({event["workflow_id"]} if event is not None else set())
+        found.append(
+            {
+                "tenantId": tenant,
+                "taskId": task_id,
+                "event": _plain(event, _EVENT_COLUMNS) if event is not None else None,
+                "dedupHeld": tenant in held,
+                "dedupCreatedAt": _iso(held[tenant].created_at) if tenant in held else None,
+                "task": {
+                    "taskType": current.task_type,
+                    "currentVersion": str(current.version),
+                    "lifecycleStatus": current.lifecycle_status,
+                }
+                if current is not None
+                else None,
+                "outbox": [_plain(r, _OUTBOX_COLUMNS) for r in outbox_rows if r["aggregate_id"] in aggregates],
+            }
+        )
+    return found
