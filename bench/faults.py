@@ -1,7 +1,7 @@
 """Faults under load (SPEC AC27, AC29, AC31): one fault per run, steady producers, a live client.
 
     .venv/bin/python bench/faults.py [--fault all|api-kill|observer-kill|centrifugo-unreachable|mariadb-restart|
-                                              centrifugo-node-kill|redis-restart] [--seconds 20]
+                                              centrifugo-node-kill|redis-restart|rolling-restart] [--seconds 20]
 
 Each run starts its own status API (``serve``) and observer (``observer --mode
 loops``) processes on a throwaway MariaDB database and a Centrifugo node of its
@@ -23,7 +23,10 @@ channel. Midway the fault is injected:
   client on node B through a failover proxy, the relay publishing to node A;
   kill -9 of node B (the client reconnects to A);
 * ``redis-restart``: the same two nodes; the Redis server is stopped and
-  started again (``scripts/services``).
+  started again (``scripts/services``);
+* ``rolling-restart``: two API replicas, two Centrifugo nodes on Redis and two
+  observers behind nginx (deploy/nginx), each restarted in turn with SIGTERM
+  under load (``tests/support/rolling.py``, also run by the suite).
 
 Printed per fault: events acknowledged, acknowledged but lost (not in the
 event log), versions committed twice, versions the client saw go backwards,
@@ -477,6 +480,61 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             await balancer.close()
 
 
+async def run_rolling_restart(seconds: float) -> dict[str, Any]:
+    """Every process behind nginx restarted in turn under load (tests/support/rolling.py)."""
+    from tests.support.rolling import rolling_restart
+
+    with centrifugo_nodes(True) as (node_a, node_b), scratch_database() as url:
+        assert node_b is not None
+        secrets_env = {
+            f"TASK_OBSERVER_{n}": secrets.token_hex(32)
+            for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
+        }
+        workdir = Path(tempfile.mkdtemp())
+        env = {
+            **os.environ,
+            **secrets_env,
+            "TASK_OBSERVER_ENV": "test",
+            "TASK_OBSERVER_DATABASE_URL": url,
+            "TASK_OBSERVER_CENTRIFUGO_API_KEY": node_a.api_key,
+            "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node_a.token_secret,
+            "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
+            "TASK_OBSERVER_DATA_DIR": str(workdir),
+            "TASK_OBSERVER_DRAIN_SECONDS": "2",
+        }
+        coordinator = ServiceTokens(secrets_env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
+            "faults", TENANT, "s", [Role.COORDINATOR, Role.WORKER]
+        )
+        viewer = UserTokens(secrets_env["TASK_OBSERVER_USER_TOKEN_SECRET"]).issue(TENANT, "user-1")
+        result = await rolling_restart(
+            cli=CLI,
+            env=env,
+            workdir=workdir,
+            database_url=url,
+            tenant=TENANT,
+            coordinator_token=coordinator,
+            user_token=viewer,
+            nodes=(node_a, node_b),
+            tasks=8,
+            producers=2,
+            settle_seconds=max(2.5, seconds / 7),  # load before, between and after the six restarts
+        )
+    return result
+
+
+def print_rolling(result: dict[str, Any]) -> None:
+    converged = f"{result['converged_s']:.1f} s" if result["converged_s"] is not None else "no (60 s)"
+    print("rolling restart behind nginx (2 API replicas, 2 Centrifugo nodes on Redis, 2 observers):")
+    for name, took in result["phases"]:
+        print(f"  {name:14s} restarted in {took:.1f} s")
+    print(
+        f"  acked {result['acked']}, lost {result['lost']}, backwards {result['backwards']}, "
+        f"retried {result['retried']} {result['answers'] or ''}, client resubscribes {result['resubscribes']} "
+        f"({result['unrecovered_resubscribes']} from snapshots), converged {converged}"
+    )
+    print("  target: 0 lost, 0 backwards, converged < 10 s (retries with the same eventId allowed)")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     choices = [
@@ -487,11 +545,17 @@ async def main() -> None:
         "mariadb-restart",
         "centrifugo-node-kill",
         "redis-restart",
+        "rolling-restart",
     ]
     parser.add_argument("--fault", default="all", choices=choices)
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
     faults = choices[1:] if args.fault == "all" else [args.fault]
+    rolling = "rolling-restart" in faults
+    faults = [f for f in faults if f != "rolling-restart"]
+    if not faults:
+        print_rolling(await run_rolling_restart(args.seconds))
+        return
     temporal_port = free_port()
     command = [str(temporal_binary()), "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
     temporal = subprocess.Popen(
@@ -518,6 +582,8 @@ async def main() -> None:
         counts = f"{r['acked']:7d} {r['lost']:5d} {r['duplicated']:4d} {r['regressions']:9d} {plugin:>12s}"
         print(f"{r['fault']:24s} {counts} {converged:>10s}")
     print("target: 0 lost, 0 duplicated, 0 backwards, 0 plugin runs lost, converged < 10 s")
+    if rolling:
+        print_rolling(await run_rolling_restart(args.seconds))
 
 
 if __name__ == "__main__":

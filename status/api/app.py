@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
@@ -25,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from status import logs
 from status.api import metrics
 from status.api.corrections import CorrectionEndpoints
+from status.api.draining import CloseWhileDraining
 from status.api.errors import domain_error_handler, error_body, status_for, unexpected_error, unexpected_error_handler
 from status.api.gate import Gate, is_ascii_digits
 from status.api.models import (
@@ -48,6 +50,7 @@ from status.api.models import (
 from status.api.notifications import NotificationEndpoints
 from status.api.openapi import build_openapi
 from status.api.references import ReferenceEndpoints
+from status.api.telemetry import TelemetryEndpoints
 from status.app import commands as c
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import Components
@@ -498,6 +501,7 @@ def routes(api: Api) -> list[Route]:
         *ReferenceEndpoints(api.gate).routes(),
         *CorrectionEndpoints(api.gate).routes(),
         *NotificationEndpoints(api.gate).routes(),
+        *TelemetryEndpoints(api.gate).routes(),
         Route("/api/tasks/status:batchGet", api.batch_get, methods=["POST"]),
         Route("/api/tasks/{task_id}/events", api.task_events, methods=["GET"]),
         Route("/api/tasks/{task_id}", api.get_task, methods=["GET"]),
@@ -588,6 +592,7 @@ def app_of(parts: Components) -> Starlette:
 
     app = Starlette(
         lifespan=lifespan,
+        middleware=[Middleware(CloseWhileDraining, readiness=parts.readiness)],
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),

@@ -26,3 +26,27 @@ GRPC_CALLS = Counter(
     ["method", "code"],
     registry=REGISTRY,
 )
+
+# What browsers report (POST /api/me/telemetry): the seed's state_commit_to_visible_seconds and
+# the realtime problems only clients see.
+CLIENT_EVENTS = Counter(
+    "client_events_total",
+    "Browser realtime events: connects, reconnects, recovered_false, snapshots, unknown_messages",
+    ["kind"],
+    registry=REGISTRY,
+)
+CLIENT_SNAPSHOT_SECONDS = Histogram(
+    "client_snapshot_seconds",
+    "How long a browser's snapshot load took",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+COMMIT_TO_VISIBLE = Histogram(
+    "state_commit_to_visible_seconds",
+    "From a change's commit to a browser applying it (reported by browsers)",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
+CLIENT_REPORTS = Counter(
+    "client_telemetry_reports_total", "Browser telemetry reports by transport", ["transport"], registry=REGISTRY
+)

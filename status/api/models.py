@@ -483,3 +483,33 @@ class WatchSetIn(BaseModel):
 
     sessionId: Annotated[str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
     taskIds: list[Key] = Field(default_factory=list, max_length=100)
+
+
+# A browser reports at most this much per report; values out of range are refused, not clamped.
+_Count = Annotated[int, Field(ge=0, le=1_000_000)]
+_Seconds = Annotated[float, Field(ge=0.0, le=86_400.0, allow_inf_nan=False)]
+
+
+class ClientCountersIn(BaseModel):
+    """What one page saw since its last report."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    connects: _Count = 0
+    reconnects: _Count = 0
+    recovered_false: _Count = 0  # a reconnect whose history could not fill the gap (snapshots then)
+    snapshots: _Count = 0
+    unknown_messages: _Count = 0  # messages of a kind or schemaVersion this client does not know
+
+
+class ClientTelemetryIn(BaseModel):
+    """A page's realtime health since its last report (seed §14: what operators cannot see otherwise)."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    counters: ClientCountersIn = Field(default_factory=ClientCountersIn)
+    # How long each snapshot load took, and commit → shown for each live message (asOf to render,
+    # corrected for the browser's clock offset).
+    snapshot_seconds: list[_Seconds] = Field(default_factory=list, max_length=100)
+    commit_to_visible_seconds: list[_Seconds] = Field(default_factory=list, max_length=500)
+    transport: Literal["websocket", "http_stream", "sse"] | None = None

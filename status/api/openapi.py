@@ -247,6 +247,15 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "user",
         "200",
     ),
+    (
+        "post",
+        "/api/me/telemetry",
+        "A page's realtime counters, snapshot times and commit → visible latencies, for Prometheus"
+        " (about once a minute; 204; RATE_LIMITED past a few per minute)",
+        m.ClientTelemetryIn,
+        "user",
+        "204",
+    ),
     ("get", "/api/workflows/{workflowId}", "Workflow summary", None, "user", "200"),
     ("get", "/api/workflows/{workflowId}/tasks", "Workflow summary and its visible tasks", None, "user", "200"),
     ("get", "/api/realtime/session", "Centrifugo connection token, endpoints and channel names", None, "user", "200"),

@@ -648,3 +648,43 @@ def test_a_react_page_driven_by_the_hooks_updates_live(stack: Stack, browser: Br
     expect(item).to_have_attribute("data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS)
     expect(item).to_contain_text("1/3 steps")
     page.context.close()
+
+
+def _metric(stack: Stack, name: str, labels: str = "") -> float:
+    """One sample of the API's /metrics (this process's registry: the stack's API runs here)."""
+    text = stack.http.client.get("/metrics").text
+    prefix = f"{name}{{{labels}}}" if labels else name
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix + " "))
+
+
+def test_the_page_reports_what_its_connection_went_through(stack: Stack, browser: Browser) -> None:
+    """Issue: what clients see. The browser's counters and commit → visible latency reach Prometheus
+    (state_commit_to_visible_seconds), through POST /api/me/telemetry."""
+    before = {
+        "visible": _metric(stack, "state_commit_to_visible_seconds_count"),
+        "visible_sum": _metric(stack, "state_commit_to_visible_seconds_sum"),
+        "connects": _metric(stack, "client_events_total", 'kind="connects"'),
+        "snapshots": _metric(stack, "client_events_total", 'kind="snapshots"'),
+        "snapshot_times": _metric(stack, "client_snapshot_seconds_count"),
+    }
+    user = f"tele-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    task_id = create_workflow(stack.http, owner=user)["tasks"][0]["taskId"]
+    ctx = activate(stack.http, task_id)
+    assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+    expect(card(page, task_id)).to_have_attribute("data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS)
+    page.evaluate("window.taskStatus.stop()")  # a page that stops sends what it holds (else once a minute)
+    wait_until(
+        lambda: _metric(stack, "state_commit_to_visible_seconds_count") > before["visible"],
+        TIMEOUT_MS / 1000,
+        "the page's telemetry report",
+    )
+    shown = _metric(stack, "state_commit_to_visible_seconds_count") - before["visible"]
+    spent = _metric(stack, "state_commit_to_visible_seconds_sum") - before["visible_sum"]
+    assert shown >= 1 and 0 <= spent / shown < 10, (shown, spent)  # live changes shown within seconds
+    assert _metric(stack, "client_events_total", 'kind="connects"') == before["connects"] + 1
+    assert _metric(stack, "client_events_total", 'kind="snapshots"') >= before["snapshots"] + 1
+    assert _metric(stack, "client_snapshot_seconds_count") >= before["snapshot_times"] + 1
+    assert_never_went_back(page)
+    page.context.close()

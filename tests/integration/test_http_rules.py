@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -600,3 +601,18 @@ def test_a_worker_binds_its_own_executions_with_worker_alone_and_nothing_more(ht
         json=event_body("TASK_COMPLETED", 1, taskId=task_id, taskAttempt=1),
     )
     assert ended.status_code == 403
+
+
+def test_a_draining_replica_closes_each_connection_after_its_response(settings: Any, engine: Any, service: Any) -> None:
+    """So a load balancer holds no idle connection to it when it stops (status/api/draining.py)."""
+    from starlette.testclient import TestClient
+
+    from status.api.app import create_app
+
+    app = create_app(settings, engine, service)
+    with TestClient(app) as client:
+        assert client.get("/healthz").headers.get("connection") != "close"
+        app.state.parts.readiness.drain()
+        answer = client.get("/healthz")
+        assert answer.status_code == 200 and answer.headers["connection"] == "close"
+        assert client.get("/readyz").json()["status"] == "draining"

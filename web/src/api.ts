@@ -10,6 +10,7 @@ import type {
   TaskSnapshot,
   WorkflowSummaryMessage,
 } from './types.js';
+import type { TelemetryReport } from './telemetry.js';
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
@@ -85,6 +86,11 @@ export class StatusApi {
   /** Mark notifications read on every device of the user: some by id, or `'all'`. */
   markNotificationsRead(ids: string[] | 'all'): Promise<{ marked: number; unreadCount: number }> {
     return this.request('POST', '/api/me/notifications:read', ids === 'all' ? { all: true } : { ids });
+  }
+
+  /** The page's realtime telemetry (counters, snapshot times, commit → visible latencies). */
+  async telemetry(report: TelemetryReport): Promise<void> {
+    await this.request<null>('POST', '/api/me/telemetry', report);
   }
 
   private async request<T>(method: string, path: string, body?: unknown): Promise<T> {

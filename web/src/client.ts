@@ -29,6 +29,7 @@ import {
 import { ApiError, StatusApi, type FetchLike } from './api.js';
 import { LruSet } from './lru.js';
 import { TaskStore } from './store.js';
+import { ClientTelemetry } from './telemetry.js';
 import type { RealtimeSession, TaskSnapshot } from './types.js';
 
 export type ConnectionState = 'LIVE' | 'RECOVERING' | 'STALE';
@@ -63,6 +64,11 @@ export interface TaskStatusClientOptions {
   visibility?: { readonly visibilityState: string; addEventListener(type: 'visibilitychange', fn: () => void): void; removeEventListener(type: 'visibilitychange', fn: () => void): void } | null;
   random?: () => number;
   onError?: (error: unknown, context: string) => void;
+  /**
+   * How often the page reports its realtime telemetry to the service (ms, jittered ±25%): reconnects,
+   * failed recoveries, snapshot times, commit → visible latencies. 0 turns it off.
+   */
+  telemetryIntervalMs?: number;
 }
 
 interface DetailEntry {
@@ -78,12 +84,14 @@ const MAX_WORKFLOW_FETCH = 50;
 export class TaskStatusClient {
   readonly store: TaskStore;
   readonly api: StatusApi;
+  readonly telemetry = new ClientTelemetry();
   private centrifuge: Centrifuge | null = null;
   private session: RealtimeSession | null = null;
   private stateValue: ConnectionState = 'RECOVERING';
   private readonly stateListeners = new Set<(state: ConnectionState) => void>();
   private staleTimer: ReturnType<typeof setTimeout> | null = null;
   private checkTimer: ReturnType<typeof setTimeout> | null = null;
+  private telemetryTimer: ReturnType<typeof setTimeout> | null = null;
   private summaryReady = false;
   private buffering = true;
   private buffer: unknown[] = [];
@@ -167,6 +175,7 @@ export class TaskStatusClient {
     });
     centrifuge.on('connected', (ctx) => {
       this.transportName = ctx.transport;
+      this.telemetry.connected();
     });
     centrifuge.on('disconnected', () => {
       this.transportName = null;
@@ -187,6 +196,7 @@ export class TaskStatusClient {
         this.markLive();
         return;
       }
+      if (ctx.wasRecovering) this.telemetry.recoveryFailed();
       // First subscribe, or history could not fill the gap: load snapshots, buffer live messages meanwhile.
       // A load that began before this subscription (the one start() made) may miss what was published
       // between its read and now: load once more after it.
@@ -205,7 +215,7 @@ export class TaskStatusClient {
     centrifuge.on('publication', (ctx) => {
       if (ctx.channel !== summaryChannel) return;
       if (this.buffering) this.buffer.push(ctx.data);
-      else this.store.apply(ctx.data);
+      else this.applyLive(ctx.data);
     });
     centrifuge.on('error', (ctx) => this.report(ctx.error, 'connection'));
 
@@ -214,6 +224,7 @@ export class TaskStatusClient {
       if (event.type === 'task' && event.summaryChanged) this.watchDetailLag(event.taskId);
     });
     this.scheduleCheck();
+    this.scheduleTelemetry();
     centrifuge.connect();
     // Snapshots come over HTTP: show what the service knows even while realtime cannot connect
     // (the page says it is offline, never "no tasks" while tasks exist).
@@ -227,7 +238,9 @@ export class TaskStatusClient {
     this.options.visibility?.removeEventListener('visibilitychange', this.onVisibility);
     if (this.staleTimer) clearTimeout(this.staleTimer);
     if (this.checkTimer) clearTimeout(this.checkTimer);
-    this.staleTimer = this.checkTimer = null;
+    if (this.telemetryTimer) clearTimeout(this.telemetryTimer);
+    this.staleTimer = this.checkTimer = this.telemetryTimer = null;
+    void this.reportTelemetry();
     for (const timer of this.catchUps.values()) clearTimeout(timer);
     this.catchUps.clear();
     this.unsubscribeStore?.();
@@ -296,10 +309,11 @@ export class TaskStatusClient {
     });
     subscription.on('subscribed', (ctx) => {
       if (ctx.wasRecovering && ctx.recovered) return;
+      if (ctx.wasRecovering) this.telemetry.recoveryFailed();
       void this.loadDetailSnapshot(taskId);
     });
     subscription.on('publication', (ctx) => {
-      this.store.apply(ctx.data);
+      this.applyLive(ctx.data);
     });
     subscription.on('error', (ctx) => this.report(ctx.error, `detail ${taskId}`));
     subscription.on('unsubscribed', (ctx) => {
@@ -365,13 +379,17 @@ export class TaskStatusClient {
       let delay = 500;
       for (;;) {
         if (this.stopped) return;
+        const began = Date.now();
         try {
           const known = this.store.taskIds();
           // New tasks (and every task when starting) from the list; tasks we already show, by version.
           const listed = new Set<string>();
           let cursor: string | null = null;
           for (let page = 0; page < MAX_SNAPSHOT_PAGES; page++) {
+            const sentAt = Date.now();
             const result = await this.api.myTasks(cursor, 100);
+            // Summaries of a list are projected at the read: their asOf is the service's clock then.
+            this.telemetry.serverTime(result.tasks[0]?.asOf, sentAt, Date.now());
             for (const summary of result.tasks) {
               listed.add(summary.taskId);
               this.store.applySummary(summary);
@@ -382,6 +400,7 @@ export class TaskStatusClient {
           const rest = known.filter((taskId) => !listed.has(taskId));
           if (reason === 'recovery' || rest.length > 0) await this.checkConsistency(reason, rest);
           await this.loadMissingWorkflows();
+          this.telemetry.snapshotLoaded(Date.now() - began);
           return;
         } catch (error) {
           this.report(error, `snapshot (${reason})`);
@@ -395,7 +414,7 @@ export class TaskStatusClient {
       const buffered = this.buffer;
       this.buffer = [];
       this.buffering = false;
-      for (const message of buffered) this.store.apply(message);
+      for (const message of buffered) this.applyLive(message);
       if (!this.stopped) this.markLive();
     });
     this.snapshotRun = run;
@@ -457,6 +476,31 @@ export class TaskStatusClient {
     };
     const order = this.options.transports ?? ['websocket', 'http_stream', 'sse'];
     return order.map((transport) => ({ transport, endpoint: urls[transport] }));
+  }
+
+  /** A message from a channel: into the store, and into the telemetry (commit → visible, unknown kinds). */
+  private applyLive(message: unknown): void {
+    this.telemetry.received(message, this.store.apply(message));
+  }
+
+  private scheduleTelemetry(): void {
+    const period = this.options.telemetryIntervalMs ?? 60000;
+    if (period <= 0 || this.stopped) return;
+    this.telemetryTimer = setTimeout(() => {
+      void this.reportTelemetry().finally(() => this.scheduleTelemetry());
+    }, period * (0.75 + 0.5 * this.random()));
+  }
+
+  /** Send what the telemetry holds (nothing when there is nothing); a failed report is kept for the next. */
+  private async reportTelemetry(): Promise<void> {
+    if ((this.options.telemetryIntervalMs ?? 60000) <= 0 || this.telemetry.empty) return;
+    const report = this.telemetry.take(this.transportName);
+    try {
+      await this.api.telemetry(report);
+    } catch (error) {
+      this.telemetry.restore(report);
+      this.report(error, 'telemetry');
+    }
   }
 
   private markLive(): void {

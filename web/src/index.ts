@@ -13,6 +13,7 @@
 export { ApiError, StatusApi, type FetchLike, type StatusApiOptions } from './api.js';
 export { TaskStatusClient, type ConnectionState, type TaskStatusClientOptions, type TransportName } from './client.js';
 export { LruSet } from './lru.js';
+export { ClientTelemetry, KNOWN_KINDS, SCHEMA_VERSION, type TelemetryCounters, type TelemetryReport } from './telemetry.js';
 export {
   RendererRegistry,
   exampleRenderers,

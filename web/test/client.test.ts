@@ -482,4 +482,43 @@ describe('TaskStatusClient', () => {
     expect(h.client.store.task('a')).toBeDefined();
     h.client.stop();
   });
+
+  it('reports what the page went through to the service, and keeps a report that could not be sent', async () => {
+    const reports: any[] = [];
+    let accept = false;
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => ({ tasks: [summary('t1', 1)], nextCursor: null }),
+      'POST /api/tasks/status:batchGet': () => ({ tasks: [], unchanged: ['t1'], notFound: [], asOf: '' }),
+      'POST /api/me/telemetry': (body) => {
+        reports.push(body);
+        if (!accept) return new Response(JSON.stringify({ error: { code: 'UNAVAILABLE', message: 'x', retryable: true } }), { status: 503 });
+        return new Response(null, { status: 204 });
+      },
+    }, { telemetryIntervalMs: 60_000 });
+    await h.client.start();
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    await flush();
+    await flush();
+    h.centrifuge.emit('publication', { channel: SESSION.channels.summary, data: summary('t1', 2) });
+    h.centrifuge.emit('publication', { channel: SESSION.channels.summary, data: { kind: 'task.hologram', schemaVersion: 1 } });
+    // A reconnect whose history could not fill the gap.
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: true, recovered: false });
+    await flush();
+    await flush();
+    h.client.stop(); // stopping sends what is held (the timer would, once a minute)
+    await flush();
+    expect(reports).toHaveLength(1);
+    const [sent] = reports;
+    // Snapshots: the one start() loads over HTTP, the one after the first subscribe, the recovery's.
+    expect(sent.counters).toEqual({ connects: 1, reconnects: 1, recoveredFalse: 1, snapshots: 3, unknownMessages: 1 });
+    expect(sent.commitToVisibleSeconds).toHaveLength(1);
+    expect(sent.snapshotSeconds).toHaveLength(3);
+    // Refused (503): nothing is lost; the next report carries it.
+    accept = true;
+    h.client.stop();
+    await flush();
+    expect(reports).toHaveLength(2);
+    expect(reports[1].counters).toEqual(sent.counters);
+  });
 });
