@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from observer import metrics
 from observer.activities import ActivityProbe
+from observer.database import DatabaseWatch
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay
 from observer.runs import RunFollower
@@ -207,8 +208,10 @@ class ObserverLoops:
         relay_wake: asyncio.Event | None = None,
         projector_wake: asyncio.Event | None = None,
         runs: RunFollower | None = None,
+        database: DatabaseWatch | None = None,
     ) -> None:
         self.runs = runs
+        self.database = database
         self.relay = relay
         self.projector = projector
         self.reconciler = reconciler
@@ -252,6 +255,8 @@ class ObserverLoops:
             if time.monotonic() - last_lease_check > self.config.lease_check_interval:
                 await self._guard("lease", lambda: asyncio.to_thread(self.relay.take_over_expired_leases))
                 await self._guard("gauges", lambda: asyncio.to_thread(self.relay.update_gauges))
+                if self.database is not None:
+                    await self._guard("database", lambda: asyncio.to_thread(self.database.run_once))  # type: ignore[union-attr]
                 last_lease_check = time.monotonic()
             # Cleared before the pass: a commit during the pass wakes the next one.
             self._relay_wake.clear()

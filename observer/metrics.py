@@ -23,6 +23,13 @@ COMMIT_TO_PUBLISH = Histogram(
 )
 PUBLISH_SECONDS = Histogram("relay_publish_seconds", "Duration of one Centrifugo batch call", registry=REGISTRY)
 PUBLISHED = Counter("relay_published_total", "Publications accepted by Centrifugo", registry=REGISTRY)
+CLAIMED = Counter("relay_claimed_total", "Outbox rows read by the relay's claims", registry=REGISTRY)
+CLAIM_SECONDS = Histogram(
+    "relay_claim_seconds",
+    "Duration of one claim of due outbox rows (the relay's read)",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+    registry=REGISTRY,
+)
 COALESCED = Counter("relay_coalesced_total", "Superseded summaries skipped under backlog", registry=REGISTRY)
 DEAD = Counter("relay_dead_total", "Outbox rows that went DEAD", registry=REGISTRY)
 PUBLISH_ERRORS = Counter("relay_publish_errors_total", "Failed publications by class", ["kind"], registry=REGISTRY)
@@ -65,4 +72,30 @@ OVERDUE_TASKS = Gauge(
     "overdue_tasks",
     "Tasks RUNNING or STALE beyond their operation's maxRuntimeSeconds or OVERDUE_AFTER_SECONDS",
     registry=REGISTRY,
+)
+
+# The database server's own view (status.infra.db_status), read on the gauges pass; names as
+# mysqld_exporter's, values as the server reports them (counters since it started).
+DB_SERVER_STATUS = {
+    "Innodb_row_lock_waits": Gauge(
+        "mysql_global_status_innodb_row_lock_waits", "Row lock waits since the server started", registry=REGISTRY
+    ),
+    "Innodb_row_lock_time": Gauge(
+        "mysql_global_status_innodb_row_lock_time",
+        "Milliseconds spent waiting for row locks since the server started",
+        registry=REGISTRY,
+    ),
+    "Innodb_deadlocks": Gauge(
+        "mysql_global_status_innodb_deadlocks", "Deadlocks since the server started", registry=REGISTRY
+    ),
+    "Threads_connected": Gauge("mysql_global_status_threads_connected", "Open connections", registry=REGISTRY),
+    "Threads_running": Gauge("mysql_global_status_threads_running", "Statements running now", registry=REGISTRY),
+}
+REPLICA_LAG = Gauge(
+    "mysql_replica_lag_seconds",
+    "Seconds the watched replica is behind its primary (REPLICA_STATUS_URL; NaN while it does not apply)",
+    registry=REGISTRY,
+)
+REPLICA_RUNNING = Gauge(
+    "mysql_replica_running", "1 while the watched replica's IO and SQL threads both run", registry=REGISTRY
 )

@@ -138,7 +138,11 @@ class OutboxRelay:
         partitions = self.partitions()
         if not partitions:
             return []
-        return retrying(lambda: self.store.claim(partitions, self.now(), in_flight))
+        began = time.perf_counter()
+        rows = retrying(lambda: self.store.claim(partitions, self.now(), in_flight))
+        metrics.CLAIM_SECONDS.observe(time.perf_counter() - began)
+        metrics.CLAIMED.inc(len(rows))
+        return rows
 
     def take_over_expired_leases(self, limit: int = 1000) -> int:
         """Rows left PROCESSING past the lease go back to PENDING.

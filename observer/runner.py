@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from prometheus_client import start_http_server
 
 from observer import metrics
 from observer.activities import ActivityProbe
+from observer.database import DatabaseWatch
 from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay, RelayConfig
@@ -24,6 +26,7 @@ from observer.runs import RunFollower
 from status.bootstrap import Components
 from status.infra import temporal
 from status.infra.centrifugo import CentrifugoApi
+from status.infra.db import create_engine
 from status.infra.probe import RowProbe
 from status.infra.wakeup import WakeReceiver
 from status.settings import Settings
@@ -43,6 +46,8 @@ class Observer:
     wake: WakeReceiver
     advertise_host: str | None = None
     slot: IO[str] | None = None  # holds this host's relay slot (see relay_identity)
+    database: DatabaseWatch | None = None
+    _housekept: float = 0.0
 
     async def start(self) -> None:
         """Take wake-ups: in-process, and on UDP (advertised with the relay's partitions)."""
@@ -72,6 +77,9 @@ class Observer:
 
     def passes(self) -> dict[str, Callable[[], Awaitable[object]]]:
         async def relay_pass() -> bool:  # busy only after a full batch (see ObserverLoops._relay_pass)
+            if time.monotonic() - self._housekept > self.config.lease_check_interval:
+                self._housekept = time.monotonic()
+                await asyncio.to_thread(self.housekeeping)
             return (await self.relay.run_once(wait_for_mark=False)).claimed >= self.relay.config.batch_size
 
         return {
@@ -81,6 +89,20 @@ class Observer:
             "retention": lambda: asyncio.to_thread(lambda: sum(self.retention.run_once().values())),
             "runs": self.runs.run_once,
         }
+
+    def housekeeping(self) -> None:
+        """Beside the relay every few seconds (as ``ObserverLoops.relay_loop`` does): rows older relays
+        left in flight, the outbox gauges, the database server's counters. A failure is logged and
+        waits for the next round; it never stops the relay."""
+        steps: list[Callable[[], object]] = [self.relay.take_over_expired_leases, self.relay.update_gauges]
+        if self.database is not None:
+            steps.append(self.database.run_once)
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:
+                metrics.LOOP_ERRORS.labels(loop="housekeeping").inc()
+                log.warning("observer housekeeping failed (%s); next round in a few seconds", type(exc).__name__)
 
     def _projector_pass(self) -> bool:
         self.projector.run_once()
@@ -101,6 +123,7 @@ class Observer:
             relay_wake=events["relay"],
             projector_wake=events["projector"],
             runs=self.runs,
+            database=self.database,
         )
 
 
@@ -168,6 +191,9 @@ def build_observer(settings: Settings, parts: Components | None = None) -> Obser
         wake=WakeReceiver(parts.signal, settings.wakeup_host, settings.wakeup_port),
         advertise_host=settings.wakeup_advertise_host,
         slot=slot,
+        database=DatabaseWatch(
+            engine, create_engine(settings.replica_status_url, pool_size=1) if settings.replica_status_url else None
+        ),
     )
 
 

@@ -29,10 +29,10 @@ def _serve(args: argparse.Namespace) -> int:
     import socket
 
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     from status import logs
     from status.api.asgi import app_for
+    from status.api.serving import DrainingServer, DrainingSupervisor
     from status.bootstrap import Components
 
     logs.configure()
@@ -58,10 +58,10 @@ def _serve(args: argparse.Namespace) -> int:
         # protocol from the descriptor so accepted connections get TCP_NODELAY.
         sock = socket.socket(fileno=config.bind_socket().detach())
         sock.set_inheritable(True)
-        Multiprocess(config, sockets=[sock]).run()
+        DrainingSupervisor(config, [sock], settings.drain_seconds).run()
     else:
         config = uvicorn.Config(app_for(parts), **options)
-        _draining_server()(config, parts.readiness.drain, settings.drain_seconds).run()
+        DrainingServer(config, parts.readiness.drain, settings.drain_seconds).run()
     return 0
 
 
@@ -505,36 +505,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"task-observer: configuration error: {exc}", file=sys.stderr)
         return 2
-
-
-def _draining_server() -> Any:
-    import threading
-
-    import uvicorn
-
-    class DrainingServer(uvicorn.Server):
-        """SIGTERM/SIGINT: report unready for ``drain_seconds`` (the load balancer moves new requests
-        to other replicas), then stop accepting and finish what is in flight; a second signal stops now."""
-
-        def __init__(self, config: uvicorn.Config, drain: Any, drain_seconds: float) -> None:
-            super().__init__(config)
-            self._drain = drain
-            self._drain_seconds = drain_seconds
-            self._draining = False
-
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            if self._draining or self._drain_seconds <= 0:
-                if not self._draining:
-                    self._drain()
-                super().handle_exit(sig, frame)
-                return
-            self._draining = True
-            self._drain()
-            timer = threading.Timer(self._drain_seconds, super().handle_exit, args=(sig, frame))
-            timer.daemon = True
-            timer.start()
-
-    return DrainingServer
 
 
 def _uvicorn_log_config() -> dict[str, Any]:

@@ -186,6 +186,9 @@ class Settings:
     # Share of accepted changes logged with their correlation fields (seed §14.2), by eventId, by the
     # API ("event accepted") and the relay ("published") alike; rejections are always logged.
     change_log_sample: float = 0.0
+    # A replica (or failover standby) whose replication the observer watches (mysql_replica_lag_seconds),
+    # through an account with the REPLICATION CLIENT / SLAVE MONITOR privilege; None: none.
+    replica_status_url: str | None = field(default=None, repr=False)
 
     def retention_policy(self) -> RetentionPolicy:
         def window(seconds: int) -> timedelta | None:
@@ -293,6 +296,7 @@ class Settings:
             correction_retention_seconds=_int("CORRECTION_RETENTION_SECONDS", 365 * 24 * 3600),
             archive_dir=_archive_dir(data_dir),
             change_log_sample=min(1.0, max(0.0, _float("CHANGE_LOG_SAMPLE", 0.01))),
+            replica_status_url=_env("REPLICA_STATUS_URL"),
         )
         for problem in settings.retention_policy().problems():
             names = f"{PREFIX}DEDUP_RETENTION_SECONDS, {PREFIX}MAX_EVENT_AGE_SECONDS"

@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 
 from status import logs
 from status.api.app import app_of, create_app
+from status.api.serving import on_drain
 from status.bootstrap import Components
 from status.settings import Settings
 
@@ -21,5 +22,9 @@ def app_for(parts: Components) -> Starlette:
 
 
 def app_from_env() -> Starlette:
+    """A ``serve --workers N`` worker's application; on SIGTERM its readiness drains
+    (``status.api.serving``)."""
     logs.configure()
-    return create_app(Settings.from_env())
+    app = create_app(Settings.from_env())
+    on_drain(app.state.parts.readiness.drain)
+    return app

@@ -6,6 +6,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from status.infra.metrics import POOLS
+
 
 def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
     """An engine with the settings the status service relies on.
@@ -43,4 +45,6 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
     kwargs.setdefault("pool_size", 20)
     kwargs.setdefault("max_overflow", 20)
     kwargs.setdefault("isolation_level", "READ COMMITTED")
-    return sa.create_engine(url, **kwargs)
+    engine = sa.create_engine(url, **kwargs)
+    POOLS.watch(engine)  # db_pool_connections on /metrics
+    return engine

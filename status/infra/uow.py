@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from status.app.ports import DuplicateKey
 from status.domain.errors import Unavailable
-from status.infra.metrics import DB_GIVE_UPS, DB_RETRIES
+from status.infra.metrics import DB_GIVE_UPS, DB_POOL_WAIT_SECONDS, DB_RETRIES, DB_TRANSACTION_SECONDS
 from status.infra.stores.access import SqlAccessStore
 from status.infra.stores.corrections import SqlCorrectionStore
 from status.infra.stores.definitions import SqlDefinitionStore, SqlDurationStore
@@ -145,13 +145,16 @@ class UnitOfWork(SqlStores):
         self.written = set()
 
     def __enter__(self) -> UnitOfWork:
+        self._began = time.perf_counter()
         self.conn = self._engine.connect()
+        DB_POOL_WAIT_SECONDS.observe(time.perf_counter() - self._began)
         self._tx = self.conn.begin()
         return self
 
     def commit(self) -> None:
         self._tx.commit()
         self._committed = True
+        DB_TRANSACTION_SECONDS.labels(outcome="committed").observe(time.perf_counter() - self._began)
         if self.written:
             written = frozenset(self.written)
             for notify in self._notifiers:
@@ -163,6 +166,8 @@ class UnitOfWork(SqlStores):
         try:
             if not self._committed and self._tx.is_active:
                 self._tx.rollback()
+                outcome = "failed" if exc is not None else "rolled_back"
+                DB_TRANSACTION_SECONDS.labels(outcome=outcome).observe(time.perf_counter() - self._began)
         finally:
             self.conn.close()
 

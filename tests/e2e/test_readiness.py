@@ -67,14 +67,17 @@ def test_one_failed_probe_is_no_reason_to_leave_and_coming_back_takes_two(
         engine.dispose()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_a_replica_says_it_is_draining_on_sigterm_serves_meanwhile_then_exits(
-    api: Http, e2e_settings: Settings
+    api: Http, e2e_settings: Settings, workers: int
 ) -> None:
+    """With ``--workers N`` the supervisor passes SIGTERM on and every worker drains alike."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = (e2e_settings.data_dir / f"serve-drain-{port}.log").open("ab")
     env = _env(e2e_settings, TASK_OBSERVER_DRAIN_SECONDS="3", TASK_OBSERVER_READINESS_INTERVAL_MS="0")
-    proc = subprocess.Popen([str(CLI), "serve", "--port", str(port)], env=env, stdout=log, stderr=log)
+    command = [str(CLI), "serve", "--port", str(port), "--workers", str(workers)]
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=log)
     try:
 
         def ready() -> bool:
@@ -86,14 +89,20 @@ def test_a_replica_says_it_is_draining_on_sigterm_serves_meanwhile_then_exits(
         wait_until(ready, 60, "task-observer serve")
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        answer = httpx.get(f"{base}/readyz", timeout=5)
-        assert answer.status_code == 503 and answer.json()["status"] == "draining"
+
+        def draining() -> bool:  # at once with one process; the supervisor passes it on within 0.5 s
+            answer = httpx.get(f"{base}/readyz", timeout=5)
+            return answer.status_code == 503 and answer.json()["status"] == "draining"
+
+        wait_until(draining, 2, "the replica to report draining")
+        # Every worker drains: none of them says ready any more.
+        assert all(httpx.get(f"{base}/readyz", timeout=5).status_code == 503 for _ in range(6))
         # Still serving while the load balancer moves away: a request sent now is answered.
         with httpx.Client(base_url=base, timeout=10) as client:
             created = client.post(
                 "/internal/v1/workflows",
                 json={
-                    "clientWorkflowKey": f"wf-drain-{port}",
+                    "clientWorkflowKey": f"wf-drain-{port}-{workers}",
                     "ownerId": "user-1",
                     "title": "During the drain",
                     "initialTasks": [{"clientTaskKey": "t", "title": "t"}],
