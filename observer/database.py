@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import math
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from observer import metrics
 from status.infra import db_status
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 class DatabaseWatch:

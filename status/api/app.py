@@ -169,6 +169,7 @@ class Api:
             result = await self.committer.submit(caller, cmd)
         except DomainError as err:
             metrics.EVENTS.labels(result="rejected", code=err.code.value).inc()
+            count_by_operation(caller, err.code.value)
             log.info(
                 "event rejected",
                 eventId=cmd.event_id,
@@ -221,6 +222,8 @@ class Api:
         for cmd, r in zip(commands, results, strict=True):
             code = r.get("error", {}).get("code", "")
             metrics.EVENTS.labels(result="rejected" if code else "accepted", code=code).inc()
+            if code:
+                count_by_operation(caller, code)
             if not code:
                 self.log_accepted(caller, cmd, r, trace)
         return JSONResponse({"results": results})
@@ -514,6 +517,11 @@ def routes(api: Api) -> list[Route]:
         Route("/api/v1/me/task-stream", api.task_stream, methods=["GET"]),
         Route("/api/v1/me/task-watch-set", api.task_watch_set, methods=["PUT"]),
     ]
+
+
+def count_by_operation(caller: EventCaller, code: str) -> None:
+    if isinstance(caller, ExecutionClaims):
+        metrics.REJECTIONS_BY_OPERATION.labels(operation=caller.operation_code, code=code).inc()
 
 
 def dashboard_routes(settings: Settings) -> list[BaseRoute]:

@@ -15,6 +15,14 @@ INGEST_SECONDS = Histogram(
     buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
     registry=REGISTRY,
 )
+# Seed §14.3: one operation's schema rejections or error codes spiking. Only executions' reports
+# (their operation is the one their token was issued for: a registered definition, a bounded set).
+REJECTIONS_BY_OPERATION = Counter(
+    "task_status_rejections_by_operation_total",
+    "Executions' rejected reports by operation and rejection code",
+    ["operation", "code"],
+    registry=REGISTRY,
+)
 HEARTBEATS = Counter("task_status_heartbeats_total", "Heartbeat items by result", ["result"], registry=REGISTRY)
 READY = Gauge(
     "task_status_ready", "1 while this replica's /readyz answers ready (last health check)", registry=REGISTRY

@@ -156,3 +156,19 @@ def test_an_event_older_than_the_maximum_age_is_refused_with_its_own_code(http: 
     assert snap["lifecycleStatus"] != "RUNNING"  # nothing was applied
     five_days_ago = (datetime.now(UTC) - timedelta(days=5)).isoformat()
     assert report(http, ctx, "STEP_STARTED", 1, occurredAt=five_days_ago).status_code == 200
+
+
+def test_rejections_are_counted_by_operation(http: Http) -> None:
+    """Seed §14.3: an operation's schema rejections spiking is an alert (OperationRejectionsSpike)."""
+    from status.infra.metrics import REGISTRY
+
+    def count() -> float:
+        labels = {"operation": "DOCUMENT.PARSE", "code": "SCHEMA_REJECTED"}
+        return REGISTRY.get_sample_value("task_status_rejections_by_operation_total", labels) or 0.0
+
+    _, ctx = _task(http)
+    assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
+    before = count()
+    bad = {"schema": "document.parse.progress.v1", "value": {"page": "not a number"}}
+    assert report(http, ctx, "STEP_PROGRESS", 2, data=bad).status_code == 422
+    assert count() == before + 1
