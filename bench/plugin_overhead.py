@@ -20,6 +20,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,6 +37,35 @@ from status.infra.tokens import ServiceTokens
 from tests.support.processes import free_port, temporal_binary
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's threads, grouped by what they are: Python threads by
+    their name (the outbox writer, the activity executor, the event loop), native ones by their
+    kernel name (Temporal's core runs in Rust threads)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    groups: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = names.get(int(task.name), comm)
+        group = (
+            "event loop (main)"
+            if name == "MainThread"
+            else "outbox writer"
+            if name == "task-status-outbox"
+            else "activity/to_thread pool"
+            if name.startswith(("ThreadPoolExecutor", "asyncio_"))
+            else "workflow threads"
+            if name.startswith("temporal_workflow")
+            else f"native: {comm.rstrip('0123456789-')}"
+        )
+        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return groups
+
+
 async def run_batch(env: WorkflowEnvironment, plugins: list, task_ids: list[str], steps: int) -> tuple[float, float]:
     """Activities per second, and this process's CPU ms per activity (until the plugin's outbox drained)."""
     queue = f"overhead-{uuid.uuid4().hex[:6]}"
@@ -47,7 +77,7 @@ async def run_batch(env: WorkflowEnvironment, plugins: list, task_ids: list[str]
         plugins=plugins,
         max_concurrent_activities=100,
     ):
-        started, cpu = time.perf_counter(), time.process_time()
+        started, cpu, threads = time.perf_counter(), time.process_time(), thread_cpu()
         await asyncio.gather(
             *[
                 env.client.execute_workflow(
@@ -60,8 +90,16 @@ async def run_batch(env: WorkflowEnvironment, plugins: list, task_ids: list[str]
         if plugins:
             await plugins[0].reporter.drained(120)
         cpu = time.process_time() - cpu
+        after = thread_cpu()
     activities = len(task_ids) * steps
+    LAST_THREADS.clear()
+    LAST_THREADS.update(
+        {k: 1000 * (v - threads.get(k, 0.0)) / activities for k, v in after.items() if v - threads.get(k, 0.0) > 0}
+    )
     return activities / elapsed, 1000 * cpu / activities
+
+
+LAST_THREADS: dict[str, float] = {}  # ms per activity by thread group, of the last batch
 
 
 async def main() -> None:
@@ -114,6 +152,7 @@ async def main() -> None:
             try:
                 await run_batch(env, [], new_tasks(5), args.steps)  # warm-up
                 without, cpu_without = await run_batch(env, [], new_tasks(args.workflows), args.steps)
+                breakdown = {"without": dict(LAST_THREADS)}
                 figures = {}
                 for transport, target in (("REST", None), ("gRPC", f"127.0.0.1:{grpc_port}")):
                     outbox = Path(tempfile.mkdtemp()) / "o.sqlite3"
@@ -123,6 +162,7 @@ async def main() -> None:
                     rate, cpu = await run_batch(env, [plugin], tasks, args.steps)
                     api_ms = 1000 * (process_tree_cpu(api.pid) - api_cpu) / (args.workflows * args.steps)
                     figures[transport] = (rate, cpu, api_ms)
+                    breakdown[transport] = dict(LAST_THREADS)
             finally:
                 await env.shutdown()
         finally:
@@ -135,6 +175,13 @@ async def main() -> None:
             f"   API CPU {api_ms:6.2f} ms/activity   worker CPU ratio {cpu / cpu_without:5.2f} (target <= 1.1)"
             f"   throughput ratio {rate / without:5.2f}"
         )
+    print("worker CPU by thread group, ms/activity (without / REST / gRPC):")
+    groups = sorted({g for b in breakdown.values() for g in b}, key=lambda g: -breakdown.get("REST", {}).get(g, 0.0))
+    for group in groups:
+        cells = " / ".join(
+            f"{breakdown[k].get(group, 0.0):5.2f}" for k in ("without", "REST", "gRPC") if k in breakdown
+        )
+        print(f"  {group:28s} {cells}")
 
 
 if __name__ == "__main__":
