@@ -300,7 +300,7 @@ class ExecutionCommands:
             group.insert_step(step)
         else:
             group.write_step(existing, step)
-        _record_activity(uow, step, cmd.temporal_activity)
+        _record_activity(group, step, cmd.temporal_activity)
         group.write_task(before, task)
         frozen = self._freeze_operation(uow, op)
         for changed_step in [*changed, step]:
@@ -437,7 +437,7 @@ class ExecutionCommands:
             updated_at=now,
         )
         group.insert_step(step)
-        _record_activity(uow, step, cmd.temporal_activity)
+        _record_activity(group, step, cmd.temporal_activity)
         before, task = (
             task,
             replace(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
@@ -575,14 +575,17 @@ def _superseded(previous: StepState, statuses: Any, now: datetime) -> StepState:
     )
 
 
-def _record_activity(uow: UnitOfWork, step: StepState, activity: c.TemporalActivity | None) -> None:
-    """Which Temporal activity runs this execution (the reconciler asks Temporal before STALE)."""
+def _record_activity(group: Group, step: StepState, activity: c.TemporalActivity | None) -> None:
+    """Which Temporal activity runs this execution (the reconciler asks Temporal before STALE);
+    written with the group's other rows, one statement for all its bindings."""
     if activity is not None and step.execution_id is not None:
-        uow.runs.record_activity(
-            step.execution_id,
-            step.task_id,
-            activity.namespace,
-            activity.workflow_id,
-            activity.run_id,
-            activity.activity_id,
+        group.activities.append(
+            {
+                "execution_id": step.execution_id,
+                "task_id": step.task_id,
+                "namespace": activity.namespace,
+                "workflow_id": activity.workflow_id,
+                "run_id": activity.run_id,
+                "activity_id": activity.activity_id,
+            }
         )

@@ -42,6 +42,7 @@ class Group:
     changes: list[dict[str, Any]] = field(default_factory=list)
     outbox: list[dict[str, Any]] = field(default_factory=list)
     notifications: list[dict[str, Any]] = field(default_factory=list)
+    activities: list[dict[str, str]] = field(default_factory=list)  # the Temporal activity behind an execution
 
     def write_task(self, before: TaskState | None, after: TaskState) -> None:
         first = self.task_rows.get(after.task_id)
@@ -83,3 +84,4 @@ class Group:
         uow.log.insert_changes(self.changes)
         uow.log.insert_notifications(self.notifications)
         uow.log.insert_outbox(self.outbox)
+        uow.runs.record_activities(self.activities)

@@ -288,15 +288,7 @@ class RunStore(Protocol):
         """Move the watermark forward (never back: two followers may race)."""
         ...
 
-    def record_activity(
-        self,
-        execution_id: str,
-        task_id: str,
-        namespace: str,
-        workflow_id: str,
-        run_id: str,
-        activity_id: str,
-    ) -> None: ...
+    def record_activities(self, rows: Sequence[Mapping[str, str]]) -> None: ...
 
 
 class TaskStore(Protocol):

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
+from status.infra import tables as t
 from tests.support.factories import activate, create_task, event, now
 from tests.support.flows import now_iso
 
@@ -224,7 +225,18 @@ def test_a_batch_of_bindings_costs_the_same_statements_for_2_or_8_bindings(
         for task_id in tasks:  # cached, as in steady state
             activate(service, coordinator, task_id, "01_prepare", started=_started())
         items = [
-            (coordinator, c.ActivateStep(task_id, "02_parse", 1, "document-parser", started=_started()))
+            (
+                coordinator,
+                c.ActivateStep(
+                    task_id,
+                    "02_parse",
+                    1,
+                    "document-parser",
+                    started=_started(),
+                    # The Temporal activity behind each: one multi-row write for all of them.
+                    temporal_activity=c.TemporalActivity("default", f"wf-{task_id}", "run-1", "2"),
+                ),
+            )
             for task_id in tasks
         ]
         seen: list[str] = []
@@ -238,6 +250,14 @@ def test_a_batch_of_bindings_costs_the_same_statements_for_2_or_8_bindings(
         finally:
             sa.event.remove(service.db.engine, "before_cursor_execute", record)
         assert all(not isinstance(o, BaseException) and o.started and o.started["accepted"] for o in outcomes), outcomes
+        executions = [o.execution_id for o in outcomes if not isinstance(o, BaseException)]
+        with service.db.engine.connect() as conn:
+            recorded = conn.execute(
+                sa.select(t.task_step_temporal.c.execution_id, t.task_step_temporal.c.workflow_id).where(
+                    t.task_step_temporal.c.execution_id.in_(executions)
+                )
+            ).all()
+        assert sorted(w for _, w in recorded) == sorted(f"wf-{task_id}" for task_id in tasks)
         return seen
 
     batch(1)  # the operation's definition is frozen once

@@ -3,10 +3,12 @@ has read each namespace's closed runs. The SQL of ``status.app.runs`` lives here
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from status.app.ports import OwnedTask
 from status.domain.lifecycle import TERMINAL
@@ -100,25 +102,16 @@ class SqlRunStore:
             except sa.exc.IntegrityError:  # another follower inserted it first; its value is as good
                 pass
 
-    def record_activity(
-        self,
-        execution_id: str,
-        task_id: str,
-        namespace: str,
-        workflow_id: str,
-        run_id: str,
-        activity_id: str,
-    ) -> None:
-        conn = self._conn
+    def record_activities(self, rows: Sequence[Mapping[str, str]]) -> None:
+        """The Temporal activity behind each execution (``execution_id``, ``task_id``, ``namespace``,
+        ``workflow_id``, ``run_id``, ``activity_id``), in one statement; an execution already recorded
+        (a retried binding) keeps its row."""
+        if not rows:
+            return
         table = t.task_step_temporal
-        if conn.execute(sa.select(table.c.execution_id).where(table.c.execution_id == execution_id)).first() is None:
-            conn.execute(
-                sa.insert(table).values(
-                    execution_id=execution_id,
-                    task_id=task_id,
-                    namespace=namespace,
-                    workflow_id=workflow_id,
-                    run_id=run_id,
-                    activity_id=activity_id,
-                )
-            )
+        values = list({row["execution_id"]: dict(row) for row in rows}.values())
+        if self._conn.dialect.name == "mysql":
+            key = table.c.execution_id
+            self._conn.execute(mysql_insert(table).values(values).on_duplicate_key_update(execution_id=key))
+        else:
+            self._conn.execute(sqlite_insert(table).values(values).on_conflict_do_nothing())
