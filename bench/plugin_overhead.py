@@ -34,7 +34,7 @@ from temporalio.worker import Worker
 
 from status.domain.auth import Role
 from status.infra.tokens import ServiceTokens
-from tests.support.processes import free_port, temporal_binary
+from tests.support.processes import TEMPORAL_STARTUP, free_port, temporal_binary
 
 
 def thread_cpu() -> dict[str, float]:
@@ -147,7 +147,9 @@ async def main() -> None:
                 return create_tasks_http(base, worker_token, n, args.steps, owner="u")
 
             env = await WorkflowEnvironment.start_local(
-                dev_server_existing_path=str(temporal_binary()), dev_server_log_level="error"
+                dev_server_existing_path=str(temporal_binary()),
+                dev_server_startup_timeout=TEMPORAL_STARTUP,
+                dev_server_log_level="error",
             )
             try:
                 await run_batch(env, [], new_tasks(5), args.steps)  # warm-up

@@ -35,7 +35,7 @@ from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.auth import Role, ServicePrincipal
 from status.infra import tables as t
-from tests.support.processes import temporal_binary
+from tests.support.processes import TEMPORAL_STARTUP, temporal_binary
 from tests.support.settings import make_settings
 
 WAYS = ("terminate", "cancel", "timeout", "complete", "fail")
@@ -168,7 +168,9 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
 
 async def main(args: argparse.Namespace) -> None:
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(temporal_binary()), dev_server_log_level="error"
+        dev_server_existing_path=str(temporal_binary()),
+        dev_server_startup_timeout=TEMPORAL_STARTUP,
+        dev_server_log_level="error",
     )
     try:
         with scratch_database() as url:

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from temporalio.testing import WorkflowEnvironment
 
 from status.infra import migrate
-from tests.support.processes import CentrifugoNode, missing_service, temporal_binary
+from tests.support.processes import TEMPORAL_STARTUP, CentrifugoNode, missing_service, temporal_binary
 
 MYSQL_SERVER_URL = os.environ.get("TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306")
 
@@ -102,6 +102,7 @@ def centrifugo_factory(tmp_path: Path) -> Iterator[type[CentrifugoNode]]:
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(temporal_binary()),
+        dev_server_startup_timeout=TEMPORAL_STARTUP,
         dev_server_log_level="warn",
     )
     try:

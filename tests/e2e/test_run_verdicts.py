@@ -433,7 +433,7 @@ async def test_temporal_down_changes_nothing_and_the_follower_catches_up_when_it
     """A Temporal server of its own, stopped for real after a run was terminated: the follower's
     passes fail, the task stays as it is (nothing is guessed); the same server back (same port,
     same database file) and the follower ends the task from the watermark it kept."""
-    from tests.support.processes import free_port, temporal_binary
+    from tests.support.processes import TEMPORAL_STARTUP, free_port, temporal_binary
 
     port = free_port()
     database = tmp_path / "temporal.sqlite3"
@@ -441,6 +441,7 @@ async def test_temporal_down_changes_nothing_and_the_follower_catches_up_when_it
     async def start() -> WorkflowEnvironment:
         return await WorkflowEnvironment.start_local(
             dev_server_existing_path=str(temporal_binary()),
+            dev_server_startup_timeout=TEMPORAL_STARTUP,
             dev_server_log_level="warn",
             port=port,
             dev_server_extra_args=["--db-filename", str(database)],

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,9 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = Path(os.environ.get("TASK_OBSERVER_CACHE_DIR", REPO_ROOT / ".cache"))
 CENTRIFUGO_CONFIG = REPO_ROOT / "deploy" / "centrifugo" / "config.json"
+# How long a Temporal dev server may take to start (the SDK's default of 5 s fails on a busy
+# 2-core machine now and then).
+TEMPORAL_STARTUP = timedelta(seconds=60)
 
 
 def missing_service(what: str, command: str) -> None:
