@@ -78,6 +78,7 @@ from status.infra.tokens import RealtimeTokens, ServiceTokens, UserTokens
 from tests.support.processes import CentrifugoNode, free_port, temporal_binary, wait_until
 from tests.support.proxy import FailoverProxy
 from tests.support.realtime import recording_client
+from tests.support.rolling import Tally, report_progress
 
 TENANT = "faults"
 USER = "viewer"
@@ -182,43 +183,6 @@ class Stack:
                 proc.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(15)
-
-
-def producer(base: str, token: str, executions: list[dict[str, Any]], stop: threading.Event, acked: list[str]) -> None:
-    """Progress for its executions in turn; each report retried with its eventId until acknowledged."""
-    client = httpx.Client(base_url=base, timeout=5)
-    seq = dict.fromkeys(range(len(executions)), 1)
-    turn = 0
-    while not stop.is_set():
-        i = turn % len(executions)
-        turn += 1
-        seq[i] += 1
-        body = {
-            "eventId": f"faults-{executions[i]['executionId']}-{seq[i]}",
-            "eventType": "STEP_PROGRESS",
-            "sourceSeq": seq[i],
-            "occurredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "progress": {"current": seq[i] % 1000, "total": 1000},
-        }
-        while True:  # at least once, like the plugin's outbox
-            try:
-                response = client.post(
-                    "/internal/v1/task-events",
-                    json=body,
-                    headers={"Authorization": f"Bearer {executions[i]['executionToken']}"},
-                )
-                if response.status_code == 200:
-                    acked.append(str(body["eventId"]))
-                    break
-                if response.status_code < 500 and response.status_code != 429:
-                    break  # refused for good (not expected here)
-            except httpx.HTTPError:
-                pass
-            if stop.is_set():
-                return
-            time.sleep(0.2)
-        time.sleep(0.02)
-    _ = token
 
 
 @contextlib.contextmanager
@@ -370,9 +334,10 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             worker_run = asyncio.create_task(worker.run())
             plugin_task = asyncio.create_task(plugin_load())
             stop = threading.Event()
-            acked: list[str] = []
+            tally = Tally()
+            acked = tally.acked
             threads = [
-                threading.Thread(target=producer, args=(stack.base, token, executions[i::2], stop, acked))
+                threading.Thread(target=report_progress, args=(stack.base, executions[i::2], stop, tally))
                 for i in range(2)
             ]
             for th in threads:

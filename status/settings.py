@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from status.domain.retention import RetentionPolicy
 
 PREFIX = "TASK_OBSERVER_"
+N = TypeVar("N", int, float)
 SECRET_NAMES = (
     "CENTRIFUGO_API_KEY",
     "CENTRIFUGO_TOKEN_SECRET",
@@ -44,23 +47,21 @@ def _archive_dir(data_dir: Path) -> Path | None:
 
 
 def _float(name: str, default: float) -> float:
-    raw = _env(name)
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise SettingsError(f"{PREFIX}{name} must be a number, got {raw!r}") from exc
+    return _number(name, default, float, "a number")
 
 
 def _int(name: str, default: int) -> int:
+    return _number(name, default, int, "an integer")
+
+
+def _number(name: str, default: N, convert: Callable[[str], N], what: str) -> N:
     raw = _env(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        return convert(raw)
     except ValueError as exc:
-        raise SettingsError(f"{PREFIX}{name} must be an integer, got {raw!r}") from exc
+        raise SettingsError(f"{PREFIX}{name} must be {what}, got {raw!r}") from exc
 
 
 def _load_env_file(path: Path) -> dict[str, str]:

@@ -25,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 
 from status import logs
 from status.api import metrics
+from status.api.changes import ChangeLog
 from status.api.corrections import CorrectionEndpoints
 from status.api.draining import CloseWhileDraining
 from status.api.errors import domain_error_handler, error_body, status_for, unexpected_error, unexpected_error_handler
@@ -54,7 +55,7 @@ from status.api.telemetry import TelemetryEndpoints
 from status.app import commands as c
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import Components
-from status.domain.auth import ExecutionClaims, ServicePrincipal, UserPrincipal
+from status.domain.auth import ServicePrincipal, UserPrincipal
 from status.domain.errors import DomainError, Invalid, Unauthenticated
 from status.infra.metrics import REGISTRY
 from status.settings import Settings
@@ -75,6 +76,7 @@ class Api:
         self.user_tokens = self.gate.user_tokens
         self.user_rate_limiter = self.gate.user_rate_limiter
         self.committer = parts.group_committer()
+        self.changes = ChangeLog(parts.service, settings.change_log_sample)
         self.grpc_committer = parts.group_committer()  # its own: groups never span event loops
 
     # ------------------------------------------------------------ the gate (shared with gRPC)
@@ -169,7 +171,7 @@ class Api:
             result = await self.committer.submit(caller, cmd)
         except DomainError as err:
             metrics.EVENTS.labels(result="rejected", code=err.code.value).inc()
-            count_by_operation(caller, err.code.value)
+            self.changes.rejected(caller, err.code.value)
             log.info(
                 "event rejected",
                 eventId=cmd.event_id,
@@ -184,34 +186,8 @@ class Api:
             raise
         metrics.EVENTS.labels(result="duplicate" if result["duplicate"] else "accepted", code="").inc()
         metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
-        self.log_accepted(caller, cmd, result, request.headers.get("traceparent"))
+        self.changes.accepted(caller, cmd, result, request.headers.get("traceparent"))
         return JSONResponse(result)
-
-    def log_accepted(self, caller: EventCaller, cmd: c.ReportEvent, result: dict[str, Any], trace: str | None) -> None:
-        """A sampled line per accepted change with seed §14.2's correlation fields (by eventId: the
-        relay's "published" lines of the same event are sampled alike)."""
-        if result.get("duplicate") or not logs.sampled(cmd.event_id, self.settings.change_log_sample):
-            return
-        claims = caller if isinstance(caller, ExecutionClaims) else None
-        task_id = result.get("taskId")
-        log.info(
-            "event accepted",
-            eventId=cmd.event_id,
-            eventType=cmd.event_type,
-            taskId=task_id,
-            taskType=self.service.cached_task_type(task_id, int(result["taskVersion"])) if task_id else None,
-            stepId=result.get("stepId"),
-            operationCode=result.get("operationCode"),
-            attempt=claims.step_attempt if claims else cmd.task_attempt,
-            executionId=claims.execution_id if claims else None,
-            sourceSeq=cmd.source_seq,
-            taskVersion=result.get("taskVersion"),
-            lifecycleStatus=result.get("lifecycleStatus"),
-            dataSchema=cmd.data.schema if cmd.data is not None else None,
-            errorCode=cmd.error.code if cmd.error is not None else None,
-            producerId=caller.producer_id,
-            traceId=trace,
-        )
 
     async def report_events(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
@@ -223,9 +199,9 @@ class Api:
             code = r.get("error", {}).get("code", "")
             metrics.EVENTS.labels(result="rejected" if code else "accepted", code=code).inc()
             if code:
-                count_by_operation(caller, code)
+                self.changes.rejected(caller, code)
             if not code:
-                self.log_accepted(caller, cmd, r, trace)
+                self.changes.accepted(caller, cmd, r, trace)
         return JSONResponse({"results": results})
 
     async def heartbeats(self, request: Request) -> JSONResponse:
@@ -517,11 +493,6 @@ def routes(api: Api) -> list[Route]:
         Route("/api/v1/me/task-stream", api.task_stream, methods=["GET"]),
         Route("/api/v1/me/task-watch-set", api.task_watch_set, methods=["PUT"]),
     ]
-
-
-def count_by_operation(caller: EventCaller, code: str) -> None:
-    if isinstance(caller, ExecutionClaims):
-        metrics.REJECTIONS_BY_OPERATION.labels(operation=caller.operation_code, code=code).inc()
 
 
 def dashboard_routes(settings: Settings) -> list[BaseRoute]:

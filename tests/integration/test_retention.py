@@ -9,7 +9,6 @@ the rows of every other test sharing the session's database.
 from __future__ import annotations
 
 import json
-import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -35,7 +34,6 @@ from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
-from tests.conftest import _mysql_server_engine
 from tests.support.factories import activate, create_task, event
 from tests.support.wiring import projector_for
 
@@ -58,23 +56,12 @@ POLICY = RetentionPolicy(
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'retention.sqlite3'}"
-        migrate.upgrade(url)
-        eng = create_engine(url)
-        yield eng
-        eng.dispose()
-        return
-    server = _mysql_server_engine()
-    name = f"tso_retention_{secrets.token_hex(4)}"
-    with server.begin() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-    url = f"{server.url.render_as_string(hide_password=False).rstrip('/')}/{name}?charset=utf8mb4"
+    else:
+        url = str(request.getfixturevalue("scratch_mariadb_url"))  # dropped after the test
     migrate.upgrade(url)
     eng = create_engine(url)
     yield eng
     eng.dispose()
-    with server.begin() as conn:
-        conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
-    server.dispose()
 
 
 def _service(engine: sa.Engine, clock: Callable[[], datetime] = utcnow, max_age: int | None = None) -> StatusService:

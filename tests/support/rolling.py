@@ -83,7 +83,9 @@ class Tally:
     answers: dict[int, int] = field(default_factory=dict)  # status code -> count of non-200 answers
 
 
-def _producer(base: str, executions: list[dict[str, Any]], stop: threading.Event, tally: Tally) -> None:
+def report_progress(base: str, executions: list[dict[str, Any]], stop: threading.Event, tally: Tally) -> None:
+    """Progress for ``executions`` in turn until ``stop``; each report retried with its eventId until
+    acknowledged (as the plugin's outbox does). Runs in a thread of its own."""
     with httpx.Client(base_url=base, timeout=10) as client:
         _produce(client, executions, stop, tally)
 
@@ -221,7 +223,7 @@ async def rolling_restart(
 
         watcher, recoverer = asyncio.create_task(watch()), asyncio.create_task(resubscribed())
         threads = [
-            threading.Thread(target=_producer, args=(lb.url, executions[i::producers], stop, tally), daemon=True)
+            threading.Thread(target=report_progress, args=(lb.url, executions[i::producers], stop, tally), daemon=True)
             for i in range(producers)
         ]
         for thread in threads:
