@@ -70,9 +70,6 @@ class Retention:
     that walk a watermark; the event log and corrections are archived (``status.infra.archive``),
     read back and checked, and only then deleted.  Published outbox rows go through the relay."""
 
-    # Archived before they are deleted: the audit trail.
-    ARCHIVED = ("task_event_log", "task_correction")
-
     def __init__(self, engine: sa.Engine, relay: OutboxRelay, config: LoopConfig) -> None:
         self.engine = engine
         self.relay = relay
@@ -133,7 +130,7 @@ class Retention:
             archived = self.archive.write(name, rows, aged.key, aged.dated_by, now)
         except (ArchiveError, OSError) as exc:
             metrics.ARCHIVE_FAILURES.labels(table=name).inc()
-            log.error("archive failed; nothing was deleted", extra={"table": name, "error": str(exc)})
+            log.error("archive failed; nothing was deleted", table=name, reason=str(exc)[:300])
             return 0
         metrics.ARCHIVED.labels(table=name).inc(archived.rows)
         # Fewer than archived when another observer's pass deleted them first: the batch stops here.
