@@ -67,12 +67,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _observer(args: argparse.Namespace) -> int:
     import asyncio
+    import faulthandler
     import logging
+    import signal
 
     from observer.runner import run_loops, run_temporal
     from status import logs
 
     logs.configure(logging.INFO)
+    # SIGUSR1 prints every thread's stack to stderr: what a stuck observer is waiting for.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     settings = Settings.from_env()
     if args.mode == "loops":
         asyncio.run(run_loops(settings))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,12 +59,16 @@ def observers(settings: Settings, count: int, *args: str, **extra: str) -> Itera
     finally:
         for proc in procs:
             proc.terminate()
-        for proc in procs:
+        for i, proc in enumerate(procs):
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGUSR1)  # its threads' stacks into its log (faulthandler)
+                time.sleep(1)
                 proc.kill()
-                pytest.fail("the observer did not stop on SIGTERM")
+                proc.wait(10)
+                stacks = (settings.data_dir / f"observer-{os.getpid()}-{i}.log").read_text()[-6000:]
+                pytest.fail(f"the observer did not stop on SIGTERM; where it waited:\n{stacks}")
 
 
 async def _events_arrive(api: Http, e2e_engine: Any, events: int = 6) -> str:
