@@ -16,10 +16,10 @@ from starlette.routing import Route
 from status.api import metrics
 from status.api.gate import Gate
 from status.api.limits import RateLimiter
-from status.api.models import ClientTelemetryIn
+from status.api.models import ClientCountersIn, ClientTelemetryIn
 
-# The counters' fields are the label values (a fixed set).
-COUNTERS = ("connects", "reconnects", "recovered_false", "snapshots", "unknown_messages")
+# The counters' fields are the label values (a fixed set: the model's).
+COUNTERS = tuple(ClientCountersIn.model_fields)
 
 
 class TelemetryEndpoints:
