@@ -20,6 +20,7 @@ from status.domain.clock import utcnow
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
+from status.infra.repository import OUTBOX_PARTITIONS
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
 from tests.support.processes import CentrifugoNode
@@ -51,6 +52,13 @@ def _later(relay: OutboxRelay, seconds: float) -> OutboxRelay:
         relay.config,
         clock=lambda: utcnow() + timedelta(seconds=seconds),
     )
+
+
+def _pending_partitions(engine: sa.Engine) -> dict[int, int]:
+    """Each pending row's partition, by row id."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(ot.c.id, ot.c.partition_no).where(ot.c.status == "PENDING")).all()
+    return {row.id: row.partition_no for row in rows}
 
 
 async def _history(node_api: str, key: str, channel: str) -> list[dict]:
@@ -95,6 +103,13 @@ async def test_two_relays_hold_disjoint_partitions_and_never_claim_the_same_row(
     relay.release_partitions()
     for _ in range(3):
         _task_with_events(api, progress_events=5)
+    # A row's partition is its channel's hash: more tasks until every partition has due rows, so
+    # whichever half each relay ends up with, both have something to claim.
+    for _ in range(200):
+        if len(set(_pending_partitions(e2e_engine).values())) == OUTBOX_PARTITIONS:
+            break
+        _task_with_events(api, progress_events=0)
+    assert len(set(_pending_partitions(e2e_engine).values())) == OUTBOX_PARTITIONS
     config = RelayConfig(batch_size=7, partition_lease_seconds=5.0, partition_renew_seconds=0.0)
     relays = [OutboxRelay(e2e_engine, relay.publisher, f"r{i}", config) for i in range(2)]
     barrier = threading.Barrier(2)
@@ -116,8 +131,11 @@ async def test_two_relays_hold_disjoint_partitions_and_never_claim_the_same_row(
         assert not set(first) & set(second)  # never the same partition at the same time
     for first_rows, second_rows in zip(*claimed, strict=True):
         assert not first_rows & second_rows  # so never the same row
-    assert len(held[0][-1]) == len(held[1][-1]) == 8  # and, once both are known, a fair share each
-    assert claimed[0][-1] and claimed[1][-1]
+    assert len(held[0][-1]) == len(held[1][-1]) == OUTBOX_PARTITIONS // 2  # once both are known, a fair share each
+    pending = _pending_partitions(e2e_engine)
+    for i in range(2):  # each claims what its partitions hold, and only that
+        assert claimed[i][-1]
+        assert {pending[row_id] for row_id in claimed[i][-1]} <= set(held[i][-1])
     for r in relays:
         r.release_partitions()
     await _drain(relay)
