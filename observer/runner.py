@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from prometheus_client import start_http_server
 
@@ -30,6 +30,9 @@ from status.infra.db import create_engine
 from status.infra.probe import RowProbe
 from status.infra.wakeup import WakeReceiver
 from status.settings import Settings
+
+if TYPE_CHECKING:
+    from temporalio.worker import Worker
 
 log = logging.getLogger("observer")
 
@@ -209,7 +212,8 @@ async def run_loops(settings: Settings) -> None:
         await observer.close()
 
 
-async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
+async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> bool:
+    """Run the components as activities of a Temporal worker until SIGTERM; False if the worker would not stop."""
     from temporalio.common import WorkflowIDConflictPolicy
     from temporalio.worker import Worker
 
@@ -231,29 +235,56 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> None:
     )
     stop = asyncio.Event()
     _on_signals(stop.set)
-    async with Worker(
+    worker = Worker(
         client,
         task_queue=TASK_QUEUE,
         workflows=[ObserverWorkflow],
         activities=[activities.run_component],
         max_concurrent_activities=len(COMPONENTS) * 2,
-    ):
-        for component in COMPONENTS:
-            await client.start_workflow(
-                ObserverWorkflow.run,
-                ObserverInput(component, run_seconds),
-                id=f"task-observer-{component}",
-                task_queue=TASK_QUEUE,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            )
-        log.info("observer running as Temporal activities on task queue %s", TASK_QUEUE)
-        await stop.wait()
-        log.info("stopping: cancelling the observer's activities")
-        if observer.reconciler.probe is not None:
-            observer.reconciler.probe.close()  # before the worker waits for its activities to end
-    log.info("worker stopped; closing the observer")
+    )
+    running = asyncio.create_task(worker.run())
+    for component in COMPONENTS:
+        await client.start_workflow(
+            ObserverWorkflow.run,
+            ObserverInput(component, run_seconds),
+            id=f"task-observer-{component}",
+            task_queue=TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+    log.info("observer running as Temporal activities on task queue %s", TASK_QUEUE)
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    log.info("stopping: cancelling the observer's activities")
+    if observer.reconciler.probe is not None:
+        observer.reconciler.probe.close()  # before the worker waits for its activities to end
+    stopped = await stop_worker(worker, settings.observer_shutdown_seconds)
+    log.info("worker stopped; closing the observer" if stopped else "closing the observer")
     await observer.close()
     log.info("observer stopped")
+    if running.done() and not running.cancelled() and (failure := running.exception()) is not None:
+        raise failure  # a fatal worker error ends the process with it (its supervisor restarts it)
+    return stopped
+
+
+async def stop_worker(worker: Worker, within: float) -> bool:
+    """Shut the Temporal worker down, waiting at most ``within`` seconds; False if it did not finish.
+
+    The SDK's shutdown waits for every activity to end and for the server to release the pollers;
+    a component that does not take its cancellation, or a server that does not answer, would hold
+    the process forever (temporalio/sdk-python#1557). Past the bound the process goes on to exit:
+    its components' heartbeats stop, and Temporal hands them to another observer.
+    """
+    try:
+        await asyncio.wait_for(worker.shutdown(), within)
+    except TimeoutError:
+        log.warning(
+            "the Temporal worker did not shut down within %.0f s; exiting without it "
+            "(its activities are retried elsewhere once their heartbeats time out)",
+            within,
+        )
+        return False
+    return True
 
 
 def _on_signals(callback: Callable[[], None]) -> None:

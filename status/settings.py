@@ -173,6 +173,10 @@ class Settings:
     # On SIGTERM a replica reports unready for this long (the load balancer stops sending it new
     # requests), then stops accepting and finishes what is in flight.
     drain_seconds: float = 5.0
+    # On SIGTERM the observer (--mode temporal) gives its Temporal worker this long to cancel its
+    # activities and stop polling; past it, it exits anyway (Temporal hands the components to
+    # another observer once their heartbeats time out) rather than hang in the SDK's shutdown.
+    observer_shutdown_seconds: float = 10.0
     # Retention (seed §15.1/§15.6; 0 keeps that data forever): events older than the maximum age are
     # refused (EVENT_TOO_OLD), so dedup results need live only that long plus the retry grace;
     # terminal tasks (with their steps), notifications and corrections have windows of their own.
@@ -290,6 +294,7 @@ class Settings:
             readiness_recover_after=max(1, _int("READINESS_RECOVER_AFTER", 2)),
             readiness_interval_ms=max(0, _int("READINESS_INTERVAL_MS", 2000)),
             drain_seconds=max(0.0, float(_env("DRAIN_SECONDS", "5") or "5")),
+            observer_shutdown_seconds=max(0.0, _float("OBSERVER_SHUTDOWN_SECONDS", 10.0)),
             max_event_age_seconds=_int("MAX_EVENT_AGE_SECONDS", 6 * 24 * 3600),
             event_retry_grace_seconds=_int("EVENT_RETRY_GRACE_SECONDS", 24 * 3600),
             task_retention_seconds=_int("TASK_RETENTION_SECONDS", 90 * 24 * 3600),
