@@ -16,7 +16,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -141,15 +141,9 @@ class Outbox:
                 if not writes:
                     return  # closing, and everything is in the file
             try:
-                with self._db_lock:
-                    self._db.execute("BEGIN IMMEDIATE")
-                    try:
-                        for sql, params in writes:
-                            self._db.execute(sql, params)
-                        self._db.execute("COMMIT")
-                    except BaseException:
-                        self._db.execute("ROLLBACK")
-                        raise
+                with self._db_lock, self._transaction():
+                    for sql, params in writes:
+                        self._db.execute(sql, params)
             except Exception:
                 log.exception("the local outbox could not be written; retrying")
                 with self._queue:
@@ -209,11 +203,20 @@ class Outbox:
                 }
         return [(r[0], r[1], json.loads(r[2])) for r in rows], executions
 
-    def bound(self, key: str, handle: str, execution_id: str) -> None:
-        with self._db_lock:
-            self._db.execute(
-                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?", (handle, execution_id, key)
+    def settle(
+        self,
+        bound: Sequence[tuple[str, str, str]],
+        delivered: list[int],
+        refused: Sequence[tuple[str, dict[str, Any], str]] = (),
+    ) -> None:
+        """A wave of bindings in one transaction: the handles (``key, handle, execution_id``) they
+        handed out, and the events that travelled with them and were decided (see ``forget``)."""
+        with self._db_lock, self._transaction():
+            self._db.executemany(
+                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?",
+                [(handle, execution_id, key) for key, handle, execution_id in bound],
             )
+            self._forget(delivered, refused)
 
     def unbind(self, keys: list[str]) -> None:
         with self._db_lock:
@@ -223,25 +226,36 @@ class Outbox:
         """Delivered (or refused for good, kept in ``undeliverable`` with why) events leave the outbox."""
         if not event_ids:
             return
-        with self._db_lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(
-                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at) VALUES (?, ?, ?, ?, ?)",
-                [(key, event["eventId"], json.dumps(event), reason, time.time()) for key, event, reason in refused],
-            )
-            self._db.executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
-            # A finished execution with nothing left to send is done.
-            self._db.execute(
-                "DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)"
-            )
-            self._db.execute("COMMIT")
+        with self._db_lock, self._transaction():
+            self._forget(event_ids, refused)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction (call holding ``_db_lock``): committed, or rolled back on any error."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _forget(self, event_ids: list[int], refused: Sequence[tuple[str, dict[str, Any], str]]) -> None:
+        if not event_ids:
+            return
+        self._db.executemany(
+            "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at) VALUES (?, ?, ?, ?, ?)",
+            [(key, event["eventId"], json.dumps(event), reason, time.time()) for key, event, reason in refused],
+        )
+        self._db.executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
+        # A finished execution with nothing left to send is done.
+        self._db.execute("DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)")
 
     def drop_execution(self, key: str, reason: str) -> int:
         """Move every event of an execution that can never be bound to ``undeliverable``; how many."""
         with self._queue:
             self._next_seq.pop(key, None)
-        with self._db_lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._db_lock, self._transaction():
             self._db.execute(
                 "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at)"
                 " SELECT execution_key, json_extract(body, '$.eventId'), body, ?, ? FROM event WHERE execution_key = ?",
@@ -249,7 +263,6 @@ class Outbox:
             )
             dropped = int(self._db.execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
             self._db.execute("DELETE FROM execution WHERE key = ?", (key,))
-            self._db.execute("COMMIT")
         return dropped
 
     def handles_of(self, keys: list[str]) -> dict[str, str]:

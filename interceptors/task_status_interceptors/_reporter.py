@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -136,10 +136,15 @@ class Reporter:
         return self.outbox.pending_events()
 
     def _signal(self) -> None:
-        if self._loop is not None and self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
-            if self._idle is not None:
-                self._loop.call_soon_threadsafe(self._idle.clear)
+        """From the writer thread: events reached the file (one wake-up of the loop for both flags)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._persisted)
+
+    def _persisted(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+        if self._idle is not None:
+            self._idle.clear()
 
     async def drained(self, timeout: float = 30.0) -> None:
         """Wait until every queued event has been delivered (or dropped); raises TimeoutError."""
@@ -206,7 +211,10 @@ class Reporter:
                 more = True
             if more:
                 self._wake.set()
-            elif self._idle is not None and not await asyncio.to_thread(self.pending_events):
+            elif self._idle is not None and not self._wake.is_set() and not self.outbox.queued_events:
+                # Nothing was left in the file at the last load and nothing is queued for it: idle.
+                # (Anything persisted since sets the wake-up and clears this; ``drained`` counts the
+                # file itself before it believes it.)
                 self._idle.set()
 
     async def send_once(self) -> bool:
@@ -232,7 +240,10 @@ class Reporter:
         for wave in ([e for e in unbound if e not in children], children):
             if not wave:
                 continue
-            outcomes = await self._bind_wave(wave)
+            settlement = _Settlement()
+            outcomes = await self._bind_wave(wave, settlement)
+            if settlement:
+                await asyncio.to_thread(self.outbox.settle, settlement.bound, settlement.delivered, settlement.refused)
             for outcome in outcomes:  # every bind has finished; the first error decides the retry
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -272,11 +283,12 @@ class Reporter:
             raise _Retry("retryable rejections")
         return full
 
-    async def _bind_wave(self, wave: list[dict[str, Any]]) -> list[bool | BaseException]:
+    async def _bind_wave(self, wave: list[dict[str, Any]], settled: _Settlement) -> list[bool | BaseException]:
         """Bind a wave of executions: in one request (one transaction for all of them) where the
-        service offers it, else one request each (a few at a time)."""
+        service offers it, else one request each (a few at a time). What the answers mean for the
+        file is collected in ``settled``, for the caller to write in one go."""
         if not (self._batch_binds and len(wave) > 1):
-            return list(await asyncio.gather(*(self._bind_in_turn(e) for e in wave), return_exceptions=True))
+            return list(await asyncio.gather(*(self._bind_in_turn(e, settled) for e in wave), return_exceptions=True))
         outcomes: list[bool | BaseException] = []
         for start in range(0, len(wave), BIND_BATCH):
             part = wave[start : start + BIND_BATCH]
@@ -286,10 +298,10 @@ class Reporter:
                 return [*outcomes, *([exc] * (len(wave) - len(outcomes)))]
             if answers is None:  # a service without executions:bind: one by one from now on
                 self._batch_binds = False
-                return [*outcomes, *await self._bind_wave(wave[len(outcomes) :])]
+                return [*outcomes, *await self._bind_wave(wave[len(outcomes) :], settled)]
             for execution, (status, answer) in zip(part, answers, strict=True):
                 try:
-                    outcomes.append(await self._settle_bind(execution, status, answer))
+                    outcomes.append(await self._settle_bind(execution, status, answer, settled))
                 except Exception as exc:
                     outcomes.append(exc)
         return outcomes
@@ -308,12 +320,12 @@ class Reporter:
             return [(response.status_code, response)] * len(part)
         return [(int(item.get("status", 500)), item) for item in response.json()["results"]]
 
-    async def _bind_in_turn(self, execution: dict[str, Any]) -> bool:
+    async def _bind_in_turn(self, execution: dict[str, Any], settled: _Settlement) -> bool:
         assert self._binds is not None
         async with self._binds:
-            return await self._bind(execution)
+            return await self._bind(execution, settled)
 
-    async def _bind(self, execution: dict[str, Any]) -> bool:
+    async def _bind(self, execution: dict[str, Any], settled: _Settlement) -> bool:
         """Activate (known step) or register (dynamic step) the execution; idempotent per attempt."""
         assert self._http is not None
         kind, path, payload = self._bind_request(execution)
@@ -322,7 +334,7 @@ class Reporter:
         else:
             url = f"/internal/v1/tasks/{path['taskId']}/steps/{path['stepId']}:activate"
         response = await self._http.bind(url, payload)
-        return await self._settle_bind(execution, response.status_code, response)
+        return await self._settle_bind(execution, response.status_code, response, settled)
 
     def _bind_request(self, execution: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
         """("activate" or "register", the path's ids, the body) of an execution's binding."""
@@ -359,7 +371,7 @@ class Reporter:
             payload["heartbeatTimeoutSeconds"] = self.config.heartbeat_timeout_seconds
         return kind, path, payload
 
-    async def _settle_bind(self, execution: dict[str, Any], status: int, answer: Any) -> bool:
+    async def _settle_bind(self, execution: dict[str, Any], status: int, answer: Any, settled: _Settlement) -> bool:
         """What a binding's answer (an HTTP response, or a batch item with the status it would have had
         alone) means: bound, a retry, a credential problem, or refused for good."""
         text = answer.text if hasattr(answer, "text") else json.dumps(answer)
@@ -388,14 +400,18 @@ class Reporter:
             self.heartbeats.pop(execution["key"], None)
             return False
         context = answer.json() if hasattr(answer, "json") else answer
-        await asyncio.to_thread(self.outbox.bound, execution["key"], context["executionHandle"], context["executionId"])
         execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
+        settled.bound.append((execution["key"], context["executionHandle"], context["executionId"]))
         if started is not None:
-            await self._settle_started(execution, started, context.get("startedEvent"))
+            self._settle_started(execution, started, context.get("startedEvent"), settled)
         return True
 
-    async def _settle_started(
-        self, execution: dict[str, Any], started: tuple[int, dict[str, Any]], result: dict[str, Any] | None
+    def _settle_started(
+        self,
+        execution: dict[str, Any],
+        started: tuple[int, dict[str, Any]],
+        result: dict[str, Any] | None,
+        settled: _Settlement,
     ) -> None:
         """What the binding's answer says of the STEP_STARTED it carried (None: a service that
         predates the combined operation ignored it — the event goes in the batch as before)."""
@@ -403,7 +419,7 @@ class Reporter:
             return
         event_id, event = started
         if result.get("accepted"):
-            await asyncio.to_thread(self.outbox.forget, [event_id], [])
+            settled.delivered.append(event_id)
             self.delivered += 1
             execution["started_settled"] = True
             return
@@ -411,7 +427,8 @@ class Reporter:
         if code in FINAL_REJECTIONS:
             log.warning("event %s of %s refused for good: %s", event["eventId"], execution["key"], code)
             reason = f"{code}: {(result.get('error') or {}).get('message', '')}"[:300]
-            await asyncio.to_thread(self.outbox.forget, [event_id], [(execution["key"], event, reason)])
+            settled.delivered.append(event_id)
+            settled.refused.append((execution["key"], event, reason))
             self.dropped += 1
             execution["started_settled"] = True
         # Anything else is retried in the batch, with the handle just bound.
@@ -453,6 +470,20 @@ class Reporter:
 
 class _Retry(Exception):
     """A transient failure: back off and try again."""
+
+
+@dataclass
+class _Settlement:
+    """What a wave of bindings means for the file, written in one transaction after the wave
+    (one thread hand-off for the wave, not two per execution): the handles handed out, and the
+    STARTEDs that travelled with their bindings and were decided there (refused ones with why)."""
+
+    bound: list[tuple[str, str, str]] = field(default_factory=list)
+    delivered: list[int] = field(default_factory=list)
+    refused: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.bound or self.delivered)
 
 
 def execution_key(workflow_run_id: str | None, activity_id: str, attempt: int, task_queue: str) -> str:

@@ -7,6 +7,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
 from task_status_interceptors._context import StepBinding
 from task_status_interceptors._reporter import Reporter, ReporterConfig
 
@@ -65,3 +66,31 @@ def test_a_restarted_worker_continues_the_sequence_of_an_unfinished_execution(tm
     second.enqueue("run/b/1", {"eventType": "STEP_PROGRESS", "progress": {"current": 2}})
     assert second.flush(5) and len(_events(path)) == 3
     second.close()
+
+
+def test_a_wave_of_bindings_settles_in_one_transaction_or_not_at_all(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    reporter = _reporter(path)
+    for key in ("run/c/1", "run/d/1", "run/e/1"):
+        reporter.begin(key, StepBinding("tsk", key.split("/")[1]), 1)
+    assert reporter.flush(5)
+    events, _ = reporter.outbox.load_batch(10)
+    started = {key: (event_id, event) for event_id, key, event in events}
+    bound = [("run/c/1", "handle-c", "exe-c"), ("run/d/1", "handle-d", "exe-d")]
+    refused = [("run/d/1", started["run/d/1"][1], "TERMINAL_STATE: the task ended")]
+    unwritable = [("run/d/1", {"eventId": "run/d/1:1:STEP_STARTED", "why": {1, 2}}, "TERMINAL_STATE")]
+    with pytest.raises(TypeError):  # the handles are written first, then the refusal fails: nothing stays
+        reporter.outbox.settle(bound, [started["run/c/1"][0], started["run/d/1"][0]], unwritable)
+    assert reporter.outbox.handles_of(["run/c/1", "run/d/1"]) == {}
+    assert len(_events(path)) == 3
+    reporter.outbox.settle(bound, [started["run/c/1"][0], started["run/d/1"][0]], refused)
+    assert reporter.outbox.handles_of(["run/c/1", "run/d/1", "run/e/1"]) == {
+        "run/c/1": "handle-c",
+        "run/d/1": "handle-d",
+    }
+    assert [event_id for _, _, event_id in _events(path)] == ["run/e/1:1:STEP_STARTED"]  # only the unsettled one
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT event_id, reason FROM undeliverable").fetchall() == [
+            ("run/d/1:1:STEP_STARTED", "TERMINAL_STATE: the task ended")
+        ]
+    reporter.close()
