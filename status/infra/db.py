@@ -47,4 +47,42 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
     kwargs.setdefault("isolation_level", "READ COMMITTED")
     engine = sa.create_engine(url, **kwargs)
     POOLS.watch(engine)  # db_pool_connections on /metrics
+    if url.get_driver_name() == "pymysql":
+
+        @sa.event.listens_for(engine, "connect")
+        def _faster_escaping(dbapi_connection: Any, _record: Any) -> None:
+            use_fast_escaping(dbapi_connection)
+
     return engine
+
+
+# PyMySQL escapes every string it binds in Python, with ``str.translate`` over a table, one
+# character at a time; the outbox's payloads (every message carries its projection's full state)
+# made that a fifth of the API's CPU. The same escapes as one ``str.replace`` pass per character
+# that needs one run in C, about six times faster on a payload.
+_ESCAPES = (("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"), ("\032", "\\Z"), ('"', '\\"'), ("'", "\\'"))
+
+
+def escape_string(value: str) -> str:
+    """What ``pymysql.converters.escape_string`` returns (a property test holds them equal), faster."""
+    value = value.replace("\\", "\\\\")  # first: each escape below adds a backslash of its own
+    for char, escaped in _ESCAPES:
+        if char in value:
+            value = value.replace(char, escaped)
+    return value
+
+
+def use_fast_escaping(connection: Any) -> bool:
+    """Give a PyMySQL connection ``escape_string``; False (and left as it was) where its version has no
+    per-connection escape to replace."""
+    if not callable(getattr(type(connection), "_escape_string", None)):
+        return False
+    from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
+
+    def escape(value: str) -> str:
+        if connection.server_status & SERVER_STATUS_NO_BACKSLASH_ESCAPES:  # as PyMySQL does in that mode
+            return value.replace("'", "''")
+        return escape_string(value)
+
+    connection._escape_string = escape
+    return True
