@@ -8,7 +8,7 @@ Versions travel as decimal strings.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from status.domain.eta import DurationStats, Estimate, pending_estimate, step_estimate, task_estimate
@@ -36,7 +36,10 @@ def iso(ts: datetime | None) -> str | None:
     """UTC timestamps with milliseconds, e.g. 2026-09-21T07:10:18.156Z."""
     if ts is None:
         return None
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+    if ts.tzinfo is not None:  # stored timestamps are naive UTC; an aware one is shown in UTC too
+        ts = ts.astimezone(UTC).replace(tzinfo=None)
+    # isoformat is several times cheaper than strftime, and projections format every timestamp they show.
+    return ts.isoformat(timespec="milliseconds") + "Z"
 
 
 def user_channel(tenant_id: str, user_id: str) -> str:

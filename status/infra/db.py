@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
 from status.infra.metrics import POOLS
@@ -21,6 +23,7 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
     url = sa.make_url(database_url)
     # Errors are logged: their text must not carry bound values (tokens, payloads, user data).
     kwargs.setdefault("hide_parameters", True)
+    kwargs.setdefault("json_serializer", json_text)
     if url.get_backend_name() == "sqlite":
         engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
 
@@ -54,6 +57,16 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
             use_fast_escaping(dbapi_connection)
 
     return engine
+
+
+def json_text(value: Any) -> str:
+    """JSON columns' text (every outbox payload is one): orjson, an order of magnitude faster than
+    ``json.dumps`` and compact; the standard encoder for what orjson refuses and it takes (integers
+    past 64 bits, lone surrogates in client text), so nothing a client may send fails here."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(value)
 
 
 # PyMySQL escapes every string it binds in Python, with ``str.translate`` over a table, one
