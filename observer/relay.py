@@ -119,6 +119,8 @@ class OutboxRelay:
         # The last published batch while its mark is being written (see run_once).
         self._marking: asyncio.Future[None] | None = None
         self._in_flight: list[int] = []
+        # The last published batch's outcomes when they wait for the next claim (see run_once).
+        self._unwritten: tuple[Marks, datetime] | None = None
 
     def now(self) -> datetime:
         return now_ms(self._clock())
@@ -133,13 +135,19 @@ class OutboxRelay:
         self.leases.release()
 
     # ------------------------------------------------------------ claim
-    def claim(self, in_flight: Sequence[int] = ()) -> list[ClaimedRow]:
-        """Up to ``batch_size`` due rows of this relay's partitions in id order (``in_flight`` ids left out)."""
+    def claim(
+        self, in_flight: Sequence[int] = (), marks_first: tuple[Marks, datetime] | None = None
+    ) -> list[ClaimedRow]:
+        """Up to ``batch_size`` due rows of this relay's partitions in id order (``in_flight`` ids left out);
+        ``marks_first``: a published batch's outcomes, written just before (see ``run_once``)."""
         partitions = self.partitions()
         if not partitions:
+            if marks_first is not None:
+                retrying(lambda: self.store.mark(*marks_first))
             return []
         began = time.perf_counter()
-        rows = retrying(lambda: self.store.claim(partitions, self.now(), in_flight))
+        unwritten = [marks_first] if marks_first is not None else []
+        rows = retrying(lambda: self.store.claim(partitions, self.now(), in_flight, unwritten))
         metrics.CLAIM_SECONDS.observe(time.perf_counter() - began)
         metrics.CLAIMED.inc(len(rows))
         return rows
@@ -206,9 +214,16 @@ class OutboxRelay:
         """
         result = PassResult()
         if time.monotonic() < self._unreachable_until:
+            await self.flush()  # a batch published before Centrifugo went away is still recorded
             return result  # Centrifugo was unreachable a moment ago: wait before trying again
-        # Database work runs in a thread so the publishing event loop never blocks on it.
-        rows = await asyncio.to_thread(self.claim, self._in_flight)
+        # Database work runs in a thread so the publishing event loop never blocks on it. A mark
+        # left for this pass is written on the claim's connection, just before it reads.
+        marks, self._unwritten = self._unwritten, None
+        try:
+            rows = await asyncio.to_thread(self.claim, self._in_flight, marks)
+        except BaseException:
+            self._unwritten = self._unwritten or marks  # not recorded: try again with the next pass
+            raise
         result.claimed = len(rows)
         if not rows:
             await self.flush()
@@ -261,13 +276,19 @@ class OutboxRelay:
             self._unreachable_until = time.monotonic() + self._unreachable_backoff * random.uniform(0.5, 1.0)
         else:
             self._unreachable_backoff = 0.0
-        write = self._mark(rows, to_send, outcomes, skipped, result)
+        marks = self._mark(rows, to_send, outcomes, skipped, result)
         await self.flush()  # the previous batch's mark
-        self._in_flight = [r.id for r in rows]
-        self._marking = asyncio.ensure_future(asyncio.to_thread(retrying, write))
-        if wait_for_mark or result.held:
-            # Held rows stay due: the next read must see them again, ahead of later rows.
-            await self.flush()
+        if wait_for_mark:
+            await asyncio.to_thread(retrying, lambda: self.store.mark(*marks))
+        elif len(rows) < self.config.batch_size or result.held:
+            # Caught up (or holding rows for an unreachable Centrifugo): the mark goes with the
+            # next pass's claim, one thread hand-off and one connection for both; the rows stay
+            # out of any read until then, since that read is the one that writes it first.
+            self._unwritten = marks
+        else:
+            # A backlog: the mark is written while the next batch is read and published.
+            self._in_flight = [r.id for r in rows]
+            self._marking = asyncio.ensure_future(asyncio.to_thread(retrying, lambda: self.store.mark(*marks)))
         return result
 
     async def _unsubscribe(self, row: ClaimedRow) -> PublishResult:
@@ -290,6 +311,13 @@ class OutboxRelay:
                 await marking
             finally:
                 self._in_flight = []
+        marks, self._unwritten = self._unwritten, None
+        if marks is not None:
+            try:
+                await asyncio.to_thread(retrying, lambda: self.store.mark(*marks))
+            except BaseException:
+                self._unwritten = marks
+                raise
 
     def _mark(
         self,
@@ -298,8 +326,8 @@ class OutboxRelay:
         outcomes: Sequence[PublishResult],
         skipped: set[int],
         result: PassResult,
-    ) -> Callable[[], None]:
-        """Fill ``result`` from the outcomes; returns the database write that records them."""
+    ) -> tuple[Marks, datetime]:
+        """Fill ``result`` from the outcomes; returns the marks that record them, and when."""
         now = self.now()
         published = [r.id for r, o in zip(sent, outcomes, strict=True) if o.ok] + sorted(skipped)
         retry: list[tuple[ClaimedRow, str]] = []
@@ -331,9 +359,6 @@ class OutboxRelay:
             counted=[row.id for row in counted],
             dead=[(row.id, row.attempts, reason) for row, reason in dead],
         )
-
-        def write() -> None:
-            self.store.mark(marks, now)
 
         for row in rows:
             if row.id in skipped:
@@ -369,7 +394,7 @@ class OutboxRelay:
                     taskVersion=row.aggregate_version,
                     code=reason,
                 )
-        return write
+        return marks, now
 
     def backoff(self, attempts: int) -> float:
         """Exponential backoff with full jitter, capped."""

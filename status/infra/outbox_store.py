@@ -88,19 +88,57 @@ def _claimed(row: Any) -> ClaimedRow:
     )
 
 
+# The marks' statements, built once (a relay runs them every pass).
+_PENDING_IDS = (ot.c.id.in_(sa.bindparam("_ids", expanding=True)), ot.c.status == "PENDING")
+_PENDING_ID = (ot.c.id == sa.bindparam("_id"), ot.c.status == "PENDING")
+_MARK_PUBLISHED = (
+    sa.update(ot)
+    .where(*_PENDING_IDS)
+    .values(status="PUBLISHED", published_at=sa.bindparam("_now"), attempts=ot.c.attempts + 1, last_error=None)
+)
+_MARK_COUNTED = sa.update(ot).where(*_PENDING_IDS).values(attempts=ot.c.attempts + 1)
+_MARK_RETRY = (
+    sa.update(ot)
+    .where(*_PENDING_ID)
+    .values(
+        available_at=sa.bindparam("_available_at"),
+        attempts=sa.bindparam("_attempts"),
+        last_error=sa.bindparam("_reason"),
+    )
+)
+_MARK_DEAD = (
+    sa.update(ot)
+    .where(*_PENDING_ID)
+    .values(status="DEAD", attempts=sa.bindparam("_attempts"), last_error=sa.bindparam("_reason"))
+)
+
+
 class OutboxStore:
     def __init__(self, engine: sa.Engine, batch_size: int) -> None:
         self.engine = engine
         self.batch_size = batch_size
         self._claim_statements: dict[tuple[int, ...], Any] = {}
 
-    def claim(self, partitions: tuple[int, ...], now: datetime, in_flight: Sequence[int]) -> list[ClaimedRow]:
+    def claim(
+        self,
+        partitions: tuple[int, ...],
+        now: datetime,
+        in_flight: Sequence[int],
+        marks_first: list[tuple[Marks, datetime]] | None = None,
+    ) -> list[ClaimedRow]:
         """Up to ``batch_size`` due rows of ``partitions`` in id order (``in_flight`` ids left out).
 
         A plain read, no row locks and no status change: the partition lease already makes
         these rows this relay's alone, and nothing a crash could leave half-claimed. No relay
-        skips a row because another relay's scan happens to hold a lock on it."""
+        skips a row because another relay's scan happens to hold a lock on it.
+        ``marks_first``: the previous batch's outcomes, committed on the same connection just
+        before the read (so its rows are not read again), one checkout for both; taken out of the
+        list once committed, so a read that is retried does not write them again."""
         with self.engine.connect() as conn:
+            if marks_first:
+                with conn.begin():
+                    self._write_marks(conn, *marks_first[0])
+                marks_first.clear()
             rows = conn.execute(self._candidates(partitions), {"_now": now, "_in_flight": list(in_flight)}).all()
         return [_claimed(r) for r in sorted(rows, key=lambda r: int(r[0]))]
 
@@ -155,30 +193,27 @@ class OutboxStore:
         """Record a batch's outcomes. Guarded by PENDING: a row another relay already marked (a lease
         handover mid-pass) keeps what it got."""
         with self.engine.begin() as conn:
-            if marks.published:
-                conn.execute(
-                    sa.update(ot)
-                    .where(ot.c.id.in_(list(marks.published)), ot.c.status == "PENDING")
-                    .values(status="PUBLISHED", published_at=now, attempts=ot.c.attempts + 1, last_error=None)
-                )
-            for row_id, available_at, attempts, reason in marks.retry:
-                conn.execute(
-                    sa.update(ot)
-                    .where(ot.c.id == row_id, ot.c.status == "PENDING")
-                    .values(available_at=available_at, attempts=attempts, last_error=reason)
-                )
-            if marks.counted:
-                conn.execute(
-                    sa.update(ot)
-                    .where(ot.c.id.in_(list(marks.counted)), ot.c.status == "PENDING")
-                    .values(attempts=ot.c.attempts + 1)
-                )
-            for row_id, attempts, reason in marks.dead:
-                conn.execute(
-                    sa.update(ot)
-                    .where(ot.c.id == row_id, ot.c.status == "PENDING")
-                    .values(status="DEAD", attempts=attempts, last_error=reason)
-                )
+            self._write_marks(conn, marks, now)
+
+    @staticmethod
+    def _write_marks(conn: sa.Connection, marks: Marks, now: datetime) -> None:
+        if marks.published:
+            conn.execute(_MARK_PUBLISHED, {"_ids": list(marks.published), "_now": now})
+        if marks.retry:
+            conn.execute(
+                _MARK_RETRY,
+                [
+                    {"_id": row_id, "_available_at": at, "_attempts": attempts, "_reason": reason}
+                    for row_id, at, attempts, reason in marks.retry
+                ],
+            )
+        if marks.counted:
+            conn.execute(_MARK_COUNTED, {"_ids": list(marks.counted)})
+        if marks.dead:
+            conn.execute(
+                _MARK_DEAD,
+                [{"_id": row_id, "_attempts": attempts, "_reason": reason} for row_id, attempts, reason in marks.dead],
+            )
 
     def purge_published(self, cutoff: datetime, batch: int) -> int:
         """Delete PUBLISHED rows published before ``cutoff``, at most ``batch`` of them."""

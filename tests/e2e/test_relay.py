@@ -245,3 +245,66 @@ async def test_published_changes_are_logged_with_their_outbox_ids_and_channels(
         (r["id"], r["channel"], r["event_id"]) for r in rows
     }
     assert {line["taskVersion"] for line in published} == {r["aggregate_version"] for r in rows}
+
+
+def _statuses(engine: sa.Engine, task_id: str) -> set[str]:
+    return {r["status"] for r in _rows(engine, task_id)}
+
+
+async def test_a_caught_up_pass_records_its_batch_with_the_next_claim_on_one_connection(
+    api: Http, relay: OutboxRelay, e2e_engine: sa.Engine, make_relay: Any
+) -> None:
+    await _drain(relay)
+    relay.release_partitions()
+    looping = make_relay(
+        relay.publisher,
+        "relay-looping",
+        RelayConfig(batch_size=1000, partition_lease_seconds=7200, partition_renew_seconds=3600),
+    )
+    assert len(looping.partitions()) == OUTBOX_PARTITIONS  # all of them, held from here on: no lease round below
+    task_id, _ = _task_with_events(api)
+    first = await looping.run_once(wait_for_mark=False)  # as the observer's loop runs it
+    assert first.published >= 3 and first.claimed < 1000
+    assert _statuses(e2e_engine, task_id) == {"PENDING"}  # published; the mark waits for the next claim
+    checkouts: list[object] = []
+
+    def checked_out(*_: object) -> None:
+        checkouts.append(1)
+
+    sa.event.listen(e2e_engine.pool, "checkout", checked_out)
+    try:
+        second = await looping.run_once(wait_for_mark=False)
+    finally:
+        sa.event.remove(e2e_engine.pool, "checkout", checked_out)
+    assert second.claimed == 0  # the published rows were marked before the read, not read again
+    assert _statuses(e2e_engine, task_id) == {"PUBLISHED"}
+    assert len(checkouts) == 1  # mark and claim on one connection
+    # A mark still waiting when the relay stops is written by flush (the observer's close).
+    other, _ = _task_with_events(api)
+    assert (await looping.run_once(wait_for_mark=False)).published >= 3
+    assert _statuses(e2e_engine, other) == {"PENDING"}
+    await looping.flush()
+    assert _statuses(e2e_engine, other) == {"PUBLISHED"}
+
+
+async def test_a_backlog_is_marked_while_the_next_batch_goes_out_and_nothing_goes_twice(
+    api: Http, relay: OutboxRelay, centrifugo: CentrifugoNode, e2e_engine: sa.Engine, make_relay: Any
+) -> None:
+    await _drain(relay)
+    relay.release_partitions()
+    task_id, _ = _task_with_events(api, progress_events=8)
+    draining = make_relay(
+        relay.publisher,
+        "relay-draining",
+        RelayConfig(batch_size=3, partition_lease_seconds=7200, partition_renew_seconds=3600),
+    )
+    assert len(draining.partitions()) == OUTBOX_PARTITIONS
+    passes = []
+    while (result := await draining.run_once(wait_for_mark=False)).claimed:
+        passes.append(result)
+    await draining.flush()
+    assert len(passes) >= 4 and all(p.claimed == 3 for p in passes[:-1])  # full batches: pipelined marks
+    assert _statuses(e2e_engine, task_id) == {"PUBLISHED"}
+    detail = f"task_detail:{api.tenant}/{task_id}"
+    versions = [int(p["taskVersion"]) for p in await _history(centrifugo.api_url, centrifugo.api_key, detail)]
+    assert versions == sorted(set(versions))  # every version once, in order
