@@ -74,7 +74,12 @@ class Outbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
-        self._queue = threading.Condition()
+        # One lock, two conditions: the writer waits for work on one, ``flush`` callers wait on the
+        # other for what the writer wrote (a notify for work never wakes a flush caller instead).
+        lock = threading.RLock()
+        self._queue = threading.Condition(lock)
+        self._written = threading.Condition(lock)
+        self._writer_idle = False  # the writer waits for work: the next write wakes it, once
         self._next_seq: dict[str, int] = {
             key: seq for key, seq in self._db.execute("SELECT key, next_seq FROM execution WHERE finished = 0")
         }
@@ -104,7 +109,15 @@ class Outbox:
                     ),
                 )
             )
+            self._wake_writer()
             return True
+
+    def _wake_writer(self) -> None:
+        """After queueing a write (holding the lock): wake the writer if it waits, once a burst;
+        while it writes, what queues meanwhile goes with its next transaction unasked."""
+        if self._writer_idle:
+            self._writer_idle = False
+            self._queue.notify()
 
     def enqueue(self, key: str, body: dict[str, Any], *, finished: bool = False) -> bool:
         """Give the event its execution's next sequence and queue it for the file; False once closed."""
@@ -127,7 +140,7 @@ class Outbox:
                 del self._next_seq[key]
             else:
                 self._next_seq[key] = seq + 1
-            self._queue.notify()
+            self._wake_writer()
             return True
 
     def _write_loop(self) -> None:
@@ -135,7 +148,9 @@ class Outbox:
         while True:
             with self._queue:
                 while not self._writes and not self._closing:
+                    self._writer_idle = True
                     self._queue.wait()
+                self._writer_idle = False
                 writes, self._writes = self._writes, []
                 events = self.queued_events
                 if not writes:
@@ -152,7 +167,7 @@ class Outbox:
                 continue
             with self._queue:
                 self.queued_events -= events
-                self._queue.notify_all()
+                self._written.notify_all()
             self._on_persisted()
 
     def flush(self, timeout: float = 5.0) -> bool:
@@ -163,7 +178,7 @@ class Outbox:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self._queue.wait(remaining)
+                self._written.wait(remaining)
         return True
 
     def close(self) -> None:
@@ -171,6 +186,7 @@ class Outbox:
         with self._queue:
             self._closing = True
             self._queue.notify_all()
+            self._written.notify_all()
         self._writer.join(timeout=30)
         with self._db_lock:
             self._db.close()
