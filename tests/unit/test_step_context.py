@@ -1,4 +1,4 @@
-"""The plugin's workflow-side context survives being closed from another context (issue 21 §6).
+"""The plugin's workflow-side context survives being closed elsewhere (issue 21 §6); a binding keeps its fields.
 
 A worker that stops (or evicts a workflow) in the middle of a step closes the workflow's
 coroutine from elsewhere: the ``task_step`` block then exits in a context other than the one it
@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextvars import copy_context
 
 from task_status_interceptors import dynamic_step, task_step
-from task_status_interceptors._context import current_binding, owning_run
+from task_status_interceptors._context import StepBinding, current_binding, owning_run
 
 
 def test_a_step_block_closed_from_another_context_raises_nothing() -> None:
@@ -51,3 +51,17 @@ def test_an_evicted_workflow_ends_nothing_and_asks_nothing_of_the_workflow_runti
     coroutine = inbound.execute_workflow(None)  # type: ignore[arg-type]
     coroutine.send(None)  # suspended mid-run, as a workflow waiting on an activity
     coroutine.close()  # eviction: GeneratorExit goes through; nothing else is raised
+
+
+def test_a_binding_travels_as_its_set_fields_and_comes_back_equal() -> None:
+    known = StepBinding("tsk-1", "02_parse")
+    dynamic = StepBinding("tsk-1", None, "PAGE.OCR", "page-7", "exe-parent", "Page 7")
+    assert known.to_json() == {"task_id": "tsk-1", "step_id": "02_parse"}
+    assert dynamic.to_json() == {
+        "task_id": "tsk-1",
+        "operation_code": "PAGE.OCR",
+        "client_step_key": "page-7",
+        "parent_execution_id": "exe-parent",
+        "display_name": "Page 7",
+    }
+    assert [StepBinding.from_json(b.to_json()) for b in (known, dynamic)] == [known, dynamic]
