@@ -123,6 +123,28 @@ def task_progress(steps: Steps) -> dict[str, Any]:
 
 
 def _step_detail(step: StepState, estimate: Estimate | None = None) -> dict[str, Any]:
+    """A step attempt as detail messages list it: what the step says, plus its estimate (which
+    moves with time, so it is added fresh every time)."""
+    seen = _SEEN_STEPS.get(id(step))
+    if seen is not None and seen[0] is step:
+        shown = seen[1]
+    else:
+        shown = _step_shown(step)
+        if len(_SEEN_STEPS) >= SEEN_STEPS_KEPT:
+            _SEEN_STEPS.pop(next(iter(_SEEN_STEPS)), None)  # the oldest
+        _SEEN_STEPS[id(step)] = (step, shown)
+    return {**shown, **estimate.to_json()} if estimate else shown
+
+
+# Every message of a task lists its steps again, while an event changes one of them at most.
+# Step states are frozen (a change is a new object), so what a step shows is kept for the steps
+# seen last, by the object itself (held here, so its id is not reused while it is kept); a task's
+# next message builds only the steps that changed. Messages are encoded, never changed.
+SEEN_STEPS_KEPT = 8192
+_SEEN_STEPS: dict[int, tuple[StepState, dict[str, Any]]] = {}
+
+
+def _step_shown(step: StepState) -> dict[str, Any]:
     error = None
     if step.error is not None:
         # diagnosticsRef stays server-side (seed §5: for operators only).
@@ -157,7 +179,6 @@ def _step_detail(step: StepState, estimate: Estimate | None = None) -> dict[str,
         # While STALE: when the executor last proved alive, so a UI can say how long it has been silent.
         "lastHeartbeatAt": iso(step.last_heartbeat_at or step.started_at) if step.health is Health.STALE else None,
         "staleSince": iso(step.stale_since),
-        **(estimate.to_json() if estimate else {}),
     }
 
 

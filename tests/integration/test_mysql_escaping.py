@@ -1,4 +1,4 @@
-"""PyMySQL connections escape strings with ``status.infra.db.escape_string``: the library's escapes, faster.
+"""PyMySQL connections escape strings and timestamps with ``status.infra.db``'s: the library's escapes, faster.
 
 The property test holds the two equal on any text; the round trips show MariaDB reads back exactly
 what was written, in the server's default mode and with NO_BACKSLASH_ESCAPES.
@@ -6,13 +6,15 @@ what was written, in the server's default mode and with NO_BACKSLASH_ESCAPES.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pymysql.converters
 import pytest
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from status.infra.db import create_engine, escape_string
+from status.infra.db import create_engine, escape_datetime, escape_string
 
 HOSTILE = [
     "",
@@ -31,6 +33,11 @@ def test_the_escapes_are_pymysqls(value: str) -> None:
     assert escape_string(value) == pymysql.converters.escape_string(value)
 
 
+@given(st.datetimes(min_value=datetime(1, 1, 1), timezones=st.none() | st.timezones()))
+def test_the_timestamps_are_pymysqls(value: datetime) -> None:
+    assert escape_datetime(value) == pymysql.converters.escape_datetime(value)
+
+
 @pytest.mark.mariadb
 @pytest.mark.parametrize("sql_mode", ["", "NO_BACKSLASH_ESCAPES"])
 def test_mariadb_reads_back_exactly_what_was_written(scratch_mariadb_url: str, sql_mode: str) -> None:
@@ -46,6 +53,12 @@ def test_mariadb_reads_back_exactly_what_was_written(scratch_mariadb_url: str, s
             conn.execute(sa.insert(table), [{"id": i, "body": text} for i, text in enumerate(HOSTILE)])
             conn.execute(sa.insert(table).values(id=len(HOSTILE), body=HOSTILE[4] + HOSTILE[3]))  # one-row form
             back = dict(conn.execute(sa.select(table.c.id, table.c.body)).all())  # type: ignore[arg-type]
+            moments = [datetime(2026, 12, 1, 16, 59, 3, 120000), datetime(2026, 12, 1, 17, 0, 0)]
+            conn.exec_driver_sql("CREATE TABLE moments (id INT PRIMARY KEY, at DATETIME(6) NOT NULL)")
+            stamps = sa.table("moments", sa.column("id"), sa.column("at"))
+            conn.execute(sa.insert(stamps), [{"id": i, "at": m} for i, m in enumerate(moments)])
+            read = list(conn.scalars(sa.select(stamps.c.at).order_by(stamps.c.id)))
         assert back == {**dict(enumerate(HOSTILE)), len(HOSTILE): HOSTILE[4] + HOSTILE[3]}
+        assert read == moments
     finally:
         engine.dispose()

@@ -119,3 +119,25 @@ def test_a_small_task_shows_every_attempt() -> None:
     steps = StepSet.of(_step(f"s{i}", order=i) for i in range(DETAIL_WINDOW))
     shown, omitted = steps.window()
     assert omitted == 0 and [s.step_id for s in shown] == [f"s{i}" for i in range(DETAIL_WINDOW)]
+
+
+def test_a_detail_message_shows_each_step_as_it_is_now() -> None:
+    from status.domain.eta import Estimate
+    from status.domain.projections import _step_detail, _step_shown
+
+    step = _step("s1")
+    first = _step_detail(step)
+    assert first == _step_shown(step)
+    assert _step_detail(step) is first  # the same step again: what it showed is reused
+    running = replace(step, lifecycle=Lifecycle.RUNNING, version=2, started_at=T0 + timedelta(seconds=3))
+    again = _step_detail(running)
+    assert again == _step_shown(running) != first
+    assert (again["lifecycleStatus"], again["stepVersion"], again["startedAt"]) == (
+        "RUNNING",
+        "2",
+        "2026-01-01T00:00:03.000Z",
+    )
+    # The estimate moves with time: added fresh on every message, never kept with the step.
+    assert _step_detail(running, Estimate(4000, 0.5))["etaMs"] == 4000
+    assert _step_detail(running, Estimate(2500, 0.5))["etaMs"] == 2500
+    assert "etaMs" not in _step_detail(running)
