@@ -1,5 +1,5 @@
 """The plugin's reports over the service's gRPC adapter (``TaskStatusPlugin(..., grpc_target=...)``):
-event batches and heartbeats as protobuf, with the same semantics as REST."""
+event batches, heartbeats and batches of bindings as protobuf, with the same semantics as REST."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ log = logging.getLogger("task_status_interceptors.reporter")
 
 
 class GrpcTransport:
-    """Events and heartbeats over the service's gRPC adapter (the same semantics as REST)."""
+    """Events, heartbeats and bindings over the service's gRPC adapter (the same semantics as REST)."""
 
     def __init__(self, target: str, service_token: str, timeout: float) -> None:
         import grpc  # only workers that choose gRPC need grpcio
@@ -44,5 +44,32 @@ class GrpcTransport:
             return None
         return [self._convert.heartbeat_result_to_json(r) for r in reply.results]
 
+    async def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+        request = self._convert.bind_batch_from_json({"items": items})
+        try:
+            reply = await self._stub.BindExecutions(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code == self._grpc.StatusCode.UNIMPLEMENTED:  # a service from before BindExecutions
+                return None
+            status = _HTTP_STATUS.get(code.name)
+            if status is None:  # unavailable, overloaded, timed out: the bindings wait for a retry
+                raise TransportError(f"gRPC {code.name}") from exc
+            # Refused as a whole (a credential, a malformed batch): every item answers as REST would.
+            stable = dict(exc.trailing_metadata() or ()).get("task-status-error-code", code.name)
+            return [(status, {"error": {"code": stable, "message": exc.details() or ""}})] * len(items)
+        return [(int(r.status), self._convert.bind_result_to_json(r)) for r in reply.results]
+
     async def close(self) -> None:
         await self._channel.close()
+
+
+# The HTTP status a refusal of the whole call would have had on REST (the service's own table, read
+# backwards); any other code is a transport problem, retried.
+_HTTP_STATUS = {
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "INVALID_ARGUMENT": 422,
+    "FAILED_PRECONDITION": 409,
+}

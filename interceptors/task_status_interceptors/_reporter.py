@@ -74,8 +74,8 @@ class ReporterConfig:
     progress_min_delta: float = 0.05
     batch_size: int = 200
     http_timeout: float = 5.0
-    # "host:port" of the service's gRPC adapter: events and heartbeats then travel as protobuf
-    # over one HTTP/2 connection (binding stays on REST). None: everything over REST.
+    # "host:port" of the service's gRPC adapter: events, heartbeats and bindings (with their
+    # STEP_STARTED) then travel as protobuf over one HTTP/2 connection. None: everything over REST.
     grpc_target: str | None = None
 
 
@@ -96,6 +96,7 @@ class Reporter:
         self._tasks: list[asyncio.Task[None]] = []
         self._http: HttpTransport | None = None
         self._events: Transport | None = None  # REST or gRPC: events and heartbeats
+        self._binds_over: Transport | None = None  # where batches of bindings go (the events' transport)
         self._binds: asyncio.Semaphore | None = None
         self._backoff = 0.0
         self.delivered = 0
@@ -171,6 +172,7 @@ class Reporter:
             from task_status_interceptors._grpc_transport import GrpcTransport  # grpcio only when chosen
 
             self._events = GrpcTransport(self.config.grpc_target, self.config.service_token, self.config.http_timeout)
+        self._binds_over = self._events
         self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._heartbeat_loop())]
 
     async def stop(self, flush_timeout: float = 5.0) -> None:
@@ -287,7 +289,7 @@ class Reporter:
         """Bind a wave of executions: in one request (one transaction for all of them) where the
         service offers it, else one request each (a few at a time). What the answers mean for the
         file is collected in ``settled``, for the caller to write in one go."""
-        if not (self._batch_binds and len(wave) > 1):
+        if not (self._batch_binds and (len(wave) > 1 or self._binds_over is not self._http)):
             return list(await asyncio.gather(*(self._bind_in_turn(e, settled) for e in wave), return_exceptions=True))
         outcomes: list[bool | BaseException] = []
         for start in range(0, len(wave), BIND_BATCH):
@@ -307,18 +309,18 @@ class Reporter:
         return outcomes
 
     async def _bind_batch(self, part: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
-        """One ``executions:bind`` request: (status, body) per execution, or None when the service has no such route."""
-        assert self._http is not None
+        """One batch of bindings (gRPC BindExecutions where events go over gRPC, else REST's
+        executions:bind): (status, body) per execution, or None when the service has no such call."""
+        assert self._binds_over is not None and self._http is not None
         items = []
         for execution in part:
             kind, path, payload = self._bind_request(execution)
             items.append({kind: {**payload, **path}})
-        response = await self._http.bind("/internal/v1/executions:bind", {"items": items})
-        if response.status_code in (404, 405):  # the route itself is unknown (items answer inside a 200)
-            return None
-        if response.status_code != 200:
-            return [(response.status_code, response)] * len(part)
-        return [(int(item.get("status", 500)), item) for item in response.json()["results"]]
+        answers = await self._binds_over.bind_batch(items)
+        if answers is None and self._binds_over is not self._http:  # a gRPC adapter without it: REST
+            self._binds_over = self._http
+            answers = await self._http.bind_batch(items)
+        return answers
 
     async def _bind_in_turn(self, execution: dict[str, Any], settled: _Settlement) -> bool:
         assert self._binds is not None

@@ -1,8 +1,10 @@
 """How reports travel: one interface for the service's REST API and its gRPC adapter.
 
 A transport only moves bodies and answers; what to do with an answer (drop, keep,
-rebind, back off) is the reporter's policy. Binding an execution stays on REST
-for both (it hands out the execution handle the events then carry).
+rebind, back off) is the reporter's policy. Bindings go over the events'
+transport: gRPC ``BindExecutions`` (any number), or REST (``executions:bind`` for
+several, a step's own activate/register call for one); a gRPC adapter without
+``BindExecutions`` gets them over REST.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ class Transport(Protocol):
 
     async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """One result per heartbeat, or None when the round was not delivered (the next one is)."""
+        ...
+
+    async def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+        """Bind many executions in one call: (the HTTP status each would have had alone, its answer)
+        per item; None when the service has no such call; raises ``TransportError`` when unreachable."""
         ...
 
     async def close(self) -> None: ...
@@ -71,6 +78,14 @@ class HttpTransport:
             return await self.client.post(path, json=payload)
         except httpx.HTTPError as exc:
             raise TransportError(type(exc).__name__) from exc
+
+    async def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+        response = await self.bind("/internal/v1/executions:bind", {"items": items})
+        if response.status_code in (404, 405):  # the route itself is unknown (items answer inside a 200)
+            return None
+        if response.status_code != 200:
+            return [(response.status_code, response)] * len(items)
+        return [(int(item.get("status", 500)), item) for item in response.json()["results"]]
 
     async def close(self) -> None:
         await self.client.aclose()

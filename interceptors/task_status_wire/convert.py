@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from google.protobuf import json_format
+
 from task_status_wire import task_events_pb2 as pb
 
 # proto field → REST field, for the plain optional scalars of Event
@@ -183,3 +185,23 @@ def heartbeat_result_to_json(msg: pb.HeartbeatResult) -> dict[str, Any]:
         "health": msg.health,
         "reason": msg.reason if msg.HasField("reason") else None,
     }
+
+
+# Bindings: the messages' JSON mapping (lowerCamelCase names) is REST's shape, field for field, so
+# the protobuf library's own mapping converts them; unknown names fail rather than vanish.
+def bind_batch_to_json(msg: pb.BindBatch) -> dict[str, Any]:
+    return json_format.MessageToDict(msg)
+
+
+def bind_batch_from_json(body: dict[str, Any]) -> pb.BindBatch:
+    return json_format.ParseDict(body, pb.BindBatch())
+
+
+def bind_results_to_proto(results: list[dict[str, Any]]) -> pb.BindBatchResult:
+    return json_format.ParseDict({"results": results}, pb.BindBatchResult())
+
+
+def bind_result_to_json(msg: pb.BindResult) -> dict[str, Any]:
+    # Fields without presence (a rejection's ``retryable``, a result's ``accepted``) are printed at
+    # their default too, as REST sends them; unset optional ones stay out (REST's nulls).
+    return json_format.MessageToDict(msg, always_print_fields_with_no_presence=True)

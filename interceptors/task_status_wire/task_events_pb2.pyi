@@ -241,3 +241,133 @@ class StreamResponse(_message.Message):
     heartbeat: HeartbeatResult
     error: Rejection
     def __init__(self, request_id: _Optional[int] = ..., bound: _Optional[_Union[Bound, _Mapping]] = ..., event: _Optional[_Union[EventResult, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatResult, _Mapping]] = ..., error: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
+
+class TemporalActivity(_message.Message):
+    __slots__ = ("namespace", "workflow_id", "run_id", "activity_id")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_ID_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    workflow_id: str
+    run_id: str
+    activity_id: str
+    def __init__(self, namespace: _Optional[str] = ..., workflow_id: _Optional[str] = ..., run_id: _Optional[str] = ..., activity_id: _Optional[str] = ...) -> None: ...
+
+class StartedEvent(_message.Message):
+    __slots__ = ("event_id", "occurred_at", "source_seq")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    occurred_at: str
+    source_seq: int
+    def __init__(self, event_id: _Optional[str] = ..., occurred_at: _Optional[str] = ..., source_seq: _Optional[int] = ...) -> None: ...
+
+class Activation(_message.Message):
+    __slots__ = ("task_id", "step_id", "attempt", "producer_id", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "temporal_activity", "started_event")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TEMPORAL_ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    STARTED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    step_id: str
+    attempt: int
+    producer_id: str
+    heartbeat_interval_seconds: int
+    heartbeat_timeout_seconds: int
+    temporal_activity: TemporalActivity
+    started_event: StartedEvent
+    def __init__(self, task_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt: _Optional[int] = ..., producer_id: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., temporal_activity: _Optional[_Union[TemporalActivity, _Mapping]] = ..., started_event: _Optional[_Union[StartedEvent, _Mapping]] = ...) -> None: ...
+
+class Registration(_message.Message):
+    __slots__ = ("task_id", "client_step_key", "operation_code", "producer_id", "attempt", "parent_execution_id", "display_name", "failure_policy", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "temporal_activity", "started_event")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_STEP_KEY_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_CODE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PARENT_EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TEMPORAL_ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    STARTED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    client_step_key: str
+    operation_code: str
+    producer_id: str
+    attempt: int
+    parent_execution_id: str
+    display_name: str
+    failure_policy: str
+    heartbeat_interval_seconds: int
+    heartbeat_timeout_seconds: int
+    temporal_activity: TemporalActivity
+    started_event: StartedEvent
+    def __init__(self, task_id: _Optional[str] = ..., client_step_key: _Optional[str] = ..., operation_code: _Optional[str] = ..., producer_id: _Optional[str] = ..., attempt: _Optional[int] = ..., parent_execution_id: _Optional[str] = ..., display_name: _Optional[str] = ..., failure_policy: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., temporal_activity: _Optional[_Union[TemporalActivity, _Mapping]] = ..., started_event: _Optional[_Union[StartedEvent, _Mapping]] = ...) -> None: ...
+
+class BindItem(_message.Message):
+    __slots__ = ("activate", "register")
+    ACTIVATE_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    activate: Activation
+    register: Registration
+    def __init__(self, activate: _Optional[_Union[Activation, _Mapping]] = ..., register: _Optional[_Union[Registration, _Mapping]] = ...) -> None: ...
+
+class BindBatch(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[BindItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[BindItem, _Mapping]]] = ...) -> None: ...
+
+class BindResult(_message.Message):
+    __slots__ = ("status", "error", "workflow_id", "task_id", "step_id", "operation_code", "step_attempt", "execution_id", "producer_id", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "execution_token", "execution_handle", "task_version", "step_version", "created", "expires_at", "started_event")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_CODE_FIELD_NUMBER: _ClassVar[int]
+    STEP_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    TASK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STEP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    status: int
+    error: Rejection
+    workflow_id: str
+    task_id: str
+    step_id: str
+    operation_code: str
+    step_attempt: int
+    execution_id: str
+    producer_id: str
+    heartbeat_interval_seconds: int
+    heartbeat_timeout_seconds: int
+    execution_token: str
+    execution_handle: str
+    task_version: str
+    step_version: str
+    created: bool
+    expires_at: str
+    started_event: EventResult
+    def __init__(self, status: _Optional[int] = ..., error: _Optional[_Union[Rejection, _Mapping]] = ..., workflow_id: _Optional[str] = ..., task_id: _Optional[str] = ..., step_id: _Optional[str] = ..., operation_code: _Optional[str] = ..., step_attempt: _Optional[int] = ..., execution_id: _Optional[str] = ..., producer_id: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., execution_token: _Optional[str] = ..., execution_handle: _Optional[str] = ..., task_version: _Optional[str] = ..., step_version: _Optional[str] = ..., created: _Optional[bool] = ..., expires_at: _Optional[str] = ..., started_event: _Optional[_Union[EventResult, _Mapping]] = ...) -> None: ...
+
+class BindBatchResult(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BindResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BindResult, _Mapping]]] = ...) -> None: ...

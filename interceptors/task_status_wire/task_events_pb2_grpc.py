@@ -49,6 +49,11 @@ class TaskEventsStub:
                 request_serializer=task__status__wire_dot_task__events__pb2.HeartbeatBatch.SerializeToString,
                 response_deserializer=task__status__wire_dot_task__events__pb2.HeartbeatBatchResult.FromString,
                 _registered_method=True)
+        self.BindExecutions = channel.unary_unary(
+                '/task_status.v1.TaskEvents/BindExecutions',
+                request_serializer=task__status__wire_dot_task__events__pb2.BindBatch.SerializeToString,
+                response_deserializer=task__status__wire_dot_task__events__pb2.BindBatchResult.FromString,
+                _registered_method=True)
         self.Stream = channel.stream_stream(
                 '/task_status.v1.TaskEvents/Stream',
                 request_serializer=task__status__wire_dot_task__events__pb2.StreamRequest.SerializeToString,
@@ -82,6 +87,15 @@ class TaskEventsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BindExecutions(self, request, context):
+        """REST's executions:bind: activations of known steps and registrations of dynamic ones, each
+        with its STEP_STARTED when given, in one transaction; one result per item, carrying the HTTP
+        status the same binding would have had alone (so a client treats it as that answer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Stream(self, request_iterator, context):
         """High-frequency progress and heartbeats over one connection. The first use of an execution
         binds its long execution token and gets a short number valid on this stream only; after a
@@ -109,6 +123,11 @@ def add_TaskEventsServicer_to_server(servicer, server):
                     servicer.RecordHeartbeats,
                     request_deserializer=task__status__wire_dot_task__events__pb2.HeartbeatBatch.FromString,
                     response_serializer=task__status__wire_dot_task__events__pb2.HeartbeatBatchResult.SerializeToString,
+            ),
+            'BindExecutions': grpc.unary_unary_rpc_method_handler(
+                    servicer.BindExecutions,
+                    request_deserializer=task__status__wire_dot_task__events__pb2.BindBatch.FromString,
+                    response_serializer=task__status__wire_dot_task__events__pb2.BindBatchResult.SerializeToString,
             ),
             'Stream': grpc.stream_stream_rpc_method_handler(
                     servicer.Stream,
@@ -197,6 +216,33 @@ class TaskEvents:
             '/task_status.v1.TaskEvents/RecordHeartbeats',
             task__status__wire_dot_task__events__pb2.HeartbeatBatch.SerializeToString,
             task__status__wire_dot_task__events__pb2.HeartbeatBatchResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BindExecutions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/task_status.v1.TaskEvents/BindExecutions',
+            task__status__wire_dot_task__events__pb2.BindBatch.SerializeToString,
+            task__status__wire_dot_task__events__pb2.BindBatchResult.FromString,
             options,
             channel_credentials,
             insecure,

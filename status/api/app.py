@@ -28,7 +28,12 @@ from status.api import metrics
 from status.api.changes import ChangeLog
 from status.api.corrections import CorrectionEndpoints
 from status.api.draining import CloseWhileDraining
-from status.api.errors import domain_error_handler, error_body, status_for, unexpected_error, unexpected_error_handler
+from status.api.errors import (
+    binding_results,
+    domain_error_handler,
+    error_body,
+    unexpected_error_handler,
+)
 from status.api.gate import Gate, is_ascii_digits
 from status.api.models import (
     AclIn,
@@ -140,28 +145,7 @@ class Api:
         body = await self.parse(request, BindBatchIn)
         items = [(caller, item.command()) for item in body.items]
         outcomes = await run_in_threadpool(self.service.bind_executions, items)
-        results: list[dict[str, Any]] = []
-        for outcome in outcomes:
-            if isinstance(outcome, DomainError):
-                results.append(
-                    {
-                        **error_body(outcome.code.value, outcome.message, outcome.retryable),
-                        "status": status_for(outcome),
-                    }
-                )
-            elif isinstance(outcome, BaseException):
-                # As the same binding alone would be answered: retryable only when retrying can help.
-                transient = unexpected_error(outcome)
-                if transient is not None:
-                    results.append(
-                        {**error_body(transient.code.value, transient.message, True), "status": status_for(transient)}
-                    )
-                else:
-                    log.error("a binding of a batch failed", code=type(outcome).__name__)
-                    results.append({**error_body("INTERNAL", "internal error (reported to operators)"), "status": 500})
-            else:
-                results.append({**outcome.to_json(), "status": 201 if outcome.created else 200})
-        return JSONResponse({"results": results})
+        return JSONResponse({"results": binding_results(outcomes)})
 
     async def report_event(self, request: Request) -> JSONResponse:
         started = time.perf_counter()

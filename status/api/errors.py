@@ -7,6 +7,8 @@ stable code (SPEC §6); stack traces and SQL never reach a response.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from starlette.requests import Request
@@ -72,3 +74,27 @@ async def unexpected_error_handler(request: Request, exc: Exception) -> JSONResp
         return error_response(transient)
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return JSONResponse(error_body("INTERNAL", "internal error (reported to operators)", False), status_code=500)
+
+
+def binding_results(outcomes: Sequence[Any]) -> list[dict[str, Any]]:
+    """A batch of bindings' answers (REST executions:bind and gRPC BindExecutions alike): each the
+    execution it bound, or its rejection, with the HTTP status the same binding would have had
+    alone (``status``); an unexpected failure is retryable only when retrying can help."""
+    results: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        if isinstance(outcome, e.DomainError):
+            results.append(
+                {**error_body(outcome.code.value, outcome.message, outcome.retryable), "status": status_for(outcome)}
+            )
+        elif isinstance(outcome, BaseException):
+            transient = unexpected_error(outcome)
+            if transient is not None:
+                results.append(
+                    {**error_body(transient.code.value, transient.message, True), "status": status_for(transient)}
+                )
+            else:
+                log.error("a binding of a batch failed: %s", type(outcome).__name__)
+                results.append({**error_body("INTERNAL", "internal error (reported to operators)"), "status": 500})
+        else:
+            results.append({**outcome.to_json(), "status": 201 if outcome.created else 200})
+    return results

@@ -17,9 +17,9 @@ from task_status_wire import task_events_pb2_grpc as pb_grpc
 
 from status import logs
 from status.api import metrics
-from status.api.errors import HTTP_STATUS, status_for, unexpected_error
+from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
 from status.api.gate import Gate
-from status.api.models import EventBatchIn, EventIn, HeartbeatBatchIn
+from status.api.models import BindBatchIn, EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid, NotFound, Unauthenticated
@@ -113,6 +113,22 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             raise AssertionError("unreachable") from exc
         metrics.GRPC_CALLS.labels(method="ReportEvents", code="OK").inc()
         return pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
+
+    async def BindExecutions(self, request: pb.BindBatch, context: grpc.aio.ServicerContext) -> pb.BindBatchResult:
+        try:
+            caller = self.api.event_caller_of(_bearer(context))
+            batch = self.api.validated(BindBatchIn, convert.bind_batch_to_json(request))
+            outcomes = await run_in_threadpool(
+                self.service.bind_executions, [(caller, item.command()) for item in batch.items]
+            )
+        except DomainError as err:
+            await self._abort(context, "BindExecutions", err)
+            raise AssertionError("unreachable") from err
+        except Exception as exc:
+            await self._abort_unexpected(context, "BindExecutions", exc)
+            raise AssertionError("unreachable") from exc
+        metrics.GRPC_CALLS.labels(method="BindExecutions", code="OK").inc()
+        return convert.bind_results_to_proto(binding_results(outcomes))
 
     async def RecordHeartbeats(
         self, request: pb.HeartbeatBatch, context: grpc.aio.ServicerContext

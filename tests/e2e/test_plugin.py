@@ -162,15 +162,19 @@ async def test_the_plugin_reports_over_grpc_with_the_same_outcome(
     e2e_engine: sa.Engine,
     e2e_service: StatusService,
 ) -> None:
-    """grpc_target: events and heartbeats travel over the gRPC adapter; the task ends exactly as over REST."""
+    """grpc_target: events, heartbeats and bindings travel over the gRPC adapter; the task ends exactly as over REST."""
     grpc_port = free_port()
     app = create_app(dataclasses.replace(e2e_settings, grpc_port=grpc_port), e2e_engine, e2e_service)
-    calls = REGISTRY.get_sample_value("task_status_grpc_calls_total", {"method": "ReportEvents", "code": "OK"}) or 0.0
+
+    def grpc_calls(method: str) -> float:
+        return REGISTRY.get_sample_value("task_status_grpc_calls_total", {"method": method, "code": "OK"}) or 0.0
+
+    events, binds = grpc_calls("ReportEvents"), grpc_calls("BindExecutions")
     with serving(app, lifespan="on") as url:
         plugin = _plugin(api, url, tmp_path, grpc_target=f"127.0.0.1:{grpc_port}")
         result = await _run_document(plugin, temporal_env, task_queue, DocumentRequest("user-1", "grpc.pdf", pages=3))
-    after = REGISTRY.get_sample_value("task_status_grpc_calls_total", {"method": "ReportEvents", "code": "OK"}) or 0.0
-    assert after > calls  # the events did go over gRPC
+    assert grpc_calls("ReportEvents") > events  # the events did go over gRPC
+    assert grpc_calls("BindExecutions") > binds  # and so did the bindings, with their STARTEDs
     assert plugin.reporter.delivered > 0 and plugin.reporter.dropped == 0
     snap = api.client.get(f"/api/tasks/{result['taskId']}", headers=api.user("user-1")).json()
     assert snap["lifecycleStatus"] == "SUCCEEDED"

@@ -1,8 +1,8 @@
 """The gRPC adapter (task_status_wire/task_events.proto): one set of semantics with REST.
 
 The same eventId gets the same result and taskVersion over REST, REST batch and gRPC (unary,
-batch and stream); rejections carry the same stable codes; a stream binds executions to short
-numbers that never outlive it.
+batch and stream); rejections carry the same stable codes; a batch of bindings is answered as
+REST's executions:bind answers it; a stream binds executions to short numbers that never outlive it.
 """
 
 from __future__ import annotations
@@ -282,3 +282,72 @@ async def test_an_execution_token_that_expires_on_a_stream_is_refused_as_on_rest
     )
     assert rest.status_code == 403 and rest.json()["error"]["code"] == "TOKEN_EXPIRED"
     await queue.put(None)
+
+
+# What a binding's answer carries per call: a fresh handle and token, and the versions of then.
+_PER_CALL = ("status", "created", "executionHandle", "executionToken", "expiresAt", "taskVersion", "stepVersion")
+
+
+def _shown(result: dict[str, Any]) -> dict[str, Any]:
+    """A binding's answer without what each call hands out anew, and without REST's nulls (the
+    protobuf mapping leaves an unset field out); its STARTED's without whether it was the first."""
+    shown = {k: v for k, v in result.items() if v is not None and k not in _PER_CALL}
+    if "startedEvent" in shown:
+        started = _semantic(shown["startedEvent"])
+        shown["startedEvent"] = {k: v for k, v in started.items() if v is not None and k not in _PER_CALL}
+    return shown
+
+
+async def test_bindings_over_grpc_answer_as_rest_executions_bind(http: Http, stub: pb_grpc.TaskEventsStub) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    other = create_workflow(http)["tasks"][0]["taskId"]
+    started = {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": datetime.now(UTC).isoformat(), "sourceSeq": 1}
+    items = [
+        {
+            "activate": {
+                "taskId": task_id,
+                "stepId": "02_parse",
+                "attempt": 1,
+                "producerId": "document-parser",
+                "heartbeatTimeoutSeconds": 60,
+                "temporalActivity": {"namespace": "default", "workflowId": "wf-1", "runId": "run-1", "activityId": "1"},
+                "startedEvent": started,
+            }
+        },
+        {"activate": {"taskId": task_id, "stepId": "99_missing", "attempt": 1, "producerId": "document-parser"}},
+        {
+            "register": {
+                "taskId": other,
+                "clientStepKey": "page-1",
+                "operationCode": "PAGE.OCR",
+                "producerId": "document-parser",
+            }
+        },
+    ]
+    reply = await stub.BindExecutions(
+        convert.bind_batch_from_json({"items": items}),
+        metadata=_meta(http.service_token("document-parser", "COORDINATOR", "WORKER")),
+    )
+    over_grpc = [convert.bind_result_to_json(r) for r in reply.results]
+    response = http.client.post(
+        "/internal/v1/executions:bind",
+        json={"items": items},
+        headers=http.auth(http.service_token("document-parser", "COORDINATOR", "WORKER")),
+    )
+    assert response.status_code == 200, response.text
+    over_rest = response.json()["results"]
+    assert [r["status"] for r in over_grpc] == [201, 404, over_rest[2]["status"]]
+    assert [r["status"] for r in over_rest] == [200, 404, over_grpc[2]["status"]]  # the same binding, again
+    assert over_grpc[0]["startedEvent"]["accepted"] and over_rest[0]["startedEvent"]["duplicate"]
+    assert [_shown(r) for r in over_grpc] == [_shown(r) for r in over_rest]
+    assert over_grpc[1]["error"]["code"] == "UNKNOWN_STEP"
+    # What the service refuses as a whole is refused alike, with the stable code in the metadata.
+    worker = _meta(http.service_token("document-parser", "WORKER"))
+    for malformed in (pb.BindBatch(), pb.BindBatch(items=[pb.BindItem()])):  # nothing; an item of no kind
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.BindExecutions(malformed, metadata=worker)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert dict(refused.value.trailing_metadata() or ())["task-status-error-code"] == "VALIDATION_FAILED"
+    with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+        await stub.BindExecutions(convert.bind_batch_from_json({"items": items[:1]}))
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
