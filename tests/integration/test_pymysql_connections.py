@@ -1,4 +1,4 @@
-"""PyMySQL connections escape strings and timestamps with ``status.infra.db``'s: the library's escapes, faster.
+"""PyMySQL connections as ``status.infra.db`` sets them up: the library's escapes, faster; no TLS on loopback.
 
 The property test holds the two equal on any text; the round trips show MariaDB reads back exactly
 what was written, in the server's default mode and with NO_BACKSLASH_ESCAPES.
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from status.infra.db import create_engine, escape_datetime, escape_string
+from status.infra.db import create_engine, escape_datetime, escape_string, tls_args
 
 HOSTILE = [
     "",
@@ -62,3 +62,19 @@ def test_mariadb_reads_back_exactly_what_was_written(scratch_mariadb_url: str, s
         assert read == moments
     finally:
         engine.dispose()
+
+
+@pytest.mark.mariadb
+def test_a_loopback_connection_skips_tls_and_others_keep_pymysqls_choice(scratch_mariadb_url: str) -> None:
+    engine = create_engine(scratch_mariadb_url)
+    try:
+        with engine.connect() as conn:
+            dbapi = conn.connection.dbapi_connection
+            assert dbapi is not None and dbapi.ssl is False  # no TLS context built for 127.0.0.1
+    finally:
+        engine.dispose()
+    local = sa.make_url(scratch_mariadb_url)
+    assert tls_args(local) == {"ssl_disabled": True}
+    assert tls_args(local.set(host="db.internal.example")) == {}  # a remote server: PyMySQL's choice
+    assert tls_args(local.update_query_dict({"ssl_ca": "/etc/ca.pem"})) == {}  # TLS asked for
+    assert tls_args(local.set(drivername="mysql+mysqldb")) == {}  # another driver
