@@ -6,8 +6,8 @@ same eventId gets the same result and taskVersion over REST, REST batch and gRPC
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 from starlette.concurrency import run_in_threadpool
@@ -25,6 +25,7 @@ from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid, NotFound, Unauthenticated
 
 log = logs.get("status.grpc")
+R = TypeVar("R")
 
 # The HTTP statuses of the error table, as gRPC status codes.
 GRPC_STATUS = {
@@ -86,70 +87,62 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         context.set_trailing_metadata((("task-status-error-code", "INTERNAL"), ("task-status-retryable", "false")))
         await context.abort(grpc.StatusCode.INTERNAL, "internal error (reported to operators)")
 
-    async def ReportEvent(self, request: pb.Event, context: grpc.aio.ServicerContext) -> pb.EventResult:
+    async def _answer(self, context: grpc.aio.ServicerContext, method: str, work: Callable[[], Awaitable[R]]) -> R:
+        """A unary call's answer: what ``work`` returns, or the abort a REST client would have had
+        as a response (the stable code in the trailing metadata)."""
         try:
-            caller = self.api.event_caller_of(_bearer(context))
-            cmd = self.api.validated(EventIn, _event(request)).command()
-            result = await self.committer.submit(caller, cmd)
+            answer = await work()
         except DomainError as err:
-            await self._abort(context, "ReportEvent", err)
+            await self._abort(context, method, err)
             raise AssertionError("unreachable") from err
         except Exception as exc:
-            await self._abort_unexpected(context, "ReportEvent", exc)
+            await self._abort_unexpected(context, method, exc)
             raise AssertionError("unreachable") from exc  # abort raises
-        metrics.GRPC_CALLS.labels(method="ReportEvent", code="OK").inc()
-        return convert.result_to_proto(result)
+        metrics.GRPC_CALLS.labels(method=method, code="OK").inc()
+        return answer
+
+    async def ReportEvent(self, request: pb.Event, context: grpc.aio.ServicerContext) -> pb.EventResult:
+        async def work() -> pb.EventResult:
+            caller = self.api.event_caller_of(_bearer(context))
+            cmd = self.api.validated(EventIn, _event(request)).command()
+            return convert.result_to_proto(await self.committer.submit(caller, cmd))
+
+        return await self._answer(context, "ReportEvent", work)
 
     async def ReportEvents(self, request: pb.EventBatch, context: grpc.aio.ServicerContext) -> pb.EventBatchResult:
-        try:
+        async def work() -> pb.EventBatchResult:
             caller = self.api.event_caller_of(_bearer(context))
             batch = self.api.validated(EventBatchIn, {"events": [_event(e) for e in request.events]})
             results = await run_in_threadpool(self.service.report_events, caller, [e.command() for e in batch.events])
-        except DomainError as err:
-            await self._abort(context, "ReportEvents", err)
-            raise AssertionError("unreachable") from err
-        except Exception as exc:
-            await self._abort_unexpected(context, "ReportEvents", exc)
-            raise AssertionError("unreachable") from exc
-        metrics.GRPC_CALLS.labels(method="ReportEvents", code="OK").inc()
-        return pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
+            return pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
+
+        return await self._answer(context, "ReportEvents", work)
 
     async def BindExecutions(self, request: pb.BindBatch, context: grpc.aio.ServicerContext) -> pb.BindBatchResult:
-        try:
+        async def work() -> pb.BindBatchResult:
             caller = self.api.event_caller_of(_bearer(context))
             batch = self.api.validated(BindBatchIn, convert.bind_batch_to_json(request))
-            outcomes = await run_in_threadpool(
-                self.service.bind_executions, [(caller, item.command()) for item in batch.items]
-            )
-        except DomainError as err:
-            await self._abort(context, "BindExecutions", err)
-            raise AssertionError("unreachable") from err
-        except Exception as exc:
-            await self._abort_unexpected(context, "BindExecutions", exc)
-            raise AssertionError("unreachable") from exc
-        metrics.GRPC_CALLS.labels(method="BindExecutions", code="OK").inc()
-        return convert.bind_results_to_proto(binding_results(outcomes))
+            items = [(caller, item.command()) for item in batch.items]
+            outcomes = await run_in_threadpool(self.service.bind_executions, items)
+            return convert.bind_results_to_proto(binding_results(outcomes))
+
+        return await self._answer(context, "BindExecutions", work)
 
     async def RecordHeartbeats(
         self, request: pb.HeartbeatBatch, context: grpc.aio.ServicerContext
     ) -> pb.HeartbeatBatchResult:
-        try:
+        async def work() -> pb.HeartbeatBatchResult:
             caller = self.api.service_principal_of(_bearer(context))
             raw = {"heartbeats": [convert.heartbeat_to_json(h) for h in request.heartbeats]}
             batch = self.api.validated(HeartbeatBatchIn, raw)
-            result = await run_in_threadpool(
-                self.service.record_heartbeats, caller, [h.command() for h in batch.heartbeats]
+            beats = [h.command() for h in batch.heartbeats]
+            result = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
+            return pb.HeartbeatBatchResult(
+                results=[convert.heartbeat_result_to_proto(r) for r in result["results"]],
+                received_at=result["receivedAt"],
             )
-        except DomainError as err:
-            await self._abort(context, "RecordHeartbeats", err)
-            raise AssertionError("unreachable") from err
-        except Exception as exc:
-            await self._abort_unexpected(context, "RecordHeartbeats", exc)
-            raise AssertionError("unreachable") from exc
-        metrics.GRPC_CALLS.labels(method="RecordHeartbeats", code="OK").inc()
-        return pb.HeartbeatBatchResult(
-            results=[convert.heartbeat_result_to_proto(r) for r in result["results"]], received_at=result["receivedAt"]
-        )
+
+        return await self._answer(context, "RecordHeartbeats", work)
 
     async def Stream(
         self, request_iterator: AsyncIterator[pb.StreamRequest], context: grpc.aio.ServicerContext
