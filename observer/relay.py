@@ -143,7 +143,7 @@ class OutboxRelay:
         partitions = self.partitions()
         if not partitions:
             if marks_first is not None:
-                retrying(lambda: self.store.mark(*marks_first))
+                self._write(marks_first)
             return []
         began = time.perf_counter()
         unwritten = [marks_first] if marks_first is not None else []
@@ -222,7 +222,7 @@ class OutboxRelay:
         try:
             rows = await asyncio.to_thread(self.claim, self._in_flight, marks)
         except BaseException:
-            self._unwritten = self._unwritten or marks  # not recorded: try again with the next pass
+            self._unwritten = marks  # perhaps not recorded: again with the next pass (PENDING-guarded)
             raise
         result.claimed = len(rows)
         if not rows:
@@ -279,7 +279,7 @@ class OutboxRelay:
         marks = self._mark(rows, to_send, outcomes, skipped, result)
         await self.flush()  # the previous batch's mark
         if wait_for_mark:
-            await asyncio.to_thread(retrying, lambda: self.store.mark(*marks))
+            await asyncio.to_thread(self._write, marks)
         elif len(rows) < self.config.batch_size or result.held:
             # Caught up (or holding rows for an unreachable Centrifugo): the mark goes with the
             # next pass's claim, one thread hand-off and one connection for both; the rows stay
@@ -288,7 +288,7 @@ class OutboxRelay:
         else:
             # A backlog: the mark is written while the next batch is read and published.
             self._in_flight = [r.id for r in rows]
-            self._marking = asyncio.ensure_future(asyncio.to_thread(retrying, lambda: self.store.mark(*marks)))
+            self._marking = asyncio.ensure_future(asyncio.to_thread(self._write, marks))
         return result
 
     async def _unsubscribe(self, row: ClaimedRow) -> PublishResult:
@@ -314,10 +314,14 @@ class OutboxRelay:
         marks, self._unwritten = self._unwritten, None
         if marks is not None:
             try:
-                await asyncio.to_thread(retrying, lambda: self.store.mark(*marks))
+                await asyncio.to_thread(self._write, marks)
             except BaseException:
                 self._unwritten = marks
                 raise
+
+    def _write(self, marks: tuple[Marks, datetime]) -> None:
+        """Record a published batch's outcomes (blocking: call from a thread)."""
+        retrying(lambda: self.store.mark(*marks))
 
     def _mark(
         self,
