@@ -41,18 +41,34 @@ class DrainingServer(uvicorn.Server):
         timer.start()
 
 
-# The worker process's application parts (set by ``status.api.asgi.app_from_env`` in that process).
-_worker_drain: list[Callable[[], None]] = []
+class _WorkerDrain:
+    """A worker process's drain: its application's readiness, once the application exists.
+
+    The worker's server takes signals before it builds the application (``app_from_env`` runs in
+    its startup), so a SIGTERM can come first; the application then starts draining, instead of
+    reporting ready for the whole drain window of a replica that is going away."""
+
+    def __init__(self) -> None:
+        self.drain: Callable[[], None] | None = None
+        self.requested = False
+
+    def register(self, drain: Callable[[], None]) -> None:
+        self.drain = drain
+        if self.requested:
+            drain()
+
+    def __call__(self) -> None:
+        self.requested = True
+        if self.drain is not None:
+            self.drain()
+
+
+_worker_drain = _WorkerDrain()  # this process's (set by ``status.api.asgi.app_from_env`` in a worker)
 
 
 def on_drain(drain: Callable[[], None]) -> None:
     """What a worker's server calls on SIGTERM: its application's readiness goes to draining."""
-    _worker_drain[:] = [drain]
-
-
-def _drain_worker() -> None:
-    for drain in _worker_drain:
-        drain()
+    _worker_drain.register(drain)
 
 
 class DrainingWorker(multiprocess.Process):
@@ -65,7 +81,7 @@ class DrainingWorker(multiprocess.Process):
     @property
     def server(self) -> uvicorn.Server:
         if self._server is None:
-            self._server = DrainingServer(self.config, _drain_worker, self.drain_seconds)
+            self._server = DrainingServer(self.config, _worker_drain, self.drain_seconds)
         return self._server
 
 

@@ -95,7 +95,12 @@ def test_a_replica_says_it_is_draining_on_sigterm_serves_meanwhile_then_exits(
             return answer.status_code == 503 and answer.json()["status"] == "draining"
 
         wait_until(draining, 2, "the replica to report draining")
-        # Every worker drains: none of them says ready any more.
+
+        def every_worker_draining() -> bool:  # each worker takes the signal on its own loop, a moment apart
+            return all(draining() for _ in range(6))
+
+        wait_until(every_worker_draining, 2, "every worker to report draining")
+        # And none of them says ready again while it drains.
         assert all(httpx.get(f"{base}/readyz", timeout=5).status_code == 503 for _ in range(6))
         # Still serving while the load balancer moves away: a request sent now is answered.
         with httpx.Client(base_url=base, timeout=10) as client:

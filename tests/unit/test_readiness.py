@@ -47,3 +47,19 @@ def test_health_checks_within_an_interval_share_one_probe() -> None:
     state = after_probe(Readiness(), POLICY, True, 10.0)
     assert probe_due(Readiness(), POLICY, 0.0)
     assert not probe_due(state, POLICY, 11.9) and probe_due(state, POLICY, 12.0)
+
+
+def test_a_worker_signalled_before_its_application_exists_starts_draining() -> None:
+    """``serve --workers N``: a worker takes SIGTERM before its application is built (the factory runs
+    in its startup); the application must then start draining, not report ready for the window."""
+    from status.api.serving import _WorkerDrain
+
+    drained: list[str] = []
+    early = _WorkerDrain()
+    early()  # SIGTERM while the worker is still starting
+    early.register(lambda: drained.append("early"))
+    late = _WorkerDrain()
+    late.register(lambda: drained.append("late"))
+    assert drained == ["early"]  # registering alone drains nothing
+    late()
+    assert drained == ["early", "late"]
