@@ -8,8 +8,10 @@ the status service validates each against the operation's registered schemas.
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity, workflow
 
@@ -106,21 +108,46 @@ async def main() -> None:
     plugin = TaskStatusPlugin(
         os.environ["TASK_STATUS_URL"], os.environ["TASK_STATUS_TOKEN"], outbox_path=".task-status/video-export.sqlite3"
     )
-    async with Worker(
+    worker = Worker(
         client,
         task_queue=TASK_QUEUE,
         workflows=[VideoExportWorkflow],
         activities=[transcode, package],
         plugins=[plugin],
-    ):
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+        # Bounded: a run nothing completes ends as TIMED_OUT (its task too) instead of waiting forever.
         result = await client.execute_workflow(
             VideoExportWorkflow.run,
             ExportRequest(os.environ.get("DEMO_USER", "alice"), f"holiday-{uuid.uuid4().hex[:6]}.mov"),
             id=f"video-{uuid.uuid4()}",
             task_queue=TASK_QUEUE,
+            execution_timeout=timedelta(minutes=2),
         )
         await plugin.reporter.drained()
-    print(f"exported {result['result']} (task {result['taskId']})")
+        print(f"exported {result['result']} (task {result['taskId']})", flush=True)
+    finally:
+        await _stop(worker, running, within=WORKER_SHUTDOWN_SECONDS)
+
+
+WORKER_SHUTDOWN_SECONDS = 15.0
+
+
+async def _stop(worker: Any, running: asyncio.Task[None], within: float) -> None:
+    """Shut the worker down and let the plugin finish, bounded: the SDK's shutdown can wait forever
+    on a server that does not release the pollers (temporalio/sdk-python#1557), and this example's
+    work is done by then. What the worker's run raised, it raises."""
+    bound = asyncio.timeout(within)
+    try:
+        async with bound:
+            await worker.shutdown()
+            await running
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        print(f"the worker did not shut down within {within:.0f} s; leaving without it", file=sys.stderr)
+        running.cancel()
 
 
 if __name__ == "__main__":

@@ -184,7 +184,7 @@ class DevStack:
             search_web,
             store_result,
         )
-        from observer.runner import build_observer
+        from observer.runner import build_observer, stop_worker
         from status.api.asgi import app_for
         from status.bootstrap import Components
         from status.domain.auth import Role
@@ -263,19 +263,25 @@ class DevStack:
                     await asyncio.wait_for(stop.wait(), 5)
 
         with concurrent.futures.ThreadPoolExecutor(8) as executor:
-            async with Worker(
+            worker = Worker(
                 client,
                 task_queue=DEMO_TASK_QUEUE,
                 workflows=[DocumentWorkflow],
                 activities=[prepare_file, parse_document, store_result, search_web],
                 activity_executor=executor,
                 plugins=[plugin],
-            ):
-                demo = asyncio.create_task(demo_loop())
-                await stop.wait()
-                demo.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await demo
+            )
+            running = asyncio.create_task(worker.run())
+            demo = asyncio.create_task(demo_loop())
+            await stop.wait()
+            demo.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await demo
+            # Bounded like the observer's: Ctrl-C stops the stack even when the SDK's shutdown hangs.
+            if await stop_worker(worker, settings.observer_shutdown_seconds):
+                await running
+            else:
+                running.cancel()
         loops.stop()
         await observer_task
         await observer.close()

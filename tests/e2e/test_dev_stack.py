@@ -5,6 +5,7 @@ It starts, the example run reaches SUCCEEDED on the dashboard, and Ctrl-C stops 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,6 +24,8 @@ pytestmark = [pytest.mark.temporal, pytest.mark.centrifugo]
 
 
 REPO = Path(__file__).resolve().parents[2]
+# Each example bounds its own waits (two minutes at most); this bounds the lines as a whole.
+EXAMPLES_TIMEOUT = 240
 
 
 def readme_examples() -> str:
@@ -42,20 +45,42 @@ def run_the_readme_examples(
     script = script.replace("127.0.0.1:7233", f"127.0.0.1:{temporal}")
     lines = [line for line in script.splitlines() if "TASK_STATUS_USER_TOKEN=" not in line]  # set below
     venv_bin = str(Path(sys.executable).parent)
-    result = subprocess.run(
-        ["bash", "-euc", "\n".join(lines)],
-        cwd=REPO,
-        env={**env, "PATH": f"{venv_bin}:{env['PATH']}", "TASK_STATUS_USER_TOKEN": user_token},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    # Into a file, unbuffered, in a session of its own: what each example printed is in the failure
+    # message, and a process the lines left behind is stopped with them instead of holding a pipe open.
+    printed = tmp_path / "examples.out"
+    with printed.open("w") as out:
+        examples = subprocess.Popen(
+            ["bash", "-euc", "\n".join(lines)],
+            cwd=REPO,
+            env={
+                **env,
+                "PATH": f"{venv_bin}:{env['PATH']}",
+                "TASK_STATUS_USER_TOKEN": user_token,
+                "PYTHONUNBUFFERED": "1",
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            returncode = examples.wait(EXAMPLES_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(examples.pid, signal.SIGKILL)
+    output = printed.read_text()
+    assert returncode == 0, (
+        f"the README's examples {'exited with ' + str(returncode) if returncode is not None else 'did not finish'}:\n"
+        + output[-4000:]
+        + "\n--- task-observer dev ---\n"
+        + log.read_text()[-3000:]
     )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    watched = [line for line in result.stdout.splitlines() if line.startswith("contract-")]
-    assert watched and any("SUCCEEDED" in line for line in watched), result.stdout
+    watched = [line for line in output.splitlines() if line.startswith("contract-")]
+    assert watched and any("SUCCEEDED" in line for line in watched), output
     titles = {line.split()[0] for line in watched}
     assert len(titles) == 1  # its own run only, though the demo's runs went on meanwhile
-    assert "exported " in result.stdout
+    assert "exported " in output
     # The demo's runs go on (none were taken by the example workers: no demo run hangs) …
     wait_until(lambda: log.read_text().count("demo run ") > demo_runs_before, 120, "a demo run after the examples")
     # … and every report of a demo task came from the demo's worker, every example task's from the examples'.
@@ -72,6 +97,7 @@ def run_the_readme_examples(
     assert examples and "demo-worker" not in examples, examples
 
 
+@pytest.mark.timeout(600)  # the sum of its bounded waits: each fails first, with what it saw
 def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
     require_dashboard()
     api, cent, temporal, temporal_ui, metrics = (free_port() for _ in range(5))
