@@ -1,9 +1,10 @@
 """Past durations per (tenant, scope, task type, operation): the history ETAs are computed from.
 
 Read from completed step attempts (the producers' own ``durationMs``) and kept in memory for a
-minute, so an event costs no extra query once its operations are known; a success reported
-through this process refreshes its key at once.  The read is bounded (the newest
-``SAMPLE`` successes) and uses ``task_step_duration_idx``.
+minute, so an event costs no extra query once its operations are known; a success committed
+through this process joins its key's sample in memory (while the sample is not full), so a
+history that is still filling up costs no query per success either.  The read is bounded (the
+newest ``SAMPLE`` successes) and uses ``task_step_duration_idx``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ Key = tuple[str, str, str, str]  # tenant, scope, task type ("" for none), opera
 
 class DurationHistory:
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._entries: OrderedDict[Key, tuple[float, DurationStats | None]] = OrderedDict()
+        # key -> (read at, the sample's durations, their stats)
+        self._entries: OrderedDict[Key, tuple[float, list[float], DurationStats | None]] = OrderedDict()
         self._lock = threading.Lock()
         self._monotonic = monotonic
 
@@ -54,21 +56,27 @@ class DurationHistory:
             cached = self._entries.get(key)
             if cached is not None and now - cached[0] < TTL_SECONDS:
                 self._entries.move_to_end(key)
-                return cached[1]
-        stats = DurationStats.of(stores.durations.recent_durations(*key, SAMPLE))
+                return cached[2]
+        sample = stores.durations.recent_durations(*key, SAMPLE)
+        stats = DurationStats.of(sample)
         with self._lock:
-            self._entries[key] = (now, stats)
+            self._entries[key] = (now, sample, stats)
             self._entries.move_to_end(key)
             while len(self._entries) > CAPACITY:
                 self._entries.popitem(last=False)
         return stats
 
     def completed(self, task: TaskState, step: StepState) -> None:
-        """A step succeeded here: while its operation's history is still filling up, the next ETA
-        reads it again (each sample counts then); a full sample is refreshed by its TTL only, so
-        a busy operation costs no query per event."""
+        """A step's success was committed here: while its operation's sample is not full, the
+        duration joins it at once (each sample counts then; a query per success would cost the
+        filling-up history one read per event); a full sample is refreshed by its TTL only, so a
+        busy operation costs no query per event. Call after COMMIT (a rolled-back success never
+        counts)."""
+        if step.duration_ms is None or step.duration_ms < 0:
+            return
         key = self._key(task, step.operation_code)
         with self._lock:
             cached = self._entries.get(key)
-            if cached is not None and (cached[1] is None or cached[1].count < SAMPLE):
-                del self._entries[key]
+            if cached is not None and len(cached[1]) < SAMPLE:
+                sample = [*cached[1], float(step.duration_ms)]
+                self._entries[key] = (cached[0], sample, DurationStats.of(sample))

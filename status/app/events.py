@@ -195,9 +195,12 @@ class EventCommands:
             return exc
 
     def publish(self, group: Group) -> None:
-        """After COMMIT only: the group's task views become what the cache serves."""
+        """After COMMIT only: the group's task views become what the cache serves, its successes
+        part of their operations' duration history."""
         for task_id, view in group.views.items():
             self.ctx.steps.put(task_id, view)
+        for task, step in group.succeeded:
+            self.ctx.durations.completed(task, step)
 
     # ------------------------------------------------------------ one event
     @staticmethod
@@ -477,7 +480,7 @@ class EventCommands:
             "committedAt": iso(committed_at),
         }
         if step is not None and step.lifecycle is Lifecycle.SUCCEEDED:
-            self.ctx.durations.completed(task, step)
+            group.succeeded.append((task, step))  # joins the ETA history once committed
         group.outbox += outbox.task_rows(
             task,
             view.steps,

@@ -43,6 +43,7 @@ class Group:
     outbox: list[dict[str, Any]] = field(default_factory=list)
     notifications: list[dict[str, Any]] = field(default_factory=list)
     activities: list[dict[str, str]] = field(default_factory=list)  # the Temporal activity behind an execution
+    succeeded: list[tuple[TaskState, StepState]] = field(default_factory=list)  # steps this group completed
 
     def write_task(self, before: TaskState | None, after: TaskState) -> None:
         first = self.task_rows.get(after.task_id)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from status.infra import tables as t
+from status.infra.stores.definitions import SqlDurationStore
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, report
 
@@ -91,3 +93,26 @@ def test_no_history_means_no_eta(http: Http) -> None:
     _history(http, other, [60_000, 60_000, 60_000])
     snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     assert "etaMs" not in snap
+
+
+def test_a_filling_history_costs_no_read_per_success_and_counts_each_one(
+    http: Http, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each committed success joins its operation's sample in memory: the history is read once,
+    not once per success, and the ETA after the third success already stands on three samples."""
+    reads: list[tuple[str, ...]] = []
+    original = SqlDurationStore.recent_durations
+
+    def counted(self: SqlDurationStore, *key: Any) -> list[float]:
+        reads.append(key)
+        return original(self, *key)
+
+    monkeypatch.setattr(SqlDurationStore, "recent_durations", counted)
+    task_type = f"DOC_{uuid.uuid4().hex[:6].upper()}"
+    _history(http, task_type, [30_000, 30_000, 30_000])
+    assert len([key for key in reads if task_type in key]) == 1, reads  # the first ETA read it; none since
+    task_id, ctx = _parse_task(http, task_type)
+    assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert 25_000 <= snap["etaMs"] <= 30_000, snap  # three samples: enough for an estimate
+    assert len([key for key in reads if task_type in key]) == 1, reads
