@@ -26,14 +26,23 @@ class GrpcTransport:
         self._metadata = (("authorization", f"Bearer {service_token}"),)
         self._timeout = timeout
 
-    async def report_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        request = self._pb.EventBatch(events=[self._convert.event_from_json(e) for e in body])
+    async def report_events(
+        self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        request = self._pb.EventBatch(
+            events=[self._convert.event_from_json(e) for e in body],
+            heartbeats=[self._convert.heartbeat_from_json(b) for b in beats or ()],
+        )
         try:
             reply = await self._stub.ReportEvents(request, metadata=self._metadata, timeout=self._timeout)
         except self._grpc.aio.AioRpcError as exc:
             # Unavailable, overloaded, a refused credential: the events stay queued (as on REST).
             raise TransportError(f"gRPC {exc.code().name}") from exc
-        return [self._convert.result_to_json(r) for r in reply.results]
+        results = [self._convert.result_to_json(r) for r in reply.results]
+        # A service from before heartbeats rode in this call ignores them: no answer for them then.
+        if not beats or not reply.HasField("heartbeats"):
+            return results, None
+        return results, [self._convert.heartbeat_result_to_json(r) for r in reply.heartbeats.results]
 
     async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         request = self._pb.HeartbeatBatch(heartbeats=[self._convert.heartbeat_from_json(b) for b in beats])

@@ -18,7 +18,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 from task_status_interceptors._context import StepBinding
 from task_status_interceptors._execution import ExecutionReporter, ProgressPolicy
 from task_status_interceptors._outbox import Outbox, now_iso
-from task_status_interceptors._transport import HttpTransport, Transport, TransportError
+from task_status_interceptors._transport import BatchRefused, HttpTransport, Transport, TransportError
 
 log = logging.getLogger("task_status_interceptors.reporter")
 
@@ -89,6 +89,8 @@ class Reporter:
         )
         self.heartbeats: dict[str, int] = {}
         self._sent_heartbeats: dict[str, int] = {}
+        self._heartbeat_sent_at: dict[str, float] = {}  # monotonic; when each execution's last went
+        self._riding_heartbeats = True  # until the service says its events batch takes none
         self.outbox = Outbox(config.outbox_path, on_persisted=self._signal)
         self._wake: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
@@ -123,7 +125,7 @@ class Reporter:
             log.warning("ignoring a %s report for %s: the execution is closed", body.get("eventType"), key)
             return
         if finished:
-            self.heartbeats.pop(key, None)
+            self._forget_heartbeats(key)
 
     def beat(self, key: str, seq: int) -> None:
         self.heartbeats[key] = seq
@@ -256,7 +258,8 @@ class Reporter:
         if not events:
             return True  # everything of this batch went with its binding; look for more
         body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
-        results = await self._events.report_events(body)
+        beats = self._heartbeats_riding_with(executions[key] for _, key, _ in events)
+        results = await self._report(body, beats)
         done, refused, expired, retry = [], [], set(), False
         for (event_id, key, event), result in zip(events, results, strict=True):
             if result.get("accepted"):
@@ -284,6 +287,63 @@ class Reporter:
         if retry:
             raise _Retry("retryable rejections")
         return full
+
+    async def _report(
+        self, body: list[dict[str, Any]], beats: list[tuple[str, dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """The events' request, with the due heartbeats of their executions in it (one request
+        instead of two); a service from before that answers for the events alone."""
+        assert self._events is not None
+        if beats:
+            try:
+                results, answers = await self._events.report_events(body, [item for _, item in beats])
+            except BatchRefused:
+                log.info("the status service takes no heartbeats in an events batch; sending them apart")
+                self._riding_heartbeats = False
+                results, answers = await self._events.report_events(body)
+            if answers is None:
+                self._riding_heartbeats = False  # not answered for: they stay due for the heartbeat round
+            else:
+                self._settle_heartbeats(beats, answers)
+            return results
+        results, _ = await self._events.report_events(body)
+        return results
+
+    def _heartbeats_riding_with(self, executions: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+        """Heartbeats of these (bound) executions that beat since their last was sent, at most one
+        every half heartbeat interval each (no more heartbeat writes than the rounds make)."""
+        if not self._riding_heartbeats or not self.heartbeats:
+            return []
+        now, spacing = time.monotonic(), self.config.heartbeat_interval / 2
+        items: dict[str, dict[str, Any]] = {}
+        for execution in executions:
+            key, handle = execution["key"], execution["handle"]
+            seq = self.heartbeats.get(key)
+            if (
+                seq is None
+                or handle is None
+                or key in items
+                or self._sent_heartbeats.get(key) == seq
+                or now - self._heartbeat_sent_at.get(key, -spacing) < spacing
+            ):
+                continue
+            items[key] = {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": now_iso()}
+        return list(items.items())
+
+    def _settle_heartbeats(self, items: list[tuple[str, dict[str, Any]]], results: list[dict[str, Any]]) -> None:
+        """What the service said of heartbeats: sent; an execution it will never take one for again
+        (ended, superseded, revoked) beats no more."""
+        now = time.monotonic()
+        for (key, item), result in zip(items, results, strict=True):
+            self._sent_heartbeats[key] = int(item["heartbeatSeq"])
+            self._heartbeat_sent_at[key] = now
+            if not result["accepted"] and result["reason"] in ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED"):
+                self._forget_heartbeats(key)
+
+    def _forget_heartbeats(self, key: str) -> None:
+        self.heartbeats.pop(key, None)
+        self._sent_heartbeats.pop(key, None)
+        self._heartbeat_sent_at.pop(key, None)
 
     async def _bind_wave(self, wave: list[dict[str, Any]], settled: _Settlement) -> list[bool | BaseException]:
         """Bind a wave of executions: in one request (one transaction for all of them) where the
@@ -399,7 +459,7 @@ class Reporter:
             reason = f"bind refused: HTTP {status} {text[:300]}"
             log.warning("cannot bind %s (%s); its events are kept as undeliverable", execution["key"], reason)
             self.dropped += await asyncio.to_thread(self.outbox.drop_execution, execution["key"], reason)
-            self.heartbeats.pop(execution["key"], None)
+            self._forget_heartbeats(execution["key"])
             return False
         context = answer.json() if hasattr(answer, "json") else answer
         execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
@@ -463,10 +523,7 @@ class Reporter:
         results = await self._events.record_heartbeats([item for _, item in items])
         if results is None:
             return 0
-        for (key, item), result in zip(items, results, strict=True):
-            self._sent_heartbeats[key] = int(item["heartbeatSeq"])
-            if not result["accepted"] and result["reason"] in ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED"):
-                self.heartbeats.pop(key, None)
+        self._settle_heartbeats(items, results)
         return len(items)
 
 

@@ -21,9 +21,17 @@ class TransportError(Exception):
     """The service could not be reached or answered for the whole request: the reports stay queued."""
 
 
+class BatchRefused(TransportError):
+    """The service refused the request as a whole as malformed (a service from before a field the
+    request used: heartbeats riding in an events batch)."""
+
+
 class Transport(Protocol):
-    async def report_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One result per event, in order; raises ``TransportError`` when nothing was decided."""
+    async def report_events(
+        self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        """One result per event, in order, and with ``beats`` one per heartbeat (None when the
+        service did not answer for them); raises ``TransportError`` when nothing was decided."""
         ...
 
     async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -51,15 +59,21 @@ class HttpTransport:
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
 
-    async def report_events(self, body: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def report_events(
+        self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        payload: dict[str, Any] = {"events": body, **({"heartbeats": beats} if beats else {})}
         try:
-            response = await self.client.post("/internal/v1/task-events:batch", json={"events": body})
+            response = await self.client.post("/internal/v1/task-events:batch", json=payload)
         except httpx.HTTPError as exc:
             raise TransportError(type(exc).__name__) from exc
+        if response.status_code == 422 and beats:
+            raise BatchRefused(f"HTTP 422: {response.text[:200]}")
         if response.status_code != 200:
             raise TransportError(f"HTTP {response.status_code}: {response.text[:200]}")
-        results: list[dict[str, Any]] = response.json()["results"]
-        return results
+        answer = response.json()
+        heartbeats = answer.get("heartbeats")
+        return answer["results"], heartbeats["results"] if beats and heartbeats else None
 
     async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         try:

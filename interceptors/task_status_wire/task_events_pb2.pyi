@@ -129,16 +129,20 @@ class EventResult(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., duplicate: _Optional[bool] = ..., stale: _Optional[bool] = ..., task_id: _Optional[str] = ..., step_id: _Optional[str] = ..., operation_code: _Optional[str] = ..., task_version: _Optional[str] = ..., step_version: _Optional[str] = ..., lifecycle_status: _Optional[str] = ..., business_status: _Optional[str] = ..., task_lifecycle_status: _Optional[str] = ..., committed_at: _Optional[str] = ..., error: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
-    __slots__ = ("events",)
+    __slots__ = ("events", "heartbeats")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[Event]
-    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+    heartbeats: _containers.RepeatedCompositeFieldContainer[Heartbeat]
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[Heartbeat, _Mapping]]] = ...) -> None: ...
 
 class EventBatchResult(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "heartbeats")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[EventResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ...) -> None: ...
+    heartbeats: HeartbeatBatchResult
+    def __init__(self, results: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ..., heartbeats: _Optional[_Union[HeartbeatBatchResult, _Mapping]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("heartbeat_seq", "observed_at", "execution_handle", "execution_token", "execution_id")

@@ -34,7 +34,7 @@ from status.api.errors import (
     error_body,
     unexpected_error_handler,
 )
-from status.api.gate import Gate, is_ascii_digits
+from status.api.gate import Gate, heartbeat_caller, is_ascii_digits
 from status.api.models import (
     AclIn,
     ActivateStepIn,
@@ -46,6 +46,7 @@ from status.api.models import (
     EventBatchIn,
     EventIn,
     HeartbeatBatchIn,
+    HeartbeatIn,
     NewTaskIn,
     RegisterExecutionIn,
     ReleaseIn,
@@ -176,8 +177,9 @@ class Api:
     async def report_events(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
         body = await self.parse(request, EventBatchIn)
+        beating = heartbeat_caller(caller) if body.heartbeats else None
         commands = [e.command() for e in body.events]
-        results = await run_in_threadpool(self.service.report_events, caller, commands)
+        results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
         trace = request.headers.get("traceparent")
         for cmd, r in zip(commands, results, strict=True):
             code = r.get("error", {}).get("code", "")
@@ -186,15 +188,23 @@ class Api:
                 self.changes.rejected(caller, code)
             if not code:
                 self.changes.accepted(caller, cmd, r, trace)
-        return JSONResponse({"results": results})
+        answer: dict[str, Any] = {"results": results}
+        if beating is not None:
+            answer["heartbeats"] = await self.record_heartbeats(beating, body.heartbeats)
+        return JSONResponse(answer)
 
     async def heartbeats(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)
         body = await self.parse(request, HeartbeatBatchIn)
-        result = await run_in_threadpool(self.service.record_heartbeats, caller, [h.command() for h in body.heartbeats])
+        return JSONResponse(await self.record_heartbeats(caller, body.heartbeats))
+
+    async def record_heartbeats(self, caller: ServicePrincipal, beats: list[HeartbeatIn]) -> dict[str, Any]:
+        result: dict[str, Any] = await run_in_threadpool(
+            self.service.record_heartbeats, caller, [h.command() for h in beats]
+        )
         for r in result["results"]:
             metrics.HEARTBEATS.labels(result="accepted" if r["accepted"] else "rejected").inc()
-        return JSONResponse(result)
+        return result
 
     async def set_temporal_owner(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)

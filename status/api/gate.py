@@ -16,7 +16,7 @@ from starlette.requests import Request
 from status.api.limits import RateLimiter
 from status.app.service import EventCaller, StatusService
 from status.domain.auth import ServicePrincipal, UserPrincipal
-from status.domain.errors import Invalid, TooLarge, Unauthenticated
+from status.domain.errors import Forbidden, Invalid, TooLarge, Unauthenticated
 from status.infra.tokens import ServiceTokens, UserTokens
 from status.settings import Settings
 
@@ -111,6 +111,13 @@ class Gate:
         principal = self.user_tokens.verify(self.bearer(request))
         self.user_rate_limiter.check(principal.subject)
         return principal
+
+
+def heartbeat_caller(caller: EventCaller) -> ServicePrincipal:
+    """Heartbeats riding in an events batch are the worker's: a service token, not an execution's."""
+    if not isinstance(caller, ServicePrincipal):
+        raise Forbidden("heartbeats need a service token with the WORKER role")
+    return caller
 
 
 # Deeper JSON than this is refused: stored inside projections and the outbox's payloads (a few

@@ -18,7 +18,7 @@ from task_status_wire import task_events_pb2_grpc as pb_grpc
 from status import logs
 from status.api import metrics
 from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
-from status.api.gate import Gate
+from status.api.gate import Gate, heartbeat_caller
 from status.api.models import BindBatchIn, EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
@@ -112,9 +112,19 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
     async def ReportEvents(self, request: pb.EventBatch, context: grpc.aio.ServicerContext) -> pb.EventBatchResult:
         async def work() -> pb.EventBatchResult:
             caller = self.api.event_caller_of(_bearer(context))
-            batch = self.api.validated(EventBatchIn, {"events": [_event(e) for e in request.events]})
-            results = await run_in_threadpool(self.service.report_events, caller, [e.command() for e in batch.events])
-            return pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
+            raw: dict[str, Any] = {"events": [_event(e) for e in request.events]}
+            if request.heartbeats:
+                raw["heartbeats"] = [convert.heartbeat_to_json(h) for h in request.heartbeats]
+            batch = self.api.validated(EventBatchIn, raw)
+            beating = heartbeat_caller(caller) if batch.heartbeats else None
+            commands = [e.command() for e in batch.events]
+            results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
+            reply = pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
+            if beating is not None:
+                beats = [h.command() for h in batch.heartbeats]
+                recorded = await run_in_threadpool(self.service.record_heartbeats, beating, beats)
+                reply.heartbeats.CopyFrom(_heartbeat_reply(recorded))
+            return reply
 
         return await self._answer(context, "ReportEvents", work)
 
@@ -136,11 +146,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             raw = {"heartbeats": [convert.heartbeat_to_json(h) for h in request.heartbeats]}
             batch = self.api.validated(HeartbeatBatchIn, raw)
             beats = [h.command() for h in batch.heartbeats]
-            result = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
-            return pb.HeartbeatBatchResult(
-                results=[convert.heartbeat_result_to_proto(r) for r in result["results"]],
-                received_at=result["receivedAt"],
-            )
+            return _heartbeat_reply(await run_in_threadpool(self.service.record_heartbeats, caller, beats))
 
         return await self._answer(context, "RecordHeartbeats", work)
 
@@ -227,6 +233,13 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         if found[1].expires_at <= self.service.now():  # as REST answers for the same token
             raise Forbidden("the execution token has expired; bind a fresh one", ErrorCode.TOKEN_EXPIRED)
         return found
+
+
+def _heartbeat_reply(result: dict[str, Any]) -> pb.HeartbeatBatchResult:
+    return pb.HeartbeatBatchResult(
+        results=[convert.heartbeat_result_to_proto(r) for r in result["results"]],
+        received_at=result["receivedAt"],
+    )
 
 
 async def start_grpc_server(api: Gate, committer: GroupCommitter, host: str, port: int) -> tuple[grpc.aio.Server, int]:

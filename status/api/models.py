@@ -390,10 +390,6 @@ class CorrectionIn(Strict):
     expected_task_version: Annotated[str, StringConstraints(pattern=r"^[0-9]{1,19}$")] | None = None
 
 
-class EventBatchIn(Strict):
-    events: list[EventIn] = Field(min_length=1, max_length=500)
-
-
 class HeartbeatIn(Strict):
     heartbeat_seq: Count
     observed_at: datetime | None = None
@@ -416,6 +412,20 @@ class HeartbeatIn(Strict):
 
 class HeartbeatBatchIn(Strict):
     heartbeats: list[HeartbeatIn] = Field(min_length=1, max_length=2000)
+
+
+class EventBatchIn(Strict):
+    """Events, one result each; with ``heartbeats``, the worker's due heartbeats ride in the same
+    request (recorded after the events, answered as ``task-heartbeats:batch`` would)."""
+
+    events: list[EventIn] = Field(default_factory=list, max_length=500)
+    heartbeats: list[HeartbeatIn] = Field(default_factory=list, max_length=2000)
+
+    @model_validator(mode="after")
+    def _something(self) -> EventBatchIn:
+        if not self.events and not self.heartbeats:
+            raise ValueError("a batch carries events, heartbeats or both")
+        return self
 
 
 class ClassifyIn(Strict):

@@ -139,7 +139,8 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
     (
         "post",
         "/internal/v1/task-events:batch",
-        "Report many events; one result per item",
+        "Report many events, one result each; optional `heartbeats` (service token with WORKER) are"
+        " recorded after them and answered under `heartbeats` as task-heartbeats:batch answers",
         m.EventBatchIn,
         "execution",
         "200",

@@ -195,3 +195,56 @@ async def test_a_burst_of_activities_is_bound_in_one_request_and_one_commit(
     for task_id in tasks:
         steps = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["steps"]
         assert {s["stepId"]: s["lifecycleStatus"] for s in steps}["02_parse"] == "SUCCEEDED"
+
+
+async def test_a_heartbeat_rides_with_its_executions_events_at_most_once_per_half_interval(
+    api: Http, live_api: str, tmp_path: Path, e2e_engine: Any
+) -> None:
+    """One request for the events and the heartbeat of an execution (issue: write path, item 3), and
+    no more heartbeat writes than the rounds would make: the next one waits half an interval. The
+    rounds themselves are an hour apart here, so what reached the service rode with the events."""
+    import sqlalchemy as sa
+
+    from status.infra import tables as t
+
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    token = api.service_token("document-parser", "WORKER")
+    config = ReporterConfig(live_api, token, "document-parser", tmp_path / "outbox.sqlite3", heartbeat_interval=3600)
+    reporter = Reporter(config)
+    await reporter.start()
+    rounds: list[int] = []
+    assert reporter._events is not None
+    own_round = reporter._events.record_heartbeats
+
+    async def counted(beats: list[dict[str, Any]]) -> Any:
+        rounds.append(len(beats))
+        return await own_round(beats)
+
+    reporter._events.record_heartbeats = counted  # type: ignore[method-assign]
+
+    def last_seq() -> int:
+        with e2e_engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.select(t.task_step.c.last_heartbeat_seq).where(
+                        t.task_step.c.task_id == task_id, t.task_step.c.step_id == "02_parse"
+                    )
+                ).scalar_one()
+            )
+
+    try:
+        execution = reporter.begin("run/riding/1", StepBinding(task_id, "02_parse"), 1)
+        await reporter.drained(30)  # bound with its STARTED
+        reporter.beat("run/riding/1", 3)
+        execution.progress(1, 4, "page")
+        await reporter.drained(30)
+        assert last_seq() == 3
+        reporter.beat("run/riding/1", 4)
+        execution.progress(3, 4, "page", phase_code="OCR")  # a phase change: sent at once
+        await reporter.drained(30)
+        assert last_seq() == 3  # within half an interval of the last: it waits for its round
+        assert await reporter.send_heartbeats() == 1  # which sends it
+        assert last_seq() == 4
+    finally:
+        await reporter.stop()
+    assert rounds == [1] and reporter.dropped == 0

@@ -206,6 +206,28 @@ async def test_heartbeat_batches_over_grpc(http: Http, stub: pb_grpc.TaskEventsS
     assert [r.accepted for r in result.results] == [True, False] and result.received_at
 
 
+async def test_heartbeats_ride_in_an_events_batch_over_grpc(http: Http, stub: pb_grpc.TaskEventsStub) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    started = convert.event_from_json(_body("STEP_STARTED", 1, executionHandle=ctx["executionHandle"]))
+    beat = convert.heartbeat_from_json({"heartbeatSeq": 2, "executionHandle": ctx["executionHandle"]})
+    worker = _meta(http.service_token("document-parser", "WORKER"))
+    reply = await stub.ReportEvents(pb.EventBatch(events=[started], heartbeats=[beat]), metadata=worker)
+    assert [r.accepted for r in reply.results] == [True]
+    assert reply.HasField("heartbeats") and [r.accepted for r in reply.heartbeats.results] == [True]
+    plain = await stub.ReportEvents(pb.EventBatch(events=[started]), metadata=worker)
+    assert plain.results[0].duplicate and not plain.HasField("heartbeats")
+    # As on REST: an execution's own token carries no worker's heartbeats, and an empty batch is no batch.
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.ReportEvents(
+            pb.EventBatch(events=[started], heartbeats=[beat]), metadata=_meta(ctx["executionToken"])
+        )
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.aio.AioRpcError) as empty:
+        await stub.ReportEvents(pb.EventBatch(), metadata=worker)
+    assert dict(empty.value.trailing_metadata() or ())["task-status-error-code"] == "VALIDATION_FAILED"
+
+
 async def _open_stream(stub: pb_grpc.TaskEventsStub, token: str) -> tuple[Any, Any]:
     """A stream fed one request at a time: (send, the call)."""
     import asyncio

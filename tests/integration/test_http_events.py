@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
 
@@ -172,3 +173,61 @@ def test_rejections_are_counted_by_operation(http: Http) -> None:
     bad = {"schema": "document.parse.progress.v1", "value": {"page": "not a number"}}
     assert report(http, ctx, "STEP_PROGRESS", 2, data=bad).status_code == 422
     assert count() == before + 1
+
+
+def _heartbeat_seq(engine: sa.Engine, execution_id: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(t.task_step.c.last_heartbeat_seq).where(t.task_step.c.execution_id == execution_id)
+            ).scalar_one()
+        )
+
+
+def test_heartbeats_ride_in_an_events_batch_and_are_answered_as_their_own_call(http: Http, engine: sa.Engine) -> None:
+    _, ctx = _task(http)
+    _, idle = _task(http)  # a running execution with no event in this batch: its heartbeat rides all the same
+    assert report(http, idle, "STEP_STARTED", 1).status_code == 200
+    body = {
+        "events": [event_body("STEP_STARTED", 1, executionHandle=ctx["executionHandle"])],
+        "heartbeats": [
+            {"executionHandle": ctx["executionHandle"], "heartbeatSeq": 3},
+            {"executionHandle": idle["executionHandle"], "heartbeatSeq": 2},
+            {"executionHandle": "h" * 40, "heartbeatSeq": 1},  # unknown: refused alone
+        ],
+    }
+    response = http.client.post("/internal/v1/task-events:batch", json=body, headers=http.worker)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [r["accepted"] for r in answer["results"]] == [True]
+    beats = answer["heartbeats"]
+    assert [r["accepted"] for r in beats["results"]] == [True, True, False] and beats["receivedAt"]
+    assert _heartbeat_seq(engine, ctx["executionId"]) == 3 and _heartbeat_seq(engine, idle["executionId"]) == 2
+    # Heartbeats alone in the batch are a batch too; an empty batch is not.
+    alone = {"heartbeats": [{"executionHandle": ctx["executionHandle"], "heartbeatSeq": 4}]}
+    response = http.client.post("/internal/v1/task-events:batch", json=alone, headers=http.worker)
+    assert response.status_code == 200 and response.json()["results"] == []
+    assert _heartbeat_seq(engine, ctx["executionId"]) == 4
+    empty = http.client.post("/internal/v1/task-events:batch", json={"events": []}, headers=http.worker)
+    assert empty.status_code == 422 and empty.json()["error"]["code"] == "VALIDATION_FAILED"
+    # Without heartbeats the answer is what it always was.
+    plain = {
+        "events": [event_body("STEP_PROGRESS", 2, executionHandle=ctx["executionHandle"], progress={"current": 1})]
+    }
+    response = http.client.post("/internal/v1/task-events:batch", json=plain, headers=http.worker)
+    assert response.status_code == 200 and set(response.json()) == {"results"}
+
+
+def test_heartbeats_in_an_events_batch_need_the_workers_service_token(http: Http, engine: sa.Engine) -> None:
+    _, ctx = _task(http)
+    body = {
+        "events": [event_body("STEP_STARTED", 1)],
+        "heartbeats": [{"executionHandle": ctx["executionHandle"], "heartbeatSeq": 5}],
+    }
+    response = http.client.post("/internal/v1/task-events:batch", json=body, headers=http.auth(ctx["executionToken"]))
+    assert response.status_code == 403 and response.json()["error"]["code"] == "PERMISSION_DENIED"
+    assert _heartbeat_seq(engine, ctx["executionId"]) == 0
+    # Refused as a whole: the event did not land either (a retry sends both again).
+    snap = http.client.get(f"/api/tasks/{ctx['taskId']}", headers=http.user("user-1")).json()
+    step = next(s for s in snap["steps"] if s["stepId"] == "02_parse")
+    assert step["lifecycleStatus"] != "RUNNING"

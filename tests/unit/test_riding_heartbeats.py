@@ -1,0 +1,70 @@
+"""Heartbeats riding in the events' request (the reporter's policy, over a transport stand-in):
+a service from before that call took heartbeats still gets every event, and the heartbeats go
+by their own round instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from task_status_interceptors._context import StepBinding
+from task_status_interceptors._reporter import Reporter, ReporterConfig
+from task_status_interceptors._transport import BatchRefused
+
+
+class OlderService:
+    """Answers as a service that does not know heartbeats in an events batch: REST refuses the
+    request as malformed (``refuses``), gRPC ignores the field and answers for the events only."""
+
+    def __init__(self, refuses: bool) -> None:
+        self.refuses = refuses
+        self.batches: list[tuple[int, int]] = []  # (events, heartbeats) per request
+        self.rounds: list[list[dict[str, Any]]] = []
+
+    async def report_events(
+        self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        self.batches.append((len(body), len(beats or ())))
+        if beats and self.refuses:
+            raise BatchRefused("HTTP 422: unknown field heartbeats")
+        return [{"accepted": True} for _ in body], None
+
+    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        self.rounds.append(beats)
+        return [{"accepted": True, "reason": None} for _ in beats]
+
+    async def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+        return [(200, {"executionHandle": f"handle-{i:04d}", "executionId": f"exe-{i}"}) for i in range(len(items))]
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("refuses", [True, False], ids=["rest-refuses", "grpc-ignores"])
+async def test_an_older_service_gets_every_event_and_the_heartbeats_by_their_round(
+    tmp_path: Path, refuses: bool
+) -> None:
+    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
+    await reporter.start()
+    service = OlderService(refuses)
+    reporter._events = reporter._binds_over = service
+    try:
+        execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
+        await reporter.drained(10)  # bound, its STARTED delivered
+        service.batches.clear()
+        delivered = reporter.delivered
+        reporter.beat("run/a/1", 1)
+        execution.progress(1, 2, "page")
+        await reporter.drained(10)
+        assert reporter.delivered == delivered + 1 and reporter.dropped == 0
+        # Tried once with the heartbeat; then (REST) the same events again without it.
+        assert service.batches == ([(1, 1), (1, 0)] if refuses else [(1, 1)])
+        assert await reporter.send_heartbeats() == 1  # not answered for: still due, sent by the round
+        assert [b["heartbeatSeq"] for b in service.rounds[0]] == [1]
+        reporter.beat("run/a/1", 2)
+        execution.completed()
+        await reporter.drained(10)
+        assert service.batches[-1] == (1, 0)  # it no longer rides
+    finally:
+        await reporter.stop()
