@@ -298,9 +298,10 @@ class Reporter:
             try:
                 results, answers = await self._events.report_events(body, [item for _, item in beats])
             except BatchRefused:
+                results, _ = await self._events.report_events(body)  # refused again: the events' own fault
                 log.info("the status service takes no heartbeats in an events batch; sending them apart")
                 self._riding_heartbeats = False
-                results, answers = await self._events.report_events(body)
+                return results  # the heartbeats stay due for their round
             if answers is None:
                 self._riding_heartbeats = False  # not answered for: they stay due for the heartbeat round
             else:
@@ -335,6 +336,8 @@ class Reporter:
         (ended, superseded, revoked) beats no more."""
         now = time.monotonic()
         for (key, item), result in zip(items, results, strict=True):
+            if key not in self.heartbeats:
+                continue  # it finished while the heartbeat was on its way: nothing of it is kept
             self._sent_heartbeats[key] = int(item["heartbeatSeq"])
             self._heartbeat_sent_at[key] = now
             if not result["accepted"] and result["reason"] in ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED"):

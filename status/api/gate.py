@@ -15,7 +15,7 @@ from starlette.requests import Request
 
 from status.api.limits import RateLimiter
 from status.app.service import EventCaller, StatusService
-from status.domain.auth import ServicePrincipal, UserPrincipal
+from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.errors import Forbidden, Invalid, TooLarge, Unauthenticated
 from status.infra.tokens import ServiceTokens, UserTokens
 from status.settings import Settings
@@ -114,8 +114,10 @@ class Gate:
 
 
 def heartbeat_caller(caller: EventCaller) -> ServicePrincipal:
-    """Heartbeats riding in an events batch are the worker's: a service token, not an execution's."""
-    if not isinstance(caller, ServicePrincipal):
+    """Heartbeats riding in an events batch are the worker's: a service token with the WORKER
+    role, not an execution's. Checked before the events are applied, so a refusal is the whole
+    request's (nothing committed) rather than an error after the events' commit."""
+    if not isinstance(caller, ServicePrincipal) or not caller.has(Role.WORKER):
         raise Forbidden("heartbeats need a service token with the WORKER role")
     return caller
 

@@ -227,6 +227,11 @@ def test_heartbeats_in_an_events_batch_need_the_workers_service_token(http: Http
     response = http.client.post("/internal/v1/task-events:batch", json=body, headers=http.auth(ctx["executionToken"]))
     assert response.status_code == 403 and response.json()["error"]["code"] == "PERMISSION_DENIED"
     assert _heartbeat_seq(engine, ctx["executionId"]) == 0
+    # A service token without WORKER (a coordinator's): refused before anything is applied.
+    compact = {**body, "events": [event_body("STEP_STARTED", 1, executionHandle=ctx["executionHandle"])]}
+    response = http.client.post("/internal/v1/task-events:batch", json=compact, headers=http.coordinator)
+    assert response.status_code == 403 and response.json()["error"]["code"] == "PERMISSION_DENIED"
+    assert _heartbeat_seq(engine, ctx["executionId"]) == 0
     # Refused as a whole: the event did not land either (a retry sends both again).
     snap = http.client.get(f"/api/tasks/{ctx['taskId']}", headers=http.user("user-1")).json()
     step = next(s for s in snap["steps"] if s["stepId"] == "02_parse")
