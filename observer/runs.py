@@ -20,6 +20,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import EventType as HistoryEventType
+from temporalio.api.enums.v1 import RetryState
 from temporalio.client import Client, WorkflowExecution, WorkflowHistoryEventFilterType
 
 from observer import metrics
@@ -32,6 +33,14 @@ log = logs.get("observer.runs")
 # Closes are re-read this far behind the watermark: visibility is eventually consistent, so a run
 # may become visible a little after runs that closed later. Re-reading costs nothing but the read.
 VISIBILITY_OVERLAP = timedelta(seconds=30)
+
+
+def _retried_by(new_run_id: str, retry_state: int) -> str | None:
+    """The run that retries this one (same work); None when the run named is the next cron run
+    (new work) or there is none. Temporal says which: a retry is ``RETRY_STATE_IN_PROGRESS``."""
+    if new_run_id and retry_state == RetryState.RETRY_STATE_IN_PROGRESS:
+        return new_run_id
+    return None
 
 
 class RunFollower:
@@ -127,13 +136,14 @@ class RunFollower:
                 reason = event.workflow_execution_terminated_event_attributes.reason
             elif kind == HistoryEventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
                 attrs = event.workflow_execution_failed_event_attributes
-                next_run_id = attrs.new_execution_run_id or None
+                next_run_id = _retried_by(attrs.new_execution_run_id, attrs.retry_state)
                 info = attrs.failure.application_failure_info
                 failure_type = info.type if attrs.failure.HasField("application_failure_info") else None
             elif kind == HistoryEventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
-                next_run_id = event.workflow_execution_timed_out_event_attributes.new_execution_run_id or None
+                timed_out = event.workflow_execution_timed_out_event_attributes
+                next_run_id = _retried_by(timed_out.new_execution_run_id, timed_out.retry_state)
             elif kind == HistoryEventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-                next_run_id = event.workflow_execution_completed_event_attributes.new_execution_run_id or None
+                pass  # a successor named here is the next cron run: new work, with tasks of its own
             elif kind == HistoryEventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 next_run_id = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id or None
         return ClosedRun(
@@ -146,12 +156,15 @@ class RunFollower:
             next_run_id=next_run_id,
             reason=reason or None,
             failure_type=failure_type or None,
+            first_run_id=execution.raw_info.first_run_id or None,
         )
 
-    async def _newest_run(self, client: Client, run: ClosedRun) -> tuple[str | None, datetime | None]:
-        """The workflow id's newest run, when only it can tell whether the work went on (a reset)."""
+    async def _newest_run(self, client: Client, run: ClosedRun) -> tuple[str | None, datetime | None, str | None]:
+        """The workflow id's newest run (its id, start, first run of its chain), when only it can tell
+        whether the work went on (a reset)."""
         if run.next_run_id is not None or run.status is not RunStatus.TERMINATED:
-            return None, None
+            return None, None, None
         self.rpcs += 1
         description = await client.get_workflow_handle(run.workflow_id).describe()
-        return description.run_id, description.start_time
+        first = description.raw_description.workflow_execution_info.first_run_id or None
+        return description.run_id, description.start_time, first

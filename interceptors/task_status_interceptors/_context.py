@@ -62,6 +62,9 @@ class RunOwnership:
 
     open: dict[str, None] = field(default_factory=dict)  # task ids, in the order they were owned
     last_step: dict[str, str] = field(default_factory=dict)  # task id -> the step last scheduled for it
+    # task id -> step id -> how the run saw that step's activity end (the result Temporal recorded):
+    # sent with the run's end, so a step whose own report is late still ends before its task.
+    step_outcomes: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def own(self, task_ids: Iterable[str]) -> None:
         for task_id in task_ids:
@@ -69,6 +72,9 @@ class RunOwnership:
 
     def release(self, task_id: str) -> None:
         self.open.pop(task_id, None)
+
+    def step_ended(self, task_id: str, step_id: str, lifecycle: str) -> None:
+        self.step_outcomes.setdefault(task_id, {})[step_id] = lifecycle
 
 
 _ownership: ContextVar[RunOwnership | None] = ContextVar("task_status_ownership", default=None)

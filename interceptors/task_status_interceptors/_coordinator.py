@@ -7,6 +7,7 @@ event ids and sequences derived from workflow state (``workflow.info()``,
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from task_status_interceptors._context import current_ownership
 
@@ -38,6 +39,9 @@ class TaskEventRequest:
     failed_step_id: str | None = None
     failure_category: str = "UNKNOWN"
     failure_retryable: bool | None = None
+    # Sent as the run closes: how the run saw each step's activity end (stepId -> lifecycle);
+    # the service then ends every unfinished attempt of the task with it.
+    step_outcomes: dict[str, str] | None = None
 
 
 class CoordinatorActivities:
@@ -100,6 +104,8 @@ class CoordinatorActivities:
             }
             if request.failed_step_id is not None:
                 body["failedStepId"] = request.failed_step_id
+        if request.step_outcomes is not None:
+            body["stepOutcomes"] = request.step_outcomes
         return await self._call("POST", "/internal/v1/task-events", body)
 
     @activity.defn(name=CLASSIFY)
@@ -135,13 +141,17 @@ class TaskStatus:
 
         ``owner_id`` is the user who sees the tasks (their dashboard, their notifications).
         """
-        info = workflow.info()
+        owner = _this_run()
+        if work_continues_predecessor(workflow.info()):
+            # A retried cron run: its work is its first attempt's, which only the service can name
+            # (the tasks its predecessor owns); found there, that work is adopted, else it is new.
+            owner["continuesRunId"] = workflow.info().continued_run_id
         body: dict[str, Any] = {
-            "clientWorkflowKey": client_workflow_key or info.workflow_id,
+            "clientWorkflowKey": client_workflow_key or work_key(workflow.info()),
             "ownerId": owner_id,
             "title": title,
             "initialTasks": tasks,
-            "temporalOwner": _this_run(),
+            "temporalOwner": owner,
         }
         if workflow_type:
             body["workflowType"] = workflow_type
@@ -201,8 +211,10 @@ class TaskStatus:
 
     @staticmethod
     async def _submit(request: TaskEventRequest, *, give_up_after: timedelta | None = None) -> dict[str, Any]:
-        # Deterministic: the same on replay; increasing across continue-as-new runs.
-        request.event_id = f"coord:{workflow.info().workflow_id}:{request.task_id}:{request.event_type}"
+        # Deterministic: the same on replay (and an activity retry sends the same request); the run
+        # in it keeps two runs of one piece of work (a retry, a continue-as-new) from colliding, and
+        # the task id keeps apart the pieces of work a workflow id runs over time (id reuse, cron).
+        request.event_id = f"coord:{workflow.info().run_id}:{request.task_id}:{request.event_type}"
         request.source_seq = int(workflow.now().timestamp() * 1000)
         ownership = current_ownership()
         if ownership is not None:
@@ -218,6 +230,49 @@ class TaskStatus:
 
 
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"})
+
+# Keys the status service takes as they are (printable, no spaces, at most 128 characters).
+_KEY_LIMIT = 128
+
+
+def work_key(info: workflow.Info) -> str:
+    """The idempotency key of the piece of work a run does, from Temporal's own identifiers.
+
+    A workflow retry, a continue-as-new and a reset carry on the same work: Temporal keeps the
+    chain's ``first_execution_run_id`` across all three, so their runs create (and so adopt) the
+    same task. Each cron run is new work (Temporal keeps the chain's first run id across cron runs
+    too, so the run's own id names it); a Schedule action has a workflow id of its own; a workflow
+    id started again after its chain closed starts a new chain with a new first run id.
+    """
+    chain = info.run_id if info.cron_schedule else info.first_execution_run_id
+    readable = f"{info.workflow_id}@{chain}"
+    if len(readable) <= _KEY_LIMIT and not any(ch.isspace() or not ch.isprintable() for ch in readable):
+        return readable
+    digest = hashlib.sha256("\x1f".join((info.namespace, info.workflow_id, chain)).encode()).hexdigest()
+    return f"temporal:{digest[:56]}"
+
+
+def work_continues_predecessor(info: workflow.Info) -> bool:
+    """A cron run retried by its RetryPolicy continues its first attempt's work (not a new cron run)."""
+    return bool(info.cron_schedule) and info.attempt > 1 and info.continued_run_id is not None
+
+
+def will_be_retried(info: workflow.Info, err: BaseException) -> bool | None:
+    """Whether Temporal retries this run after ``err`` fails it: False when it certainly does not,
+    None when it may (the workflow's RetryPolicy allows another attempt: only the close event, which
+    names the retry, can tell — an execution timeout or the server's own limits may still end it)."""
+    policy = info.retry_policy
+    if policy is None:
+        return False
+    if policy.maximum_attempts and info.attempt >= policy.maximum_attempts:
+        return False
+    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+    for failure in (err, cause):
+        if isinstance(failure, ApplicationError) and (
+            failure.non_retryable or (failure.type or "") in (policy.non_retryable_error_types or ())
+        ):
+            return False
+    return None
 
 
 def _this_run() -> dict[str, Any]:

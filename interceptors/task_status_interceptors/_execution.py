@@ -138,3 +138,13 @@ class ExecutionReporter:
     def cancelled(self) -> None:
         self._flush_progress()
         self.sink.enqueue(self.key, {"eventType": "STEP_CANCELLED", "durationMs": self.elapsed_ms()}, finished=True)
+
+    def timed_out(self) -> None:
+        """Temporal timed the attempt out (its cancellation says so): TIMED_OUT, never FAILED."""
+        self._flush_progress()
+        self.sink.enqueue(self.key, {"eventType": "STEP_TIMED_OUT", "durationMs": self.elapsed_ms()}, finished=True)
+
+    def abandoned(self) -> None:
+        """The worker stops under the attempt (Temporal will run it again): no ending is reported,
+        only what progress was pending; the next attempt supersedes this one."""
+        self._flush_progress()

@@ -40,7 +40,7 @@ from task_status_interceptors._context import (
     current_ownership,
     owning_run,
 )
-from task_status_interceptors._coordinator import TaskEventRequest, TaskStatus
+from task_status_interceptors._coordinator import TaskEventRequest, TaskStatus, will_be_retried
 from task_status_interceptors._execution import ExecutionReporter
 from task_status_interceptors._reporter import Reporter, execution_key, never_raises
 
@@ -84,6 +84,13 @@ class _WorkflowInbound(WorkflowInboundInterceptor):
                 raise  # the workflow is evicted (a worker stopping): the run is not over, nothing runs here
             except BaseException as err:
                 verdict = _verdict_of(err)
+                retried = (
+                    verdict is not None and verdict[0] == "TASK_FAILED" and will_be_retried(_info(), err) is not False
+                )
+                if retried:
+                    # Temporal may run the work again (the workflow's RetryPolicy): the next attempt
+                    # adopts its tasks; if none comes, the observer ends them from the close event.
+                    verdict = None
                 if verdict is not None and ownership.open:
                     await _end_owned(ownership, *verdict)
                 raise
@@ -93,6 +100,10 @@ class _WorkflowInbound(WorkflowInboundInterceptor):
 
 
 OWNED_END_DEADLINE = timedelta(minutes=1)
+
+
+def _info() -> temporalio.workflow.Info:
+    return temporalio.workflow.info()
 
 
 def _verdict_of(err: BaseException) -> tuple[str, BaseException | None] | None:
@@ -110,7 +121,7 @@ async def _end_owned(ownership: RunOwnership, event_type: str, err: BaseExceptio
     """End every task the run still owns; a refusal (it ended meanwhile) changes nothing here."""
     requests = []
     for task_id in list(ownership.open):
-        request = TaskEventRequest(task_id, event_type, "", 0)
+        request = TaskEventRequest(task_id, event_type, "", 0, step_outcomes=ownership.step_outcomes.get(task_id, {}))
         if err is not None:
             category, code = _workflow_failure(err)
             request.failure_code, request.failure_category, request.failure_retryable = code, category, False
@@ -141,11 +152,37 @@ def _workflow_failure(err: BaseException) -> tuple[str, str]:
 class _WorkflowOutbound(WorkflowOutboundInterceptor):
     def start_activity(self, input: StartActivityInput) -> temporalio.workflow.ActivityHandle[Any]:
         input.headers = _with_binding(input.headers)
-        return super().start_activity(input)
+        return _followed(super().start_activity(input))
 
     def start_local_activity(self, input: StartLocalActivityInput) -> temporalio.workflow.ActivityHandle[Any]:
         input.headers = _with_binding(input.headers)
-        return super().start_local_activity(input)
+        return _followed(super().start_local_activity(input))
+
+
+def _followed(handle: temporalio.workflow.ActivityHandle[Any]) -> temporalio.workflow.ActivityHandle[Any]:
+    """Remember how the run sees the activity of a known step end (memory only: deterministic, it
+    follows the history). The run's end sends it, so a step whose own report is late or never
+    comes (a local activity, an activity completed asynchronously) still ends as Temporal recorded."""
+    binding, ownership = current_binding(), current_ownership()
+    if binding is not None and binding.step_id is not None and ownership is not None:
+        task_id, step_id = binding.task_id, binding.step_id
+        handle.add_done_callback(lambda done: ownership.step_ended(task_id, step_id, _activity_outcome(done)))
+    return handle
+
+
+def _activity_outcome(done: asyncio.Future[Any]) -> str:
+    """The step lifecycle an ended activity (as the workflow sees it) stands for."""
+    if done.cancelled():
+        return "CANCELLED"
+    err = done.exception()
+    if err is None:
+        return "SUCCEEDED"
+    if temporalio.exceptions.is_cancelled_exception(err):
+        return "CANCELLED"
+    cause = err.cause if isinstance(err, temporalio.exceptions.ActivityError) else None
+    if isinstance(cause, temporalio.exceptions.TimeoutError):
+        return "TIMED_OUT"
+    return "FAILED"
 
 
 def _with_binding(headers: Mapping[str, Payload]) -> Mapping[str, Payload]:
@@ -179,11 +216,11 @@ class _ActivityInbound(ActivityInboundInterceptor):
             result = await super().execute_activity(input)
         except temporalio.activity._CompleteAsyncError:  # raise_complete_async(): not a failure
             raise
-        except asyncio.CancelledError:
-            never_raises(execution.cancelled)()
-            raise
         except BaseException as err:
-            never_raises(self._failed)(execution, err)
+            if _is_cancellation(err):
+                never_raises(_cancelled)(execution)
+            else:
+                never_raises(self._failed)(execution, err)
             raise
         else:
             never_raises(execution.completed)()
@@ -219,6 +256,29 @@ class _ActivityInbound(ActivityInboundInterceptor):
         category, code, message, retryable = classify(err, temporalio.activity.info())
         diagnostics = f"{type(err).__module__}.{type(err).__qualname__}"
         execution.failed(category, code, message, retryable, diagnostics)
+
+
+def _is_cancellation(err: BaseException) -> bool:
+    """Temporal's cancellation of the activity, whatever class carries it: ``asyncio.CancelledError``
+    for an ``async def``, ``temporalio.exceptions.CancelledError`` raised into a thread-pool or
+    process-pool activity (either may arrive wrapped by the activity's own code)."""
+    return temporalio.exceptions.is_cancelled_exception(err) or isinstance(
+        err, asyncio.CancelledError | temporalio.exceptions.CancelledError
+    )
+
+
+def _cancelled(execution: ExecutionReporter) -> None:
+    """The attempt's ending as Temporal's cancellation details say it (read in the activity's context)."""
+    details = temporalio.activity.cancellation_details()
+    if details is not None and details.worker_shutdown and not details.cancel_requested:
+        # The worker is stopping, not the work: Temporal runs the activity again (a next attempt
+        # supersedes this one). Reporting an ending here would show a step stopped that goes on.
+        execution.abandoned()
+        return
+    if details is not None and details.timed_out:
+        execution.timed_out()
+        return
+    execution.cancelled()
 
 
 class _ActivityOutbound(ActivityOutboundInterceptor):

@@ -281,6 +281,15 @@ class Outbox:
             self._db.execute("DELETE FROM execution WHERE key = ?", (key,))
         return dropped
 
+    def discard_execution(self, key: str) -> int:
+        """Forget an execution whose reports the status has moved past (a superseded attempt); how many."""
+        with self._queue:
+            self._next_seq.pop(key, None)
+        with self._db_lock, self._transaction():
+            dropped = int(self._db.execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
+            self._db.execute("DELETE FROM execution WHERE key = ?", (key,))
+        return dropped
+
     def handles_of(self, keys: list[str]) -> dict[str, str]:
         """The execution handles of the bound executions among ``keys``."""
         with self._db_lock:

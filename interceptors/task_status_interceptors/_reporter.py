@@ -53,6 +53,13 @@ FINAL_REJECTIONS = frozenset(
 )
 
 
+# Refusals that only say the status has already moved past this report: the task or step ended
+# (its run closed, Temporal's verdict ended it, the workflow ended the task), or a newer attempt
+# or execution took over. Routine after a cancel, a terminate, a timeout or an abandoned attempt:
+# absorbed with a debug line, not kept as undeliverable and not logged as a problem.
+SUPERSEDED_REJECTIONS = frozenset({"TERMINAL_STATE", "STALE_ATTEMPT", "STALE_EXECUTION", "TOKEN_REVOKED"})
+
+
 # Executions bound at once (activations/registrations in flight) where they go one per request;
 # the rest of a burst queues. Where the service takes a batch, a wave goes BIND_BATCH at a time.
 BIND_CONCURRENCY = 8
@@ -103,6 +110,7 @@ class Reporter:
         self._backoff = 0.0
         self.delivered = 0
         self.dropped = 0  # refused for good (kept in the file's undeliverable table)
+        self.absorbed = 0  # late reports the status had already moved past (SUPERSEDED_REJECTIONS)
         self.config_errors = 0  # the service refused this worker's credential (reports kept, retried)
         self.rebinds = 0  # executions bound again after their handle expired
         self._batch_binds = True  # until the service says it has no executions:bind
@@ -272,6 +280,10 @@ class Reporter:
                 # idempotent per attempt and hands out a fresh handle), then send again.
                 expired.add(key)
                 retry = True
+            elif code in SUPERSEDED_REJECTIONS:
+                log.debug("event %s of %s came after its step or task ended: %s", event["eventId"], key, code)
+                done.append(event_id)
+                self.absorbed += 1
             elif code in FINAL_REJECTIONS:
                 log.warning("event %s of %s refused for good: %s", event["eventId"], key, code)
                 done.append(event_id)
@@ -457,6 +469,13 @@ class Reporter:
                 text[:200],
             )
             raise _Retry(f"HTTP {status} (credential)")
+        if status == 409 and _code_of(answer) in SUPERSEDED_REJECTIONS:
+            # A newer attempt of the step took over (this one was skipped or abandoned): its reports
+            # have nothing left to say.
+            log.debug("attempt %s was superseded before it was bound; its reports are dropped", execution["key"])
+            self.absorbed += await asyncio.to_thread(self.outbox.discard_execution, execution["key"])
+            self._forget_heartbeats(execution["key"])
+            return False
         if status not in (200, 201):
             # The step can't be bound (unknown task/step, policy refused): its events can never land.
             reason = f"bind refused: HTTP {status} {text[:300]}"
@@ -489,7 +508,12 @@ class Reporter:
             execution["started_settled"] = True
             return
         code = (result.get("error") or {}).get("code")
-        if code in FINAL_REJECTIONS:
+        if code in SUPERSEDED_REJECTIONS:
+            log.debug("event %s of %s came after its step or task ended: %s", event["eventId"], execution["key"], code)
+            settled.delivered.append(event_id)
+            self.absorbed += 1
+            execution["started_settled"] = True
+        elif code in FINAL_REJECTIONS:
             log.warning("event %s of %s refused for good: %s", event["eventId"], execution["key"], code)
             reason = f"{code}: {(result.get('error') or {}).get('message', '')}"[:300]
             settled.delivered.append(event_id)
@@ -546,6 +570,15 @@ class _Settlement:
 
     def __bool__(self) -> bool:
         return bool(self.bound or self.delivered)
+
+
+def _code_of(answer: Any) -> str | None:
+    """The error code of a binding's refusal (an HTTP response, or a batch item's body)."""
+    try:
+        body = answer.json() if hasattr(answer, "json") else answer
+        return str(body["error"]["code"])
+    except Exception:
+        return None
 
 
 def execution_key(workflow_run_id: str | None, activity_id: str, attempt: int, task_queue: str) -> str:

@@ -120,15 +120,20 @@ class NewTaskIn(Strict):
 TemporalName = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
+RunId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
+
+
 class TemporalOwnerIn(Strict):
     """The Temporal run that owns tasks: when it closes, Temporal's verdict ends them."""
 
     namespace: TemporalName
     workflow_id: TemporalName
-    run_id: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")] | None = None
+    run_id: RunId | None = None
+    # The run this one retries (a cron run's retry): the open work that run owns is adopted.
+    continues_run_id: RunId | None = None
 
     def command(self) -> c.TemporalOwner:
-        return c.TemporalOwner(self.namespace, self.workflow_id, self.run_id)
+        return c.TemporalOwner(self.namespace, self.workflow_id, self.run_id, self.continues_run_id)
 
 
 class CreateWorkflowIn(Strict):
@@ -333,6 +338,16 @@ class EventIn(Strict):
         description="Deprecated: use error and failedStepId.",
         json_schema_extra={"deprecated": True},
     )
+    step_outcomes: (
+        Annotated[dict[Key, Literal["SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]], Field(max_length=1000)] | None
+    ) = Field(
+        default=None,
+        description=(
+            "Task events sent as the Temporal run closed: how the run saw each step's activity end"
+            " (stepId to lifecycle). When present, every unfinished step attempt of the task ends with"
+            " it, in the same version: as listed, else CANCELLED."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_failure_shape(self) -> EventIn:
@@ -373,6 +388,7 @@ class EventIn(Strict):
             data=DataBody(self.data.schema_, self.data.value) if self.data else None,
             error=self._error(),
             failed_step_id=self.failed_step_id or (self.failure.failed_step_id if self.failure else None),
+            step_outcomes=None if self.step_outcomes is None else tuple(sorted(self.step_outcomes.items())),
         )
 
 

@@ -39,6 +39,8 @@ class TemporalOwner:
     namespace: str
     workflow_id: str
     run_id: str | None = None
+    # A retried cron run names the run it retries: the work that run owns is this run's too.
+    continues_run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,9 @@ class ReportEvent:
     reason: str | None = None
     failed_step_id: str | None = None
     summary: DataBody | None = None
+    # A task event sent as its Temporal run closed (the plugin's): how the run saw each step's
+    # activity end (stepId → lifecycle). Present, the task's unfinished attempts end with it.
+    step_outcomes: tuple[tuple[str, str], ...] | None = None
 
     def content(self) -> dict[str, Any]:
         """The semantic content hashed for idempotency (no credentials)."""
@@ -161,7 +166,7 @@ class ReportEvent:
             # before the upgrade keep their fingerprints: a retry across it stays a duplicate.
             "failure": [None, None, self.failed_step_id],
             "summary": None if self.summary is None else [self.summary.schema, self.summary.value],
-        }
+        } | ({} if self.step_outcomes is None else {"stepOutcomes": [list(o) for o in self.step_outcomes]})
 
 
 @dataclass(frozen=True)

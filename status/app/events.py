@@ -348,6 +348,8 @@ class EventCommands:
             raise Invalid("summary data is not accepted on task events yet", ErrorCode.SCHEMA_REJECTED)
         if not verdict:  # Temporal's verdict (a run that closed) is the truth however late it is read
             check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age)
+        # The run's own last word (the plugin, as the run closed): how it saw each step end.
+        outcomes = None if cmd.step_outcomes is None else {k: Lifecycle(v) for k, v in cmd.step_outcomes}
         outcome = apply_task_event(
             task,
             TaskEvent(
@@ -367,12 +369,13 @@ class EventCommands:
             now=received_at,
             failed_operation_code=_operation_of(view, cmd.failed_step_id),
             # The run has closed: nothing of it runs any more (a timed-out run's steps timed out with it).
-            open_steps=view.steps.running() if verdict else (),
+            open_steps=_open_steps(view, outcomes) if verdict or outcomes is not None else (),
             open_steps_become=(
                 (Lifecycle.TIMED_OUT if event_type is EventType.TASK_TIMED_OUT else Lifecycle.CANCELLED)
-                if verdict
+                if verdict or outcomes is not None
                 else None
             ),
+            step_outcomes=outcomes,
         )
         # Execution handles stay valid: a worker's outbox may still deliver the
         # steps' own late events; the task's lifecycle is final either way.
@@ -596,3 +599,20 @@ def _operation_of(view: TaskView, step_id: str | None) -> str | None:
         return None
     attempts = [s for s in view.steps.all() if s.step_id == step_id]
     return attempts[-1].operation_code if attempts else None
+
+
+def _open_steps(view: TaskView, outcomes: dict[str, Lifecycle] | None) -> list[StepState]:
+    """What a closed run leaves unfinished: its RUNNING attempts, and a step it saw end whose
+    activity never got to report (a local activity's activation still on its way)."""
+    running = view.steps.running()
+    if not outcomes:
+        return running
+    seen = {s.step_id for s in running}
+    waiting = [
+        step
+        for step_id in outcomes
+        if step_id not in seen
+        and (step := view.steps.latest.get(step_id)) is not None
+        and step.lifecycle is Lifecycle.PENDING
+    ]
+    return [*running, *waiting]

@@ -27,11 +27,12 @@ from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView
 from status.app.views import locked_view
 from status.domain import ids
+from status.domain.attempts import place_activation
 from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Health, Lifecycle
-from status.domain.model import StepState, TaskState
+from status.domain.model import StepError, StepState, TaskState
 from status.domain.projections import iso
 from status.domain.rules import Notice
 
@@ -225,32 +226,34 @@ class ExecutionCommands:
         if not attempts or attempts[0].step_kind != "KNOWN":
             raise NotFound(f"step {cmd.step_id} is not a known step of this task", ErrorCode.UNKNOWN_STEP)
         current = attempts[-1]
-        existing = next((s for s in attempts if s.attempt == cmd.attempt), None)
+        activity = _activity_key(cmd.temporal_activity)
+        placed = place_activation(attempts, activity, cmd.attempt, cmd.step_id)
+        existing = placed.existing
         if existing is not None and existing.execution_id is not None:
             if existing.producer_id != cmd.producer_id:
                 raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
             return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow, group=group), None
-        if cmd.attempt < current.attempt or (existing is None and cmd.attempt != current.attempt + 1):
-            raise Conflict(
-                f"attempt {cmd.attempt} is not the next attempt of {cmd.step_id} (current {current.attempt})",
-                ErrorCode.STALE_ATTEMPT,
-            )
-        # A finished task still takes late reports of work that ran before it finished
-        # (a worker's outbox may deliver after the coordinator's TASK_COMPLETED); its own
-        # lifecycle never changes again (R2).
+        if task.lifecycle.terminal and existing is None:
+            # The task has ended, and its run's end ended the step's attempt: a newer attempt (an
+            # abandoned activity's retry, a late one) would show the step running after the work
+            # stopped. A step's waiting attempt still takes late reports of work that ran before.
+            raise Conflict(f"task {task.task_id} has ended; it takes no new attempts", ErrorCode.TERMINAL_STATE)
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         op = operation(defs, current.operation_code, task.task_type, current.operation_definition_version)
         op.check_producer(cmd.producer_id)
         statuses = defs.status_set(task.task_type, task.status_definition_version)
         execution_id = ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000))
         changed: list[StepState] = []
+        lost: list[StepState] = []
         notice = None
         if existing is None:
             # A newer attempt supersedes the previous one: its late events become STALE_ATTEMPT.
             changed.append(_superseded(current, statuses, now))
+            # Attempts Temporal ran that never reported (a worker died under them): closed as lost.
+            lost = [_lost_attempt(current, number, statuses, now) for number in placed.lost]
             step = replace(
                 current,
-                attempt=cmd.attempt,
+                attempt=placed.attempt,
                 lifecycle=Lifecycle.PENDING,
                 business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
                 health=Health.HEALTHY,
@@ -273,7 +276,7 @@ class ExecutionCommands:
                 f"{task.task_id}:{task.version + 1}",
                 "STEP_RETRYING",
                 Severity.INFO,
-                f"{step.display_name or step.operation_code} is being retried (attempt {cmd.attempt})",
+                f"{step.display_name or step.operation_code} is being retried (attempt {placed.attempt})",
                 operation_code=step.operation_code,
                 step_id=step.step_id,
             )
@@ -289,6 +292,8 @@ class ExecutionCommands:
             activated_at=now,
             version=step.version + (1 if existing is not None else 0),
             updated_at=now,
+            temporal_activity=activity,
+            temporal_attempt=cmd.attempt if activity is not None else None,
         )
         before, task = task, replace(task, version=task.version + 1, updated_at=now)
         # Staged, written once at the end with whatever the STARTED changes: only changed columns
@@ -296,6 +301,8 @@ class ExecutionCommands:
         for prev in changed:
             group.write_step(current, prev)  # superseded: no heartbeat deadline any more
             group.revoke(prev.execution_id, "SUPERSEDED", now)
+        for row in lost:
+            group.insert_step(row)
         if existing is None:
             group.insert_step(step)
         else:
@@ -303,7 +310,7 @@ class ExecutionCommands:
         _record_activity(group, step, cmd.temporal_activity)
         group.write_task(before, task)
         frozen = self._freeze_operation(uow, op)
-        for changed_step in [*changed, step]:
+        for changed_step in [*changed, *lost, step]:
             view = view.changed(task, changed_step)
         messages = outbox.service_event(
             uow,
@@ -559,8 +566,13 @@ class ExecutionCommands:
         return key
 
 
+# What a user reads on an attempt Temporal ran that never reached the status service.
+NEVER_REPORTED = StepError("TIMEOUT", "NEVER_REPORTED", "This attempt never reported.", retryable=True)
+
+
 def _superseded(previous: StepState, statuses: Any, now: datetime) -> StepState:
-    """An attempt a newer one replaced: marked superseded, and TIMED_OUT unless it had finished."""
+    """An attempt a newer one replaced: marked superseded, and TIMED_OUT unless it had finished
+    (one that was never bound never reported: it says so)."""
     previous = replace(previous, superseded=True)
     if previous.lifecycle.terminal:
         return previous
@@ -572,7 +584,45 @@ def _superseded(previous: StepState, statuses: Any, now: datetime) -> StepState:
         finished_at=now,
         version=previous.version + 1,
         updated_at=now,
+        error=previous.error or (NEVER_REPORTED if previous.execution_id is None else None),
     )
+
+
+def _lost_attempt(current: StepState, number: int, statuses: Any, now: datetime) -> StepState:
+    """Attempt ``number`` of the step, which Temporal ran and which never reported: TIMED_OUT, superseded."""
+    return replace(
+        current,
+        attempt=number,
+        lifecycle=Lifecycle.TIMED_OUT,
+        business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
+        health=Health.HEALTHY,
+        superseded=True,
+        version=1,
+        source_seq=0,
+        execution_id=None,
+        last_heartbeat_seq=0,
+        last_heartbeat_at=None,
+        stale_since=None,
+        progress=None,
+        phase_code=None,
+        phase_label=None,
+        data_schema=None,
+        state_data=None,
+        activated_at=None,
+        started_at=None,
+        finished_at=now,
+        duration_ms=None,
+        error=NEVER_REPORTED,
+        temporal_activity=None,
+        temporal_attempt=None,
+        updated_at=now,
+    )
+
+
+def _activity_key(activity: c.TemporalActivity | None) -> str | None:
+    if activity is None:
+        return None
+    return ids.temporal_activity_key(activity.namespace, activity.workflow_id, activity.run_id, activity.activity_id)
 
 
 def _record_activity(group: Group, step: StepState, activity: c.TemporalActivity | None) -> None:

@@ -279,6 +279,12 @@ class RunStore(Protocol):
         """The open tasks among ``task_ids`` now belong to ``to_run_id`` of the same workflow id."""
         ...
 
+    def work_key_of(
+        self, tenant_id: str, scope: str, namespace: str, workflow_id: str, run_ids: Sequence[str]
+    ) -> str | None:
+        """The clientWorkflowKey of the status workflow whose open tasks these runs own."""
+        ...
+
     def oldest_open_owned(self, namespace: str) -> datetime | None:
         """When the oldest open task owned by a run of ``namespace`` was created."""
         ...

@@ -53,7 +53,19 @@ class WorkflowCommands:
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
             now = self.ctx.now()
-            existing = uow.workflows.lock_by_key(caller.tenant_id, caller.authority_scope, cmd.client_workflow_key)
+            key = cmd.client_workflow_key
+            owner = cmd.temporal_owner
+            if owner is not None and owner.continues_run_id is not None:
+                # The work of the run this one retries, if that run (or this one, once the run
+                # follower handed it over) still owns open tasks: the same work, adopted.
+                runs = [owner.continues_run_id, *([owner.run_id] if owner.run_id else [])]
+                key = (
+                    uow.runs.work_key_of(
+                        caller.tenant_id, caller.authority_scope, owner.namespace, owner.workflow_id, runs
+                    )
+                    or key
+                )
+            existing = uow.workflows.lock_by_key(caller.tenant_id, caller.authority_scope, key)
             if existing is not None:
                 workflow, facts = existing
                 if facts["request_hash"] != request_hash:
@@ -65,7 +77,7 @@ class WorkflowCommands:
                     tenant_id=caller.tenant_id,
                     owner_id=cmd.owner_id,
                     authority_scope=caller.authority_scope,
-                    client_workflow_key=cmd.client_workflow_key,
+                    client_workflow_key=key,
                     title=cmd.title,
                     lifecycle=Lifecycle.PENDING,
                     version=1,

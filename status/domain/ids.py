@@ -86,3 +86,9 @@ def new_execution_handle() -> str:
 
 def handle_hash(handle: str) -> str:
     return hashlib.sha256(handle.encode()).hexdigest()
+
+
+def temporal_activity_key(namespace: str, workflow_id: str, run_id: str, activity_id: str) -> str:
+    """One Temporal activity (of one run), as a step attempt remembers it: its attempts are Temporal's."""
+    key = "\x1f".join((namespace, workflow_id, run_id, activity_id))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]

@@ -74,6 +74,10 @@ class StepState:
     error: StepError | None = None
     failure_policy: str | None = None
     updated_at: datetime | None = None
+    # The Temporal activity this attempt ran as (``ids.temporal_activity_key``) and Temporal's own
+    # attempt number for it: the next activation is placed by them (``domain.attempts``).
+    temporal_activity: str | None = None
+    temporal_attempt: int | None = None
 
 
 @dataclass(frozen=True)

@@ -324,6 +324,10 @@ def _step_notice(
     requires_action: bool,
 ) -> Notice | None:
     """The seed's notice policy (§6.8) for a step change; None when users need not be told."""
+    if task.lifecycle.terminal:
+        # The task has ended and its users were told how: a late report of an attempt that ran
+        # before (an abandoned activity, a local activity's last word) is history, not news.
+        return None
     name = after.display_name or after.operation_code
 
     def notice(type_: str, level: Severity, title: str, message: str | None = None, **more: Any) -> Notice:
@@ -389,12 +393,15 @@ def apply_task_event(
     failed_operation_code: str | None = None,
     open_steps: Sequence[StepState] = (),
     open_steps_become: Lifecycle | None = None,
+    step_outcomes: Mapping[str, Lifecycle] | None = None,
 ) -> Outcome:
     """Decide a Coordinator event (R4): task attempt, coordinator sequence, state machine.
 
-    With ``open_steps_become`` (Temporal's verdict: the run that did the work has closed), the
-    unfinished attempts in ``open_steps`` end with the task, so no step claims to run after its
-    run ended.
+    With ``open_steps_become`` (the run that did the work has closed: Temporal's verdict, or the
+    run's own last word), the unfinished attempts in ``open_steps`` end with the task, so no step
+    claims to run after its run ended: as ``step_outcomes`` says for a step (how the run saw its
+    activity end — a local activity or an asynchronously completed one whose own report is still
+    on its way), else as ``open_steps_become``.
     """
     if event.task_attempt != task.attempt:
         raise Conflict(
@@ -458,14 +465,16 @@ def apply_task_event(
         )
     ended: tuple[StepState, ...] = ()
     if open_steps_become is not None:
+        outcomes = step_outcomes or {}
         ended = tuple(
             replace(
                 step,
-                lifecycle=open_steps_become,
-                business_status=statuses.resolve(None, open_steps_become, step.business_status).code,
+                lifecycle=(becomes := outcomes.get(step.step_id, open_steps_become)),
+                business_status=statuses.resolve(None, becomes, step.business_status).code,
                 health=Health.HEALTHY if step.health is Health.STALE else step.health,
                 stale_since=None,
                 version=step.version + 1,
+                started_at=step.started_at or now,
                 finished_at=now,
                 updated_at=now,
             )

@@ -42,12 +42,15 @@ class ClosedRun:
     status: RunStatus
     start_time: datetime
     close_time: datetime
-    # From the run's close event, when it was read: the run Temporal started to continue this one
-    # (continue-as-new, a retry, the next cron run), and what the close says (a terminate reason,
-    # a failure's type and message).
+    # From the run's close event, when it was read: the run Temporal started to carry on this run's
+    # work (continue-as-new, a retry; never the next cron run, which is new work), and what the
+    # close says (a terminate reason, a failure's type and message).
     next_run_id: str | None = None
     reason: str | None = None
     failure_type: str | None = None
+    # The first run of the run's chain (Temporal keeps it across retries, continue-as-new and resets):
+    # a later run of the workflow id with another first run is a new chain — new work.
+    first_run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,12 @@ class Verdict:
     error: StepError | None = None  # TASK_FAILED only
 
 
-def continuation(run: ClosedRun, latest_run_id: str | None, latest_start: datetime | None) -> str | None:
+def continuation(
+    run: ClosedRun, latest_run_id: str | None, latest_start: datetime | None, latest_first_run_id: str | None = None
+) -> str | None:
     """The run that carries on this run's work, or None when the work ended with it.
 
-    Temporal names it in the close event (continue-as-new, retry, cron); a reset terminates the
+    Temporal names it in the close event (continue-as-new, retry); a reset terminates the
     run and starts its successor at the same moment, so the workflow's newest run counts when it
     started within ``CONTINUATION_WINDOW`` of this close.
     """
@@ -69,6 +74,8 @@ def continuation(run: ClosedRun, latest_run_id: str | None, latest_start: dateti
         return run.next_run_id
     if latest_run_id is None or latest_start is None or latest_run_id == run.run_id:
         return None
+    if run.first_run_id and latest_first_run_id and run.first_run_id != latest_first_run_id:
+        return None  # the workflow id started again after this chain closed: new work, not a reset
     if run.start_time <= latest_start <= run.close_time + CONTINUATION_WINDOW:
         return latest_run_id
     return None

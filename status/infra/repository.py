@@ -149,6 +149,8 @@ def step_from_row(row: Mapping[Any, Any]) -> StepState:
         error=error,
         failure_policy=row["failure_policy"],
         updated_at=row["updated_at"],
+        temporal_activity=row["temporal_activity"],
+        temporal_attempt=row["temporal_attempt"],
     )
 
 
@@ -199,6 +201,8 @@ def step_values(step: StepState) -> dict[str, Any]:
         "error_retryable": err.retryable if err else None,
         "diagnostics_ref": err.diagnostics_ref if err else None,
         "updated_at": step.updated_at,
+        "temporal_activity": step.temporal_activity,
+        "temporal_attempt": step.temporal_attempt,
     }
 
 

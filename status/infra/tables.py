@@ -201,6 +201,10 @@ task_step = sa.Table(
     sa.Column("error_retryable", sa.Boolean, nullable=True),
     sa.Column("diagnostics_ref", sa.String(255), nullable=True),
     sa.Column("updated_at", Timestamp, nullable=False),
+    # The Temporal activity (a digest of namespace, workflow id, run id, activity id) and Temporal's
+    # attempt number this step attempt ran as: the next activation is placed by them.
+    sa.Column("temporal_activity", sa.String(32), nullable=True),
+    sa.Column("temporal_attempt", sa.Integer, nullable=True),
     sa.UniqueConstraint("task_id", "client_step_key", "attempt", name="task_step_client_key_uk"),
     sa.UniqueConstraint("execution_id", name="task_step_execution_uk"),
     sa.Index("task_step_heartbeat_idx", "lifecycle_status", "health", "heartbeat_deadline_at"),

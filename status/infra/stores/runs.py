@@ -54,6 +54,25 @@ class SqlRunStore:
         ).all()
         return [OwnedTask(*row) for row in rows]
 
+    def work_key_of(
+        self, tenant_id: str, scope: str, namespace: str, workflow_id: str, run_ids: Sequence[str]
+    ) -> str | None:
+        """The clientWorkflowKey of the status workflow whose open tasks these runs own (one indexed read)."""
+        value = self._conn.execute(
+            sa.select(t.workflow.c.client_workflow_key)
+            .select_from(t.task.join(t.workflow, t.workflow.c.id == t.task.c.workflow_id))
+            .where(
+                t.task.c.temporal_namespace == namespace,
+                t.task.c.temporal_workflow_id == workflow_id,
+                t.task.c.temporal_run_id.in_(list(run_ids)),
+                t.task.c.tenant_id == tenant_id,
+                t.task.c.authority_scope == scope,
+                _OPEN,
+            )
+            .limit(1)
+        ).scalar()
+        return str(value) if value is not None else None
+
     def hand_over(self, namespace: str, task_ids: Sequence[str], to_run_id: str) -> int:
         """The open tasks among ``task_ids`` now belong to ``to_run_id`` of the same workflow id."""
         conn = self._conn

@@ -1,0 +1,93 @@
+"""Which step attempt an activation binds: Temporal's attempt numbers are the truth (seed §3.3, R2).
+
+Pure decision over a step's attempts as stored. Temporal numbers the attempts of one activity
+(``activity.info().attempt``); a step's attempts run on across everything that re-runs it — the
+activity's retries, a workflow retry or continue-as-new that schedules the step again (a new
+activity: its attempts start at 1 again), a workflow that schedules it twice. So the step's
+number for an activation is the step's own, placed by Temporal's:
+
+* the same activity and Temporal attempt as a stored attempt: that attempt (idempotent);
+* the same activity, a later Temporal attempt: as many step attempts further on as Temporal went
+  (attempt 3 after attempt 1 is two further; attempt 2 never reached the service — a worker died,
+  a heartbeat timed out before the first report — and is closed as lost);
+* another activity: after the step's newest attempt, by the activity's own attempt number (its
+  first attempts may be lost too); the step's first attempt, created with the task and never
+  bound, is the first attempt of the first activity;
+* an older Temporal attempt than one stored for the same activity, or an activity whose step has
+  moved on to a newer activity: refused (an old attempt never overwrites a newer one).
+
+Activations that name no Temporal activity (a producer outside Temporal) keep their numbers as
+given, with the same rules: the same number binds, a later one goes ahead, lost ones between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from status.domain.errors import Conflict, ErrorCode
+from status.domain.model import StepState
+
+# Attempts closed as lost are written as rows of their own; past this many only the newest are
+# (an activity at attempt 500 whose reports never arrived must not write 500 rows in one event).
+MAX_LOST_ROWS = 32
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an activation goes: the step attempt it binds (``existing`` when the row is there already),
+    and the attempts between the current one and it that never reported: rows to write closed as
+    lost, in the same version (the current attempt itself is superseded as any older attempt is)."""
+
+    attempt: int
+    existing: StepState | None
+    lost: tuple[int, ...] = ()
+
+
+def place_activation(
+    attempts: Sequence[StepState], activity: str | None, temporal_attempt: int, step_id: str
+) -> Placement:
+    """The step attempt for Temporal attempt ``temporal_attempt`` of ``activity`` (None: no Temporal identity).
+
+    ``attempts``: the step's stored attempts, oldest first (never empty: the first is created with
+    the task).
+    """
+    current = attempts[-1]
+    if activity is None:
+        number = temporal_attempt
+        same = next((s for s in attempts if s.attempt == number), None)
+        if same is not None and (same.execution_id is not None or same is current):
+            return Placement(number, same)
+        if number < current.attempt or same is not None:
+            raise _stale(step_id, temporal_attempt, current)
+        return Placement(number, None, _lost(current, number))
+    mine = [s for s in attempts if s.temporal_activity == activity]
+    same = next((s for s in mine if s.temporal_attempt == temporal_attempt), None)
+    if same is not None:
+        return Placement(same.attempt, same)
+    if mine:
+        newest = max(mine, key=lambda s: s.temporal_attempt or 0)
+        if newest is not current or temporal_attempt < (newest.temporal_attempt or 0):
+            raise _stale(step_id, temporal_attempt, current)
+        number = current.attempt + temporal_attempt - (newest.temporal_attempt or 0)
+        return Placement(number, None, _lost(current, number))
+    if current.execution_id is None and current.temporal_activity is None and not current.lifecycle.terminal:
+        # The attempt created with the task, never bound: the first activity's first attempt.
+        number = current.attempt - 1 + temporal_attempt
+        if number == current.attempt:
+            return Placement(number, current)
+        return Placement(number, None, _lost(current, number))
+    number = current.attempt + temporal_attempt
+    return Placement(number, None, _lost(current, number))
+
+
+def _lost(current: StepState, number: int) -> tuple[int, ...]:
+    """The attempt numbers strictly between the current attempt and ``number`` (the newest few)."""
+    return tuple(range(max(current.attempt + 1, number - MAX_LOST_ROWS), number))
+
+
+def _stale(step_id: str, temporal_attempt: int, current: StepState) -> Conflict:
+    return Conflict(
+        f"attempt {temporal_attempt} of {step_id} is older than its current attempt {current.attempt}",
+        ErrorCode.STALE_ATTEMPT,
+    )
