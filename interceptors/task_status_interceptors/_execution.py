@@ -31,6 +31,8 @@ class ReportSink(Protocol):
 
     def beat(self, key: str, seq: int) -> None: ...
 
+    def forget(self, key: str) -> None: ...
+
 
 @dataclass
 class _Progress:

@@ -270,9 +270,10 @@ def _is_cancellation(err: BaseException) -> bool:
 def _cancelled(execution: ExecutionReporter) -> None:
     """The attempt's ending as Temporal's cancellation details say it (read in the activity's context)."""
     details = temporalio.activity.cancellation_details()
-    if details is not None and details.worker_shutdown and not details.cancel_requested:
-        # The worker is stopping, not the work: Temporal runs the activity again (a next attempt
-        # supersedes this one). Reporting an ending here would show a step stopped that goes on.
+    if details is not None and not details.cancel_requested and (details.worker_shutdown or details.not_found):
+        # The worker is stopping, not the work (Temporal runs the activity again: a next attempt
+        # supersedes this one), or Temporal no longer knows the activity (its run closed: the run's
+        # verdict ends the step as Temporal recorded it). An ending reported here would contradict both.
         execution.abandoned()
         return
     if details is not None and details.timed_out:

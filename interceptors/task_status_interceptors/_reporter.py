@@ -138,6 +138,10 @@ class Reporter:
     def beat(self, key: str, seq: int) -> None:
         self.heartbeats[key] = seq
 
+    def forget(self, key: str) -> None:
+        """The attempt ended without an ending of its own to report: no heartbeat of it is sent again."""
+        self._forget_heartbeats(key)
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait (bounded) until every queued event is in the file; True when it is."""
         return self.outbox.flush(timeout)
