@@ -4,7 +4,9 @@
 
 A real Temporal dev server and a scratch MariaDB. The run follower runs in its own process (as
 in the observer) on its shipped interval. This process is the load: ``--rate`` runs close per
-second, cycling through terminate, cancel (not handled), execution timeout, complete and fail,
+second, cycling through terminate, cancel (not handled), execution timeout, complete, fail, and a
+workflow retried by its RetryPolicy (one that completes on its second attempt, one that fails both:
+the task follows the chain and ends with its last run; convergence counts from that run's close),
 each owning one task created through the status service (no plugin: nothing but Temporal's
 record ends them). The measurement runs twice in the same process tree, first with no other
 open tasks, then with ``--idle`` open tasks owned by runs that never close, and prints:
@@ -27,6 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from common import REPO, percentile, process_tree_cpu, scratch_database  # type: ignore[import-not-found]
+from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from verdict_bench_workflows import EndsWorkflow  # type: ignore[import-not-found]
@@ -38,7 +41,7 @@ from status.infra import tables as t
 from tests.support.processes import TEMPORAL_STARTUP, temporal_binary
 from tests.support.settings import make_settings
 
-WAYS = ("terminate", "cancel", "timeout", "complete", "fail")
+WAYS = ("terminate", "cancel", "timeout", "complete", "fail", "retried", "retried_out")
 TENANT = "bench-verdicts"
 
 
@@ -108,8 +111,12 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
         while time.monotonic() - started < seconds:
             way = WAYS[i % len(WAYS)]
             wid = f"bench-{way}-{uuid.uuid4().hex[:8]}"
-            how = way if way in ("complete", "fail") else "wait"
-            kwargs = {"execution_timeout": timedelta(seconds=2)} if way == "timeout" else {}
+            how = {"complete": "complete", "fail": "fail", "retried": "fail_once", "retried_out": "fail_always"}.get(
+                way, "wait"
+            )
+            kwargs: dict[str, Any] = {"execution_timeout": timedelta(seconds=2)} if way == "timeout" else {}
+            if way.startswith("retried"):  # a workflow retry: the task follows the chain to its last run
+                kwargs["retry_policy"] = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=2)
             handle = await env.client.start_workflow(EndsWorkflow.run, how, id=wid, task_queue=queue, **kwargs)
             task_id = await asyncio.to_thread(_task, service, coordinator, wid, handle.result_run_id)
             if way == "terminate":

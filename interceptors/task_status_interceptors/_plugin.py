@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,7 +31,8 @@ class TaskStatusPlugin(SimplePlugin):
         service_token: the worker's service credential (roles WORKER and COORDINATOR:
             the worker activates the steps it runs, one attempt per Temporal attempt).
         producer_id: defaults to the credential's producer.
-        outbox_path: the durable local outbox (SQLite); keep it on a persistent disk.
+        outbox_path: the durable local outbox (SQLite); keep it on a persistent disk. Default:
+            ``default_outbox_path`` (``$TASK_STATUS_OUTBOX_DIR`` or the user's state directory).
         heartbeat_interval: seconds between heartbeat batches (jittered).
         heartbeat_timeout_seconds: silence after which the status service marks an execution
             STALE (default: the service's); at least two heartbeat intervals.
@@ -50,7 +52,7 @@ class TaskStatusPlugin(SimplePlugin):
         grpc_target: str | None = None,
     ) -> None:
         producer = producer_id or _subject(service_token)
-        path = Path(outbox_path) if outbox_path else Path(".task-status") / f"{producer}.outbox.sqlite3"
+        path = Path(outbox_path) if outbox_path else default_outbox_path(producer)
         self.reporter = Reporter(
             ReporterConfig(
                 status_url=status_url,
@@ -105,6 +107,26 @@ class TaskStatusPlugin(SimplePlugin):
             workflow_runner=workflow_runner,
             run_context=run_context,
         )
+
+
+OUTBOX_DIR_ENV = "TASK_STATUS_OUTBOX_DIR"
+
+
+def default_outbox_path(producer: str) -> Path:
+    """Where a worker keeps its outbox when ``outbox_path`` is not given: ``$TASK_STATUS_OUTBOX_DIR``,
+    else the user's state directory (``$XDG_STATE_HOME`` or ``~/.local/state``) under
+    ``task-status-observer/`` — never the worker's current directory, which may be a checkout or a
+    read-only image. An outbox an earlier version left in ``./.task-status/`` is kept in use, so
+    reports it still holds are delivered after an upgrade."""
+    name = f"{producer}.outbox.sqlite3"
+    legacy = Path(".task-status") / name
+    if legacy.exists():
+        return legacy
+    configured = os.environ.get(OUTBOX_DIR_ENV)
+    if configured:
+        return Path(configured) / name
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "task-status-observer" / name
 
 
 def _subject(token: str) -> str:

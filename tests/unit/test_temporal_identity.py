@@ -150,3 +150,20 @@ def test_without_a_temporal_identity_the_numbers_are_taken_as_given() -> None:
     lost_one = _step(1, superseded=True, lifecycle=Lifecycle.TIMED_OUT)  # never bound, replaced by attempt 2
     with pytest.raises(Conflict):
         place_activation([lost_one, _step(2, execution_id="e2")], None, 1, "02_parse")
+
+
+def test_the_outbox_lives_in_a_documented_directory_never_the_working_one(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from task_status_interceptors._plugin import default_outbox_path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("TASK_STATUS_OUTBOX_DIR", raising=False)
+    assert default_outbox_path("w") == tmp_path / "state" / "task-status-observer" / "w.outbox.sqlite3"
+    monkeypatch.setenv("TASK_STATUS_OUTBOX_DIR", str(tmp_path / "box"))
+    assert default_outbox_path("w") == tmp_path / "box" / "w.outbox.sqlite3"
+    (tmp_path / ".task-status").mkdir()
+    (tmp_path / ".task-status" / "w.outbox.sqlite3").write_bytes(b"")
+    assert default_outbox_path("w").resolve() == (tmp_path / ".task-status" / "w.outbox.sqlite3").resolve()
+    assert not (tmp_path / "box").exists()  # nothing is created by asking
