@@ -251,27 +251,7 @@ class ExecutionCommands:
             changed.append(_superseded(current, statuses, now))
             # Attempts Temporal ran that never reported (a worker died under them): closed as lost.
             lost = [_lost_attempt(current, number, statuses, now) for number in placed.lost]
-            step = replace(
-                current,
-                attempt=placed.attempt,
-                lifecycle=Lifecycle.PENDING,
-                business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
-                health=Health.HEALTHY,
-                version=1,
-                source_seq=0,
-                last_heartbeat_seq=0,
-                last_heartbeat_at=None,
-                stale_since=None,
-                progress=None,
-                phase_code=None,
-                phase_label=None,
-                data_schema=None,
-                state_data=None,
-                started_at=None,
-                finished_at=None,
-                duration_ms=None,
-                error=None,
-            )
+            step = _next_attempt(current, placed.attempt, Lifecycle.PENDING, statuses, now)
             notice = Notice(
                 f"{task.task_id}:{task.version + 1}",
                 "STEP_RETRYING",
@@ -588,15 +568,15 @@ def _superseded(previous: StepState, statuses: Any, now: datetime) -> StepState:
     )
 
 
-def _lost_attempt(current: StepState, number: int, statuses: Any, now: datetime) -> StepState:
-    """Attempt ``number`` of the step, which Temporal ran and which never reported: TIMED_OUT, superseded."""
+def _next_attempt(current: StepState, number: int, lifecycle: Lifecycle, statuses: Any, now: datetime) -> StepState:
+    """Attempt ``number`` of the step as a fresh row: the step's identity, nothing of an attempt's state."""
     return replace(
         current,
         attempt=number,
-        lifecycle=Lifecycle.TIMED_OUT,
-        business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
+        lifecycle=lifecycle,
+        business_status=statuses.resolve(None, lifecycle, None).code,
         health=Health.HEALTHY,
-        superseded=True,
+        superseded=False,
         version=1,
         source_seq=0,
         execution_id=None,
@@ -610,13 +590,19 @@ def _lost_attempt(current: StepState, number: int, statuses: Any, now: datetime)
         state_data=None,
         activated_at=None,
         started_at=None,
-        finished_at=now,
+        finished_at=now if lifecycle.terminal else None,
         duration_ms=None,
-        error=NEVER_REPORTED,
+        error=None,
         temporal_activity=None,
         temporal_attempt=None,
         updated_at=now,
     )
+
+
+def _lost_attempt(current: StepState, number: int, statuses: Any, now: datetime) -> StepState:
+    """Attempt ``number`` of the step, which Temporal ran and which never reported: TIMED_OUT, superseded."""
+    lost = _next_attempt(current, number, Lifecycle.TIMED_OUT, statuses, now)
+    return replace(lost, superseded=True, error=NEVER_REPORTED)
 
 
 def _activity_key(activity: c.TemporalActivity | None) -> str | None:
