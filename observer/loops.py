@@ -183,6 +183,12 @@ class Reconciler:
         metrics.RECONCILER_TRANSITIONS.labels(to="STALE").inc(len(changed))
         return len(changed)
 
+    def watch_completions(self) -> int:
+        """Attempts whose activity completes elsewhere end as Temporal recorded them (issue 28 item 5)."""
+        if self.probe is None:
+            return 0
+        return len(self.service.watch_completions(self.probe.ask, limit=self.config.reconciler_batch))
+
     def _count_overdue(self, now: datetime) -> None:
         """The overdue_tasks gauge, refreshed every ``overdue_interval`` (a read, never a write)."""
         last = self._overdue_counted_at
@@ -297,8 +303,21 @@ class ObserverLoops:
             await self._guard("runs", runs.run_once)
             await self._sleep(self.config.run_follow_interval)
 
+    async def completions_loop(self) -> None:
+        """Activities completed through their task token: asked of Temporal as often as closed runs."""
+        if self.reconciler.probe is None:
+            return
+        while not self._stop.is_set():
+            await self._guard("completions", lambda: asyncio.to_thread(self.reconciler.watch_completions))
+            await self._sleep(self.config.run_follow_interval)
+
     async def run(self) -> None:
         await asyncio.gather(
-            self.relay_loop(), self.projector_loop(), self.reconciler_loop(), self.retention_loop(), self.runs_loop()
+            self.relay_loop(),
+            self.projector_loop(),
+            self.reconciler_loop(),
+            self.retention_loop(),
+            self.runs_loop(),
+            self.completions_loop(),
         )
         await self._guard("relay", self.relay.flush)  # the last batch's mark, before the process ends

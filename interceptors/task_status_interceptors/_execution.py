@@ -33,6 +33,8 @@ class ReportSink(Protocol):
 
     def forget(self, key: str) -> None: ...
 
+    def let_go(self, key: str, seq: int) -> None: ...
+
 
 @dataclass
 class _Progress:
@@ -150,3 +152,13 @@ class ExecutionReporter:
         """The worker stops under the attempt (Temporal will run it again): no ending is reported,
         only what progress was pending; the next attempt supersedes this one."""
         self._flush_progress()
+
+    def completes_elsewhere(self) -> None:
+        """The activity went asynchronous (``activity.raise_complete_async()``): someone completes it
+        later through its task token. Nothing ends here; the last heartbeat says so, and the service
+        watches the activity in Temporal from then on instead of waiting for this worker's beats."""
+        self._flush_progress()
+        with self._lock:
+            self.heartbeat_seq += 1
+            seq = self.heartbeat_seq
+        self.sink.let_go(self.key, seq)

@@ -215,6 +215,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
         try:
             result = await super().execute_activity(input)
         except temporalio.activity._CompleteAsyncError:  # raise_complete_async(): not a failure
+            never_raises(execution.completes_elsewhere)()
             raise
         except BaseException as err:
             if _is_cancellation(err):

@@ -19,6 +19,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,8 @@ class Reporter:
             config.progress_min_interval, config.progress_max_interval, config.progress_min_delta
         )
         self.heartbeats: dict[str, int] = {}
+        self._elsewhere: set[str] = set()  # executions whose activity completes elsewhere: last beat due
+        self._beat_now: asyncio.Event | None = None
         self._sent_heartbeats: dict[str, int] = {}
         self._heartbeat_sent_at: dict[str, float] = {}  # monotonic; when each execution's last went
         self._riding_heartbeats = True  # until the service says its events batch takes none
@@ -142,6 +145,14 @@ class Reporter:
         """The attempt ended without an ending of its own to report: no heartbeat of it is sent again."""
         self._forget_heartbeats(key)
 
+    def let_go(self, key: str, seq: int) -> None:
+        """The activity completes elsewhere: one last heartbeat says so, in the next round, which
+        starts now (a completion may follow at once; the service watches it from that heartbeat)."""
+        self.heartbeats[key] = seq
+        self._elsewhere.add(key)
+        if self._loop is not None and self._beat_now is not None:
+            self._loop.call_soon_threadsafe(self._beat_now.set)
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait (bounded) until every queued event is in the file; True when it is."""
         return self.outbox.flush(timeout)
@@ -177,6 +188,7 @@ class Reporter:
         self._binds = asyncio.Semaphore(BIND_CONCURRENCY)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
+        self._beat_now = asyncio.Event()
         self._wake.set()  # resume what a previous process left in the outbox
         self._http = HttpTransport(
             self.config.status_url, self.config.service_token, self.config.http_timeout, BIND_CONCURRENCY + 2
@@ -344,8 +356,14 @@ class Reporter:
                 or now - self._heartbeat_sent_at.get(key, -spacing) < spacing
             ):
                 continue
-            items[key] = {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": now_iso()}
+            items[key] = self._heartbeat_item(key, handle, seq)
         return list(items.items())
+
+    def _heartbeat_item(self, key: str, handle: str, seq: int) -> dict[str, Any]:
+        item: dict[str, Any] = {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": now_iso()}
+        if key in self._elsewhere:
+            item["completesElsewhere"] = True
+        return item
 
     def _settle_heartbeats(self, items: list[tuple[str, dict[str, Any]]], results: list[dict[str, Any]]) -> None:
         """What the service said of heartbeats: sent; an execution it will never take one for again
@@ -358,9 +376,12 @@ class Reporter:
             self._heartbeat_sent_at[key] = now
             if not result["accepted"] and result["reason"] in ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED"):
                 self._forget_heartbeats(key)
+            elif result["accepted"] and item.get("completesElsewhere"):
+                self._forget_heartbeats(key)  # said: the service watches it in Temporal now
 
     def _forget_heartbeats(self, key: str) -> None:
         self.heartbeats.pop(key, None)
+        self._elsewhere.discard(key)
         self._sent_heartbeats.pop(key, None)
         self._heartbeat_sent_at.pop(key, None)
 
@@ -532,7 +553,10 @@ class Reporter:
     # ------------------------------------------------------------ heartbeats
     async def _heartbeat_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.heartbeat_interval * random.uniform(0.8, 1.2))
+            assert self._beat_now is not None
+            with suppress(TimeoutError):  # a round every interval, or at once for a let-go execution
+                await asyncio.wait_for(self._beat_now.wait(), self.config.heartbeat_interval * random.uniform(0.8, 1.2))
+            self._beat_now.clear()
             try:
                 await self.send_heartbeats()
             except Exception:
@@ -548,7 +572,7 @@ class Reporter:
             handle = handles.get(key)
             if handle is None:
                 continue  # not bound yet (its STARTED is still queued)
-            items.append((key, {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": now_iso()}))
+            items.append((key, self._heartbeat_item(key, handle, seq)))
         if not items:
             return 0
         results = await self._events.record_heartbeats([item for _, item in items])

@@ -148,6 +148,7 @@ def heartbeat_to_json(msg: pb.Heartbeat) -> dict[str, Any]:
         ("execution_handle", "executionHandle"),
         ("execution_token", "executionToken"),
         ("execution_id", "executionId"),
+        ("completes_elsewhere", "completesElsewhere"),
     ):
         if msg.HasField(field):
             body[name] = getattr(msg, field)
@@ -161,6 +162,7 @@ def heartbeat_from_json(body: dict[str, Any]) -> pb.Heartbeat:
         ("execution_handle", "executionHandle"),
         ("execution_token", "executionToken"),
         ("execution_id", "executionId"),
+        ("completes_elsewhere", "completesElsewhere"),
     ):
         if body.get(name) is not None:
             setattr(msg, field, body[name])

@@ -145,18 +145,20 @@ class EventBatchResult(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ..., heartbeats: _Optional[_Union[HeartbeatBatchResult, _Mapping]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("heartbeat_seq", "observed_at", "execution_handle", "execution_token", "execution_id")
+    __slots__ = ("heartbeat_seq", "observed_at", "execution_handle", "execution_token", "execution_id", "completes_elsewhere")
     HEARTBEAT_SEQ_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_AT_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_HANDLE_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPLETES_ELSEWHERE_FIELD_NUMBER: _ClassVar[int]
     heartbeat_seq: int
     observed_at: str
     execution_handle: str
     execution_token: str
     execution_id: str
-    def __init__(self, heartbeat_seq: _Optional[int] = ..., observed_at: _Optional[str] = ..., execution_handle: _Optional[str] = ..., execution_token: _Optional[str] = ..., execution_id: _Optional[str] = ...) -> None: ...
+    completes_elsewhere: bool
+    def __init__(self, heartbeat_seq: _Optional[int] = ..., observed_at: _Optional[str] = ..., execution_handle: _Optional[str] = ..., execution_token: _Optional[str] = ..., execution_id: _Optional[str] = ..., completes_elsewhere: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResult(_message.Message):
     __slots__ = ("execution_id", "accepted", "health", "reason")

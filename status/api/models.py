@@ -415,6 +415,14 @@ class HeartbeatIn(Strict):
     task_id: Key | None = None
     step_id: Key | None = None
     step_attempt: int | None = Field(default=None, ge=1, le=10_000)
+    completes_elsewhere: bool = Field(
+        default=False,
+        description=(
+            "The worker's last heartbeat of an activity that completes elsewhere (asynchronous"
+            " completion through its task token): no further heartbeat is due; the observer watches"
+            " the activity in Temporal and ends the attempt as Temporal records it."
+        ),
+    )
 
     def command(self) -> c.Heartbeat:
         return c.Heartbeat(
@@ -423,6 +431,7 @@ class HeartbeatIn(Strict):
             execution_handle=self.execution_handle,
             execution_token=self.execution_token,
             execution_id=self.execution_id,
+            completes_elsewhere=self.completes_elsewhere,
         )
 
 

@@ -176,6 +176,9 @@ class Heartbeat:
     execution_handle: str | None = None
     execution_token: str | None = None
     execution_id: str | None = None
+    # The worker's last heartbeat of an activity that completes elsewhere (its task token): the
+    # attempt is watched in Temporal from now on, never timed on heartbeats.
+    completes_elsewhere: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,13 @@ from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import StepError
 from status.domain.projections import iso
 from status.domain.silence import HeartbeatCensus
-from status.domain.verdicts import ActivityOutcome, ActivityRef, ActivityState, step_ending_for
+from status.domain.verdicts import (
+    ActivityOutcome,
+    ActivityRef,
+    ActivityState,
+    next_completion_check,
+    step_ending_for,
+)
 
 # Asks Temporal about silent executions' activities: execution id -> what Temporal knows of it.
 AskTemporal = Callable[[Mapping[str, ActivityRef]], Mapping[str, ActivityOutcome]]
@@ -81,6 +87,18 @@ class HealthCommands:
         # STALE -> HEALTHY goes through the full event transaction, exactly once (R6).
         for index, task_id, step_id, attempt, execution_id in recover:
             results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
+        elsewhere = [
+            key[3]
+            for index, key in resolved.items()
+            if items[index].completes_elsewhere and (results[index] or {}).get("accepted")
+        ]
+        if elsewhere:
+
+            def mark(uow: UnitOfWork) -> None:
+                uow.heartbeats.mark_completes_elsewhere(sorted(elsewhere), now)
+                uow.commit()
+
+            self.ctx.db.run(mark)
         return {"results": results, "receivedAt": iso(now)}
 
     def _resolve_heartbeats(
@@ -316,6 +334,51 @@ class HealthCommands:
                 result, group = outcome
                 self.events.publish(group)
                 results.append(result)
+        return results
+
+    def watch_completions(self, ask: AskTemporal, *, limit: int = 100) -> list[dict[str, Any]]:
+        """Attempts whose activity completes elsewhere (through its task token) end as Temporal
+        recorded it, once it has: each due one is asked about (one describe per run, and the
+        run's history only when something ended), then ends that way or is asked again later
+        (``next_completion_check``). Temporal unreachable: nothing changes, asked again next pass."""
+        now = self.ctx.now()
+        with self.ctx.db.reading() as stores:
+            due = stores.heartbeats.awaited_executions(now, limit)
+        checks: dict[str, datetime | None] = {
+            row.execution_id: None for row in due if row.lifecycle_status != "RUNNING"
+        }
+        running = [row for row in due if row.lifecycle_status == Lifecycle.RUNNING.value]
+        results = []
+        if running:
+            refs = {
+                row.execution_id: ActivityRef(row.namespace, row.workflow_id, row.run_id, row.activity_id)
+                for row in running
+            }
+            outcomes = ask(refs)  # raises when Temporal is unreachable: nothing is written
+            for row in running:
+                ending = step_ending_for(outcomes.get(row.execution_id, ActivityOutcome(ActivityState.UNKNOWN)))
+                if ending is None:
+                    checks[row.execution_id] = next_completion_check(row.completes_elsewhere_at, now)
+                    continue
+                checks[row.execution_id] = None
+                result = self._end_from_temporal(
+                    row.tenant_id,
+                    row.authority_scope,
+                    row.task_id,
+                    row.step_id,
+                    row.attempt,
+                    row.execution_id,
+                    *ending,
+                )
+                if result is not None:
+                    results.append(result)
+        if checks:
+
+            def work(uow: UnitOfWork) -> None:
+                uow.heartbeats.next_check(checks)
+                uow.commit()
+
+            self.ctx.db.run(work)
         return results
 
 

@@ -222,6 +222,18 @@ class HeartbeatStore(Protocol):
 
     def still_overdue(self, task_id: str, step_id: str, attempt: int, now: datetime) -> bool: ...
 
+    def mark_completes_elsewhere(self, execution_ids: list[str], now: datetime) -> None:
+        """Their workers said these activities complete elsewhere: watch them from now on."""
+        ...
+
+    def awaited_executions(self, now: datetime, limit: int) -> list[Any]:
+        """Attempts completing elsewhere whose check is due (unlocked), earliest first."""
+        ...
+
+    def next_check(self, checks: dict[str, datetime | None]) -> None:
+        """When to ask Temporal again about each awaited attempt (None: never, it has ended)."""
+        ...
+
 
 class NotificationStore(Protocol):
     """Users' notifications (``user_notification``), limited to tasks the user can still see."""

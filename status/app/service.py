@@ -94,6 +94,7 @@ class StatusService:
         self.report_group = self.events.report_group
         self.record_heartbeats = self.health.record_heartbeats
         self.mark_stale = self.health.mark_stale
+        self.watch_completions = self.health.watch_completions
         self.heartbeat_census = self.health.heartbeat_census
         self.grant_access = self.access.grant_access
         self.revoke_access = self.access.revoke_access

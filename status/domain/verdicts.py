@@ -149,6 +149,19 @@ class ActivityOutcome:
     failure_type: str | None = None
 
 
+# An attempt completing elsewhere is asked about every second while its wait is young (a completion
+# is then seen within the run-close budget), then less often: at most every 30 s, so a wait of
+# days (an approval) costs Temporal a call per half-minute, not one per second.
+FIRST_CHECKS = timedelta(seconds=1)
+LAST_CHECKS = timedelta(seconds=30)
+
+
+def next_completion_check(since: datetime, now: datetime) -> datetime:
+    """When to ask Temporal again about an activity that completes elsewhere and is still pending:
+    a sixtieth of how long it has waited, between one second and half a minute."""
+    return now + min(LAST_CHECKS, max(FIRST_CHECKS, (now - since) / 60))
+
+
 def step_ending_for(outcome: ActivityOutcome) -> tuple[EventType, StepError | None] | None:
     """The step event Temporal's record of an ended activity implies; None while STALE should stand."""
     if outcome.state is ActivityState.COMPLETED:

@@ -137,6 +137,11 @@ task_step_temporal = sa.Table(
     sa.Column("workflow_id", sa.String(255), nullable=False),
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("activity_id", sa.String(255), nullable=False),
+    # Its worker said the activity completes elsewhere (through its task token): no heartbeat is
+    # due any more; the observer asks Temporal at next_check_at how it ended (backing off).
+    sa.Column("completes_elsewhere_at", Timestamp, nullable=True),
+    sa.Column("next_check_at", Timestamp, nullable=True),
+    sa.Index("task_step_temporal_check_idx", "next_check_at"),
     **MYSQL_TABLE_ARGS,
 )
 

@@ -1,9 +1,9 @@
 """Every way Temporal runs work, the task tells it truly (issue 28): one case per feature.
 
 Real Temporal dev server, the status service on MariaDB, the plugin on a real worker and the
-observer's run follower on its shipped interval. Each case asserts the task's final lifecycle,
-each step's final state, that no step runs after its run closed, and that routine endings leave
-no undeliverable report and no WARNING from the plugin.
+observer's run follower and completion watch on their shipped interval. Each case asserts the
+task's final lifecycle, each step's final state, that no step runs after its run closed, and that
+routine endings leave no undeliverable report and no WARNING from the plugin.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,29 +23,23 @@ import pytest
 import sqlalchemy as sa
 from task_status_interceptors import TaskStatusPlugin
 from task_status_interceptors._outbox import read_undeliverable
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from observer.activities import ActivityProbe
+from observer.loops import LoopConfig, Reconciler
+from observer.runs import RunFollower
 from status.app.service import StatusService
-from tests.e2e.test_run_verdicts import OWNER, _ended, _events, _eventually, _following, _snapshot
+from tests.e2e.test_run_verdicts import OWNER, _ended, _events, _eventually, _snapshot
 from tests.integration.conftest import Http
 from tests.support import feature_workflows as fw
 
 pytestmark = [pytest.mark.temporal, pytest.mark.mariadb]
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
-
-
-class _Worker:
-    def __init__(self, plugin: TaskStatusPlugin, outbox: Path, records: list[logging.LogRecord]) -> None:
-        self.plugin, self.outbox, self.records = plugin, outbox, records
-
-    def undeliverable(self) -> list[dict[str, Any]]:
-        return read_undeliverable(self.outbox)
-
-    def warnings(self) -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno >= logging.WARNING]
+ACTIVITIES = [fw.quick, fw.sync_work, fw.quiet_work, fw.completed_later, fw.silent_first_attempt]
+WORKFLOWS = [fw.FeatureWorkflow, fw.ParentWorkflow, fw.AdoptingWorkflow]
 
 
 class _Collect(logging.Handler):
@@ -56,34 +51,133 @@ class _Collect(logging.Handler):
         self.records.append(record)
 
 
+@dataclass
+class Stack:
+    """A worker with the plugin, the observer's Temporal loops, and what a case asks of them."""
+
+    api: Http
+    env: WorkflowEnvironment
+    queue: str
+    engine: sa.Engine
+    plugin: TaskStatusPlugin
+    outbox: Path
+    records: list[logging.LogRecord]
+
+    async def start(
+        self, plan: Any, workflow: Any = fw.FeatureWorkflow.run, **options: Any
+    ) -> WorkflowHandle[Any, Any]:
+        options.setdefault("id", f"feature-{uuid.uuid4().hex[:8]}")
+        return await self.env.client.start_workflow(workflow, plan, task_queue=self.queue, **options)
+
+    def titled(self, title: str) -> list[dict[str, Any]]:
+        listed = self.api.client.get("/api/me/tasks", headers=self.api.user(OWNER)).json()["tasks"]
+        return [task for task in listed if task["title"] == title]
+
+    async def task_of(self, title: str) -> str:
+        (task,) = await _eventually(lambda: self.titled(title), f"the task {title} exists")
+        return str(task["taskId"])
+
+    def snapshot(self, task_id: str) -> dict[str, Any]:
+        return _snapshot(self.api, task_id)
+
+    async def ended(self, task_id: str, timeout: float = 30) -> dict[str, Any]:
+        snap: dict[str, Any] = await _eventually(lambda: _ended(self.api, task_id), "the task ended", timeout=timeout)
+        return snap
+
+    async def until(self, check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+        return await _eventually(check, what, timeout=timeout)
+
+    def undeliverable(self) -> list[dict[str, Any]]:
+        return read_undeliverable(self.outbox)
+
+    def warnings(self) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno >= logging.WARNING]
+
+    async def clean(self) -> None:
+        """Routine endings: everything delivered, nothing kept as undeliverable, nothing warned."""
+        await self.plugin.reporter.drained()
+        assert self.undeliverable() == []
+        assert self.warnings() == []
+
+    def nothing_ran_after_the_end(self, task_id: str) -> None:
+        """No step event was applied after the task's terminal event: no step ran after its run closed."""
+        events = _events(self.engine, task_id)
+        ends = [
+            v for v, kind, _ in events if kind in ("TASK_COMPLETED", "TASK_FAILED", "TASK_CANCELLED", "TASK_TIMED_OUT")
+        ]
+        assert len(ends) == 1, events
+        assert [kind for v, kind, _ in events if v > ends[0]] == [], events
+        assert all(s["lifecycleStatus"] != "RUNNING" for s in self.snapshot(task_id)["steps"])
+
+    def event_kinds(self, task_id: str) -> list[str]:
+        return [kind for _, kind, _ in _events(self.engine, task_id)]
+
+
 @asynccontextmanager
-async def _worker(api: Http, url: str, env: WorkflowEnvironment, queue: str, tmp_path: Path) -> AsyncIterator[_Worker]:
+async def _observing(service: StatusService, env: WorkflowEnvironment) -> AsyncIterator[None]:
+    """The observer's Temporal loops as it runs them: the run follower and the completion watch,
+    each on the shipped interval."""
+
+    async def connect(namespace: str) -> Any:
+        return env.client
+
+    follower = RunFollower(service, connect, ["default"])
+    probe = ActivityProbe(connect)
+    probe.bind(asyncio.get_running_loop())
+    reconciler = Reconciler(service, LoopConfig(), probe)
+    stop = asyncio.Event()
+
+    async def every(pass_: Callable[[], Any]) -> None:
+        while not stop.is_set():
+            await pass_()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), LoopConfig().run_follow_interval)
+
+    running = [
+        asyncio.create_task(every(follower.run_once)),
+        asyncio.create_task(every(lambda: asyncio.to_thread(reconciler.watch_completions))),
+    ]
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.gather(*running)
+
+
+@pytest.fixture
+async def stack(
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_engine: sa.Engine,
+    e2e_service: StatusService,
+) -> AsyncIterator[Stack]:
     token = api.service_token("feature-worker", "WORKER", "COORDINATOR")
     outbox = tmp_path / "outbox.sqlite3"
-    plugin = TaskStatusPlugin(url, token, outbox_path=outbox, heartbeat_interval=0.2)
+    plugin = TaskStatusPlugin(live_api, token, outbox_path=outbox, heartbeat_interval=0.2)
     records: list[logging.LogRecord] = []
     handler = _Collect(records)
     logger = logging.getLogger("task_status_interceptors")
     logger.addHandler(handler)
     fw.async_tokens = asyncio.Queue()
     try:
-        with ThreadPoolExecutor(4) as pool:
-            async with Worker(
-                env.client,
-                task_queue=queue,
-                workflows=[fw.FeatureWorkflow],
-                activities=[fw.quick, fw.sync_work, fw.quiet_work, fw.completed_later],
-                activity_executor=pool,
-                plugins=[plugin],
+        with ThreadPoolExecutor(8) as pool:
+            async with (
+                Worker(
+                    temporal_env.client,
+                    task_queue=task_queue,
+                    workflows=WORKFLOWS,
+                    activities=ACTIVITIES,
+                    activity_executor=pool,
+                    plugins=[plugin],
+                ),
+                _observing(e2e_service, temporal_env),
             ):
-                yield _Worker(plugin, outbox, records)
+                yield Stack(api, temporal_env, task_queue, e2e_engine, plugin, outbox, records)
     finally:
         logger.removeHandler(handler)
-
-
-def _tasks_titled(api: Http, title: str) -> list[dict[str, Any]]:
-    listed = api.client.get("/api/me/tasks", headers=api.user(OWNER)).json()["tasks"]
-    return [task for task in listed if task["title"] == title]
 
 
 def _step(snap: dict[str, Any]) -> dict[str, Any]:
@@ -91,166 +185,213 @@ def _step(snap: dict[str, Any]) -> dict[str, Any]:
     return max((s for s in snap["steps"] if s["stepId"] == "01_work"), key=lambda s: s["attempt"])
 
 
-def _nothing_ran_after_the_end(engine: sa.Engine, task_id: str) -> None:
-    """No step event was applied after the task's terminal event: no step ran after its run closed."""
-    events = _events(engine, task_id)
-    ends = [v for v, kind, _ in events if kind in ("TASK_COMPLETED", "TASK_FAILED", "TASK_CANCELLED", "TASK_TIMED_OUT")]
-    assert len(ends) == 1, events
-    assert [kind for v, kind, _ in events if v > ends[0]] == [], events
-
-
-async def _clean(worker: _Worker) -> None:
-    """Routine endings: everything delivered, nothing kept as undeliverable, nothing warned."""
-    await worker.plugin.reporter.drained()
-    assert worker.undeliverable() == []
-    assert worker.warnings() == []
+def _attempts(snap: dict[str, Any]) -> list[tuple[int, str]]:
+    return sorted((s["attempt"], s["lifecycleStatus"]) for s in snap["steps"] if s["stepId"] == "01_work")
 
 
 def _title() -> str:
     return f"feature-{uuid.uuid4().hex[:8]}"
 
 
-async def test_a_workflow_retried_by_its_retry_policy_ends_with_the_attempt_that_completes(
-    api: Http,
-    live_api: str,
-    temporal_env: WorkflowEnvironment,
-    task_queue: str,
-    tmp_path: Path,
-    e2e_engine: sa.Engine,
-    e2e_service: StatusService,
-) -> None:
+# ---------------------------------------------------------------- which task a run works on
+async def test_a_workflow_retried_by_its_retry_policy_ends_with_the_attempt_that_completes(stack: Stack) -> None:
     title = _title()
-    async with (
-        _worker(api, live_api, temporal_env, task_queue, tmp_path) as worker,
-        _following(e2e_service, temporal_env),
-    ):
-        handle = await temporal_env.client.start_workflow(
-            fw.FeatureWorkflow.run,
-            fw.Plan(OWNER, title, "fail_first"),
-            id=f"retried-{title}",
-            task_queue=task_queue,
-            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
-        )
-        task_id = await handle.result()
-        snap = await _eventually(lambda: _ended(api, task_id), "the task ended")
-        await _clean(worker)
-    assert [t["taskId"] for t in _tasks_titled(api, title)] == [task_id]  # one piece of work, one task
+    handle = await stack.start(
+        fw.Plan(OWNER, title, "fail_first"),
+        retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
+    )
+    task_id = await handle.result()
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert [t["taskId"] for t in stack.titled(title)] == [task_id]  # one piece of work, one task
     assert snap["lifecycleStatus"] == "SUCCEEDED"
     # The step ran once per workflow attempt: the second run's activity is the step's attempt 2.
-    attempts = sorted((s["attempt"], s["lifecycleStatus"]) for s in snap["steps"] if s["stepId"] == "01_work")
-    assert attempts == [(1, "SUCCEEDED"), (2, "SUCCEEDED")]
-    _nothing_ran_after_the_end(e2e_engine, task_id)
+    assert _attempts(snap) == [(1, "SUCCEEDED"), (2, "SUCCEEDED")]
+    stack.nothing_ran_after_the_end(task_id)
 
 
-async def test_a_workflow_that_fails_every_attempt_fails_its_task_once_the_last_attempt_fails(
-    api: Http,
-    live_api: str,
-    temporal_env: WorkflowEnvironment,
-    task_queue: str,
-    tmp_path: Path,
-    e2e_engine: sa.Engine,
-    e2e_service: StatusService,
-) -> None:
+async def test_a_workflow_that_fails_every_attempt_fails_its_task_once_the_last_attempt_fails(stack: Stack) -> None:
     title = _title()
-    async with (
-        _worker(api, live_api, temporal_env, task_queue, tmp_path) as worker,
-        _following(e2e_service, temporal_env),
-    ):
-        handle = await temporal_env.client.start_workflow(
-            fw.FeatureWorkflow.run,
-            fw.Plan(OWNER, title, "fail_always"),
-            id=f"failing-{title}",
-            task_queue=task_queue,
-            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=2),
-        )
-        with pytest.raises(WorkflowFailureError):
-            await handle.result()
-        (task,) = await _eventually(lambda: _tasks_titled(api, title), "the task exists")
-        snap = await _eventually(lambda: _ended(api, task["taskId"]), "the task ended")
-        await _clean(worker)
+    handle = await stack.start(
+        fw.Plan(OWNER, title, "fail_always"),
+        retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=2),
+    )
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    task_id = await stack.task_of(title)
+    snap = await stack.ended(task_id)
+    await stack.clean()
     assert snap["lifecycleStatus"] == "FAILED" and snap["failure"]["code"] == "DEPENDENCY_DOWN"
     assert _step(snap)["attempt"] == 2 and _step(snap)["lifecycleStatus"] == "SUCCEEDED"
     # Ended once, by the last attempt (the first attempt's failure ended nothing).
-    _nothing_ran_after_the_end(e2e_engine, task["taskId"])
+    stack.nothing_ran_after_the_end(task_id)
 
 
-async def test_each_cron_run_is_new_work_with_a_task_of_its_own(
-    api: Http,
-    live_api: str,
-    temporal_env: WorkflowEnvironment,
-    task_queue: str,
-    tmp_path: Path,
-    e2e_engine: sa.Engine,
-    e2e_service: StatusService,
-) -> None:
+async def test_each_cron_run_is_new_work_with_a_task_of_its_own(stack: Stack) -> None:
     title = _title()
-    async with (
-        _worker(api, live_api, temporal_env, task_queue, tmp_path) as worker,
-        _following(e2e_service, temporal_env),
-    ):
-        handle = await temporal_env.client.start_workflow(
-            fw.FeatureWorkflow.run,
-            fw.Plan(OWNER, title, "plain"),
-            id=f"cron-{title}",
-            task_queue=task_queue,
-            cron_schedule="@every 2s",
-        )
+    handle = await stack.start(fw.Plan(OWNER, title, "plain"), cron_schedule="@every 2s")
 
-        def three_ended() -> list[dict[str, Any]] | None:
-            tasks = _tasks_titled(api, title)
-            done = [t for t in tasks if t["lifecycleStatus"] in TERMINAL]
-            return tasks if len(done) >= 3 else None
+    def three_ended() -> list[dict[str, Any]] | None:
+        tasks = stack.titled(title)
+        done = [t for t in tasks if t["lifecycleStatus"] in TERMINAL]
+        return tasks if len(done) >= 3 else None
 
-        tasks = await _eventually(three_ended, "three cron runs ended their tasks", timeout=60)
-        await handle.terminate("enough runs")
-        await _clean(worker)
+    tasks = await stack.until(three_ended, "three cron runs ended their tasks", timeout=60)
+    await handle.terminate("enough runs")
+    await stack.clean()
     ended = [t for t in tasks if t["lifecycleStatus"] in TERMINAL]
     assert {t["lifecycleStatus"] for t in ended} == {"SUCCEEDED"}
     assert len({t["taskId"] for t in ended}) == len(ended)
     for task in ended:
-        snap = _snapshot(api, task["taskId"])
-        assert _step(snap)["lifecycleStatus"] == "SUCCEEDED" and _step(snap)["attempt"] == 1
-        _nothing_ran_after_the_end(e2e_engine, task["taskId"])
+        snap = stack.snapshot(task["taskId"])
+        assert _attempts(snap) == [(1, "SUCCEEDED")]
+        stack.nothing_ran_after_the_end(task["taskId"])
 
 
-async def test_a_workflow_id_run_again_after_its_chain_closed_is_new_work(
-    api: Http,
-    live_api: str,
-    temporal_env: WorkflowEnvironment,
-    task_queue: str,
-    tmp_path: Path,
-    e2e_engine: sa.Engine,
-    e2e_service: StatusService,
-) -> None:
+async def test_each_schedule_action_is_new_work_with_a_task_of_its_own(stack: Stack) -> None:
+    from temporalio.client import Schedule, ScheduleActionStartWorkflow, ScheduleSpec, ScheduleState
+
+    title = _title()
+    schedule = await stack.env.client.create_schedule(
+        f"schedule-{title}",
+        Schedule(
+            action=ScheduleActionStartWorkflow(
+                fw.FeatureWorkflow.run, fw.Plan(OWNER, title, "plain"), id=f"scheduled-{title}", task_queue=stack.queue
+            ),
+            spec=ScheduleSpec(),
+            state=ScheduleState(paused=True),  # only the triggers below start anything
+        ),
+    )
+    try:
+        await schedule.trigger()
+        await stack.until(lambda: len(stack.titled(title)) == 1, "the first action's task")
+        await schedule.trigger()
+
+        def two_ended() -> list[dict[str, Any]] | None:
+            tasks = [t for t in stack.titled(title) if t["lifecycleStatus"] in TERMINAL]
+            return tasks if len(tasks) == 2 else None
+
+        tasks = await stack.until(two_ended, "both actions ended their tasks")
+    finally:
+        await schedule.delete()
+    await stack.clean()
+    assert {t["lifecycleStatus"] for t in tasks} == {"SUCCEEDED"} and len({t["taskId"] for t in tasks}) == 2
+    for task in tasks:
+        assert _attempts(stack.snapshot(task["taskId"])) == [(1, "SUCCEEDED")]
+        stack.nothing_ran_after_the_end(task["taskId"])
+
+
+async def test_a_workflow_id_run_again_after_its_chain_closed_is_new_work(stack: Stack) -> None:
     title = _title()
     ids = []
-    async with (
-        _worker(api, live_api, temporal_env, task_queue, tmp_path) as worker,
-        _following(e2e_service, temporal_env),
-    ):
-        for _ in range(2):
-            ids.append(
-                await temporal_env.client.execute_workflow(
-                    fw.FeatureWorkflow.run,
-                    fw.Plan(OWNER, title, "plain"),
-                    id=f"fixed-{title}",  # as the SDK's samples do
-                    task_queue=task_queue,
-                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                )
-            )
-        for task_id in ids:
-            await _eventually(lambda task_id=task_id: _ended(api, task_id), "the task ended")
-        await _clean(worker)
+    for _ in range(2):
+        handle = await stack.start(
+            fw.Plan(OWNER, title, "plain"),
+            id=f"fixed-{title}",  # as the SDK's samples do
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
+        ids.append(await handle.result())
+    for task_id in ids:
+        await stack.ended(task_id)
+    await stack.clean()
     assert len(set(ids)) == 2
     for task_id in ids:
-        snap = _snapshot(api, task_id)
+        snap = stack.snapshot(task_id)
         assert snap["lifecycleStatus"] == "SUCCEEDED" and _step(snap)["lifecycleStatus"] == "SUCCEEDED"
-        _nothing_ran_after_the_end(e2e_engine, task_id)
+        stack.nothing_ran_after_the_end(task_id)
 
 
-@pytest.mark.parametrize("how", ["sync_wait", "quiet_wait"])
-async def test_a_cancelled_run_cancels_its_step_whatever_the_activity_kind(
-    how: str,
+async def test_a_continued_as_new_run_carries_on_the_same_task(stack: Stack) -> None:
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, "continue"))
+    task_id = await handle.result()  # the handle follows the chain to its last run
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert [t["taskId"] for t in stack.titled(title)] == [task_id]
+    assert snap["lifecycleStatus"] == "SUCCEEDED"
+    assert _attempts(snap) == [(1, "SUCCEEDED"), (2, "SUCCEEDED")]  # each run's activity, one step
+    stack.nothing_ran_after_the_end(task_id)
+
+
+async def test_a_reset_run_carries_on_the_same_task_and_its_end_ends_it(stack: Stack) -> None:
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.enums.v1 import EventType as HistoryEventType
+    from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, "hold"))
+    task_id = await stack.task_of(title)
+    await stack.until(lambda: _step(stack.snapshot(task_id))["lifecycleStatus"] == "SUCCEEDED", "the step ended")
+    # Reset to the last completed workflow task (waiting for the signal): the new run goes on from there.
+    completed = [
+        e.event_id
+        async for e in handle.fetch_history_events()
+        if e.event_type == HistoryEventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    ]
+    reset = await stack.env.client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=stack.env.client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=handle.result_run_id),
+            reason="deployed a fix",
+            workflow_task_finish_event_id=completed[-1],
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    new_run = stack.env.client.get_workflow_handle(handle.id, run_id=reset.run_id)
+
+    def owned_by_new_run() -> bool:
+        from status.infra import tables as t
+
+        with stack.engine.connect() as conn:
+            return conn.scalar(sa.select(t.task.c.temporal_run_id).where(t.task.c.id == task_id)) == reset.run_id
+
+    await stack.until(owned_by_new_run, "the new run owns the task")
+    assert stack.snapshot(task_id)["lifecycleStatus"] == "RUNNING"
+    await new_run.signal(fw.FeatureWorkflow.release)
+    assert await new_run.result() == task_id
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
+    stack.nothing_ran_after_the_end(task_id)
+
+
+# ---------------------------------------------------------------- activity kinds and cancellation
+@pytest.mark.parametrize(
+    ("how", "cancellation"),
+    [
+        ("sync_wait", "TRY_CANCEL"),
+        ("sync_wait", "WAIT_CANCELLATION_COMPLETED"),
+        ("sync_wait", "ABANDON"),
+        ("quiet_wait", "TRY_CANCEL"),
+        ("quiet_wait", "ABANDON"),
+    ],
+)
+async def test_a_cancelled_run_cancels_its_step_whatever_the_activity_kind_and_cancellation_type(
+    how: str, cancellation: str, stack: Stack
+) -> None:
+    """A thread-pool activity (cancelled by temporalio.exceptions.CancelledError in its thread) and an
+    async one that never heartbeats (never hears of it), under each cancellation type: the step is
+    CANCELLED with the task, and nothing says it failed (an abandoned activity that goes on learns
+    from its heartbeat that Temporal no longer knows it, and reports no ending of its own)."""
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, how, seconds=20, cancellation=cancellation))
+    task_id = await stack.task_of(title)
+    await stack.until(lambda: _step(stack.snapshot(task_id))["lifecycleStatus"] == "RUNNING", "the step runs")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    snap = await stack.ended(task_id)
+    if how == "sync_wait":
+        await stack.until(lambda: stack.plugin.reporter.heartbeats == {}, "the activity stopped")
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "CANCELLED"
+    assert _step(snap)["lifecycleStatus"] == "CANCELLED"
+    assert stack.snapshot(task_id)["steps"] == snap["steps"]
+    stack.nothing_ran_after_the_end(task_id)
+    assert "STEP_FAILED" not in stack.event_kinds(task_id)  # never said it failed
+
+
+async def test_a_process_pool_activity_cancelled_with_its_run_is_cancelled(
     api: Http,
     live_api: str,
     temporal_env: WorkflowEnvironment,
@@ -259,95 +400,236 @@ async def test_a_cancelled_run_cancels_its_step_whatever_the_activity_kind(
     e2e_engine: sa.Engine,
     e2e_service: StatusService,
 ) -> None:
-    """A thread-pool activity (cancelled by temporalio.exceptions.CancelledError in its thread) and an
-    async one that never heartbeats (never hears of it): the step is CANCELLED with the task, in the
-    same version, and nothing says it failed."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from temporalio.worker import SharedStateManager
+
     title = _title()
-    async with (
-        _worker(api, live_api, temporal_env, task_queue, tmp_path) as worker,
-        _following(e2e_service, temporal_env),
-    ):
-        handle = await temporal_env.client.start_workflow(
-            fw.FeatureWorkflow.run, fw.Plan(OWNER, title, how, seconds=20), id=f"cancel-{title}", task_queue=task_queue
-        )
-        (task,) = await _eventually(lambda: _tasks_titled(api, title), "the task exists")
-        task_id = task["taskId"]
-        await _eventually(lambda: _step(_snapshot(api, task_id))["lifecycleStatus"] == "RUNNING", "the step runs")
-        await handle.cancel()
-        with pytest.raises(WorkflowFailureError):
-            await handle.result()
-        snap = await _eventually(lambda: _ended(api, task_id), "the task ended")
-        await _clean(worker)
-    assert snap["lifecycleStatus"] == "CANCELLED"
-    assert _step(snap)["lifecycleStatus"] == "CANCELLED"
-    _nothing_ran_after_the_end(e2e_engine, task_id)
-    assert "STEP_FAILED" not in [kind for _, kind, _ in _events(e2e_engine, task_id)]  # never said it failed
+    token = api.service_token("feature-worker", "WORKER", "COORDINATOR")
+    outbox = tmp_path / "outbox.sqlite3"
+    plugin = TaskStatusPlugin(live_api, token, outbox_path=outbox, heartbeat_interval=0.2)
+    records: list[logging.LogRecord] = []
+    handler = _Collect(records)
+    logging.getLogger("task_status_interceptors").addHandler(handler)
+    manager = multiprocessing.Manager()
+    try:
+        with ProcessPoolExecutor(2) as processes:
+            async with (
+                Worker(
+                    temporal_env.client,
+                    task_queue=task_queue,
+                    workflows=WORKFLOWS,
+                    activities=[fw.sync_work],
+                    activity_executor=processes,
+                    shared_state_manager=SharedStateManager.create_from_multiprocessing(manager),
+                    plugins=[plugin],
+                ),
+                _observing(e2e_service, temporal_env),
+            ):
+                stack = Stack(api, temporal_env, task_queue, e2e_engine, plugin, outbox, records)
+                handle = await stack.start(fw.Plan(OWNER, title, "sync_wait", seconds=20))
+                task_id = await stack.task_of(title)
+                await stack.until(lambda: _step(stack.snapshot(task_id))["lifecycleStatus"] == "RUNNING", "it runs")
+                await handle.cancel()
+                with pytest.raises(WorkflowFailureError):
+                    await handle.result()
+                snap = await stack.ended(task_id)
+                await stack.until(lambda: plugin.reporter.heartbeats == {}, "the activity stopped")
+                await stack.clean()
+    finally:
+        logging.getLogger("task_status_interceptors").removeHandler(handler)
+        manager.shutdown()
+    assert snap["lifecycleStatus"] == "CANCELLED" and _step(snap)["lifecycleStatus"] == "CANCELLED"
+    stack.nothing_ran_after_the_end(task_id)
+    assert "STEP_FAILED" not in stack.event_kinds(task_id)
+
+
+async def test_an_attempt_timed_out_on_its_heartbeat_is_followed_by_the_attempt_that_succeeds(stack: Stack) -> None:
+    """Attempt 1 stops heartbeating; Temporal times it out and runs attempt 2, which succeeds. The
+    first attempt's own late completion (it never heard) changes nothing and is absorbed quietly."""
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, "heartbeat_lost", seconds=3))
+    task_id = await handle.result()
+    snap = await stack.ended(task_id)
+    await stack.until(
+        lambda: stack.plugin.reporter.pending_events() == 0 and stack.plugin.reporter.absorbed >= 1, "the late report"
+    )
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "SUCCEEDED"
+    attempts = _attempts(stack.snapshot(task_id))
+    assert attempts == [(1, "TIMED_OUT"), (2, "SUCCEEDED")], attempts
+    stack.nothing_ran_after_the_end(task_id)
 
 
 @pytest.mark.parametrize("how", ["local", "async_complete"])
-async def test_a_step_ends_as_temporal_recorded_it_before_its_task_whoever_completed_it(
-    how: str,
-    api: Http,
-    live_api: str,
-    temporal_env: WorkflowEnvironment,
-    task_queue: str,
-    tmp_path: Path,
-    e2e_engine: sa.Engine,
-    e2e_service: StatusService,
-) -> None:
+async def test_a_step_ends_as_temporal_recorded_it_before_its_task_whoever_completed_it(how: str, stack: Stack) -> None:
     """A local activity (its report races the run's end) and an activity completed through its task
     token by someone else: the step is SUCCEEDED when the task is, never RUNNING under an ended task."""
     title = _title()
-    async with (
-        _worker(api, live_api, temporal_env, task_queue, tmp_path) as worker,
-        _following(e2e_service, temporal_env),
-    ):
-        handle = await temporal_env.client.start_workflow(
-            fw.FeatureWorkflow.run, fw.Plan(OWNER, title, how), id=f"ends-{title}", task_queue=task_queue
-        )
-        if how == "async_complete":
-            assert fw.async_tokens is not None
-            token = await asyncio.wait_for(fw.async_tokens.get(), 30)
-            await temporal_env.client.get_async_activity_handle(task_token=token).complete("done elsewhere")
-        task_id = await handle.result()
-        snap = await _eventually(lambda: _ended(api, task_id), "the task ended")
-        await _clean(worker)
+    handle = await stack.start(fw.Plan(OWNER, title, how))
+    if how == "async_complete":
+        assert fw.async_tokens is not None
+        token = await asyncio.wait_for(fw.async_tokens.get(), 30)
+        await stack.env.client.get_async_activity_handle(task_token=token).complete("done elsewhere")
+    task_id = await handle.result()
+    snap = await stack.ended(task_id)
+    await stack.clean()
     assert snap["lifecycleStatus"] == "SUCCEEDED"
     assert _step(snap)["lifecycleStatus"] == "SUCCEEDED"
-    _nothing_ran_after_the_end(e2e_engine, task_id)
-    assert _snapshot(api, task_id)["steps"] == snap["steps"]  # and nothing changed it afterwards
+    stack.nothing_ran_after_the_end(task_id)
+    assert stack.snapshot(task_id)["steps"] == snap["steps"]  # and nothing changed it afterwards
 
 
-async def test_an_execution_timeout_times_out_a_thread_pool_step_never_failing_it(
-    api: Http,
-    live_api: str,
-    temporal_env: WorkflowEnvironment,
-    task_queue: str,
-    tmp_path: Path,
-    e2e_engine: sa.Engine,
-    e2e_service: StatusService,
+async def test_an_activity_completed_elsewhere_mid_run_ends_its_step_while_the_run_goes_on(stack: Stack) -> None:
+    """Completed through its task token while the workflow still has work to do: the step ends as
+    Temporal recorded it (the observer watches it once the worker let go), the task runs on."""
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, "async_then_hold"))
+    task_id = await stack.task_of(title)
+    assert fw.async_tokens is not None
+    token = await asyncio.wait_for(fw.async_tokens.get(), 30)
+    await stack.until(lambda: _step(stack.snapshot(task_id))["lifecycleStatus"] == "RUNNING", "the step runs")
+    await stack.env.client.get_async_activity_handle(task_token=token).complete("approved")
+
+    def step_ended() -> dict[str, Any] | None:
+        snap = stack.snapshot(task_id)
+        return snap if _step(snap)["lifecycleStatus"] != "RUNNING" else None
+
+    snap = await stack.until(step_ended, "the step ended while its run goes on")
+    assert snap["lifecycleStatus"] == "RUNNING" and _step(snap)["lifecycleStatus"] == "SUCCEEDED"
+    assert _step(snap)["health"] == "HEALTHY"
+    await handle.signal(fw.FeatureWorkflow.release)
+    await handle.result()
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
+    stack.nothing_ran_after_the_end(task_id)
+
+
+# ---------------------------------------------------------------- timeouts
+@pytest.mark.parametrize("timeout", ["execution_timeout", "run_timeout"])
+async def test_a_workflow_timeout_times_out_a_thread_pool_step_never_failing_it(timeout: str, stack: Stack) -> None:
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, "sync_wait", seconds=30), **{timeout: timedelta(seconds=4)})
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    task_id = await stack.task_of(title)
+    snap = await stack.ended(task_id, timeout=40)
+    # The activity hears of it on a heartbeat (Temporal no longer knows it): it reports no
+    # ending of its own, so nothing it says contradicts the verdict.
+    await stack.until(lambda: stack.plugin.reporter.heartbeats == {}, "the activity stopped")
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "TIMED_OUT" and _step(snap)["lifecycleStatus"] == "TIMED_OUT"
+    assert "STEP_FAILED" not in stack.event_kinds(task_id)
+    assert stack.snapshot(task_id)["steps"] == snap["steps"]
+    stack.nothing_ran_after_the_end(task_id)
+
+
+# ---------------------------------------------------------------- child workflows
+@pytest.mark.parametrize(("policy", "child_ends"), [("TERMINATE", "CANCELLED"), ("REQUEST_CANCEL", "CANCELLED")])
+async def test_a_childs_task_follows_the_child_when_its_parent_closes(
+    policy: str, child_ends: str, stack: Stack
+) -> None:
+    """The child owns the task it creates; its parent's close policy ends the child, and with it the task."""
+    title = _title()
+    parent = await stack.start(fw.Family(OWNER, title, policy), workflow=fw.ParentWorkflow.run)
+    child_task = await stack.task_of(f"{title}-child")
+    await stack.until(lambda: _step(stack.snapshot(child_task))["lifecycleStatus"] == "SUCCEEDED", "its step ended")
+    await parent.signal(fw.ParentWorkflow.release)
+    child_id = await parent.result()
+    child = stack.env.client.get_workflow_handle(child_id)
+    with pytest.raises(WorkflowFailureError):
+        await child.result()
+    snap = await stack.ended(child_task)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == child_ends
+    assert _attempts(snap) == [(1, "SUCCEEDED")]
+    stack.nothing_ran_after_the_end(child_task)
+
+
+async def test_an_abandoned_childs_task_goes_on_after_its_parent_and_ends_with_the_child(stack: Stack) -> None:
+    title = _title()
+    parent = await stack.start(fw.Family(OWNER, title, "ABANDON"), workflow=fw.ParentWorkflow.run)
+    child_task = await stack.task_of(f"{title}-child")
+    await stack.until(lambda: _step(stack.snapshot(child_task))["lifecycleStatus"] == "SUCCEEDED", "its step ended")
+    await parent.signal(fw.ParentWorkflow.release)
+    child = stack.env.client.get_workflow_handle(await parent.result())
+    follower_rounds = 3  # the parent's close is read by the follower: the child's task stays open
+    for _ in range(follower_rounds):
+        await asyncio.sleep(LoopConfig().run_follow_interval)
+    assert stack.snapshot(child_task)["lifecycleStatus"] == "RUNNING"
+    await child.signal(fw.FeatureWorkflow.release)
+    await child.result()
+    snap = await stack.ended(child_task)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "SUCCEEDED"
+    stack.nothing_ran_after_the_end(child_task)
+
+
+@pytest.mark.parametrize(("child_fails", "ends"), [(False, "SUCCEEDED"), (True, "FAILED")])
+async def test_a_task_handed_to_a_child_is_ended_by_the_childs_verdict(
+    child_fails: bool, ends: str, stack: Stack
 ) -> None:
     title = _title()
-    async with (
-        _worker(api, live_api, temporal_env, task_queue, tmp_path) as worker,
-        _following(e2e_service, temporal_env),
-    ):
-        handle = await temporal_env.client.start_workflow(
-            fw.FeatureWorkflow.run,
-            fw.Plan(OWNER, title, "sync_wait", seconds=30),
-            id=f"timeout-{title}",
-            task_queue=task_queue,
-            execution_timeout=timedelta(seconds=4),
-        )
+    parent = await stack.start(
+        fw.Family(OWNER, title, "TERMINATE", hand_over=True, child_fails=child_fails), workflow=fw.ParentWorkflow.run
+    )
+    if child_fails:
         with pytest.raises(WorkflowFailureError):
-            await handle.result()
-        (task,) = await _eventually(lambda: _tasks_titled(api, title), "the task exists")
-        snap = await _eventually(lambda: _ended(api, task["taskId"]), "the task ended", timeout=40)
-        # The activity hears of it on a heartbeat (Temporal no longer knows it): it reports no
-        # ending of its own, so nothing it says contradicts the verdict.
-        await _eventually(lambda: worker.plugin.reporter.heartbeats == {}, "the activity stopped")
-        await _clean(worker)
-    assert snap["lifecycleStatus"] == "TIMED_OUT" and _step(snap)["lifecycleStatus"] == "TIMED_OUT"
-    assert "STEP_FAILED" not in [kind for _, kind, _ in _events(e2e_engine, task["taskId"])]
-    assert _snapshot(api, task["taskId"])["steps"] == snap["steps"]
-    _nothing_ran_after_the_end(e2e_engine, task["taskId"])
+            await parent.result()
+    else:
+        await parent.result()
+    task_id = await stack.task_of(title)
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == ends
+    if child_fails:
+        assert snap["failure"]["code"] == "CHILD_FAILED"
+    assert _attempts(snap) == [(1, "SUCCEEDED")]
+    stack.nothing_ran_after_the_end(task_id)
+
+
+# ---------------------------------------------------------------- messages during a run
+async def test_signals_queries_and_updates_during_a_run_change_nothing_but_what_they_do(stack: Stack) -> None:
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, "hold"))
+    task_id = await stack.task_of(title)
+    await stack.until(lambda: _step(stack.snapshot(task_id))["lifecycleStatus"] == "SUCCEEDED", "the step ended")
+    assert await handle.execute_update(fw.FeatureWorkflow.bump, 2) == 2
+    assert await handle.query(fw.FeatureWorkflow.bumped) == 2
+    assert stack.snapshot(task_id)["lifecycleStatus"] == "RUNNING"
+    await handle.signal(fw.FeatureWorkflow.release)
+    assert await handle.result() == task_id
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
+    stack.nothing_ran_after_the_end(task_id)
+
+
+async def test_update_with_start_starts_the_work_and_its_task(stack: Stack) -> None:
+    from temporalio.client import WithStartWorkflowOperation
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    title = _title()
+    start = WithStartWorkflowOperation(
+        fw.FeatureWorkflow.run,
+        fw.Plan(OWNER, title, "hold"),
+        id=f"update-start-{title}",
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        task_queue=stack.queue,
+    )
+    assert (
+        await stack.env.client.execute_update_with_start_workflow(
+            fw.FeatureWorkflow.bump, 1, start_workflow_operation=start
+        )
+        == 1
+    )
+    handle = await start.workflow_handle()
+    task_id = await stack.task_of(title)
+    await handle.signal(fw.FeatureWorkflow.release)
+    assert await handle.result() == task_id
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
+    stack.nothing_ran_after_the_end(task_id)

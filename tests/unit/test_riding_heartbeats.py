@@ -4,6 +4,7 @@ by their own round instead."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -66,5 +67,28 @@ async def test_an_older_service_gets_every_event_and_the_heartbeats_by_their_rou
         execution.completed()
         await reporter.drained(10)
         assert service.batches[-1] == (1, 0)  # it no longer rides
+    finally:
+        await reporter.stop()
+
+
+async def test_an_activity_that_completes_elsewhere_says_so_in_one_last_heartbeat_at_once(tmp_path: Path) -> None:
+    """``raise_complete_async()``: the next heartbeat round starts without waiting out the interval,
+    its item says the activity completes elsewhere, and once the service took it no beat follows."""
+    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
+    await reporter.start()
+    service = OlderService(refuses=False)
+    reporter._events = reporter._binds_over = service
+    try:
+        execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
+        await reporter.drained(10)
+        execution.heartbeat()
+        execution.completes_elsewhere()
+        async with asyncio.timeout(10):  # far less than the hour-long interval
+            while not service.rounds:
+                await asyncio.sleep(0.01)
+        (item,) = service.rounds[0]
+        assert item["heartbeatSeq"] == 2 and item["completesElsewhere"] is True
+        assert reporter.heartbeats == {}  # accepted: nothing of it beats again
+        assert await reporter.send_heartbeats() == 0
     finally:
         await reporter.stop()

@@ -15,6 +15,15 @@ from status.infra.stores.tasks import handles_by_hash
 ts, st = t.task_step, t.task_step_temporal
 
 
+def _completes_elsewhere() -> Any:
+    """The step attempt's activity completes elsewhere (its worker let go of it)."""
+    return (
+        sa.select(st.c.execution_id)
+        .where(st.c.execution_id == ts.c.execution_id, st.c.completes_elsewhere_at.is_not(None))
+        .exists()
+    )
+
+
 class SqlHeartbeatStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
@@ -167,6 +176,7 @@ class SqlHeartbeatStore:
                 ts.c.lifecycle_status == Lifecycle.RUNNING.value,
                 ts.c.superseded.is_(sa.false()),
                 ts.c.heartbeat_deadline_at.is_not(None),
+                ~_completes_elsewhere(),
             )
         ).one()
         return int(running), int(producers), newest, shortest
@@ -195,6 +205,7 @@ class SqlHeartbeatStore:
                     ts.c.health == Health.HEALTHY.value,
                     ts.c.heartbeat_deadline_at <= now,
                     ts.c.superseded.is_(sa.false()),
+                    st.c.completes_elsewhere_at.is_(None),  # watched in Temporal instead (no beats due)
                 )
                 .order_by(ts.c.heartbeat_deadline_at)
                 .limit(limit)
@@ -216,7 +227,50 @@ class SqlHeartbeatStore:
                     ts.c.lifecycle_status == Lifecycle.RUNNING.value,
                     ts.c.health == Health.HEALTHY.value,
                     ts.c.heartbeat_deadline_at <= now,
+                    ~_completes_elsewhere(),
                 )
             ).first()
             is not None
         )
+
+    def mark_completes_elsewhere(self, execution_ids: list[str], now: datetime) -> None:
+        """Their workers said these activities complete elsewhere: watch them from now on."""
+        if execution_ids:
+            self._conn.execute(
+                st.update()
+                .where(st.c.execution_id.in_(execution_ids), st.c.completes_elsewhere_at.is_(None))
+                .values(completes_elsewhere_at=now, next_check_at=now)
+            )
+
+    def awaited_executions(self, now: datetime, limit: int) -> list[Any]:
+        """Attempts completing elsewhere whose check is due (unlocked), earliest first, as
+        ``overdue_executions`` gives them, with when their worker let go of them."""
+        return list(
+            self._conn.execute(
+                sa.select(
+                    ts.c.task_id,
+                    ts.c.step_id,
+                    ts.c.attempt,
+                    ts.c.execution_id,
+                    t.task.c.tenant_id,
+                    t.task.c.authority_scope,
+                    st.c.namespace,
+                    st.c.workflow_id,
+                    st.c.run_id,
+                    st.c.activity_id,
+                    st.c.completes_elsewhere_at,
+                    ts.c.lifecycle_status,
+                )
+                .select_from(st)
+                .join(ts, ts.c.execution_id == st.c.execution_id)
+                .join(t.task, t.task.c.id == ts.c.task_id)
+                .where(st.c.next_check_at <= now)
+                .order_by(st.c.next_check_at)
+                .limit(limit)
+            ).all()
+        )
+
+    def next_check(self, checks: dict[str, datetime | None]) -> None:
+        """When to ask Temporal again about each awaited attempt (None: never, it has ended)."""
+        for execution_id, at in checks.items():
+            self._conn.execute(st.update().where(st.c.execution_id == execution_id).values(next_check_at=at))
