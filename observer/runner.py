@@ -91,6 +91,7 @@ class Observer:
             "reconciler": lambda: asyncio.to_thread(self.reconciler.run_once),
             "retention": lambda: asyncio.to_thread(lambda: sum(self.retention.run_once().values())),
             "runs": self.runs.run_once,
+            "completions": lambda: asyncio.to_thread(self.reconciler.watch_completions),
         }
 
     def housekeeping(self) -> None:
@@ -230,6 +231,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> bool:
             "reconciler": observer.config.reconciler_interval,
             "retention": observer.config.retention_interval,
             "runs": observer.config.run_follow_interval,
+            "completions": observer.config.run_follow_interval,
         },
         observer.wake_events(),
     )

@@ -23,7 +23,7 @@ from datetime import timedelta
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
-COMPONENTS = ("relay", "projector", "reconciler", "retention", "runs")
+COMPONENTS = ("relay", "projector", "reconciler", "retention", "runs", "completions")
 TASK_QUEUE = "task-observer"
 
 
