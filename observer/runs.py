@@ -7,8 +7,9 @@ the runs that close, never the tasks that are open), finds the open tasks those 
 indexed read), and for each such run reads its close event (one call): a run whose work goes on
 in another run (continue-as-new, retry, cron — named by the close event — or a reset, whose new
 run starts as the old one is terminated) hands its tasks over; any other ends them through
-``status.app.runs``. Temporal unreachable: the pass fails, nothing changes, and the next pass
-starts from the same watermark.
+``status.app.runs``. The same pass lists the open runs Temporal reports stuck (one more
+visibility query) and shows them on the tasks they own until they move again. Temporal
+unreachable: the pass fails, nothing changes, and the next pass starts from the same watermark.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio.api.enums.v1 import EventType as HistoryEventType
 from temporalio.api.enums.v1 import RetryState
 from temporalio.client import Client, WorkflowExecution, WorkflowHistoryEventFilterType
+from temporalio.service import RPCError, RPCStatusCode
 
 from observer import metrics
 from status import logs
@@ -33,6 +35,14 @@ log = logs.get("observer.runs")
 # Closes are re-read this far behind the watermark: visibility is eventually consistent, so a run
 # may become visible a little after runs that closed later. Re-reading costs nothing but the read.
 VISIBILITY_OVERLAP = timedelta(seconds=30)
+
+# Open runs Temporal reports stuck: it sets TemporalReportedProblems on a run whose workflow task
+# failed (or timed out) several times in a row (``system.numConsecutiveWorkflowTaskProblemsTo
+# TriggerSearchAttribute``, 5 by default: about a minute of retries) and removes it once one succeeds.
+STUCK_QUERY = (
+    'ExecutionStatus = "Running" AND TemporalReportedProblems IN '
+    '("category=WorkflowTaskFailed", "category=WorkflowTaskTimedOut")'
+)
 
 
 def _retried_by(new_run_id: str, retry_state: int) -> str | None:
@@ -59,6 +69,7 @@ class RunFollower:
         self._clients: dict[str, Client] = {}
         self.rpcs = 0  # Temporal calls made (list pages, close events, describes)
         self.passes = 0  # completed passes over every namespace
+        self._no_problem_reports: set[str] = set()  # namespaces whose server cannot list stuck runs
 
     async def _client(self, namespace: str) -> Client:
         client = self._clients.get(namespace)
@@ -83,6 +94,7 @@ class RunFollower:
         if since is None:
             return 0  # no run of this namespace owns an open task
         client = await self._client(namespace)
+        changed = await self._stuck(client, namespace)
         start = since.replace(tzinfo=UTC) - self.overlap
         query = f'CloseTime >= "{start.isoformat(timespec="milliseconds").replace("+00:00", "Z")}"'
         closed: list[WorkflowExecution] = []
@@ -92,12 +104,11 @@ class RunFollower:
                 closed.append(execution)
         self.rpcs += max(1, -(-len(closed) // 1000))
         if not closed:
-            return 0
+            return changed
         owned = await asyncio.to_thread(self.service.runs.open_tasks, namespace, [e.id for e in closed])
         by_workflow = defaultdict(list)
         for task in owned:
             by_workflow[task.workflow_id].append(task)
-        changed = 0
         for execution in sorted(closed, key=lambda e: e.close_time or datetime.min.replace(tzinfo=UTC)):
             tasks = [t for t in by_workflow.get(execution.id, []) if t.run_id in (None, execution.run_id)]
             if not tasks:
@@ -123,6 +134,31 @@ class RunFollower:
         newest = max(e.close_time for e in closed if e.close_time is not None)
         await asyncio.to_thread(self.service.runs.advance_watermark, namespace, newest.replace(tzinfo=None))
         return changed
+
+    async def _stuck(self, client: Client, namespace: str) -> int:
+        """Runs Temporal reports stuck (open, their workflow task failing again and again: a bug or a
+        non-deterministic change in workflow code) show on the tasks they own, until they move again.
+        One visibility query per pass, whatever the number of open tasks; a server without the
+        search attribute (before Temporal 1.28) is asked no more, and nothing is shown stuck."""
+        if namespace in self._no_problem_reports:
+            return 0
+        stuck: set[tuple[str, str]] = set()
+        self.rpcs += 1
+        try:
+            async for execution in client.list_workflows(STUCK_QUERY, page_size=1000):
+                stuck.add((execution.id, execution.run_id))
+        except RPCError as err:
+            if err.status is not RPCStatusCode.INVALID_ARGUMENT:
+                raise
+            self._no_problem_reports.add(namespace)
+            log.warning(
+                "Temporal reports no stuck runs here (no TemporalReportedProblems); not shown", namespace=namespace
+            )
+            return 0
+        result = await asyncio.to_thread(self.service.runs.reflect_stuck, namespace, stuck)
+        if result.stuck or result.recovered:
+            log.info("Temporal's stuck runs", stuck=len(result.stuck), recovered=len(result.recovered))
+        return len(result.stuck) + len(result.recovered)
 
     async def _closed_run(self, client: Client, namespace: str, execution: WorkflowExecution) -> ClosedRun:
         """The run as its close event tells it (its successor, a terminate reason, a failure's type)."""

@@ -32,6 +32,12 @@ from status.settings import Settings
 TENANT, SCOPE, DEMO_USER = "demo", "demo", "alice"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Temporal reports a run stuck (TemporalReportedProblems, which the observer shows on its tasks)
+# after this many workflow task failures in a row; its default of 5 takes about a minute of
+# retries. The dev server reports it after 2 (about 10 s); a production server takes the same key
+# in its dynamic config file when a minute is too long.
+TEMPORAL_DEV_ARGS = ("--dynamic-config-value", "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute=2")
+
 
 @dataclass
 class DevPorts:
@@ -151,6 +157,7 @@ class DevStack:
                 str(self.data_dir / "temporal.db"),
                 "--log-level",
                 "warn",
+                *TEMPORAL_DEV_ARGS,
             ],
         )
         _wait(lambda: _port_open(self.ports.temporal), 60, "the Temporal dev server")

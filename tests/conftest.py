@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 from temporalio.testing import WorkflowEnvironment
 
+from status.devstack import TEMPORAL_DEV_ARGS
 from status.infra import migrate
 from tests.support.processes import TEMPORAL_STARTUP, CentrifugoNode, missing_service, temporal_binary
 
@@ -104,6 +105,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=str(temporal_binary()),
         dev_server_startup_timeout=TEMPORAL_STARTUP,
         dev_server_log_level="warn",
+        dev_server_extra_args=list(TEMPORAL_DEV_ARGS),
     )
     try:
         yield env

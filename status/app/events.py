@@ -33,6 +33,7 @@ from status.app.views import locked_view
 from status.domain import ids
 from status.domain.aggregate import affects_workflow
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.definitions import FailurePolicy
 from status.domain.errors import (
     Conflict,
     DomainError,
@@ -52,6 +53,7 @@ from status.domain.rules import (
     Outcome,
     StepEvent,
     TaskEvent,
+    apply_run_health,
     apply_step_event,
     apply_task_event,
     safe_user_message,
@@ -221,10 +223,12 @@ class EventCommands:
         check_key("eventId", cmd.event_id)
         if cmd.event_id.startswith(outbox.SERVICE_EVENT_PREFIX):
             raise Invalid(f"eventIds starting with {outbox.SERVICE_EVENT_PREFIX!r} name the service's own entries")
-        if cmd.source_seq < 1 and event_type is not EventType.STEP_HEALTH_CHANGED:
+        if cmd.source_seq < 1 and event_type not in (EventType.STEP_HEALTH_CHANGED, EventType.TASK_HEALTH_CHANGED):
             raise Invalid("sourceSeq must be >= 1")
         self._check_data_size(cmd)
         received_at = self.ctx.now()
+        if event_type is EventType.TASK_HEALTH_CHANGED:
+            return self._run_health_event(uow, group, caller, cmd, received_at)
         if event_type in TASK_EVENT_TYPES:
             return self._task_event(uow, group, caller, cmd, event_type, received_at)
         if event_type not in {*WORKER_EVENT_TYPES, EventType.STEP_HEALTH_CHANGED}:
@@ -393,6 +397,48 @@ class EventCommands:
             fingerprint,
             received_at,
             lifecycle_changed=True,
+        )
+
+    def _run_health_event(
+        self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent, received_at: datetime
+    ) -> dict[str, Any]:
+        """Temporal's report that the task's run is stuck (health STALE) or moves again (HEALTHY):
+        the observer's only (RECONCILER), never a producer's; the lifecycle is left as confirmed."""
+        if not (isinstance(caller, ServicePrincipal) and caller.has(Role.RECONCILER)):
+            raise Forbidden("TASK_HEALTH_CHANGED needs the RECONCILER role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
+        if cmd.task_id is None or cmd.health not in (Health.STALE.value, Health.HEALTHY.value):
+            raise Invalid("TASK_HEALTH_CHANGED needs taskId and health STALE or HEALTHY")
+        view, stored = self._lock(uow, group, cmd.task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
+        task = view.task
+        fingerprint = content_hash({"task": task.task_id} | cmd.content())
+        duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
+        if duplicate is not None:
+            return duplicate
+        current = [s for s in view.steps.latest.values() if not s.superseded]
+        outcome = apply_run_health(
+            task,
+            stuck=cmd.health == Health.STALE.value,
+            steps_stale=any(s.health is Health.STALE for s in current),
+            steps_degraded=any(
+                s.lifecycle is Lifecycle.FAILED and s.failure_policy == FailurePolicy.CONTINUE_WITH_WARNING.value
+                for s in current
+            ),
+            now=received_at,
+        )
+        return self._stage(
+            uow,
+            group,
+            task,
+            None,
+            view,
+            outcome,
+            EventType.TASK_HEALTH_CHANGED,
+            cmd,
+            caller.producer_id,
+            task.coordinator_source_seq,
+            fingerprint,
+            received_at,
+            lifecycle_changed=False,
         )
 
     def _stage(

@@ -287,6 +287,10 @@ class RunStore(Protocol):
         """The open tasks owned by any run of these Temporal workflow ids (one indexed read)."""
         ...
 
+    def stuck_tasks(self, namespace: str) -> list[OwnedTask]:
+        """The open tasks of this namespace shown as stuck (their run's workflow task kept failing)."""
+        ...
+
     def hand_over(self, namespace: str, task_ids: Sequence[str], to_run_id: str) -> int:
         """The open tasks among ``task_ids`` now belong to ``to_run_id`` of the same workflow id."""
         ...

@@ -11,7 +11,7 @@ changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +23,7 @@ from status.app.events import EventCommands
 from status.app.ports import OwnedTask, UnitOfWork
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Conflict, DomainError, ErrorCode, NotFound
-from status.domain.lifecycle import Lifecycle
+from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.verdicts import ClosedRun, verdict_event_id, verdict_for, verdict_source_seq
 
 log = logs.get("status.runs")
@@ -35,6 +35,19 @@ __all__ = ["RUN_PRODUCER", "FollowResult", "OwnedTask", "RunCommands"]
 class FollowResult:
     ended: list[str]  # task ids this call ended
     handed_over: list[str]  # task ids that moved to the run continuing the work
+
+
+@dataclass
+class StuckResult:
+    stuck: list[str]  # task ids now shown stuck
+    recovered: list[str]  # task ids whose run moves again
+
+
+def _owned_by_one_of(task: OwnedTask, runs: set[tuple[str, str]]) -> bool:
+    """The task's owner is one of these runs (an owner without a run id: any run of its workflow id)."""
+    if task.run_id is not None:
+        return (task.workflow_id, task.run_id) in runs
+    return any(workflow_id == task.workflow_id for workflow_id, _ in runs)
 
 
 class RunCommands:
@@ -105,6 +118,48 @@ class RunCommands:
             if not outcome.get("duplicate"):
                 result.ended.append(task.task_id)
         return result
+
+    def reflect_stuck(self, namespace: str, stuck: Collection[tuple[str, str]]) -> StuckResult:
+        """Temporal's list of this namespace's stuck runs (workflow id, run id: open, their workflow
+        task failing again and again) becomes the health of the open tasks they own: a task whose
+        run is listed turns STALE (stuck), one shown stuck whose run is listed no more recovers (the
+        run moved again; a closed run's verdict ends the task anyway). Idempotent: a second observer
+        or a replayed pass finds nothing left to change."""
+        with self.ctx.db.reading() as stores:
+            shown = stores.runs.stuck_tasks(namespace)
+            owned = stores.runs.open_tasks_of(namespace, sorted({workflow_id for workflow_id, _ in stuck}))
+        runs = set(stuck)
+        shown_ids = {task.task_id for task in shown}
+        result = StuckResult([], [])
+        for task in owned:
+            if task.task_id not in shown_ids and _owned_by_one_of(task, runs) and self._run_health(task, stuck=True):
+                result.stuck.append(task.task_id)
+        for task in shown:
+            if not _owned_by_one_of(task, runs) and self._run_health(task, stuck=False):
+                result.recovered.append(task.task_id)
+        return result
+
+    def _run_health(self, task: OwnedTask, *, stuck: bool) -> bool:
+        caller = ServicePrincipal(RUN_PRODUCER, task.tenant_id, task.authority_scope, frozenset({Role.RECONCILER}))
+        health = Health.STALE if stuck else Health.HEALTHY
+        now = self.ctx.now()
+        cmd = c.ReportEvent(
+            event_id=f"run-health:{task.task_id}:{health.value}:{now.isoformat()}",
+            event_type=EventType.TASK_HEALTH_CHANGED.value,
+            source_seq=0,
+            occurred_at=now,
+            task_id=task.task_id,
+            task_attempt=task.attempt,
+            health=health.value,
+            reason="WORKFLOW_STUCK" if stuck else "WORKFLOW_MOVES",
+        )
+        try:
+            self.events.report_event(caller, cmd)
+        except DomainError as err:
+            if err.code in (ErrorCode.TERMINAL_STATE, ErrorCode.INVALID_TRANSITION):
+                return False  # it ended, or another observer changed it first
+            raise
+        return True
 
     def watermark(self, namespace: str) -> datetime | None:
         """Where to go on reading ``namespace``'s closed runs: the stored watermark, or (first time)

@@ -46,6 +46,8 @@ class EventType(StrEnum):
     TASK_CANCELLED = "TASK_CANCELLED"
     # Temporal's verdict only (a run that timed out): the Coordinator never sees it happen.
     TASK_TIMED_OUT = "TASK_TIMED_OUT"
+    # Temporal's report only (the owning run's workflow task keeps failing, or moves again).
+    TASK_HEALTH_CHANGED = "TASK_HEALTH_CHANGED"
     # Written by the service itself for commands that change a task.
     TASK_CREATED = "TASK_CREATED"
     TASK_CLASSIFIED = "TASK_CLASSIFIED"

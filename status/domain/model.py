@@ -111,6 +111,9 @@ class TaskState:
     finished_at: datetime | None = None
     duration_ms: int | None = None
     dynamic_step_count: int = 0
+    # Temporal reports the owning run's workflow task failing over and over: the run is open
+    # but makes no progress (a bug or a non-deterministic change in workflow code).
+    stuck_since: datetime | None = None
 
 
 @dataclass(frozen=True)

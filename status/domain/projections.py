@@ -195,6 +195,8 @@ def _task_core(task: TaskState, now: datetime) -> dict[str, Any]:
         "lifecycleStatus": task.lifecycle.value,
         "businessStatus": task.business_status,
         "health": task.health.value,
+        # Temporal reports the owning run stuck since then (health STALE while it is).
+        "stuckSince": iso(task.stuck_since),
         "createdAt": iso(task.created_at),
         "startedAt": iso(task.started_at),
         "finishedAt": iso(task.finished_at),

@@ -307,7 +307,7 @@ def apply_step_event(
 
 
 def _task_health(task: TaskState, step: StepState, other_steps_stale: bool) -> Health:
-    if step.health is Health.STALE or other_steps_stale:
+    if step.health is Health.STALE or other_steps_stale or task.stuck_since is not None:
         return Health.STALE
     if (
         step.lifecycle is Lifecycle.FAILED and step.failure_policy == FailurePolicy.CONTINUE_WITH_WARNING.value
@@ -430,8 +430,9 @@ def apply_task_event(
         duration_ms=event.duration_ms,
         failure=error if lifecycle is Lifecycle.FAILED else None,
         failed_step_id=event.failed_step_id if lifecycle is Lifecycle.FAILED else None,
-        # A finished task is no longer waiting on a silent executor.
+        # A finished task is no longer waiting on a silent executor, nor on a stuck run.
         health=Health.DEGRADED if task.health is Health.DEGRADED else Health.HEALTHY,
+        stuck_since=None,
         summary_schema=event.summary.schema if event.summary else task.summary_schema,
         summary_data=event.summary.value if event.summary else task.summary_data,
         updated_at=now,
@@ -482,6 +483,31 @@ def apply_task_event(
             if not step.lifecycle.terminal and not step.superseded
         )
     return Outcome(new_task, None, notice, must_deliver=True, ended_steps=ended)
+
+
+STUCK_MESSAGE = "The workflow is stuck; operators are told."
+
+
+def apply_run_health(
+    task: TaskState, *, stuck: bool, steps_stale: bool, steps_degraded: bool, now: datetime
+) -> Outcome:
+    """Temporal reports the owning run stuck (its workflow task fails again and again: open in
+    Temporal, making no progress) or moving again. The task's lifecycle stays what was last
+    confirmed; its health says the status is unconfirmed (STALE) while the run is stuck, with a
+    WARNING notice for its users, and comes back with the run (an INFO notice)."""
+    if task.lifecycle.terminal:
+        raise Conflict(f"task is {task.lifecycle} and can no longer change", ErrorCode.TERMINAL_STATE)
+    if stuck == (task.stuck_since is not None):
+        raise Conflict(f"the task's run is already {'stuck' if stuck else 'moving'}", ErrorCode.INVALID_TRANSITION)
+    version = task.version + 1
+    health = Health.STALE if stuck or steps_stale else Health.DEGRADED if steps_degraded else Health.HEALTHY
+    new_task = replace(task, health=health, stuck_since=now if stuck else None, version=version, updated_at=now)
+    notice_id = f"{task.task_id}:{version}"
+    if stuck:
+        notice = Notice(notice_id, "WORKFLOW_STUCK", Severity.WARNING, f"{task.title} is stuck", STUCK_MESSAGE)
+    else:
+        notice = Notice(notice_id, "WORKFLOW_RECOVERED", Severity.INFO, f"{task.title} is moving again")
+    return Outcome(new_task, None, notice, must_deliver=True)
 
 
 def task_timing(task: TaskState, now: datetime) -> dict[str, Any]:

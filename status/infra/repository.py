@@ -58,6 +58,7 @@ def task_from_row(row: Mapping[Any, Any]) -> TaskState:
         finished_at=row["finished_at"],
         duration_ms=row["duration_ms"],
         dynamic_step_count=row["dynamic_step_count"],
+        stuck_since=row["workflow_stuck_since"],
     )
 
 
@@ -84,6 +85,7 @@ def task_values(task: TaskState) -> dict[str, Any]:
         "finished_at": task.finished_at,
         "duration_ms": task.duration_ms,
         "dynamic_step_count": task.dynamic_step_count,
+        "workflow_stuck_since": task.stuck_since,
         "updated_at": task.updated_at,
     }
 

@@ -116,6 +116,9 @@ task = sa.Table(
     sa.Column("temporal_namespace", sa.String(255), nullable=True),
     sa.Column("temporal_workflow_id", sa.String(255), nullable=True),
     sa.Column("temporal_run_id", sa.String(64), nullable=True),
+    # Since when Temporal reports the owning run's workflow task failing again and again (the run
+    # is open but makes no progress): the task shows it until the run moves again.
+    sa.Column("workflow_stuck_since", Timestamp, nullable=True),
     sa.UniqueConstraint("workflow_id", "client_task_key", name="task_workflow_client_key_uk"),
     sa.Index("task_workflow_updated_idx", "workflow_id", "updated_at", "id"),
     sa.Index("task_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),
@@ -123,6 +126,7 @@ task = sa.Table(
     sa.Index("task_parent_idx", "tenant_id", "parent_task_id", "created_at", "id"),
     sa.Index("task_lifecycle_updated_idx", "lifecycle_status", "updated_at"),
     sa.Index("task_temporal_owner_idx", "temporal_namespace", "temporal_workflow_id"),
+    sa.Index("task_stuck_idx", "workflow_stuck_since"),
     **MYSQL_TABLE_ARGS,
 )
 

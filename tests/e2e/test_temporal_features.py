@@ -27,6 +27,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from observer.activities import ActivityProbe
 from observer.loops import LoopConfig, Reconciler
@@ -83,6 +84,18 @@ class Stack:
     async def ended(self, task_id: str, timeout: float = 30) -> dict[str, Any]:
         snap: dict[str, Any] = await _eventually(lambda: _ended(self.api, task_id), "the task ended", timeout=timeout)
         return snap
+
+    async def snapshot_when(
+        self, task_id: str, holds: Callable[[dict[str, Any]], Any], what: str, timeout: float = 30
+    ) -> dict[str, Any]:
+        """The task's first snapshot for which ``holds`` is true."""
+
+        def check() -> dict[str, Any] | None:
+            snap = self.snapshot(task_id)
+            return snap if holds(snap) else None
+
+        found: dict[str, Any] = await _eventually(check, what, timeout=timeout)
+        return found
 
     async def until(self, check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
         return await _eventually(check, what, timeout=timeout)
@@ -171,6 +184,10 @@ async def stack(
                     workflows=WORKFLOWS,
                     activities=ACTIVITIES,
                     activity_executor=pool,
+                    # The stuck case's "deploy" flips a switch its workflow reads (one module object).
+                    workflow_runner=SandboxedWorkflowRunner(
+                        restrictions=SandboxRestrictions.default.with_passthrough_modules("tests.support.stuck_switch")
+                    ),
                     plugins=[plugin],
                 ),
                 _observing(e2e_service, temporal_env),
@@ -187,6 +204,14 @@ def _step(snap: dict[str, Any]) -> dict[str, Any]:
 
 def _attempts(snap: dict[str, Any]) -> list[tuple[int, str]]:
     return sorted((s["attempt"], s["lifecycleStatus"]) for s in snap["steps"] if s["stepId"] == "01_work")
+
+
+async def _until_async(check: Callable[[], Any], what: str, timeout: float = 30) -> None:
+    """Until an awaitable check (a Temporal call) says yes."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, f"{what}: not after {timeout} s"
+        await asyncio.sleep(0.1)
 
 
 def _title() -> str:
@@ -264,7 +289,13 @@ async def test_each_schedule_action_is_new_work_with_a_task_of_its_own(stack: St
     )
     try:
         await schedule.trigger()
-        await stack.until(lambda: len(stack.titled(title)) == 1, "the first action's task")
+
+        # The next action once the first has closed (a schedule skips an action while one runs).
+        async def first_closed() -> bool:
+            info = (await schedule.describe()).info
+            return len(info.recent_actions) == 1 and not info.running_actions
+
+        await _until_async(first_closed, "the first action closed")
         await schedule.trigger()
 
         def two_ended() -> list[dict[str, Any]] | None:
@@ -491,12 +522,9 @@ async def test_an_activity_completed_elsewhere_mid_run_ends_its_step_while_the_r
     token = await asyncio.wait_for(fw.async_tokens.get(), 30)
     await stack.until(lambda: _step(stack.snapshot(task_id))["lifecycleStatus"] == "RUNNING", "the step runs")
     await stack.env.client.get_async_activity_handle(task_token=token).complete("approved")
-
-    def step_ended() -> dict[str, Any] | None:
-        snap = stack.snapshot(task_id)
-        return snap if _step(snap)["lifecycleStatus"] != "RUNNING" else None
-
-    snap = await stack.until(step_ended, "the step ended while its run goes on")
+    snap = await stack.snapshot_when(
+        task_id, lambda snap: _step(snap)["lifecycleStatus"] != "RUNNING", "the step ended while its run goes on"
+    )
     assert snap["lifecycleStatus"] == "RUNNING" and _step(snap)["lifecycleStatus"] == "SUCCEEDED"
     assert _step(snap)["health"] == "HEALTHY"
     await handle.signal(fw.FeatureWorkflow.release)
@@ -633,3 +661,49 @@ async def test_update_with_start_starts_the_work_and_its_task(stack: Stack) -> N
     await stack.clean()
     assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
     stack.nothing_ran_after_the_end(task_id)
+
+
+# ---------------------------------------------------------------- a stuck run
+async def test_a_run_whose_workflow_task_keeps_failing_shows_stuck_and_recovers_when_it_moves_again(
+    stack: Stack,
+) -> None:
+    """A bug in workflow code (a deploy): the run is open in Temporal but its workflow task fails
+    on every retry. Its task says so (health STALE, stuckSince, a WARNING notice), its lifecycle
+    stays as confirmed; fixed, the run moves on and the task is healthy again."""
+    from tests.support import stuck_switch
+
+    title = _title()
+    stuck_switch.broken = True
+    try:
+        handle = await stack.start(fw.Plan(OWNER, title, "stuck"))
+        task_id = await stack.task_of(title)
+        stuck = await stack.snapshot_when(task_id, lambda snap: snap["stuckSince"], "the task shows stuck", 60)
+        assert (stuck["lifecycleStatus"], stuck["health"]) == ("RUNNING", "STALE")
+        assert _attempts(stuck) == [(1, "SUCCEEDED")]
+    finally:
+        stuck_switch.broken = False  # the fix is deployed
+    moving = await stack.snapshot_when(task_id, lambda snap: snap["stuckSince"] is None, "the run moves again", 90)
+    assert (moving["lifecycleStatus"], moving["health"]) == ("RUNNING", "HEALTHY")
+    kinds = stack.event_kinds(task_id)
+    assert kinds.count("TASK_HEALTH_CHANGED") == 2  # stuck once, recovered once
+    notices = _notices(stack, task_id)
+    assert ("WORKFLOW_STUCK", "WARNING", "The workflow is stuck; operators are told.") in notices
+    await handle.signal(fw.FeatureWorkflow.release)
+    assert await handle.result() == task_id
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "SUCCEEDED" and snap["health"] == "HEALTHY"
+    stack.nothing_ran_after_the_end(task_id)
+
+
+def _notices(stack: Stack, task_id: str) -> list[tuple[str, str, str | None]]:
+    """The notices the task's summaries carried (type, level, message), oldest first."""
+    from status.infra import tables as t
+
+    with stack.engine.connect() as conn:
+        payloads = conn.scalars(
+            sa.select(t.task_outbox.c.payload)
+            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
+            .order_by(t.task_outbox.c.id)
+        ).all()
+    return [(n["type"], n["level"], n.get("message")) for p in payloads if (n := p.get("notice"))]

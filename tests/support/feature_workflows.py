@@ -146,10 +146,10 @@ class FeatureWorkflow:
                 )
             else:
                 await workflow.execute_activity(quick, start_to_close_timeout=timedelta(seconds=10))
-        if plan.how in ("hold", "async_then_hold"):
-            await workflow.wait_condition(lambda: self.released)
         if plan.how == "stuck" and stuck_switch.broken:
             raise RuntimeError("a bug in workflow code")  # fails the workflow task: Temporal retries it
+        if plan.how in ("hold", "async_then_hold", "stuck"):
+            await workflow.wait_condition(lambda: self.released)
         if plan.how == "continue" and workflow.info().continued_run_id is None:
             workflow.continue_as_new(replace(plan, how="plain"))
         if plan.how == "fail_always" or (plan.how == "fail_first" and workflow.info().attempt == 1):

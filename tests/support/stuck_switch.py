@@ -1,4 +1,5 @@
-"""Whether ``FeatureWorkflow``'s "stuck" plan fails its workflow task (passed through the sandbox,
-so the test can fix the "deploy" while the run is open)."""
+"""Whether ``FeatureWorkflow``'s "stuck" plan fails its workflow task: the test's worker passes this
+module through its sandbox (one module object), so the test can "deploy the fix" while the run is
+open."""
 
 broken = True

@@ -81,6 +81,8 @@ export interface TaskCore {
   etaConfidence?: number;
   /** While STALE: when the silent executor last proved alive. */
   silentSince?: string | null;
+  /** Since when Temporal reports the task's run stuck (its workflow task keeps failing; STALE meanwhile). */
+  stuckSince?: string | null;
   /** A step failed and waits for the user. */
   needsAction?: boolean;
 }

@@ -54,6 +54,21 @@ class SqlRunStore:
         ).all()
         return [OwnedTask(*row) for row in rows]
 
+    def stuck_tasks(self, namespace: str) -> list[OwnedTask]:
+        """The open tasks of this namespace shown as stuck (their run's workflow task kept failing):
+        an index range over the few marked rows."""
+        rows = self._conn.execute(
+            sa.select(
+                t.task.c.id,
+                t.task.c.tenant_id,
+                t.task.c.authority_scope,
+                t.task.c.attempt,
+                t.task.c.temporal_workflow_id,
+                t.task.c.temporal_run_id,
+            ).where(t.task.c.workflow_stuck_since.is_not(None), t.task.c.temporal_namespace == namespace, _OPEN)
+        ).all()
+        return [OwnedTask(*row) for row in rows]
+
     def work_key_of(
         self, tenant_id: str, scope: str, namespace: str, workflow_id: str, run_ids: Sequence[str]
     ) -> str | None:

@@ -1,0 +1,115 @@
+"""Temporal's list of stuck runs (TemporalReportedProblems) as the tasks they own show it: stuck
+(health STALE, stuckSince, a WARNING notice), back when the run moves, idempotent across passes
+and observers, only for the runs listed (issue 28 item 7). Temporal is played by the list."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app.service import StatusService
+from status.domain.auth import ServicePrincipal
+from status.infra import tables as t
+from tests.integration.conftest import Http
+from tests.support.factories import document_workflow
+
+
+def _owned(service: StatusService, coordinator: ServicePrincipal, workflow_id: str, run_id: str | None) -> str:
+    created = service.create_workflow(
+        coordinator,
+        replace(document_workflow(), temporal_owner=c.TemporalOwner("default", workflow_id, run_id)),
+    )
+    return str(created["tasks"][0]["taskId"])
+
+
+def _task(service: StatusService, task_id: str) -> Any:
+    with service.db.engine.connect() as conn:
+        return conn.execute(sa.select(t.task).where(t.task.c.id == task_id)).mappings().one()
+
+
+def test_a_listed_run_shows_its_tasks_stuck_once_and_they_recover_when_it_is_listed_no_more(
+    service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    stuck = _owned(service, coordinator, "wf-stuck", "run-1")
+    other_run = _owned(service, coordinator, "wf-stuck", "run-0")  # an older run of the same id
+    any_run = _owned(service, coordinator, "wf-any", None)  # handed to whichever run of wf-any
+    fine = _owned(service, coordinator, "wf-fine", "run-9")
+    listed = {("wf-stuck", "run-1"), ("wf-any", "run-5")}
+    result = service.runs.reflect_stuck("default", listed)
+    assert sorted(result.stuck) == sorted([stuck, any_run]) and result.recovered == []
+    row = _task(service, stuck)
+    assert (row["health"], row["lifecycle_status"]) == ("STALE", "PENDING") and row[
+        "workflow_stuck_since"
+    ]  # as confirmed
+    assert _task(service, other_run)["workflow_stuck_since"] is None
+    assert _task(service, fine)["health"] == "HEALTHY"
+    version = _task(service, stuck)["version"]
+    again = service.runs.reflect_stuck("default", listed)  # the next pass, or a second observer
+    assert (again.stuck, again.recovered) == ([], [])
+    assert _task(service, stuck)["version"] == version
+    assert service.runs.reflect_stuck("other-namespace", set()).recovered == []  # namespaces apart
+    moved = service.runs.reflect_stuck("default", {("wf-any", "run-5")})
+    assert moved.recovered == [stuck]
+    row = _task(service, stuck)
+    assert (row["health"], row["workflow_stuck_since"], row["version"]) == ("HEALTHY", None, version + 1)
+
+
+def test_a_stuck_task_says_so_in_its_snapshot_and_its_users_are_warned(
+    http: Http, service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    task_id = _owned(service, coordinator, "wf-stuck", "run-1")
+    service.runs.reflect_stuck("default", {("wf-stuck", "run-1")})
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert (snap["lifecycleStatus"], snap["health"]) == ("PENDING", "STALE") and snap["stuckSince"]
+    with service.db.engine.connect() as conn:
+        summary = conn.scalars(
+            sa.select(t.task_outbox.c.payload)
+            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
+            .order_by(t.task_outbox.c.id.desc())
+            .limit(1)
+        ).one()
+    assert summary["notice"]["type"] == "WORKFLOW_STUCK" and summary["notice"]["level"] == "WARNING"
+    assert summary["stuckSince"] == snap["stuckSince"]
+
+
+def test_a_task_that_ended_is_shown_stuck_no_more_and_not_again(
+    http: Http, service: StatusService, coordinator: ServicePrincipal
+) -> None:
+    task_id = _owned(service, coordinator, "wf-stuck", "run-1")
+    service.runs.reflect_stuck("default", {("wf-stuck", "run-1")})
+    ended = http.client.post(
+        "/internal/v1/task-events",
+        json={
+            "eventId": "end-1",
+            "eventType": "TASK_CANCELLED",
+            "sourceSeq": 1,
+            "taskId": task_id,
+            "taskAttempt": 1,
+            "occurredAt": "2026-12-01T00:00:00Z",
+        },
+        headers=http.coordinator,
+    )
+    assert ended.status_code == 200, ended.text
+    row = _task(service, task_id)
+    assert (row["health"], row["workflow_stuck_since"]) == ("HEALTHY", None)
+    assert service.runs.reflect_stuck("default", {("wf-stuck", "run-1")}).stuck == []
+
+
+def test_no_producer_can_report_a_run_stuck(http: Http, service: StatusService, coordinator: ServicePrincipal) -> None:
+    task_id = _owned(service, coordinator, "wf-stuck", "run-1")
+    response = http.client.post(
+        "/internal/v1/task-events",
+        json={
+            "eventId": "stuck-1",
+            "eventType": "TASK_HEALTH_CHANGED",
+            "sourceSeq": 1,
+            "taskId": task_id,
+            "taskAttempt": 1,
+            "occurredAt": "2026-12-01T00:00:00Z",
+        },
+        headers=http.coordinator,
+    )
+    assert response.status_code == 403 and response.json()["error"]["code"] == "EVENT_TYPE_NOT_ALLOWED"
