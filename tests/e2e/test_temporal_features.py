@@ -493,6 +493,86 @@ async def test_an_attempt_timed_out_on_its_heartbeat_is_followed_by_the_attempt_
     stack.nothing_ran_after_the_end(task_id)
 
 
+async def test_an_attempt_whose_worker_was_killed_before_it_reported_is_closed_as_lost(
+    api: Http,
+    live_api: str,
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    e2e_engine: sa.Engine,
+    e2e_service: StatusService,
+) -> None:
+    """Attempt 1 runs on a worker that never reaches the status service and is killed -9 with its
+    disk (its outbox gone); Temporal runs attempt 2 on another worker. Temporal's attempt number is
+    the truth: attempt 2 is taken, attempt 1 is closed as lost (TIMED_OUT), nothing is refused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from temporalio.api.enums.v1 import PendingActivityState
+
+    from tests.support.flows import create_workflow
+    from tests.support.plugin_workflows import LongStepWorkflow, long_step
+    from tests.support.processes import REPO_ROOT, free_port
+
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    lost_disk = tmp_path / "lost" / "outbox.sqlite3"
+    lost_disk.parent.mkdir()
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.worker_process"],
+        env={
+            **os.environ,
+            "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+            "TASK_QUEUE": task_queue,
+            "OUTBOX": str(lost_disk),
+            "STATUS_TOKEN": api.service_token("doc-worker", "WORKER", "COORDINATOR"),
+            "STATUS_URL": f"http://127.0.0.1:{free_port()}",  # unreachable: attempt 1 never reports
+            "PYTHONPATH": str(REPO_ROOT),
+        },
+        cwd=REPO_ROOT,
+    )
+    try:
+        handle = await temporal_env.client.start_workflow(
+            LongStepWorkflow.run, task_id, id=f"killed-{uuid.uuid4().hex[:8]}", task_queue=task_queue
+        )
+
+        async def attempt_one_running() -> bool:
+            pending = (await handle.describe()).raw_description.pending_activities
+            return any(
+                p.attempt == 1 and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for p in pending
+            )
+
+        await _until_async(attempt_one_running, "attempt 1 runs on the first worker")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    for leftover in lost_disk.parent.iterdir():
+        leftover.unlink()  # the disk went with the worker
+    token = api.service_token("doc-worker", "WORKER", "COORDINATOR")
+    plugin = TaskStatusPlugin(live_api, token, outbox_path=tmp_path / "outbox.sqlite3", heartbeat_interval=0.2)
+    records: list[logging.LogRecord] = []
+    handler = _Collect(records)
+    logging.getLogger("task_status_interceptors").addHandler(handler)
+    try:
+        async with Worker(
+            temporal_env.client,
+            task_queue=task_queue,
+            workflows=[LongStepWorkflow],
+            activities=[long_step],
+            plugins=[plugin],
+        ):
+            assert await asyncio.wait_for(handle.result(), 60) == 20
+            await plugin.reporter.drained()
+    finally:
+        logging.getLogger("task_status_interceptors").removeHandler(handler)
+    stack = Stack(api, temporal_env, task_queue, e2e_engine, plugin, tmp_path / "outbox.sqlite3", records)
+    assert stack.undeliverable() == [] and stack.warnings() == []
+    attempts = {s["attempt"]: s for s in stack.snapshot(task_id)["steps"] if s["stepId"] == "02_parse"}
+    assert attempts[1]["lifecycleStatus"] == "TIMED_OUT"  # lost: it never reported
+    assert attempts[2]["lifecycleStatus"] == "SUCCEEDED" and max(attempts) == 2
+
+
 @pytest.mark.parametrize("how", ["local", "async_complete"])
 async def test_a_step_ends_as_temporal_recorded_it_before_its_task_whoever_completed_it(how: str, stack: Stack) -> None:
     """A local activity (its report races the run's end) and an activity completed through its task
