@@ -69,25 +69,40 @@ class Outbox:
     def __init__(self, path: Path, on_persisted: Callable[[], None] = lambda: None) -> None:
         self._on_persisted = on_persisted
         self._db_lock = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self._path = path
+        # The file is created on first use (the first execution recorded), never by a worker that
+        # runs nothing tracked; one left by an earlier process is opened at once, to be resumed.
+        self._db: sqlite3.Connection | None = self._connect() if path.exists() else None
         # One lock, two conditions: the writer waits for work on one, ``flush`` callers wait on the
         # other for what the writer wrote (a notify for work never wakes a flush caller instead).
         lock = threading.RLock()
         self._queue = threading.Condition(lock)
         self._written = threading.Condition(lock)
         self._writer_idle = False  # the writer waits for work: the next write wakes it, once
-        self._next_seq: dict[str, int] = {
-            key: seq for key, seq in self._db.execute("SELECT key, next_seq FROM execution WHERE finished = 0")
-        }
+        self._next_seq: dict[str, int] = {}
+        if self._db is not None:
+            self._next_seq = dict(
+                self._file().execute("SELECT key, next_seq FROM execution WHERE finished = 0").fetchall()
+            )
         self._writes: list[tuple[str, tuple[Any, ...]]] = []
         self.queued_events = 0
         self._closing = False
         self._writer = threading.Thread(target=self._write_loop, name="task-status-outbox", daemon=True)
         self._writer.start()
+
+    def _connect(self) -> sqlite3.Connection:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(self._path), check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(SCHEMA)
+        return db
+
+    def _file(self) -> sqlite3.Connection:
+        """The file, created now if it does not exist yet (call holding ``_db_lock``, off the loop)."""
+        if self._db is None:
+            self._db = self._connect()
+        return self._db
 
     # ------------------------------------------------------------ any thread, never waits for I/O
     def begin(self, key: str, binding: StepBinding, attempt: int, temporal: dict[str, Any] | None = None) -> bool:
@@ -157,8 +172,9 @@ class Outbox:
                     return  # closing, and everything is in the file
             try:
                 with self._db_lock, self._transaction():
+                    db = self._file()
                     for sql, params in writes:
-                        self._db.execute(sql, params)
+                        db.execute(sql, params)
             except Exception:
                 log.exception("the local outbox could not be written; retrying")
                 with self._queue:
@@ -189,7 +205,8 @@ class Outbox:
             self._written.notify_all()
         self._writer.join(timeout=30)
         with self._db_lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
 
     # ------------------------------------------------------------ blocking: call from a thread
     def pending_events(self) -> int:
@@ -197,19 +214,30 @@ class Outbox:
         with self._queue:
             queued = self.queued_events
         with self._db_lock:
-            return queued + int(self._db.execute("SELECT COUNT(*) FROM event").fetchone()[0])
+            if self._db is None:
+                return queued
+            return queued + int(self._file().execute("SELECT COUNT(*) FROM event").fetchone()[0])
 
     def load_batch(self, limit: int) -> Batch:
         """The oldest ``limit`` events and the executions they belong to."""
         with self._db_lock:
-            rows = self._db.execute(
-                "SELECT id, execution_key, body FROM event ORDER BY id LIMIT ?", (limit,)
-            ).fetchall()
+            if self._db is None:
+                return [], {}
+            rows = (
+                self._file()
+                .execute("SELECT id, execution_key, body FROM event ORDER BY id LIMIT ?", (limit,))
+                .fetchall()
+            )
             executions = {}
             for key in {r[1] for r in rows}:
-                row = self._db.execute(
-                    "SELECT key, binding, attempt, execution_handle, execution_id FROM execution WHERE key = ?", (key,)
-                ).fetchone()
+                row = (
+                    self._file()
+                    .execute(
+                        "SELECT key, binding, attempt, execution_handle, execution_id FROM execution WHERE key = ?",
+                        (key,),
+                    )
+                    .fetchone()
+                )
                 executions[key] = {
                     "key": row[0],
                     "binding": json.loads(row[1]),
@@ -228,7 +256,7 @@ class Outbox:
         """A wave of bindings in one transaction: the handles (``key, handle, execution_id``) they
         handed out, and the events that travelled with them and were decided (see ``forget``)."""
         with self._db_lock, self._transaction():
-            self._db.executemany(
+            self._file().executemany(
                 "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?",
                 [(handle, execution_id, key) for key, handle, execution_id in bound],
             )
@@ -236,7 +264,7 @@ class Outbox:
 
     def unbind(self, keys: list[str]) -> None:
         with self._db_lock:
-            self._db.executemany("UPDATE execution SET execution_handle = NULL WHERE key = ?", [(k,) for k in keys])
+            self._file().executemany("UPDATE execution SET execution_handle = NULL WHERE key = ?", [(k,) for k in keys])
 
     def forget(self, event_ids: list[int], refused: Sequence[tuple[str, dict[str, Any], str]] = ()) -> None:
         """Delivered (or refused for good, kept in ``undeliverable`` with why) events leave the outbox."""
@@ -248,37 +276,40 @@ class Outbox:
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         """One write transaction (call holding ``_db_lock``): committed, or rolled back on any error."""
-        self._db.execute("BEGIN IMMEDIATE")
+        db = self._file()
+        db.execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
+        db.execute("COMMIT")
 
     def _forget(self, event_ids: list[int], refused: Sequence[tuple[str, dict[str, Any], str]]) -> None:
         if not event_ids:
             return
-        self._db.executemany(
+        self._file().executemany(
             "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at) VALUES (?, ?, ?, ?, ?)",
             [(key, event["eventId"], json.dumps(event), reason, time.time()) for key, event, reason in refused],
         )
-        self._db.executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
+        self._file().executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
         # A finished execution with nothing left to send is done.
-        self._db.execute("DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)")
+        self._file().execute(
+            "DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)"
+        )
 
     def drop_execution(self, key: str, reason: str) -> int:
         """Move every event of an execution that can never be bound to ``undeliverable``; how many."""
         with self._queue:
             self._next_seq.pop(key, None)
         with self._db_lock, self._transaction():
-            self._db.execute(
+            self._file().execute(
                 "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at)"
                 " SELECT execution_key, json_extract(body, '$.eventId'), body, ?, ? FROM event WHERE execution_key = ?",
                 (reason, time.time(), key),
             )
-            dropped = int(self._db.execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
-            self._db.execute("DELETE FROM execution WHERE key = ?", (key,))
+            dropped = int(self._file().execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
+            self._file().execute("DELETE FROM execution WHERE key = ?", (key,))
         return dropped
 
     def discard_execution(self, key: str) -> int:
@@ -286,23 +317,28 @@ class Outbox:
         with self._queue:
             self._next_seq.pop(key, None)
         with self._db_lock, self._transaction():
-            dropped = int(self._db.execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
-            self._db.execute("DELETE FROM execution WHERE key = ?", (key,))
+            dropped = int(self._file().execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
+            self._file().execute("DELETE FROM execution WHERE key = ?", (key,))
         return dropped
 
     def handles_of(self, keys: list[str]) -> dict[str, str]:
         """The execution handles of the bound executions among ``keys``."""
         with self._db_lock:
+            if self._db is None:
+                return {}
+            db = self._db
             return {
                 key: row[0]
                 for key in keys
-                if (row := self._db.execute("SELECT execution_handle FROM execution WHERE key = ?", (key,)).fetchone())
+                if (row := db.execute("SELECT execution_handle FROM execution WHERE key = ?", (key,)).fetchone())
                 and row[0] is not None
             }
 
 
 def read_undeliverable(path: str | Path) -> list[dict[str, Any]]:
     """What a worker's outbox file holds as refused for good, oldest first (for operators)."""
+    if not Path(path).exists():
+        return []  # nothing was ever recorded
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         try:
             rows = db.execute(

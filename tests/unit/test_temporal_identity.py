@@ -167,3 +167,26 @@ def test_the_outbox_lives_in_a_documented_directory_never_the_working_one(
     (tmp_path / ".task-status" / "w.outbox.sqlite3").write_bytes(b"")
     assert default_outbox_path("w").resolve() == (tmp_path / ".task-status" / "w.outbox.sqlite3").resolve()
     assert not (tmp_path / "box").exists()  # nothing is created by asking
+
+
+def test_the_outbox_file_is_created_on_first_use_and_an_earlier_one_is_resumed(tmp_path: Any) -> None:
+    """A plugin that is only constructed (a client, a worker that runs nothing tracked) leaves no
+    trace; the first execution creates the file; a file left by an earlier process is resumed."""
+    from task_status_interceptors import TaskStatusPlugin
+    from task_status_interceptors._context import StepBinding
+    from task_status_interceptors._outbox import Outbox, read_undeliverable
+
+    path = tmp_path / "state" / "w.outbox.sqlite3"
+    plugin = TaskStatusPlugin("http://127.0.0.1:9", "t", producer_id="w", outbox_path=path)
+    assert plugin.reporter.pending_events() == 0 and read_undeliverable(path) == []
+    plugin.reporter.close()
+    assert not path.parent.exists()  # not even its directory
+    first = Outbox(path)
+    assert first.begin("run/1/1", StepBinding("tsk", "s1"), 1)
+    assert first.enqueue("run/1/1", {"eventType": "STEP_STARTED"})
+    assert first.flush()
+    first.close()
+    assert path.exists()
+    again = Outbox(path)  # the next process
+    assert again.pending_events() == 1 and not again.begin("run/1/1", StepBinding("tsk", "s1"), 1)
+    again.close()
