@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,53 @@ def live_api(e2e_settings: Settings, e2e_engine: sa.Engine, e2e_service: StatusS
 
     with serving(create_app(e2e_settings, e2e_engine, e2e_service)) as url:
         yield url
+
+
+# ---------------------------------------------------------------- the same service on SQLite (the demo default)
+@dataclass
+class Backend:
+    """One status service as a test's workers and observer see it: its HTTP client, its URL, its
+    database and its service (MariaDB, or SQLite as the demo stack runs it)."""
+
+    name: str
+    client: TestClient
+    url: str
+    engine: sa.Engine
+    service: StatusService
+    settings: Settings
+
+    def http(self) -> Http:
+        tenant = f"tenant-{secrets.token_hex(4)}"
+        return Http(
+            self.client,
+            tenant,
+            ServiceTokens(self.settings.service_token_secret),
+            UserTokens(self.settings.user_token_secret),
+        )
+
+
+@pytest.fixture(scope="session")
+def sqlite_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    from status.infra import migrate
+    from tests.support.processes import serving
+
+    data = Path(tmp_path_factory.mktemp("e2e-sqlite"))
+    url = f"sqlite:///{data / 'status.sqlite3'}"
+    migrate.upgrade(url)
+    settings = make_settings(url, data)
+    engine = create_engine(url)
+    service = Components(settings, engine).service
+    service.install_default_definitions()
+    with (
+        TestClient(create_app(settings, engine, service), raise_server_exceptions=False) as client,
+        serving(create_app(settings, engine, service)) as live,
+    ):
+        yield Backend("sqlite", client, live, engine, service, settings)
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def mariadb_backend(
+    e2e_client: TestClient, live_api: str, e2e_engine: sa.Engine, e2e_service: StatusService, e2e_settings: Settings
+) -> Backend:
+    return Backend("mariadb", e2e_client, live_api, e2e_engine, e2e_service, e2e_settings)

@@ -1,6 +1,6 @@
 """Every way Temporal runs work, the task tells it truly (issue 28): one case per feature.
 
-Real Temporal dev server, the status service on MariaDB, the plugin on a real worker and the
+Real Temporal dev server, the status service on MariaDB and on SQLite, the plugin on a real worker and the
 observer's run follower and completion watch on their shipped interval. Each case asserts the
 task's final lifecycle, each step's final state, that no step runs after its run closed, and that
 routine endings leave no undeliverable report and no WARNING from the plugin.
@@ -33,11 +33,12 @@ from observer.activities import ActivityProbe
 from observer.loops import LoopConfig, Reconciler
 from observer.runs import RunFollower
 from status.app.service import StatusService
+from tests.e2e.conftest import Backend
 from tests.e2e.test_run_verdicts import OWNER, _ended, _events, _eventually, _snapshot
 from tests.integration.conftest import Http
 from tests.support import feature_workflows as fw
 
-pytestmark = [pytest.mark.temporal, pytest.mark.mariadb]
+pytestmark = [pytest.mark.temporal, pytest.mark.mariadb]  # and SQLite: the stack's cases run on both
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
 ACTIVITIES = [fw.quick, fw.sync_work, fw.quiet_work, fw.completed_later, fw.silent_first_attempt]
 WORKFLOWS = [fw.FeatureWorkflow, fw.ParentWorkflow, fw.AdoptingWorkflow]
@@ -157,19 +158,16 @@ async def _observing(service: StatusService, env: WorkflowEnvironment) -> AsyncI
         await asyncio.gather(*running)
 
 
-@pytest.fixture
+@pytest.fixture(params=["mariadb", "sqlite"])
 async def stack(
-    api: Http,
-    live_api: str,
-    temporal_env: WorkflowEnvironment,
-    task_queue: str,
-    tmp_path: Path,
-    e2e_engine: sa.Engine,
-    e2e_service: StatusService,
+    request: pytest.FixtureRequest, temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> AsyncIterator[Stack]:
+    """The case on the status service over MariaDB and over SQLite (the demo stack's default)."""
+    backend: Backend = request.getfixturevalue(f"{request.param}_backend")
+    api = backend.http()
     token = api.service_token("feature-worker", "WORKER", "COORDINATOR")
     outbox = tmp_path / "outbox.sqlite3"
-    plugin = TaskStatusPlugin(live_api, token, outbox_path=outbox, heartbeat_interval=0.2)
+    plugin = TaskStatusPlugin(backend.url, token, outbox_path=outbox, heartbeat_interval=0.2)
     records: list[logging.LogRecord] = []
     handler = _Collect(records)
     logger = logging.getLogger("task_status_interceptors")
@@ -190,9 +188,9 @@ async def stack(
                     ),
                     plugins=[plugin],
                 ),
-                _observing(e2e_service, temporal_env),
+                _observing(backend.service, temporal_env),
             ):
-                yield Stack(api, temporal_env, task_queue, e2e_engine, plugin, outbox, records)
+                yield Stack(api, temporal_env, task_queue, backend.engine, plugin, outbox, records)
     finally:
         logger.removeHandler(handler)
 
