@@ -8,8 +8,12 @@ second, cycling through terminate, cancel (not handled), execution timeout, comp
 workflow retried by its RetryPolicy (one that completes on its second attempt, one that fails both:
 the task follows the chain and ends with its last run; convergence counts from that run's close),
 each owning one task created through the status service (no plugin: nothing but Temporal's
-record ends them). The measurement runs twice in the same process tree, first with no other
-open tasks, then with ``--idle`` open tasks owned by runs that never close, and prints:
+record ends them). One more way, ``elsewhere``, ends a step mid-run: its activity completes
+through its task token while the run goes on (the step was activated as the plugin would, its
+last heartbeat saying so); convergence counts from Temporal's ActivityTaskCompleted to the
+step's commit, by the observer's completion watch, which runs beside the follower. The
+measurement runs twice in the same process tree, first with no other open tasks, then with
+``--idle`` open tasks owned by runs that never close, and prints:
 convergence p50/p99 from the run's close (Temporal's CloseTime) to the task's terminal commit,
 the follower's Temporal RPCs per minute (which must not grow with the open tasks), and its CPU.
 """
@@ -28,11 +32,12 @@ from datetime import UTC, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+import verdict_bench_workflows as bench_workflows  # type: ignore[import-not-found]
 from common import REPO, percentile, process_tree_cpu, scratch_database  # type: ignore[import-not-found]
 from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from verdict_bench_workflows import EndsWorkflow  # type: ignore[import-not-found]
+from verdict_bench_workflows import EndsWorkflow, goes_async  # type: ignore[import-not-found]
 
 from status.app import commands as c
 from status.bootstrap import build_service
@@ -41,15 +46,45 @@ from status.infra import tables as t
 from tests.support.processes import TEMPORAL_STARTUP, temporal_binary
 from tests.support.settings import make_settings
 
-WAYS = ("terminate", "cancel", "timeout", "complete", "fail", "retried", "retried_out")
+WAYS = ("terminate", "cancel", "timeout", "complete", "fail", "retried", "retried_out", "elsewhere")
 TENANT = "bench-verdicts"
+STEP = "01_wait"
+
+
+def _completes_elsewhere(service: Any, task_id: str, workflow_id: str, run_id: str) -> None:
+    """What the plugin does for an activity that goes asynchronous: activate the step with its
+    Temporal activity, report it started, and send the heartbeat that says it completes elsewhere."""
+    coordinator = ServicePrincipal("bench", TENANT, "content", frozenset({Role.COORDINATOR}))
+    worker = ServicePrincipal("bench-worker", TENANT, "content", frozenset({Role.WORKER}))
+    ctx = service.activate_step(
+        coordinator,
+        c.ActivateStep(
+            task_id,
+            STEP,
+            1,
+            "bench-worker",
+            temporal_activity=c.TemporalActivity("default", workflow_id, run_id, "1"),
+        ),
+    )
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    service.report_event(
+        claims,
+        c.ReportEvent(
+            event_id=f"{ctx.execution_id}:started",
+            event_type="STEP_STARTED",
+            source_seq=1,
+            occurred_at=service.now(),
+        ),
+    )
+    service.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle, completes_elsewhere=True)])
 
 
 def follower_main(database_url: str, address: str, seconds: float) -> None:
     """The follower process: the shipped RunFollower on the shipped interval, for ``seconds``."""
     from temporalio.client import Client
 
-    from observer.loops import LoopConfig
+    from observer.activities import ActivityProbe
+    from observer.loops import LoopConfig, Reconciler
     from observer.runs import RunFollower
 
     settings = make_settings(database_url, REPO / ".cache")
@@ -62,11 +97,15 @@ def follower_main(database_url: str, address: str, seconds: float) -> None:
             return client
 
         follower = RunFollower(service, connect, ["default"])
+        probe = ActivityProbe(connect)
+        probe.bind(asyncio.get_running_loop())
+        reconciler = Reconciler(service, LoopConfig(), probe)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             await follower.run_once()
+            await asyncio.to_thread(reconciler.watch_completions)
             await asyncio.sleep(LoopConfig().run_follow_interval)
-        print(json.dumps({"rpcs": follower.rpcs}), flush=True)
+        print(json.dumps({"rpcs": follower.rpcs, "completion_rpcs": probe.rpcs}), flush=True)
 
     asyncio.run(run())
 
@@ -78,7 +117,9 @@ def _task(service: Any, coordinator: ServicePrincipal, workflow_id: str, run_id:
             client_workflow_key=f"{workflow_id}-{uuid.uuid4().hex[:6]}",
             owner_id="bench-user",
             title=workflow_id,
-            initial_tasks=(c.NewTask(client_task_key="job", title=workflow_id),),
+            initial_tasks=(
+                c.NewTask(client_task_key="job", title=workflow_id, known_steps=(c.KnownStep(STEP, "DOCUMENT.PARSE"),)),
+            ),
             temporal_owner=c.TemporalOwner("default", workflow_id, run_id),
         ),
     )
@@ -105,15 +146,20 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
     cpu_before = process_tree_cpu(follower.pid)
     runs: list[tuple[str, Any, str]] = []  # (way, handle, task id)
     queue = f"bench-verdicts-{uuid.uuid4().hex[:6]}"
-    async with Worker(env.client, task_queue=queue, workflows=[EndsWorkflow]):
+    bench_workflows.tokens = asyncio.Queue()
+    async with Worker(env.client, task_queue=queue, workflows=[EndsWorkflow], activities=[goes_async]):
         started = time.monotonic()
         i = 0
         while time.monotonic() - started < seconds:
             way = WAYS[i % len(WAYS)]
             wid = f"bench-{way}-{uuid.uuid4().hex[:8]}"
-            how = {"complete": "complete", "fail": "fail", "retried": "fail_once", "retried_out": "fail_always"}.get(
-                way, "wait"
-            )
+            how = {
+                "complete": "complete",
+                "fail": "fail",
+                "retried": "fail_once",
+                "retried_out": "fail_always",
+                "elsewhere": "elsewhere",
+            }.get(way, "wait")
             kwargs: dict[str, Any] = {"execution_timeout": timedelta(seconds=2)} if way == "timeout" else {}
             if way.startswith("retried"):  # a workflow retry: the task follows the chain to its last run
                 kwargs["retry_policy"] = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=2)
@@ -123,11 +169,31 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
                 await handle.terminate(reason="bench")
             elif way == "cancel":
                 await handle.cancel()
+            elif way == "elsewhere":
+                _, token = await bench_workflows.tokens.get()
+                await asyncio.to_thread(_completes_elsewhere, service, task_id, wid, handle.result_run_id)
+                await env.client.get_async_activity_handle(task_token=token).complete("approved")
             runs.append((way, handle, task_id))
             i += 1
             await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
-        # Wait for every task to end (bounded), then read close times and commit times.
+        # Wait for every task to end (bounded), then read close times and commit times; a run whose
+        # step completed elsewhere ends once its step has (it is terminated then).
         deadline = time.monotonic() + 30
+        elsewhere = [(handle, task_id) for way, handle, task_id in runs if way == "elsewhere"]
+        while elsewhere and time.monotonic() < deadline:
+            with service.db.engine.connect() as conn:
+                done = set(
+                    conn.scalars(
+                        sa.select(t.task_step.c.task_id).where(
+                            t.task_step.c.task_id.in_([task_id for _, task_id in elsewhere]),
+                            t.task_step.c.lifecycle_status == "SUCCEEDED",
+                        )
+                    )
+                )
+            for handle, _ in [e for e in elsewhere if e[1] in done]:
+                await handle.terminate(reason="bench: its step ended")
+            elsewhere = [e for e in elsewhere if e[1] not in done]
+            await asyncio.sleep(0.2)
         ids = [task_id for *_, task_id in runs]
         while time.monotonic() < deadline:
             with service.db.engine.connect() as conn:
@@ -141,8 +207,10 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
             await asyncio.sleep(0.2)
     cpu = process_tree_cpu(follower.pid) - cpu_before
     out, _ = follower.communicate(timeout=60)
-    rpcs = json.loads(out.strip().splitlines()[-1])["rpcs"]
+    counts = json.loads(out.strip().splitlines()[-1])
+    rpcs = counts["rpcs"]
     lags: dict[str, list[float]] = {way: [] for way in WAYS}
+    steps = await _step_lags(service, env, [(h, task_id) for way, h, task_id in runs if way == "elsewhere"])
     with service.db.engine.connect() as conn:
         finished = dict(
             conn.execute(
@@ -156,6 +224,8 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
             ).all()
         )
     for way, handle, task_id in runs:
+        if way == "elsewhere":
+            continue  # its run was ended by the bench; its step's convergence is counted apart
         closed = (await handle.describe()).close_time
         if closed is None or task_id not in finished:
             continue
@@ -167,10 +237,38 @@ async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rat
         "p50_s": round(percentile(every, 0.5), 2),
         "p99_s": round(percentile(every, 0.99), 2),
         "by_way_p99_s": {way: round(percentile(v, 0.99), 2) for way, v in lags.items() if v},
+        "step_completed_elsewhere": {
+            "steps": len(steps),
+            "p50_s": round(percentile(steps, 0.5), 2),
+            "p99_s": round(percentile(steps, 0.99), 2),
+            "completion_rpcs_per_min": round(counts["completion_rpcs"] / ((seconds + 15) / 60), 1),
+        },
         "rpcs_per_min": round(rpcs / ((seconds + 15) / 60), 1),
         "follower_cpu_s": round(cpu, 2),
         "follower_cpu_ms_per_run": round(1000 * cpu / max(1, len(runs)), 1),
     }
+
+
+async def _step_lags(service: Any, env: WorkflowEnvironment, runs: list[tuple[Any, str]]) -> list[float]:
+    """Temporal's ActivityTaskCompleted to the step's STEP_COMPLETED commit, per run."""
+    from temporalio.api.enums.v1 import EventType as HistoryEventType
+
+    lags = []
+    for handle, task_id in runs:
+        recorded = [
+            e.event_time.ToDatetime(tzinfo=UTC)
+            async for e in handle.fetch_history_events()
+            if e.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        ]
+        with service.db.engine.connect() as conn:
+            committed = conn.scalar(
+                sa.select(t.task_event_log.c.committed_at).where(
+                    t.task_event_log.c.task_id == task_id, t.task_event_log.c.event_type == "STEP_COMPLETED"
+                )
+            )
+        if recorded and committed is not None:
+            lags.append((committed.replace(tzinfo=UTC) - recorded[0]).total_seconds())
+    return lags
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.exceptions import ApplicationError
+
+# Task tokens of activities that went asynchronous (the bench, in this process, completes them).
+tokens: asyncio.Queue[tuple[str, bytes]] | None = None
+
+
+@activity.defn
+async def goes_async() -> str:
+    """Completes elsewhere: hands its task token to the bench (``raise_complete_async``)."""
+    assert tokens is not None
+    tokens.put_nowait((activity.info().workflow_id, activity.info().task_token))
+    activity.raise_complete_async()
 
 
 @workflow.defn
@@ -22,5 +34,7 @@ class EndsWorkflow:
             if how == "fail_always":
                 raise ApplicationError("down", type="BENCH_DOWN")
             return "done on a retry"
+        if how == "elsewhere":  # an activity completed through its task token; the run goes on
+            await workflow.execute_activity(goes_async, start_to_close_timeout=timedelta(minutes=10))
         await asyncio.sleep(3600)  # terminate, cancel or timeout end it from outside
         return "late"
