@@ -101,10 +101,15 @@ def follower_main(database_url: str, address: str, seconds: float) -> None:
         probe.bind(asyncio.get_running_loop())
         reconciler = Reconciler(service, LoopConfig(), probe)
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            await follower.run_once()
-            await asyncio.to_thread(reconciler.watch_completions)
-            await asyncio.sleep(LoopConfig().run_follow_interval)
+
+        async def every(run_pass: Any) -> None:  # as ObserverLoops runs them: each on its own cadence
+            interval = LoopConfig().run_follow_interval
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                await run_pass()
+                await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+        await asyncio.gather(every(follower.run_once), every(lambda: asyncio.to_thread(reconciler.watch_completions)))
         print(json.dumps({"rpcs": follower.rpcs, "completion_rpcs": probe.rpcs}), flush=True)
 
     asyncio.run(run())

@@ -299,17 +299,24 @@ class ObserverLoops:
         runs = self.runs
         if runs is None:
             return
-        while not self._stop.is_set():
-            await self._guard("runs", runs.run_once)
-            await self._sleep(self.config.run_follow_interval)
+        await self._every(self.config.run_follow_interval, "runs", runs.run_once)
 
     async def completions_loop(self) -> None:
         """Activities completed through their task token: asked of Temporal as often as closed runs."""
         if self.reconciler.probe is None:
             return
+        await self._every(
+            self.config.run_follow_interval, "completions", lambda: asyncio.to_thread(self.reconciler.watch_completions)
+        )
+
+    async def _every(self, interval: float, name: str, run_pass: Callable[[], Awaitable[object]]) -> None:
+        """A pass every ``interval`` seconds from the start of the last (not ``interval`` after its
+        end): how soon Temporal's record shows is the interval plus visibility's own lag, not plus
+        the pass's Temporal calls too."""
         while not self._stop.is_set():
-            await self._guard("completions", lambda: asyncio.to_thread(self.reconciler.watch_completions))
-            await self._sleep(self.config.run_follow_interval)
+            started = time.monotonic()
+            await self._guard(name, run_pass)
+            await self._sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def run(self) -> None:
         await asyncio.gather(

@@ -141,11 +141,13 @@ async def _observing(service: StatusService, env: WorkflowEnvironment) -> AsyncI
     reconciler = Reconciler(service, LoopConfig(), probe)
     stop = asyncio.Event()
 
-    async def every(pass_: Callable[[], Any]) -> None:
+    async def every(pass_: Callable[[], Any]) -> None:  # ObserverLoops' cadence: one pass per interval
+        interval = LoopConfig().run_follow_interval
         while not stop.is_set():
+            started = asyncio.get_running_loop().time()
             await pass_()
             with suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), LoopConfig().run_follow_interval)
+                await asyncio.wait_for(stop.wait(), max(0.0, interval - (asyncio.get_running_loop().time() - started)))
 
     running = [
         asyncio.create_task(every(follower.run_once)),
