@@ -40,7 +40,7 @@ from tests.support import feature_workflows as fw
 
 pytestmark = [pytest.mark.temporal, pytest.mark.mariadb]  # and SQLite: the stack's cases run on both
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
-ACTIVITIES = [fw.quick, fw.sync_work, fw.quiet_work, fw.completed_later, fw.silent_first_attempt]
+ACTIVITIES = [fw.quick, fw.sync_work, fw.beating_work, fw.quiet_work, fw.completed_later, fw.silent_first_attempt]
 WORKFLOWS = [fw.FeatureWorkflow, fw.ParentWorkflow, fw.AdoptingWorkflow]
 
 
@@ -393,6 +393,9 @@ async def test_a_reset_run_carries_on_the_same_task_and_its_end_ends_it(stack: S
         ("sync_wait", "TRY_CANCEL"),
         ("sync_wait", "WAIT_CANCELLATION_COMPLETED"),
         ("sync_wait", "ABANDON"),
+        ("async_wait", "TRY_CANCEL"),
+        ("async_wait", "WAIT_CANCELLATION_COMPLETED"),
+        ("async_wait", "ABANDON"),
         ("quiet_wait", "TRY_CANCEL"),
         ("quiet_wait", "ABANDON"),
     ],
@@ -412,7 +415,7 @@ async def test_a_cancelled_run_cancels_its_step_whatever_the_activity_kind_and_c
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     snap = await stack.ended(task_id)
-    if how == "sync_wait":
+    if how != "quiet_wait":
         await stack.until(lambda: stack.plugin.reporter.heartbeats == {}, "the activity stopped")
     await stack.clean()
     assert snap["lifecycleStatus"] == "CANCELLED"
@@ -422,7 +425,9 @@ async def test_a_cancelled_run_cancels_its_step_whatever_the_activity_kind_and_c
     assert "STEP_FAILED" not in stack.event_kinds(task_id)  # never said it failed
 
 
+@pytest.mark.parametrize("cancellation", ["TRY_CANCEL", "WAIT_CANCELLATION_COMPLETED", "ABANDON"])
 async def test_a_process_pool_activity_cancelled_with_its_run_is_cancelled(
+    cancellation: str,
     api: Http,
     live_api: str,
     temporal_env: WorkflowEnvironment,
@@ -459,7 +464,7 @@ async def test_a_process_pool_activity_cancelled_with_its_run_is_cancelled(
                 _observing(e2e_service, temporal_env),
             ):
                 stack = Stack(api, temporal_env, task_queue, e2e_engine, plugin, outbox, records)
-                handle = await stack.start(fw.Plan(OWNER, title, "sync_wait", seconds=20))
+                handle = await stack.start(fw.Plan(OWNER, title, "sync_wait", seconds=20, cancellation=cancellation))
                 task_id = await stack.task_of(title)
                 await stack.until(lambda: _step(stack.snapshot(task_id))["lifecycleStatus"] == "RUNNING", "it runs")
                 await handle.cancel()

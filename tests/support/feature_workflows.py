@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from task_status_interceptors import TaskStatus, task_step
@@ -36,6 +36,8 @@ def sync_work(seconds: float) -> str:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         activity.heartbeat()
+        if activity.is_cancelled():  # how a process-pool activity learns of it (no exception arrives)
+            raise CancelledError("cancelled")
         time.sleep(0.05)
     return "done"
 
@@ -44,6 +46,16 @@ def sync_work(seconds: float) -> str:
 async def quiet_work(seconds: float) -> str:
     """Never heartbeats: it never hears of a cancellation."""
     await asyncio.sleep(seconds)
+    return "done"
+
+
+@activity.defn
+async def beating_work(seconds: float) -> str:
+    """An ``async def`` that heartbeats: it hears of a cancellation (asyncio.CancelledError)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        activity.heartbeat()
+        await asyncio.sleep(0.05)
     return "done"
 
 
@@ -70,7 +82,7 @@ _WORK = {"stepId": "01_work", "operationCode": "DOCUMENT.PARSE", "displayName": 
 class Plan:
     owner: str
     title: str
-    # fail_first | fail_always | plain | sync_wait | quiet_wait | local | async_complete | hold |
+    # fail_first | fail_always | plain | sync_wait | async_wait | quiet_wait | local | async_complete | hold |
     # async_then_hold | continue | heartbeat_lost | stuck
     how: str
     seconds: float = 60.0
@@ -116,6 +128,15 @@ class FeatureWorkflow:
             if plan.how == "sync_wait":
                 await workflow.execute_activity(
                     sync_work,
+                    plan.seconds,
+                    start_to_close_timeout=timedelta(minutes=5),
+                    heartbeat_timeout=timedelta(seconds=2),
+                    retry_policy=once,
+                    cancellation_type=cancellation,
+                )
+            elif plan.how == "async_wait":
+                await workflow.execute_activity(
+                    beating_work,
                     plan.seconds,
                     start_to_close_timeout=timedelta(minutes=5),
                     heartbeat_timeout=timedelta(seconds=2),
