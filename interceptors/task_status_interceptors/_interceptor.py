@@ -8,8 +8,9 @@ activity interceptors that report through the process's ``Reporter``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
@@ -206,28 +207,22 @@ class _ActivityInbound(ActivityInboundInterceptor):
     def init(self, outbound: ActivityOutboundInterceptor) -> None:
         super().init(_ActivityOutbound(outbound, self))
 
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+    def execute_activity(self, input: ExecuteActivityInput) -> Awaitable[Any]:  # type: ignore[override]
+        """The activity as the next interceptor runs it, followed from outside: this frame is gone
+        before the activity runs, so it never shows in the traceback of an activity's failure (what
+        Temporal records and its UI shows); the outcome is read from the finished task."""
         execution = self._begin(input.headers)
         if execution is None:
-            return await super().execute_activity(input)
+            return self.next.execute_activity(input)
         self._execution = execution
         token = _current_execution.set(execution)
         try:
-            result = await super().execute_activity(input)
-        except temporalio.activity._CompleteAsyncError:  # raise_complete_async(): not a failure
-            never_raises(execution.completes_elsewhere)()
-            raise
-        except BaseException as err:
-            if _is_cancellation(err):
-                never_raises(_cancelled)(execution)
-            else:
-                never_raises(self._failed)(execution, err)
-            raise
-        else:
-            never_raises(execution.completed)()
-            return result
+            # The task runs in a copy of this context: the activity's, with its execution reporter.
+            running = asyncio.ensure_future(self.next.execute_activity(input))
         finally:
             _current_execution.reset(token)
+        running.add_done_callback(lambda done: _settle(self, execution, done), context=contextvars.copy_context())
+        return running
 
     def _begin(self, headers: Mapping[str, Payload]) -> ExecutionReporter | None:
         payload = headers.get(HEADER)
@@ -257,6 +252,22 @@ class _ActivityInbound(ActivityInboundInterceptor):
         category, code, message, retryable = classify(err, temporalio.activity.info())
         diagnostics = f"{type(err).__module__}.{type(err).__qualname__}"
         execution.failed(category, code, message, retryable, diagnostics)
+
+
+def _settle(inbound: _ActivityInbound, execution: ExecutionReporter, done: asyncio.Future[Any]) -> None:
+    """How the attempt ended, reported (in the activity's context: its cancellation details)."""
+    if done.cancelled():
+        never_raises(_cancelled)(execution)
+        return
+    err = done.exception()
+    if err is None:
+        never_raises(execution.completed)()
+    elif isinstance(err, temporalio.activity._CompleteAsyncError):  # raise_complete_async(): not a failure
+        never_raises(execution.completes_elsewhere)()
+    elif _is_cancellation(err):
+        never_raises(_cancelled)(execution)
+    else:
+        never_raises(inbound._failed)(execution, err)
 
 
 def _is_cancellation(err: BaseException) -> bool:

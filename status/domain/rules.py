@@ -471,6 +471,10 @@ def apply_task_event(
             replace(
                 step,
                 lifecycle=(becomes := outcomes.get(step.step_id, open_steps_become)),
+                # The step that failed the run says why, though its own report has not come (yet).
+                error=error
+                if becomes is Lifecycle.FAILED and step.step_id == event.failed_step_id and step.error is None
+                else step.error,
                 business_status=statuses.resolve(None, becomes, step.business_status).code,
                 health=Health.HEALTHY if step.health is Health.STALE else step.health,
                 stale_since=None,

@@ -40,7 +40,15 @@ from tests.support import feature_workflows as fw
 
 pytestmark = [pytest.mark.temporal, pytest.mark.mariadb]  # and SQLite: the stack's cases run on both
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
-ACTIVITIES = [fw.quick, fw.sync_work, fw.beating_work, fw.quiet_work, fw.completed_later, fw.silent_first_attempt]
+ACTIVITIES = [
+    fw.quick,
+    fw.sync_work,
+    fw.beating_work,
+    fw.quiet_work,
+    fw.completed_later,
+    fw.silent_first_attempt,
+    fw.refuses,
+]
 WORKFLOWS = [fw.FeatureWorkflow, fw.ParentWorkflow, fw.AdoptingWorkflow]
 
 
@@ -576,6 +584,31 @@ async def test_an_attempt_whose_worker_was_killed_before_it_reported_is_closed_a
     attempts = {s["attempt"]: s for s in stack.snapshot(task_id)["steps"] if s["stepId"] == "02_parse"}
     assert attempts[1]["lifecycleStatus"] == "TIMED_OUT"  # lost: it never reported
     assert attempts[2]["lifecycleStatus"] == "SUCCEEDED" and max(attempts) == 2
+
+
+async def test_a_failed_step_fails_its_task_and_the_plugin_is_not_in_the_failure_temporal_records(
+    stack: Stack,
+) -> None:
+    from temporalio.api.enums.v1 import EventType as HistoryEventType
+
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, "step_fails"))
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    task_id = await stack.task_of(title)
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "FAILED" and snap["failure"]["code"] == "UNREADABLE"
+    assert _attempts(snap) == [(1, "FAILED")] and _step(snap)["error"]["code"] == "UNREADABLE"
+    stack.nothing_ran_after_the_end(task_id)
+    failures = [
+        e.activity_task_failed_event_attributes.failure
+        async for e in handle.fetch_history_events()
+        if e.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
+    (failure,) = failures
+    assert "in refuses" in failure.stack_trace  # the activity's own frames are there
+    assert "task_status_interceptors" not in failure.stack_trace  # the plugin's are not
 
 
 @pytest.mark.parametrize("how", ["local", "async_complete"])

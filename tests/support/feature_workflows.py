@@ -60,6 +60,11 @@ async def beating_work(seconds: float) -> str:
 
 
 @activity.defn
+async def refuses() -> str:
+    raise ApplicationError("the input is unreadable", type="UNREADABLE", non_retryable=True)
+
+
+@activity.defn
 async def silent_first_attempt(seconds: float) -> str:
     """Attempt 1 stops heartbeating (Temporal times it out on its heartbeat); later attempts succeed."""
     if activity.info().attempt == 1:
@@ -143,6 +148,8 @@ class FeatureWorkflow:
                     retry_policy=once,
                     cancellation_type=cancellation,
                 )
+            elif plan.how == "step_fails":
+                await workflow.execute_activity(refuses, start_to_close_timeout=timedelta(seconds=10))
             elif plan.how == "quiet_wait":
                 await workflow.execute_activity(
                     quiet_work,
