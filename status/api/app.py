@@ -34,7 +34,7 @@ from status.api.errors import (
     error_body,
     unexpected_error_handler,
 )
-from status.api.gate import Gate, heartbeat_caller, is_ascii_digits
+from status.api.gate import Gate, heartbeat_caller, int_param, is_ascii_digits
 from status.api.models import (
     AclIn,
     ActivateStepIn,
@@ -46,7 +46,6 @@ from status.api.models import (
     EventBatchIn,
     EventIn,
     HeartbeatBatchIn,
-    HeartbeatIn,
     NewTaskIn,
     RegisterExecutionIn,
     ReleaseIn,
@@ -178,7 +177,7 @@ class Api:
         caller = self.event_caller(request)
         body = await self.parse(request, EventBatchIn)
         beating = heartbeat_caller(caller) if body.heartbeats else None
-        commands = [e.command() for e in body.events]
+        commands, beats = body.commands()  # the whole batch parsed first: a refusal applies nothing
         results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
         trace = request.headers.get("traceparent")
         for cmd, r in zip(commands, results, strict=True):
@@ -190,18 +189,16 @@ class Api:
                 self.changes.accepted(caller, cmd, r, trace)
         answer: dict[str, Any] = {"results": results}
         if beating is not None:
-            answer["heartbeats"] = await self.record_heartbeats(beating, body.heartbeats)
+            answer["heartbeats"] = await self.record_heartbeats(beating, beats)
         return JSONResponse(answer)
 
     async def heartbeats(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)
         body = await self.parse(request, HeartbeatBatchIn)
-        return JSONResponse(await self.record_heartbeats(caller, body.heartbeats))
+        return JSONResponse(await self.record_heartbeats(caller, [h.command() for h in body.heartbeats]))
 
-    async def record_heartbeats(self, caller: ServicePrincipal, beats: list[HeartbeatIn]) -> dict[str, Any]:
-        result: dict[str, Any] = await run_in_threadpool(
-            self.service.record_heartbeats, caller, [h.command() for h in beats]
-        )
+    async def record_heartbeats(self, caller: ServicePrincipal, beats: list[c.Heartbeat]) -> dict[str, Any]:
+        result: dict[str, Any] = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
         for r in result["results"]:
             metrics.HEARTBEATS.labels(result="accepted" if r["accepted"] else "rejected").inc()
         return result
@@ -270,8 +267,8 @@ class Api:
 
     async def task_events(self, request: Request) -> JSONResponse:
         user = self.user(request)
-        after = _int_param(request, "afterTaskVersion", 0)
-        limit = _int_param(request, "limit", 100)
+        after = int_param(request, "afterTaskVersion", 0)
+        limit = int_param(request, "limit", 100)
         result = await run_in_threadpool(self.service.task_events, user, request.path_params["task_id"], after, limit)
         return JSONResponse(result)
 
@@ -286,7 +283,7 @@ class Api:
         cursor = request.query_params.get("cursor") or None
         if cursor is not None and len(cursor) > 512:
             raise Invalid("cursor is not valid")
-        limit = _int_param(request, "limit", 50)
+        limit = int_param(request, "limit", 50)
         status = request.query_params.get("status") or None
         return JSONResponse(await run_in_threadpool(self.service.my_tasks, user, cursor, limit, status))
 
@@ -434,15 +431,6 @@ class Api:
 def _sse(event: str, data: Any, event_id: str | None = None) -> str:
     head = f"event: {event}\n" + (f"id: {event_id}\n" if event_id else "")
     return head + f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
-
-
-def _int_param(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    if not is_ascii_digits(raw) or len(raw) > 18:
-        raise Invalid(f"{name} must be a non-negative integer")
-    return int(raw)
 
 
 def _if_match_version(header: str | None) -> int | None:

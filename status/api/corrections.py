@@ -7,10 +7,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from status.api.gate import Gate, is_ascii_digits
+from status.api.gate import Gate, int_param
 from status.api.models import CorrectionIn
 from status.app.corrections import Correct
-from status.domain.errors import Invalid
 
 
 class CorrectionEndpoints:
@@ -45,10 +44,8 @@ class CorrectionEndpoints:
     async def overdue(self, request: Request) -> JSONResponse:
         """Tasks RUNNING or STALE beyond their operation's maxRuntimeSeconds or the default (ADMIN)."""
         caller = self.api.service_principal(request)
-        raw = request.query_params.get("limit", "100")
-        if not is_ascii_digits(raw) or not 1 <= int(raw) <= 1000:
-            raise Invalid("limit must be a whole number from 1 to 1000")
-        tasks = await run_in_threadpool(self.service.overdue, caller, limit=int(raw))
+        limit = int_param(request, "limit", 100, low=1, high=1000)
+        tasks = await run_in_threadpool(self.service.overdue, caller, limit=limit)
         return JSONResponse({"tasks": tasks})
 
     def routes(self) -> list[Route]:

@@ -132,6 +132,17 @@ def is_ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def int_param(request: Request, name: str, default: int, *, low: int = 0, high: int = 10**18 - 1) -> int:
+    """A whole-number query parameter, parsed the same way everywhere: ASCII digits only, at most
+    18 of them (``int()`` is never handed thousands of digits), from ``low`` to ``high``."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not is_ascii_digits(raw) or len(raw) > 18 or not low <= int(raw) <= high:
+        raise Invalid(f"{name} must be a whole number from {low} to {high}")
+    return int(raw)
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # Python's json accepts NaN, Infinity and -Infinity
 

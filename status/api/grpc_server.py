@@ -117,11 +117,10 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
                 raw["heartbeats"] = [convert.heartbeat_to_json(h) for h in request.heartbeats]
             batch = self.api.validated(EventBatchIn, raw)
             beating = heartbeat_caller(caller) if batch.heartbeats else None
-            commands = [e.command() for e in batch.events]
+            commands, beats = batch.commands()  # the whole batch parsed first: a refusal applies nothing
             results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
             reply = pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
             if beating is not None:
-                beats = [h.command() for h in batch.heartbeats]
                 recorded = await run_in_threadpool(self.service.record_heartbeats, beating, beats)
                 reply.heartbeats.CopyFrom(_heartbeat_reply(recorded))
             return reply

@@ -452,6 +452,11 @@ class EventBatchIn(Strict):
             raise ValueError("a batch carries events, heartbeats or both")
         return self
 
+    def commands(self) -> tuple[list[c.ReportEvent], list[c.Heartbeat]]:
+        """Every event and riding heartbeat as its command, or the request's refusal (an instant
+        out of range, say): all of it is parsed before any of it is applied."""
+        return [e.command() for e in self.events], [h.command() for h in self.heartbeats]
+
 
 class ClassifyIn(Strict):
     product_id: ShortKey | None = None

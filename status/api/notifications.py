@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from status.api.gate import Gate, is_ascii_digits
+from status.api.gate import Gate, int_param
 from status.api.models import MarkReadIn
 from status.domain.errors import Invalid
 
@@ -25,13 +25,9 @@ class NotificationEndpoints:
         cursor = request.query_params.get("cursor") or None
         if cursor is not None and len(cursor) > 512:
             raise Invalid("cursor is not valid")
-        raw_limit = request.query_params.get("limit") or "50"
-        if not is_ascii_digits(raw_limit) or len(raw_limit) > 4:
-            raise Invalid("limit must be a positive integer")
+        limit = int_param(request, "limit", 50, high=9999)
         result = await run_in_threadpool(
-            lambda: self.service.my_notifications(
-                user, unread_only=unread == "true", cursor=cursor, limit=int(raw_limit)
-            )
+            lambda: self.service.my_notifications(user, unread_only=unread == "true", cursor=cursor, limit=limit)
         )
         return JSONResponse(result)
 

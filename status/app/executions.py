@@ -388,7 +388,7 @@ class ExecutionCommands:
         except ValueError as exc:
             raise Invalid(f"unknown failurePolicy {policy_name!r}") from exc
         statuses = defs.status_set(task.task_type, task.status_definition_version)
-        step_id = f"dyn_{cmd.client_step_key}"
+        step_id = ids.dynamic_step_id(cmd.client_step_key)
         if any(s.step_id == step_id and s.attempt >= cmd.attempt for s in steps):
             raise Conflict(f"attempt {cmd.attempt} of {step_id} is not new", ErrorCode.STALE_ATTEMPT)
         # A newer attempt supersedes the previous ones; an unfinished one times out, so a

@@ -35,12 +35,8 @@ class OverdueQueries:
         now = self.ctx.now()
         found: dict[str, dict[str, Any]] = {}
         with self.ctx.db.reading() as stores:
-            for row in stores.overdue.running_since(now - SHORTEST_LIMIT, limit=max(1, limit) * 50):
-                if caller is not None and (row.tenant_id, row.authority_scope) != (
-                    caller.tenant_id,
-                    caller.authority_scope,
-                ):
-                    continue
+            scope = (caller.tenant_id, caller.authority_scope) if caller is not None else None
+            for row in stores.overdue.running_since(now - SHORTEST_LIMIT, limit=max(1, limit) * 50, tenant_scope=scope):
                 reason = self._overdue_reason(stores, row, now)
                 if reason is None or row.task_id in found:
                     continue

@@ -251,8 +251,11 @@ class NotificationStore(Protocol):
 class OverdueStore(Protocol):
     """Storage reads behind ``status.app.overdue``: tasks still RUNNING (or STALE) and their running attempts."""
 
-    def running_since(self, started_before: datetime, limit: int) -> list[RunningAttempt]:
-        """Running tasks that started before ``started_before`` (oldest first), with their running attempts."""
+    def running_since(
+        self, started_before: datetime, limit: int, tenant_scope: tuple[str, str] | None = None
+    ) -> list[RunningAttempt]:
+        """Running tasks that started before ``started_before`` (oldest first), with their running
+        attempts; of one tenant's scope when given (filtered in the query, before the limit)."""
         ...
 
 

@@ -92,3 +92,15 @@ def temporal_activity_key(namespace: str, workflow_id: str, run_id: str, activit
     """One Temporal activity (of one run), as a step attempt remembers it: its attempts are Temporal's."""
     key = "\x1f".join((namespace, workflow_id, run_id, activity_id))
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+STEP_ID_LIMIT = 128  # what a step id column holds (Key's length)
+
+
+def dynamic_step_id(client_step_key: str) -> str:
+    """The step id a dynamic step registers as: ``dyn_<key>``, or, for a key so long that the prefix
+    would overflow a step id, ``dyn_`` and a digest of it (the same key, the same step, always)."""
+    readable = f"dyn_{client_step_key}"
+    if len(readable) <= STEP_ID_LIMIT:
+        return readable
+    return "dyn_" + hashlib.sha256(client_step_key.encode("utf-8")).hexdigest()

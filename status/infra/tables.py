@@ -187,7 +187,7 @@ task_step = sa.Table(
     sa.Column("business_status", sa.String(64), nullable=False),
     sa.Column("health", sa.String(16), nullable=False, server_default="HEALTHY"),
     sa.Column("heartbeat_interval_seconds", sa.SmallInteger, nullable=True),
-    sa.Column("heartbeat_timeout_seconds", sa.SmallInteger, nullable=True),
+    sa.Column("heartbeat_timeout_seconds", sa.Integer, nullable=True),  # up to 86,400 (the contract)
     sa.Column("last_heartbeat_seq", Version, nullable=False, server_default="0"),
     sa.Column("last_heartbeat_at", Timestamp, nullable=True),
     # last_heartbeat_at + timeout, kept so the reconciler scan is an index range (seed §5.2).

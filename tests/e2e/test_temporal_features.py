@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -59,6 +59,19 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+
+
+@contextmanager
+def _plugin(url: str, token: str, outbox: Path) -> Iterator[tuple[TaskStatusPlugin, list[logging.LogRecord]]]:
+    """A plugin for a test's worker, and what it logs while the block runs."""
+    records: list[logging.LogRecord] = []
+    handler = _Collect(records)
+    logger = logging.getLogger("task_status_interceptors")
+    logger.addHandler(handler)
+    try:
+        yield TaskStatusPlugin(url, token, outbox_path=outbox, heartbeat_interval=0.2), records
+    finally:
+        logger.removeHandler(handler)
 
 
 @dataclass
@@ -131,6 +144,18 @@ class Stack:
         assert [kind for v, kind, _ in events if v > ends[0]] == [], events
         assert all(s["lifecycleStatus"] != "RUNNING" for s in self.snapshot(task_id)["steps"])
 
+    async def released_and_succeeded(self, handle: WorkflowHandle[Any, Any], task_id: str) -> dict[str, Any]:
+        """Let a holding run finish (its ``release`` signal): the task ends SUCCEEDED with its one
+        step attempt, cleanly, and nothing runs after it."""
+        await handle.signal(fw.FeatureWorkflow.release)
+        assert await handle.result() == task_id
+        snap = await self.ended(task_id)
+        await self.clean()
+        assert snap["lifecycleStatus"] == "SUCCEEDED" and snap["health"] == "HEALTHY"
+        assert _attempts(snap) == [(1, "SUCCEEDED")]
+        self.nothing_ran_after_the_end(task_id)
+        return snap
+
     def event_kinds(self, task_id: str) -> list[str]:
         return [kind for _, kind, _ in _events(self.engine, task_id)]
 
@@ -177,32 +202,24 @@ async def stack(
     api = backend.http()
     token = api.service_token("feature-worker", "WORKER", "COORDINATOR")
     outbox = tmp_path / "outbox.sqlite3"
-    plugin = TaskStatusPlugin(backend.url, token, outbox_path=outbox, heartbeat_interval=0.2)
-    records: list[logging.LogRecord] = []
-    handler = _Collect(records)
-    logger = logging.getLogger("task_status_interceptors")
-    logger.addHandler(handler)
     fw.async_tokens = asyncio.Queue()
-    try:
-        with ThreadPoolExecutor(8) as pool:
-            async with (
-                Worker(
-                    temporal_env.client,
-                    task_queue=task_queue,
-                    workflows=WORKFLOWS,
-                    activities=ACTIVITIES,
-                    activity_executor=pool,
-                    # The stuck case's "deploy" flips a switch its workflow reads (one module object).
-                    workflow_runner=SandboxedWorkflowRunner(
-                        restrictions=SandboxRestrictions.default.with_passthrough_modules("tests.support.stuck_switch")
-                    ),
-                    plugins=[plugin],
+    with _plugin(backend.url, token, outbox) as (plugin, records), ThreadPoolExecutor(8) as pool:
+        async with (
+            Worker(
+                temporal_env.client,
+                task_queue=task_queue,
+                workflows=WORKFLOWS,
+                activities=ACTIVITIES,
+                activity_executor=pool,
+                # The stuck case's "deploy" flips a switch its workflow reads (one module object).
+                workflow_runner=SandboxedWorkflowRunner(
+                    restrictions=SandboxRestrictions.default.with_passthrough_modules("tests.support.stuck_switch")
                 ),
-                _observing(backend.service, temporal_env),
-            ):
-                yield Stack(api, temporal_env, task_queue, backend.engine, plugin, outbox, records)
-    finally:
-        logger.removeHandler(handler)
+                plugins=[plugin],
+            ),
+            _observing(backend.service, temporal_env),
+        ):
+            yield Stack(api, temporal_env, task_queue, backend.engine, plugin, outbox, records)
 
 
 def _step(snap: dict[str, Any]) -> dict[str, Any]:
@@ -386,12 +403,7 @@ async def test_a_reset_run_carries_on_the_same_task_and_its_end_ends_it(stack: S
 
     await stack.until(owned_by_new_run, "the new run owns the task")
     assert stack.snapshot(task_id)["lifecycleStatus"] == "RUNNING"
-    await new_run.signal(fw.FeatureWorkflow.release)
-    assert await new_run.result() == task_id
-    snap = await stack.ended(task_id)
-    await stack.clean()
-    assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
-    stack.nothing_ran_after_the_end(task_id)
+    await stack.released_and_succeeded(new_run, task_id)
 
 
 # ---------------------------------------------------------------- activity kinds and cancellation
@@ -452,13 +464,9 @@ async def test_a_process_pool_activity_cancelled_with_its_run_is_cancelled(
     title = _title()
     token = api.service_token("feature-worker", "WORKER", "COORDINATOR")
     outbox = tmp_path / "outbox.sqlite3"
-    plugin = TaskStatusPlugin(live_api, token, outbox_path=outbox, heartbeat_interval=0.2)
-    records: list[logging.LogRecord] = []
-    handler = _Collect(records)
-    logging.getLogger("task_status_interceptors").addHandler(handler)
     manager = multiprocessing.Manager()
     try:
-        with ProcessPoolExecutor(2) as processes:
+        with _plugin(live_api, token, outbox) as (plugin, records), ProcessPoolExecutor(2) as processes:
             async with (
                 Worker(
                     temporal_env.client,
@@ -482,7 +490,6 @@ async def test_a_process_pool_activity_cancelled_with_its_run_is_cancelled(
                 await stack.until(lambda: plugin.reporter.heartbeats == {}, "the activity stopped")
                 await stack.clean()
     finally:
-        logging.getLogger("task_status_interceptors").removeHandler(handler)
         manager.shutdown()
     assert snap["lifecycleStatus"] == "CANCELLED" and _step(snap)["lifecycleStatus"] == "CANCELLED"
     stack.nothing_ran_after_the_end(task_id)
@@ -563,11 +570,7 @@ async def test_an_attempt_whose_worker_was_killed_before_it_reported_is_closed_a
     for leftover in lost_disk.parent.iterdir():
         leftover.unlink()  # the disk went with the worker
     token = api.service_token("doc-worker", "WORKER", "COORDINATOR")
-    plugin = TaskStatusPlugin(live_api, token, outbox_path=tmp_path / "outbox.sqlite3", heartbeat_interval=0.2)
-    records: list[logging.LogRecord] = []
-    handler = _Collect(records)
-    logging.getLogger("task_status_interceptors").addHandler(handler)
-    try:
+    with _plugin(live_api, token, tmp_path / "outbox.sqlite3") as (plugin, records):
         async with Worker(
             temporal_env.client,
             task_queue=task_queue,
@@ -577,8 +580,6 @@ async def test_an_attempt_whose_worker_was_killed_before_it_reported_is_closed_a
         ):
             assert await asyncio.wait_for(handle.result(), 60) == 20
             await plugin.reporter.drained()
-    finally:
-        logging.getLogger("task_status_interceptors").removeHandler(handler)
     stack = Stack(api, temporal_env, task_queue, e2e_engine, plugin, tmp_path / "outbox.sqlite3", records)
     assert stack.undeliverable() == [] and stack.warnings() == []
     attempts = {s["attempt"]: s for s in stack.snapshot(task_id)["steps"] if s["stepId"] == "02_parse"}
@@ -645,12 +646,7 @@ async def test_an_activity_completed_elsewhere_mid_run_ends_its_step_while_the_r
     )
     assert snap["lifecycleStatus"] == "RUNNING" and _step(snap)["lifecycleStatus"] == "SUCCEEDED"
     assert _step(snap)["health"] == "HEALTHY"
-    await handle.signal(fw.FeatureWorkflow.release)
-    await handle.result()
-    snap = await stack.ended(task_id)
-    await stack.clean()
-    assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
-    stack.nothing_ran_after_the_end(task_id)
+    await stack.released_and_succeeded(handle, task_id)
 
 
 # ---------------------------------------------------------------- timeouts
@@ -745,12 +741,7 @@ async def test_signals_queries_and_updates_during_a_run_change_nothing_but_what_
     assert await handle.execute_update(fw.FeatureWorkflow.bump, 2) == 2
     assert await handle.query(fw.FeatureWorkflow.bumped) == 2
     assert stack.snapshot(task_id)["lifecycleStatus"] == "RUNNING"
-    await handle.signal(fw.FeatureWorkflow.release)
-    assert await handle.result() == task_id
-    snap = await stack.ended(task_id)
-    await stack.clean()
-    assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
-    stack.nothing_ran_after_the_end(task_id)
+    await stack.released_and_succeeded(handle, task_id)
 
 
 async def test_update_with_start_starts_the_work_and_its_task(stack: Stack) -> None:
@@ -773,12 +764,7 @@ async def test_update_with_start_starts_the_work_and_its_task(stack: Stack) -> N
     )
     handle = await start.workflow_handle()
     task_id = await stack.task_of(title)
-    await handle.signal(fw.FeatureWorkflow.release)
-    assert await handle.result() == task_id
-    snap = await stack.ended(task_id)
-    await stack.clean()
-    assert snap["lifecycleStatus"] == "SUCCEEDED" and _attempts(snap) == [(1, "SUCCEEDED")]
-    stack.nothing_ran_after_the_end(task_id)
+    await stack.released_and_succeeded(handle, task_id)
 
 
 # ---------------------------------------------------------------- a stuck run
@@ -806,12 +792,7 @@ async def test_a_run_whose_workflow_task_keeps_failing_shows_stuck_and_recovers_
     assert kinds.count("TASK_HEALTH_CHANGED") == 2  # stuck once, recovered once
     notices = _notices(stack, task_id)
     assert ("WORKFLOW_STUCK", "WARNING", "The workflow is stuck; operators are told.") in notices
-    await handle.signal(fw.FeatureWorkflow.release)
-    assert await handle.result() == task_id
-    snap = await stack.ended(task_id)
-    await stack.clean()
-    assert snap["lifecycleStatus"] == "SUCCEEDED" and snap["health"] == "HEALTHY"
-    stack.nothing_ran_after_the_end(task_id)
+    await stack.released_and_succeeded(handle, task_id)
 
 
 def _notices(stack: Stack, task_id: str) -> list[tuple[str, str, str | None]]:

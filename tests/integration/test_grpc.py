@@ -373,3 +373,26 @@ async def test_bindings_over_grpc_answer_as_rest_executions_bind(http: Http, stu
     with pytest.raises(grpc.aio.AioRpcError) as anonymous:
         await stub.BindExecutions(convert.bind_batch_from_json({"items": items[:1]}))
     assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_batch_refused_for_its_riding_heartbeat_commits_none_of_its_events_over_grpc(
+    http: Http, stub: pb_grpc.TaskEventsStub
+) -> None:
+    """As on REST: the whole batch is parsed before any of it is applied."""
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+
+    def snapshot() -> dict[str, Any]:
+        return dict(http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json())
+
+    before = snapshot()
+    started = convert.event_from_json(_body("STEP_STARTED", 1, executionHandle=ctx["executionHandle"]))
+    beat = convert.heartbeat_from_json(
+        {"heartbeatSeq": 1, "executionHandle": ctx["executionHandle"], "observedAt": "0999-06-01T00:00:00Z"}
+    )
+    worker = _meta(http.service_token("document-parser", "WORKER"))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.ReportEvents(pb.EventBatch(events=[started], heartbeats=[beat]), metadata=worker)
+    assert dict(refused.value.trailing_metadata() or ())["task-status-error-code"] == "VALIDATION_FAILED"
+    after = snapshot()
+    assert after["taskVersion"] == before["taskVersion"] and after["steps"] == before["steps"]

@@ -15,6 +15,22 @@ from status.infra.stores.tasks import handles_by_hash
 ts, st = t.task_step, t.task_step_temporal
 
 
+# A step attempt as the reconciler and the completion watch read it: which attempt, whose, and the
+# Temporal activity behind it (None when it ran outside Temporal).
+_ATTEMPT_WITH_ACTIVITY = (
+    ts.c.task_id,
+    ts.c.step_id,
+    ts.c.attempt,
+    ts.c.execution_id,
+    t.task.c.tenant_id,
+    t.task.c.authority_scope,
+    st.c.namespace,
+    st.c.workflow_id,
+    st.c.run_id,
+    st.c.activity_id,
+)
+
+
 def _completes_elsewhere() -> Any:
     """The step attempt's activity completes elsewhere (its worker let go of it)."""
     return (
@@ -186,18 +202,7 @@ class SqlHeartbeatStore:
         with their tenant, scope and Temporal activity (when known)."""
         return list(
             self._conn.execute(
-                sa.select(
-                    ts.c.task_id,
-                    ts.c.step_id,
-                    ts.c.attempt,
-                    ts.c.execution_id,
-                    t.task.c.tenant_id,
-                    t.task.c.authority_scope,
-                    st.c.namespace,
-                    st.c.workflow_id,
-                    st.c.run_id,
-                    st.c.activity_id,
-                )
+                sa.select(*_ATTEMPT_WITH_ACTIVITY)
                 .join(t.task, t.task.c.id == ts.c.task_id)
                 .outerjoin(st, st.c.execution_id == ts.c.execution_id)
                 .where(
@@ -248,16 +253,7 @@ class SqlHeartbeatStore:
         return list(
             self._conn.execute(
                 sa.select(
-                    ts.c.task_id,
-                    ts.c.step_id,
-                    ts.c.attempt,
-                    ts.c.execution_id,
-                    t.task.c.tenant_id,
-                    t.task.c.authority_scope,
-                    st.c.namespace,
-                    st.c.workflow_id,
-                    st.c.run_id,
-                    st.c.activity_id,
+                    *_ATTEMPT_WITH_ACTIVITY,
                     st.c.completes_elsewhere_at,
                     ts.c.lifecycle_status,
                 )

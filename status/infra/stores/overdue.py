@@ -15,8 +15,11 @@ class SqlOverdueStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
 
-    def running_since(self, started_before: datetime, limit: int) -> list[RunningAttempt]:
-        """Running tasks that started before ``started_before`` (oldest first), with their running attempts."""
+    def running_since(
+        self, started_before: datetime, limit: int, tenant_scope: tuple[str, str] | None = None
+    ) -> list[RunningAttempt]:
+        """Running tasks that started before ``started_before`` (oldest first), with their running
+        attempts; of one tenant's scope when given (filtered here, before the limit)."""
         conn = self._conn
         task, step = t.task, t.task_step
         running_step = sa.and_(
@@ -39,7 +42,15 @@ class SqlOverdueStore:
                 step.c.started_at,
             )
             .select_from(task.outerjoin(step, running_step))
-            .where(task.c.lifecycle_status == Lifecycle.RUNNING.value, task.c.started_at < started_before)
+            .where(
+                task.c.lifecycle_status == Lifecycle.RUNNING.value,
+                task.c.started_at < started_before,
+                *(
+                    (task.c.tenant_id == tenant_scope[0], task.c.authority_scope == tenant_scope[1])
+                    if tenant_scope is not None
+                    else ()
+                ),
+            )
             .order_by(task.c.started_at, task.c.id)
             .limit(limit)
         ).all()
