@@ -274,10 +274,7 @@ class HealthCommands:
         """
         now = self.ctx.now()
         with self.ctx.db.reading() as stores:
-            candidates = stores.heartbeats.overdue_executions(now, limit)
-        candidates = [
-            row for row in candidates if tenant_scope is None or (row.tenant_id, row.authority_scope) == tenant_scope
-        ]
+            candidates = stores.heartbeats.overdue_executions(now, limit, tenant_scope)
         outcomes: Mapping[str, ActivityOutcome] = {}
         refs = {
             row.execution_id: ActivityRef(row.namespace, row.workflow_id, row.run_id, row.activity_id)

@@ -211,9 +211,9 @@ class HeartbeatStore(Protocol):
         """(running executions with a deadline, their producers, newest heartbeat, shortest interval)."""
         ...
 
-    def overdue_executions(self, now: datetime, limit: int) -> list[Any]:
+    def overdue_executions(self, now: datetime, limit: int, tenant_scope: tuple[str, str] | None = None) -> list[Any]:
         """RUNNING + HEALTHY attempts past their heartbeat deadline (unlocked), oldest deadline first,
-        with their tenant, scope and Temporal activity (when known)."""
+        with their tenant, scope and Temporal activity (when known); of one tenant's scope when given."""
         ...
 
     def try_lock_task(self, task_id: str) -> bool:

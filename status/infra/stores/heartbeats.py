@@ -197,9 +197,14 @@ class SqlHeartbeatStore:
         ).one()
         return int(running), int(producers), newest, shortest
 
-    def overdue_executions(self, now: datetime, limit: int) -> list[Any]:
+    def overdue_executions(self, now: datetime, limit: int, tenant_scope: tuple[str, str] | None = None) -> list[Any]:
         """RUNNING + HEALTHY attempts past their heartbeat deadline (unlocked), oldest deadline first,
-        with their tenant, scope and Temporal activity (when known)."""
+        with their tenant, scope and Temporal activity (when known); of one tenant's scope when given."""
+        scoped = (
+            (t.task.c.tenant_id == tenant_scope[0], t.task.c.authority_scope == tenant_scope[1])
+            if tenant_scope is not None
+            else ()
+        )
         return list(
             self._conn.execute(
                 sa.select(*_ATTEMPT_WITH_ACTIVITY)
@@ -211,6 +216,7 @@ class SqlHeartbeatStore:
                     ts.c.heartbeat_deadline_at <= now,
                     ts.c.superseded.is_(sa.false()),
                     st.c.completes_elsewhere_at.is_(None),  # watched in Temporal instead (no beats due)
+                    *scoped,
                 )
                 .order_by(ts.c.heartbeat_deadline_at)
                 .limit(limit)
