@@ -18,7 +18,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,8 @@ from typing import Any
 
 from task_status_interceptors._context import StepBinding
 from task_status_interceptors._execution import ExecutionReporter, ProgressPolicy
-from task_status_interceptors._outbox import Outbox, now_iso
+from task_status_interceptors._heartbeats import HeartbeatBook
+from task_status_interceptors._outbox import Outbox
 from task_status_interceptors._transport import BatchRefused, HttpTransport, Transport, TransportError
 
 log = logging.getLogger("task_status_interceptors.reporter")
@@ -95,11 +96,8 @@ class Reporter:
         self.progress = ProgressPolicy(
             config.progress_min_interval, config.progress_max_interval, config.progress_min_delta
         )
-        self.heartbeats: dict[str, int] = {}
-        self._elsewhere: set[str] = set()  # executions whose activity completes elsewhere: last beat due
+        self.book = HeartbeatBook(config.heartbeat_interval)
         self._beat_now: asyncio.Event | None = None
-        self._sent_heartbeats: dict[str, int] = {}
-        self._heartbeat_sent_at: dict[str, float] = {}  # monotonic; when each execution's last went
         self._riding_heartbeats = True  # until the service says its events batch takes none
         self.outbox = Outbox(config.outbox_path, on_persisted=self._signal)
         self._wake: asyncio.Event | None = None
@@ -136,20 +134,24 @@ class Reporter:
             log.warning("ignoring a %s report for %s: the execution is closed", body.get("eventType"), key)
             return
         if finished:
-            self._forget_heartbeats(key)
+            self.book.forget(key)
+
+    @property
+    def heartbeats(self) -> dict[str, int]:
+        """The latest heartbeat sequence of each execution still beating."""
+        return self.book.latest
 
     def beat(self, key: str, seq: int) -> None:
-        self.heartbeats[key] = seq
+        self.book.beat(key, seq)
 
     def forget(self, key: str) -> None:
         """The attempt ended without an ending of its own to report: no heartbeat of it is sent again."""
-        self._forget_heartbeats(key)
+        self.book.forget(key)
 
     def let_go(self, key: str, seq: int) -> None:
         """The activity completes elsewhere: one last heartbeat says so, in the next round, which
         starts now (a completion may follow at once; the service watches it from that heartbeat)."""
-        self.heartbeats[key] = seq
-        self._elsewhere.add(key)
+        self.book.let_go(key, seq)
         if self._loop is not None and self._beat_now is not None:
             self._loop.call_soon_threadsafe(self._beat_now.set)
 
@@ -282,7 +284,7 @@ class Reporter:
         if not events:
             return True  # everything of this batch went with its binding; look for more
         body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
-        beats = self._heartbeats_riding_with(executions[key] for _, key, _ in events)
+        beats = self.book.riding_with(executions[key] for _, key, _ in events) if self._riding_heartbeats else []
         results = await self._report(body, beats)
         done, refused, expired, retry = [], [], set(), False
         for (event_id, key, event), result in zip(events, results, strict=True):
@@ -333,57 +335,10 @@ class Reporter:
             if answers is None:
                 self._riding_heartbeats = False  # not answered for: they stay due for the heartbeat round
             else:
-                self._settle_heartbeats(beats, answers)
+                self.book.settle(beats, answers)
             return results
         results, _ = await self._events.report_events(body)
         return results
-
-    def _heartbeats_riding_with(self, executions: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-        """Heartbeats of these (bound) executions that beat since their last was sent, at most one
-        every half heartbeat interval each (no more heartbeat writes than the rounds make)."""
-        if not self._riding_heartbeats or not self.heartbeats:
-            return []
-        now, spacing = time.monotonic(), self.config.heartbeat_interval / 2
-        items: dict[str, dict[str, Any]] = {}
-        for execution in executions:
-            key, handle = execution["key"], execution["handle"]
-            seq = self.heartbeats.get(key)
-            if (
-                seq is None
-                or handle is None
-                or key in items
-                or self._sent_heartbeats.get(key) == seq
-                or now - self._heartbeat_sent_at.get(key, -spacing) < spacing
-            ):
-                continue
-            items[key] = self._heartbeat_item(key, handle, seq)
-        return list(items.items())
-
-    def _heartbeat_item(self, key: str, handle: str, seq: int) -> dict[str, Any]:
-        item: dict[str, Any] = {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": now_iso()}
-        if key in self._elsewhere:
-            item["completesElsewhere"] = True
-        return item
-
-    def _settle_heartbeats(self, items: list[tuple[str, dict[str, Any]]], results: list[dict[str, Any]]) -> None:
-        """What the service said of heartbeats: sent; an execution it will never take one for again
-        (ended, superseded, revoked) beats no more."""
-        now = time.monotonic()
-        for (key, item), result in zip(items, results, strict=True):
-            if key not in self.heartbeats:
-                continue  # it finished while the heartbeat was on its way: nothing of it is kept
-            self._sent_heartbeats[key] = int(item["heartbeatSeq"])
-            self._heartbeat_sent_at[key] = now
-            if not result["accepted"] and result["reason"] in ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED"):
-                self._forget_heartbeats(key)
-            elif result["accepted"] and item.get("completesElsewhere"):
-                self._forget_heartbeats(key)  # said: the service watches it in Temporal now
-
-    def _forget_heartbeats(self, key: str) -> None:
-        self.heartbeats.pop(key, None)
-        self._elsewhere.discard(key)
-        self._sent_heartbeats.pop(key, None)
-        self._heartbeat_sent_at.pop(key, None)
 
     async def _bind_wave(self, wave: list[dict[str, Any]], settled: _Settlement) -> list[bool | BaseException]:
         """Bind a wave of executions: in one request (one transaction for all of them) where the
@@ -499,14 +454,14 @@ class Reporter:
             # have nothing left to say.
             log.debug("attempt %s was superseded before it was bound; its reports are dropped", execution["key"])
             self.absorbed += await asyncio.to_thread(self.outbox.discard_execution, execution["key"])
-            self._forget_heartbeats(execution["key"])
+            self.book.forget(execution["key"])
             return False
         if status not in (200, 201):
             # The step can't be bound (unknown task/step, policy refused): its events can never land.
             reason = f"bind refused: HTTP {status} {text[:300]}"
             log.warning("cannot bind %s (%s); its events are kept as undeliverable", execution["key"], reason)
             self.dropped += await asyncio.to_thread(self.outbox.drop_execution, execution["key"], reason)
-            self._forget_heartbeats(execution["key"])
+            self.book.forget(execution["key"])
             return False
         context = answer.json() if hasattr(answer, "json") else answer
         execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
@@ -566,19 +521,19 @@ class Reporter:
         """Send the latest heartbeat sequence of every bound execution that beat since the last round."""
         assert self._events is not None
         items: list[tuple[str, dict[str, Any]]] = []
-        due = {key: seq for key, seq in list(self.heartbeats.items()) if self._sent_heartbeats.get(key) != seq}
+        due = self.book.due()
         handles = await asyncio.to_thread(self.outbox.handles_of, list(due))
         for key, seq in due.items():
             handle = handles.get(key)
             if handle is None:
                 continue  # not bound yet (its STARTED is still queued)
-            items.append((key, self._heartbeat_item(key, handle, seq)))
+            items.append((key, self.book.item(key, handle, seq)))
         if not items:
             return 0
         results = await self._events.record_heartbeats([item for _, item in items])
         if results is None:
             return 0
-        self._settle_heartbeats(items, results)
+        self.book.settle(items, results)
         return len(items)
 
 

@@ -28,10 +28,10 @@ from status.app.binding import check_envelope, resolve_binding
 from status.app.context import RUN_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
 from status.app.group import Group
 from status.app.ports import UnitOfWork
+from status.app.staging import stage
 from status.app.step_cache import TaskView, view_of
 from status.app.views import locked_view
 from status.domain import ids
-from status.domain.aggregate import affects_workflow
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.definitions import FailurePolicy
 from status.domain.errors import (
@@ -45,12 +45,9 @@ from status.domain.errors import (
     Unavailable,
 )
 from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health, Lifecycle
-from status.domain.model import StepState, TaskState
-from status.domain.notifications import notifications_for
-from status.domain.projections import iso
+from status.domain.model import StepState
 from status.domain.retention import check_event_age
 from status.domain.rules import (
-    Outcome,
     StepEvent,
     TaskEvent,
     apply_run_health,
@@ -301,7 +298,8 @@ class EventCommands:
             other_steps_stale=others_stale,
             now=received_at,
         )
-        return self._stage(
+        return stage(
+            self.ctx,
             uow,
             group,
             task,
@@ -383,7 +381,8 @@ class EventCommands:
         )
         # Execution handles stay valid: a worker's outbox may still deliver the
         # steps' own late events; the task's lifecycle is final either way.
-        return self._stage(
+        return stage(
+            self.ctx,
             uow,
             group,
             task,
@@ -425,7 +424,8 @@ class EventCommands:
             ),
             now=received_at,
         )
-        return self._stage(
+        return stage(
+            self.ctx,
             uow,
             group,
             task,
@@ -440,114 +440,6 @@ class EventCommands:
             received_at,
             lifecycle_changed=False,
         )
-
-    def _stage(
-        self,
-        uow: UnitOfWork,
-        group: Group,
-        before_task: TaskState,
-        before_step: StepState | None,
-        view: TaskView,
-        outcome: Outcome,
-        event_type: EventType,
-        cmd: c.ReportEvent,
-        producer_id: str,
-        source_seq: int,
-        fingerprint: str,
-        received_at: datetime,
-        *,
-        lifecycle_changed: bool,
-    ) -> dict[str, Any]:
-        """Stage the decided change for the group's flush (rows as the group leaves them, inserts)."""
-        task, step = outcome.task, outcome.step
-        if step is not None:
-            group.write_step(before_step, step)
-            if step.lifecycle.terminal:
-                self._revoke(group, step.execution_id, "STEP_TERMINAL", received_at)
-        for ended in outcome.ended_steps:
-            previous = view.steps.get(ended.step_id, ended.attempt)
-            group.write_step(previous, ended)
-            self._revoke(group, ended.execution_id, "RUN_CLOSED", received_at)
-            view = view.changed(view.task, ended)
-        group.write_task(before_task, task)
-        view = view.changed(task, step)
-        committed_at = self.ctx.now()
-        data = cmd.data
-        group.events.append(
-            outbox.event_row(
-                event_id=cmd.event_id,
-                task=task,
-                step=step,
-                event_type=event_type.value,
-                producer_id=producer_id,
-                source_seq=source_seq,
-                occurred_at=cmd.occurred_at,
-                received_at=received_at,
-                committed_at=committed_at,
-                duration_ms=cmd.duration_ms,
-                data_schema=data.schema if data else None,
-                error_code=cmd.error.code if cmd.error else None,
-                payload={k: v for k, v in cmd.content().items() if v is not None},
-            )
-        )
-        result = {
-            "eventId": cmd.event_id,
-            "accepted": True,
-            "duplicate": False,
-            "stale": False,
-            "taskId": task.task_id,
-            "stepId": step.step_id if step else None,
-            "operationCode": step.operation_code if step else None,
-            "taskVersion": str(task.version),
-            "stepVersion": str(step.version) if step else None,
-            "lifecycleStatus": (step or task).lifecycle.value,
-            "businessStatus": (step or task).business_status,
-            "taskLifecycleStatus": task.lifecycle.value,
-            "committedAt": iso(committed_at),
-        }
-        group.dedups.append(
-            {
-                "tenant_id": task.tenant_id,
-                "event_id": cmd.event_id,
-                "task_id": task.task_id,
-                "payload_hash": fingerprint,
-                "result": result,
-                "created_at": committed_at,
-            }
-        )
-        group.seen[(task.tenant_id, cmd.event_id)] = (fingerprint, result)
-        group.views[task.task_id] = view
-        if affects_workflow(before_task, task):
-            group.changes.append(outbox.change_row(task, committed_at))
-        trigger = {
-            "eventId": cmd.event_id,
-            "eventType": event_type.value,
-            "stepId": step.step_id if step else None,
-            "operationCode": step.operation_code if step else None,
-            "durationMs": cmd.duration_ms,
-            "data": {"schema": step.data_schema, "value": step.state_data} if step and data else None,
-            "committedAt": iso(committed_at),
-        }
-        if step is not None and step.lifecycle is Lifecycle.SUCCEEDED:
-            group.succeeded.append((task, step))  # joins the ETA history once committed
-        group.outbox += outbox.task_rows(
-            task,
-            view.steps,
-            view.viewers,
-            notice=outcome.notice,
-            trigger=trigger,
-            must_deliver=outcome.must_deliver,
-            event_id=cmd.event_id,
-            broadcast=lifecycle_changed or outcome.must_deliver,
-            now=committed_at,
-            history=self.ctx.durations.for_task(uow, task, view.steps),
-        )
-        found = notifications_for(before_task, task, outcome.notice)
-        if found:
-            records, hints = outbox.notification_rows(task, view.viewers, found, cmd.event_id, committed_at)
-            group.notifications += records
-            group.outbox += hints
-        return result
 
     # ------------------------------------------------------------ helpers
     def _prepare(
@@ -627,10 +519,6 @@ class EventCommands:
         if found_hash != fingerprint:
             raise Conflict("eventId was already used with different content", ErrorCode.EVENT_ID_CONFLICT)
         return {**dict(found_result), "duplicate": True}
-
-    @staticmethod
-    def _revoke(group: Group, execution_id: str | None, reason: str, now: datetime) -> None:
-        group.revoke(execution_id, reason, now)
 
     def _check_data_size(self, cmd: c.ReportEvent) -> None:
         limit = self.ctx.max_data_bytes

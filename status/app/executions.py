@@ -27,12 +27,12 @@ from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView
 from status.app.views import locked_view
 from status.domain import ids
-from status.domain.attempts import place_activation
+from status.domain.attempts import lost_attempt, next_attempt, place_activation, superseded_attempt
 from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound
-from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Health, Lifecycle
-from status.domain.model import StepError, StepState, TaskState
+from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
+from status.domain.model import StepState, TaskState
 from status.domain.projections import iso
 from status.domain.rules import Notice
 
@@ -248,10 +248,10 @@ class ExecutionCommands:
         notice = None
         if existing is None:
             # A newer attempt supersedes the previous one: its late events become STALE_ATTEMPT.
-            changed.append(_superseded(current, statuses, now))
+            changed.append(superseded_attempt(current, statuses, now))
             # Attempts Temporal ran that never reported (a worker died under them): closed as lost.
-            lost = [_lost_attempt(current, number, statuses, now) for number in placed.lost]
-            step = _next_attempt(current, placed.attempt, Lifecycle.PENDING, statuses, now)
+            lost = [lost_attempt(current, number, statuses, now) for number in placed.lost]
+            step = next_attempt(current, placed.attempt, Lifecycle.PENDING, statuses, now)
             notice = Notice(
                 f"{task.task_id}:{task.version + 1}",
                 "STEP_RETRYING",
@@ -394,7 +394,7 @@ class ExecutionCommands:
         # A newer attempt supersedes the previous ones; an unfinished one times out, so a
         # step never shows two running attempts (as activation does for known steps).
         superseded = [
-            _superseded(prev, statuses, now) for prev in steps if prev.step_id == step_id and not prev.superseded
+            superseded_attempt(prev, statuses, now) for prev in steps if prev.step_id == step_id and not prev.superseded
         ]
         for old, prev in zip((s for s in steps if s.step_id == step_id and not s.superseded), superseded, strict=True):
             group.write_step(old, prev)
@@ -547,64 +547,6 @@ class ExecutionCommands:
 
 
 # What a user reads on an attempt Temporal ran that never reached the status service.
-NEVER_REPORTED = StepError("TIMEOUT", "NEVER_REPORTED", "This attempt never reported.", retryable=True)
-
-
-def _superseded(previous: StepState, statuses: Any, now: datetime) -> StepState:
-    """An attempt a newer one replaced: marked superseded, and TIMED_OUT unless it had finished
-    (one that was never bound never reported: it says so)."""
-    previous = replace(previous, superseded=True)
-    if previous.lifecycle.terminal:
-        return previous
-    return replace(
-        previous,
-        lifecycle=Lifecycle.TIMED_OUT,
-        business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
-        health=Health.HEALTHY,
-        finished_at=now,
-        version=previous.version + 1,
-        updated_at=now,
-        error=previous.error or (NEVER_REPORTED if previous.execution_id is None else None),
-    )
-
-
-def _next_attempt(current: StepState, number: int, lifecycle: Lifecycle, statuses: Any, now: datetime) -> StepState:
-    """Attempt ``number`` of the step as a fresh row: the step's identity, nothing of an attempt's state."""
-    return replace(
-        current,
-        attempt=number,
-        lifecycle=lifecycle,
-        business_status=statuses.resolve(None, lifecycle, None).code,
-        health=Health.HEALTHY,
-        superseded=False,
-        version=1,
-        source_seq=0,
-        execution_id=None,
-        last_heartbeat_seq=0,
-        last_heartbeat_at=None,
-        stale_since=None,
-        progress=None,
-        phase_code=None,
-        phase_label=None,
-        data_schema=None,
-        state_data=None,
-        activated_at=None,
-        started_at=None,
-        finished_at=now if lifecycle.terminal else None,
-        duration_ms=None,
-        error=None,
-        temporal_activity=None,
-        temporal_attempt=None,
-        updated_at=now,
-    )
-
-
-def _lost_attempt(current: StepState, number: int, statuses: Any, now: datetime) -> StepState:
-    """Attempt ``number`` of the step, which Temporal ran and which never reported: TIMED_OUT, superseded."""
-    lost = _next_attempt(current, number, Lifecycle.TIMED_OUT, statuses, now)
-    return replace(lost, superseded=True, error=NEVER_REPORTED)
-
-
 def _activity_key(activity: c.TemporalActivity | None) -> str | None:
     if activity is None:
         return None

@@ -23,10 +23,13 @@ given, with the same rules: the same number binds, a later one goes ahead, lost 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
+from status.domain.definitions import StatusDefinitionSet
 from status.domain.errors import Conflict, ErrorCode
-from status.domain.model import StepState
+from status.domain.lifecycle import Health, Lifecycle
+from status.domain.model import StepError, StepState
 
 # Attempts closed as lost are written as rows of their own; past this many only the newest are
 # (an activity at attempt 500 whose reports never arrived must not write 500 rows in one event).
@@ -91,3 +94,64 @@ def _stale(step_id: str, temporal_attempt: int, current: StepState) -> Conflict:
         f"attempt {temporal_attempt} of {step_id} is older than its current attempt {current.attempt}",
         ErrorCode.STALE_ATTEMPT,
     )
+
+
+# ---------------------------------------------------------------- the rows an activation writes
+NEVER_REPORTED = StepError("TIMEOUT", "NEVER_REPORTED", "This attempt never reported.", retryable=True)
+
+
+def superseded_attempt(previous: StepState, statuses: StatusDefinitionSet, now: datetime) -> StepState:
+    """An attempt a newer one replaced: marked superseded, and TIMED_OUT unless it had finished
+    (one that was never bound never reported: it says so)."""
+    previous = replace(previous, superseded=True)
+    if previous.lifecycle.terminal:
+        return previous
+    return replace(
+        previous,
+        lifecycle=Lifecycle.TIMED_OUT,
+        business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
+        health=Health.HEALTHY,
+        finished_at=now,
+        version=previous.version + 1,
+        updated_at=now,
+        error=previous.error or (NEVER_REPORTED if previous.execution_id is None else None),
+    )
+
+
+def next_attempt(
+    current: StepState, number: int, lifecycle: Lifecycle, statuses: StatusDefinitionSet, now: datetime
+) -> StepState:
+    """Attempt ``number`` of the step as a fresh row: the step's identity, nothing of an attempt's state."""
+    return replace(
+        current,
+        attempt=number,
+        lifecycle=lifecycle,
+        business_status=statuses.resolve(None, lifecycle, None).code,
+        health=Health.HEALTHY,
+        superseded=False,
+        version=1,
+        source_seq=0,
+        execution_id=None,
+        last_heartbeat_seq=0,
+        last_heartbeat_at=None,
+        stale_since=None,
+        progress=None,
+        phase_code=None,
+        phase_label=None,
+        data_schema=None,
+        state_data=None,
+        activated_at=None,
+        started_at=None,
+        finished_at=now if lifecycle.terminal else None,
+        duration_ms=None,
+        error=None,
+        temporal_activity=None,
+        temporal_attempt=None,
+        updated_at=now,
+    )
+
+
+def lost_attempt(current: StepState, number: int, statuses: StatusDefinitionSet, now: datetime) -> StepState:
+    """Attempt ``number`` of the step, which Temporal ran and which never reported: TIMED_OUT, superseded."""
+    lost = next_attempt(current, number, Lifecycle.TIMED_OUT, statuses, now)
+    return replace(lost, superseded=True, error=NEVER_REPORTED)

@@ -1,0 +1,86 @@
+"""Heartbeats of a worker's executions, as the reporter sends them (memory only: a heartbeat is a
+liveness signal, not a report to keep; the next one supersedes it).
+
+For each execution: the latest sequence its activity beat, the last one sent and when, and whether
+its activity let go of it (completes elsewhere: one last heartbeat says so). Activity threads and
+the worker's event loop only assign into these dicts; the reporter's loop reads and settles them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from task_status_interceptors._outbox import now_iso
+
+# What the service answers for an execution it will never take a heartbeat for again.
+_NEVER_AGAIN = ("TERMINAL_STATE", "STALE_ATTEMPT", "TOKEN_REVOKED")
+
+
+class HeartbeatBook:
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.latest: dict[str, int] = {}
+        self._elsewhere: set[str] = set()  # executions whose activity completes elsewhere: last beat due
+        self._sent: dict[str, int] = {}
+        self._sent_at: dict[str, float] = {}  # monotonic; when each execution's last went
+
+    def beat(self, key: str, seq: int) -> None:
+        self.latest[key] = seq
+
+    def let_go(self, key: str, seq: int) -> None:
+        """The activity completes elsewhere: its next heartbeat, the last, says so."""
+        self.latest[key] = seq
+        self._elsewhere.add(key)
+
+    def forget(self, key: str) -> None:
+        self.latest.pop(key, None)
+        self._elsewhere.discard(key)
+        self._sent.pop(key, None)
+        self._sent_at.pop(key, None)
+
+    def due(self) -> dict[str, int]:
+        """Executions that beat since their last heartbeat was sent, with their latest sequence."""
+        return {key: seq for key, seq in list(self.latest.items()) if self._sent.get(key) != seq}
+
+    def item(self, key: str, handle: str, seq: int) -> dict[str, Any]:
+        item: dict[str, Any] = {"executionHandle": handle, "heartbeatSeq": seq, "observedAt": now_iso()}
+        if key in self._elsewhere:
+            item["completesElsewhere"] = True
+        return item
+
+    def riding_with(self, executions: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+        """Heartbeats of these (bound) executions that beat since their last was sent, at most one
+        every half heartbeat interval each (no more heartbeat writes than the rounds make)."""
+        if not self.latest:
+            return []
+        now, spacing = time.monotonic(), self.interval / 2
+        items: dict[str, dict[str, Any]] = {}
+        for execution in executions:
+            key, handle = execution["key"], execution["handle"]
+            seq = self.latest.get(key)
+            if (
+                seq is None
+                or handle is None
+                or key in items
+                or self._sent.get(key) == seq
+                or now - self._sent_at.get(key, -spacing) < spacing
+            ):
+                continue
+            items[key] = self.item(key, handle, seq)
+        return list(items.items())
+
+    def settle(self, items: list[tuple[str, dict[str, Any]]], results: list[dict[str, Any]]) -> None:
+        """What the service said of heartbeats: sent; an execution it will never take one for again
+        (ended, superseded, revoked), or one whose letting go it took, beats no more."""
+        now = time.monotonic()
+        for (key, item), result in zip(items, results, strict=True):
+            if key not in self.latest:
+                continue  # it finished while the heartbeat was on its way: nothing of it is kept
+            self._sent[key] = int(item["heartbeatSeq"])
+            self._sent_at[key] = now
+            if not result["accepted"] and result["reason"] in _NEVER_AGAIN:
+                self.forget(key)
+            elif result["accepted"] and item.get("completesElsewhere"):
+                self.forget(key)  # said: the service watches it in Temporal now
