@@ -57,6 +57,7 @@ class Components:
             max_data_bytes=s.max_data_bytes,
             overdue_after_seconds=s.overdue_after_seconds,
             max_event_age_seconds=s.max_event_age_seconds,
+            max_clock_skew_seconds=s.max_clock_skew_seconds,
             clock=self.clock,
         )
 

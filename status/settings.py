@@ -181,6 +181,8 @@ class Settings:
     # refused (EVENT_TOO_OLD), so dedup results need live only that long plus the retry grace;
     # terminal tasks (with their steps), notifications and corrections have windows of their own.
     max_event_age_seconds: int = 6 * 24 * 3600
+    # Events whose occurredAt is this far ahead of the service's clock are refused (EVENT_IN_FUTURE).
+    max_clock_skew_seconds: int = 300
     event_retry_grace_seconds: int = 24 * 3600
     task_retention_seconds: int = 90 * 24 * 3600
     notification_retention_seconds: int = 90 * 24 * 3600
@@ -296,6 +298,7 @@ class Settings:
             drain_seconds=max(0.0, float(_env("DRAIN_SECONDS", "5") or "5")),
             observer_shutdown_seconds=max(0.0, _float("OBSERVER_SHUTDOWN_SECONDS", 10.0)),
             max_event_age_seconds=_int("MAX_EVENT_AGE_SECONDS", 6 * 24 * 3600),
+            max_clock_skew_seconds=max(0, _int("MAX_CLOCK_SKEW_SECONDS", 300)),
             event_retry_grace_seconds=_int("EVENT_RETRY_GRACE_SECONDS", 24 * 3600),
             task_retention_seconds=_int("TASK_RETENTION_SECONDS", 90 * 24 * 3600),
             notification_retention_seconds=_int("NOTIFICATION_RETENTION_SECONDS", 90 * 24 * 3600),

@@ -165,12 +165,22 @@ def _match(bound: dict[str, Any], claimed: dict[str, Any]) -> None:
 
 def check_envelope(cmd: c.ReportEvent, task: TaskState, step: StepState) -> None:
     """What the body says of its task and step must be what they are (seed §3.3.2, §17): a compact
-    handle binds the execution, and the envelope's other fields may not claim something else."""
+    handle binds the execution, and the envelope's other fields may not claim something else.
+
+    Checked before the eventId's dedup entry is consulted: these name facts that never change
+    (the task's workflow and type, the step's operation), so a retry of an accepted event names
+    the same ones or is refused; a body that claims another task's facts is never answered as a
+    duplicate of this one's event."""
     if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
         raise Forbidden("workflowId does not match the execution's task", ErrorCode.PERMISSION_DENIED)
     if cmd.operation_code is not None and cmd.operation_code != step.operation_code:
         raise Forbidden("operationCode does not match the step", ErrorCode.OPERATION_MISMATCH)
     if cmd.task_type is not None and cmd.task_type != task.task_type:
         raise Forbidden("taskType does not match the task", ErrorCode.PERMISSION_DENIED)
+
+
+def check_task_attempt(cmd: c.ReportEvent, task: TaskState) -> None:
+    """The task attempt a body names is the task's (after dedup: it moves, and it is in the
+    fingerprint, so a retry of an event from an earlier attempt is answered from its entry)."""
     if cmd.task_attempt is not None and cmd.task_attempt != task.attempt:
         raise Conflict(f"taskAttempt {cmd.task_attempt} is not the task's attempt", ErrorCode.STALE_ATTEMPT)

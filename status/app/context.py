@@ -48,6 +48,8 @@ class AppContext:
     # Events that occurred longer ago are refused (EVENT_TOO_OLD): their dedup entries may be
     # purged (status.domain.retention). None: any age, for a service that never purges dedup.
     max_event_age: timedelta | None = None
+    # How far ahead of this clock an event's occurredAt may be (producers' clocks drift).
+    max_clock_skew: timedelta | None = timedelta(minutes=5)
     heartbeat_interval_seconds: int = 15
     heartbeat_timeout_seconds: int = 60
     definitions: DefinitionCache = field(default_factory=DefinitionCache)

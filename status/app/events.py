@@ -24,7 +24,7 @@ from typing import Any
 from status import logs
 from status.app import commands as c
 from status.app import outbox
-from status.app.binding import check_envelope, resolve_binding
+from status.app.binding import check_envelope, check_task_attempt, resolve_binding
 from status.app.context import RUN_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
 from status.app.group import Group
 from status.app.ports import UnitOfWork
@@ -237,6 +237,7 @@ class EventCommands:
         step = view.steps.get(bound.step_id, bound.step_attempt)
         if step is None:
             raise NotFound(f"step {bound.step_id} attempt {bound.step_attempt} does not exist", ErrorCode.UNKNOWN_STEP)
+        check_envelope(cmd, task, step)  # before dedup: it names facts that never change
         fingerprint = content_hash(
             {"task": task.task_id, "step": step.step_id, "attempt": step.attempt, "execution": bound.execution_id}
             | cmd.content()
@@ -246,7 +247,7 @@ class EventCommands:
             return duplicate
         if bound.credential_problem is not None:
             raise bound.credential_problem
-        check_envelope(cmd, task, step)
+        check_task_attempt(cmd, task)
         # Execution and attempt must be current (R2: old attempts never change anything).
         if step.execution_id != bound.execution_id:
             raise Conflict("the execution is not the current one for this step", ErrorCode.STALE_EXECUTION)
@@ -271,7 +272,7 @@ class EventCommands:
             source_seq = cmd.source_seq
         if not from_temporal:  # Temporal's verdict is the truth however late it is read
             # Last of the checks: only an event that would be applied is refused for its age.
-            check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age)
+            check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age, self.ctx.max_clock_skew)
         outcome = apply_step_event(
             task,
             step,
@@ -349,7 +350,7 @@ class EventCommands:
         if cmd.summary is not None:
             raise Invalid("summary data is not accepted on task events yet", ErrorCode.SCHEMA_REJECTED)
         if not verdict:  # Temporal's verdict (a run that closed) is the truth however late it is read
-            check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age)
+            check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age, self.ctx.max_clock_skew)
         # The run's own last word (the plugin, as the run closed): how it saw each step end.
         outcomes = None if cmd.step_outcomes is None else {k: Lifecycle(v) for k, v in cmd.step_outcomes}
         outcome = apply_task_event(

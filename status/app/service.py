@@ -52,6 +52,7 @@ class StatusService:
         default_heartbeat_timeout_seconds: int = 60,
         overdue_after_seconds: int = 24 * 3600,
         max_event_age_seconds: int | None = None,
+        max_clock_skew_seconds: int | None = 300,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.ctx = AppContext(
@@ -62,6 +63,7 @@ class StatusService:
             token_ttl=timedelta(seconds=execution_token_ttl_seconds),
             max_data_bytes=max_data_bytes,
             max_event_age=timedelta(seconds=max_event_age_seconds) if max_event_age_seconds else None,
+            max_clock_skew=timedelta(seconds=max_clock_skew_seconds) if max_clock_skew_seconds else None,
             heartbeat_interval_seconds=default_heartbeat_interval_seconds,
             heartbeat_timeout_seconds=default_heartbeat_timeout_seconds,
         )

@@ -38,6 +38,9 @@ class ErrorCode(StrEnum):
     # occurredAt is older than the maximum accepted event age: its dedup entry may be gone, so
     # accepting it could apply a retry twice (seed §15.6). Not retryable.
     EVENT_TOO_OLD = "EVENT_TOO_OLD"
+    # occurredAt is later than the service's clock by more than the tolerated skew: the dedup
+    # retention argument assumes no event is from the future (status.domain.retention). Not retryable.
+    EVENT_IN_FUTURE = "EVENT_IN_FUTURE"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     DYNAMIC_STEP_NOT_ALLOWED = "DYNAMIC_STEP_NOT_ALLOWED"
     DETAIL_SUBSCRIPTION_LIMIT = "DETAIL_SUBSCRIPTION_LIMIT"
@@ -138,6 +141,7 @@ CODE_CLASS: dict[ErrorCode, type[DomainError]] = {
     ErrorCode.UNKNOWN_BUSINESS_STATUS: Invalid,
     ErrorCode.VALIDATION_FAILED: Invalid,
     ErrorCode.EVENT_TOO_OLD: Invalid,
+    ErrorCode.EVENT_IN_FUTURE: Invalid,
     ErrorCode.PAYLOAD_TOO_LARGE: TooLarge,
     ErrorCode.DYNAMIC_STEP_LIMIT: LimitExceeded,
     ErrorCode.RATE_LIMITED: LimitExceeded,

@@ -7,9 +7,9 @@ once it is purged the same event must no longer be accepted — it would be appl
 service therefore refuses events older than ``max_event_age`` (``EVENT_TOO_OLD``), and dedup
 entries live at least ``max_event_age + retry_grace``.  Why that is enough:
 
-* an event occurs at ``o`` and is committed at ``c >= o`` (a producer cannot report the future
-  past the clock skew the service tolerates, and its retry carries the same ``occurredAt``: the
-  content, and so the fingerprint, is the same);
+* an event occurs at ``o`` and is committed at ``c >= o - skew`` (a producer cannot report the
+  future past the clock skew the service tolerates: ``EVENT_IN_FUTURE``; its retry carries the
+  same ``occurredAt``: the content, and so the fingerprint, is the same);
 * its dedup entry is purged no earlier than ``c + dedup >= o + max_event_age + retry_grace``;
 * a retry arriving after that instant has ``now - o > max_event_age`` and is refused before it
   can be applied — so a retry is either answered from its dedup entry or refused, never applied
@@ -53,8 +53,16 @@ class RetentionPolicy:
         return []
 
 
-def check_event_age(occurred_at: datetime, now: datetime, max_age: timedelta | None) -> None:
-    """Refuse an event whose dedup entry may already be purged (see the module's argument)."""
+def check_event_age(
+    occurred_at: datetime, now: datetime, max_age: timedelta | None, max_skew: timedelta | None = None
+) -> None:
+    """Refuse an event whose dedup entry may already be purged, or one from further in the future
+    than the tolerated clock skew (the argument above holds only for events that are not)."""
+    if max_skew is not None and occurred_at - now > max_skew:
+        raise Invalid(
+            f"occurredAt is ahead of the service's clock by more than {max_skew.total_seconds():.0f} s",
+            ErrorCode.EVENT_IN_FUTURE,
+        )
     if max_age is not None and now - occurred_at > max_age:
         raise Invalid(
             f"occurredAt is older than the maximum accepted event age ({max_age.total_seconds():.0f} s)",

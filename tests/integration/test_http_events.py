@@ -58,6 +58,23 @@ def test_compact_form_with_handle_and_service_token(http: Http) -> None:
     assert response.status_code == 403 and response.json()["error"]["code"] == "PRODUCER_MISMATCH"
 
 
+def test_a_retry_that_claims_another_envelope_is_refused_not_answered_as_a_duplicate(http: Http) -> None:
+    """The envelope (workflowId, operationCode, taskType) is checked before the eventId's dedup
+    entry: the same eventId naming other facts is refused, the honest retry is still a duplicate."""
+    _task_id, ctx = _task(http)
+    body = event_body("STEP_STARTED", 1, executionHandle=ctx["executionHandle"])
+    assert http.client.post("/internal/v1/task-events", json=body, headers=http.worker).status_code == 200
+    for claim, code in (
+        ({"workflowId": "wf_someone_else"}, "PERMISSION_DENIED"),
+        ({"operationCode": "FILE.PREPARE"}, "OPERATION_MISMATCH"),
+        ({"taskType": "other.type"}, "PERMISSION_DENIED"),
+    ):
+        lying = http.client.post("/internal/v1/task-events", json={**body, **claim}, headers=http.worker)
+        assert lying.status_code == 403 and lying.json()["error"]["code"] == code, (claim, lying.text)
+    honest = http.client.post("/internal/v1/task-events", json=body, headers=http.worker)
+    assert honest.status_code == 200 and honest.json()["duplicate"] is True
+
+
 def test_ac12_unregistered_schema_is_rejected_and_state_untouched(http: Http, engine: sa.Engine) -> None:
     task_id, ctx = _task(http)
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
@@ -157,6 +174,23 @@ def test_an_event_older_than_the_maximum_age_is_refused_with_its_own_code(http: 
     assert snap["lifecycleStatus"] != "RUNNING"  # nothing was applied
     five_days_ago = (datetime.now(UTC) - timedelta(days=5)).isoformat()
     assert report(http, ctx, "STEP_STARTED", 1, occurredAt=five_days_ago).status_code == 200
+
+
+def test_an_event_from_further_ahead_than_the_tolerated_clock_skew_is_refused_with_its_own_code(http: Http) -> None:
+    """The dedup retention argument holds only for events that are not from the future: a producer
+    whose clock is years ahead is told so (not retryable), one a little ahead is taken."""
+    task_id, ctx = _task(http)
+    years_ahead = (datetime.now(UTC) + timedelta(days=3 * 365)).isoformat()
+    refused = report(http, ctx, "STEP_STARTED", 1, occurredAt=years_ahead)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "EVENT_IN_FUTURE" and refused.json()["error"]["retryable"] is False
+    ten_minutes_ahead = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
+    past_the_default = report(http, ctx, "STEP_STARTED", 1, occurredAt=ten_minutes_ahead)
+    assert past_the_default.json()["error"]["code"] == "EVENT_IN_FUTURE"  # the default tolerates 5 minutes
+    snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
+    assert snap["lifecycleStatus"] != "RUNNING"  # nothing was applied
+    a_minute_ahead = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    assert report(http, ctx, "STEP_STARTED", 1, occurredAt=a_minute_ahead).status_code == 200
 
 
 def test_rejections_are_counted_by_operation(http: Http) -> None:
