@@ -56,6 +56,10 @@ class ExecutionReporter:
         self.heartbeat_seq = 0
         self._progress = _Progress()
         self._lock = threading.Lock()
+        # Set once the attempt has ended (or let go): a heartbeat still on its way from the
+        # activity's thread to the loop then beats no more, so it cannot bring back an execution
+        # whose heartbeats were forgotten.
+        self._ended = False
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started_at) * 1000)
@@ -63,9 +67,17 @@ class ExecutionReporter:
     def heartbeat(self) -> None:
         """Never blocks: only bumps the in-memory sequence the heartbeat loop sends."""
         with self._lock:
+            if self._ended:
+                return
             self.heartbeat_seq += 1
             seq = self.heartbeat_seq
         self.sink.beat(self.key, seq)
+
+    def _end(self) -> None:
+        """No heartbeat of this attempt after this one; the pending progress goes first."""
+        with self._lock:
+            self._ended = True
+        self._flush_progress()
 
     def progress(
         self,
@@ -122,7 +134,7 @@ class ExecutionReporter:
             self.sink.enqueue(self.key, pending)
 
     def completed(self, data: dict[str, Any] | None = None) -> None:
-        self._flush_progress()  # the last progress is never lost before the terminal event
+        self._end()  # the last progress is never lost before the terminal event
         body: dict[str, Any] = {"eventType": "STEP_COMPLETED", "durationMs": self.elapsed_ms()}
         if data is not None:
             body["data"] = data
@@ -131,7 +143,7 @@ class ExecutionReporter:
     def failed(
         self, category: str, code: str, message: str, retryable: bool | None, diagnostics_ref: str | None
     ) -> None:
-        self._flush_progress()
+        self._end()
         error = {"category": category, "code": code, "userMessage": message, "retryable": retryable}
         if diagnostics_ref:
             error["diagnosticsRef"] = diagnostics_ref
@@ -140,24 +152,26 @@ class ExecutionReporter:
         )
 
     def cancelled(self) -> None:
-        self._flush_progress()
+        self._end()
         self.sink.enqueue(self.key, {"eventType": "STEP_CANCELLED", "durationMs": self.elapsed_ms()}, finished=True)
 
     def timed_out(self) -> None:
         """Temporal timed the attempt out (its cancellation says so): TIMED_OUT, never FAILED."""
-        self._flush_progress()
+        self._end()
         self.sink.enqueue(self.key, {"eventType": "STEP_TIMED_OUT", "durationMs": self.elapsed_ms()}, finished=True)
 
     def abandoned(self) -> None:
         """The worker stops under the attempt (Temporal will run it again): no ending is reported,
-        only what progress was pending; the next attempt supersedes this one."""
-        self._flush_progress()
+        only what progress was pending; the next attempt supersedes this one. Nothing of it beats
+        again here either."""
+        self._end()
+        self.sink.forget(self.key)
 
     def completes_elsewhere(self) -> None:
         """The activity went asynchronous (``activity.raise_complete_async()``): someone completes it
         later through its task token. Nothing ends here; the last heartbeat says so, and the service
         watches the activity in Temporal from then on instead of waiting for this worker's beats."""
-        self._flush_progress()
+        self._end()
         with self._lock:
             self.heartbeat_seq += 1
             seq = self.heartbeat_seq

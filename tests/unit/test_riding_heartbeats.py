@@ -92,3 +92,38 @@ async def test_an_activity_that_completes_elsewhere_says_so_in_one_last_heartbea
         assert await reporter.send_heartbeats() == 0
     finally:
         await reporter.stop()
+
+
+class _Sink:
+    """Records what an execution hands its reporter."""
+
+    def __init__(self) -> None:
+        self.beats: list[int] = []
+        self.forgotten = 0
+
+    def enqueue(self, key: str, body: dict[str, Any], *, finished: bool = False) -> None:
+        pass
+
+    def beat(self, key: str, seq: int) -> None:
+        self.beats.append(seq)
+
+    def forget(self, key: str) -> None:
+        self.forgotten += 1
+
+    def let_go(self, key: str, seq: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("ending", ["completed", "cancelled", "timed_out", "abandoned"])
+def test_a_heartbeat_that_arrives_after_its_attempt_ended_beats_no_more(ending: str) -> None:
+    """A thread-pool activity's last heartbeat reaches the loop after its ending was reported: it
+    must not bring back an execution whose heartbeats were forgotten (it would beat forever)."""
+    from task_status_interceptors._execution import ExecutionReporter, ProgressPolicy
+
+    sink = _Sink()
+    execution = ExecutionReporter(sink, "run/a/1", StepBinding("tsk", "s1"), ProgressPolicy())
+    execution.heartbeat()
+    getattr(execution, ending)()
+    execution.heartbeat()
+    assert sink.beats == [1]
+    assert sink.forgotten == (1 if ending == "abandoned" else 0)  # the others end through their report
