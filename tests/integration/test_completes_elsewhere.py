@@ -10,6 +10,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from status.app import commands as c
+from status.app.executions import ExecutionContext
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from status.domain.verdicts import ActivityOutcome, ActivityRef, ActivityState
@@ -60,7 +61,8 @@ class _Temporal:
         return {execution_id: ActivityOutcome(self.state) for execution_id in refs}
 
 
-def _awaiting(service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal) -> tuple[str, str]:
+def _running(service: StatusService, coordinator: ServicePrincipal) -> tuple[str, ExecutionContext]:
+    """A step attempt that runs as Temporal activity 7 and has reported STARTED."""
     task_id = create_task(service, coordinator)
     ctx = activate(
         service,
@@ -71,6 +73,11 @@ def _awaiting(service: StatusService, coordinator: ServicePrincipal, worker: Ser
         temporal_activity=c.TemporalActivity("default", "wf-1", "run-1", "7"),
     )
     service.report_event(service._tokens.verify(ctx.execution_token, service.now()), event("STEP_STARTED", 1))
+    return task_id, ctx
+
+
+def _awaiting(service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal) -> tuple[str, str]:
+    task_id, ctx = _running(service, coordinator)
     said = service.record_heartbeats(
         worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle, completes_elsewhere=True)]
     )
@@ -125,10 +132,8 @@ def test_a_failed_activity_fails_its_step_with_temporals_failure_type(
 def test_an_attempt_that_ended_by_its_own_report_is_dropped_from_the_watch_without_asking(
     service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
 ) -> None:
-    task_id = create_task(service, coordinator)
-    ctx = activate(service, coordinator, task_id, temporal_activity=c.TemporalActivity("default", "wf", "run", "7"))
+    _, ctx = _running(service, coordinator)
     claims = service._tokens.verify(ctx.execution_token, service.now())
-    service.report_event(claims, event("STEP_STARTED", 1))
     service.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle, completes_elsewhere=True)])
     service.report_event(claims, event("STEP_COMPLETED", 2))  # the completer's process reported it
     asked = _Temporal(ActivityState.COMPLETED)
@@ -139,16 +144,7 @@ def test_an_attempt_that_ended_by_its_own_report_is_dropped_from_the_watch_witho
 def test_a_plain_heartbeat_leaves_the_attempt_timed_on_heartbeats(
     service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
 ) -> None:
-    task_id = create_task(service, coordinator)
-    ctx = activate(
-        service,
-        coordinator,
-        task_id,
-        heartbeat_interval_seconds=5,
-        heartbeat_timeout_seconds=20,
-        temporal_activity=c.TemporalActivity("default", "wf-1", "run-1", "7"),
-    )
-    service.report_event(service._tokens.verify(ctx.execution_token, service.now()), event("STEP_STARTED", 1))
+    _, ctx = _running(service, coordinator)
     service.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle)])
     assert _temporal_row(service, ctx.execution_id)["next_check_at"] is None
     asked = _Temporal(ActivityState.PENDING)
