@@ -284,6 +284,58 @@ def test_dashboard_recovers_from_snapshots_after_a_centrifugo_restart(stack: Sta
     page.context.close()
 
 
+def test_with_centrifugo_down_the_page_keeps_moving_from_snapshots_and_goes_live_again(
+    stack: Stack, browser: Browser
+) -> None:
+    """Seed §13: polling is the fallback when live delivery is gone, not a frozen page.
+
+    Centrifugo is killed under an open page; a run that finishes afterwards (and one that moves on)
+    reaches the page over HTTP within the offline polling interval (5 s, jittered, slowing while
+    nothing changes), the page says when it last refreshed, and it is LIVE again once Centrifugo is.
+    """
+    user = f"pia-{uuid.uuid4().hex[:6]}"
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    task_ids = [create_workflow(stack.http, owner=user)["tasks"][0]["taskId"] for _ in range(2)]
+    for task_id in task_ids:
+        expect(card(page, task_id)).to_be_visible(timeout=TIMEOUT_MS)
+    card(page, task_ids[1]).click()
+    expect(page.locator("#detail .step")).to_have_count(3, timeout=TIMEOUT_MS)
+    connection = page.locator("#connection")
+
+    stack.node.stop()
+    try:
+        expect(connection).to_have_attribute("data-state", "STALE", timeout=TIMEOUT_MS)
+        expect(connection.locator(".label")).to_contain_text("refreshed", timeout=TIMEOUT_MS)
+        stale_read = connection.get_attribute("data-refreshed-at")
+        # After the kill: the first run finishes, the second (open in the detail) starts its parse step.
+        assert complete_task(stack.http, task_ids[0]).status_code == 200
+        ctx = activate(stack.http, task_ids[1])
+        assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+        # Within the polling interval (≤ 7.5 s × 1.25 after one read that brought nothing), not 40 s.
+        expect(card(page, task_ids[0])).to_have_attribute("data-status", "SUCCEEDED", timeout=15_000)
+        expect(card(page, task_ids[0])).to_have_attribute(
+            "data-version", stack.task_version(user, task_ids[0]), timeout=TIMEOUT_MS
+        )
+        expect(card(page, task_ids[1])).to_have_attribute("data-status", "RUNNING", timeout=15_000)
+        # The followed task's detail catches up with its card too.
+        expect(page.locator('#detail .step[data-step-id="02_parse"]')).to_have_attribute(
+            "data-status", "RUNNING", timeout=TIMEOUT_MS
+        )
+        assert connection.get_attribute("data-state") != "LIVE"
+        assert connection.get_attribute("data-refreshed-at") != stale_read  # it says it read again
+        screenshot(page, "dashboard-polling-without-realtime")
+    finally:
+        stack.node.start()
+    wait_live(page)
+    assert report(stack.http, ctx, "STEP_COMPLETED", 2).status_code == 200
+    expect(page.locator('#detail .step[data-step-id="02_parse"]')).to_have_attribute(
+        "data-status", "SUCCEEDED", timeout=TIMEOUT_MS
+    )
+    assert_never_went_back(page)
+    page.context.close()
+
+
 def test_what_happened_while_away_is_an_unread_list_not_a_burst_of_old_toasts(stack: Stack, browser: Browser) -> None:
     user = f"carol-{uuid.uuid4().hex[:6]}"
     # The task fails while the user has no page open.

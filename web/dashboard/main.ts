@@ -270,6 +270,11 @@ class Dashboard {
       this.schedule();
     });
     this.client.onState((state) => this.showState(state));
+    this.client.onRefreshed(() => {
+      if (this.client.state === 'LIVE') return;
+      this.showState(this.client.state);
+      this.inbox.refresh(); // notices announced while offline are in the stored list
+    });
     this.showState(this.client.state);
     byId('tasks').addEventListener('click', (event) => {
       const card = (event.target as HTMLElement).closest<HTMLElement>('.task');
@@ -299,8 +304,12 @@ class Dashboard {
     el.dataset.state = state;
     const transport = this.client.transport;
     el.dataset.transport = transport ?? '';
+    // Without live delivery the client reads what is shown over HTTP: say how fresh that is.
+    const refreshed = this.client.lastRefreshedAt;
+    el.dataset.refreshedAt = refreshed === null ? '' : new Date(refreshed).toISOString();
+    const asOf = refreshed === null ? 'showing last known state' : `refreshed ${new Date(refreshed).toLocaleTimeString()}`;
     const label = el.querySelector('.label');
-    if (label) label.textContent = state === 'LIVE' ? `live${transport ? ` (${transport})` : ''}` : state === 'RECOVERING' ? 'reconnecting…' : 'offline — showing last known state';
+    if (label) label.textContent = state === 'LIVE' ? `live${transport ? ` (${transport})` : ''}` : state === 'RECOVERING' ? `reconnecting… (${asOf})` : `offline — ${asOf}`;
   }
 
   /**

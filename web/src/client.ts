@@ -12,6 +12,9 @@
  *   `recovered=false` (history too short, epoch changed), snapshots from
  *   `status:batchGet`. Snapshots are also checked when the page becomes
  *   visible again and on a slow jittered timer for running tasks.
+ * - While live delivery is down (STALE), what is shown is read again over
+ *   HTTP on a jittered timer that slows down while nothing changes (seed §13:
+ *   polling is the fallback, not a frozen page); it stops once LIVE again.
  * - The connection state is `LIVE`, `RECOVERING` or `STALE`; the task list is
  *   never cleared on a disconnect, only marked as possibly out of date.
  */
@@ -48,6 +51,14 @@ export interface TaskStatusClientOptions {
   staleAfterMs?: number;
   /** Period of the background snapshot check of running tasks (ms, jittered ±25%); 0 turns it off. */
   consistencyCheckMs?: number;
+  /**
+   * While live delivery is down (STALE): how often the shown tasks are read again over HTTP (ms,
+   * jittered ±25%); 0 turns it off. Each read costs one list page and at most one batchGet per 100
+   * running tasks beyond it, well within the per-user read rate.
+   */
+  offlinePollMs?: number;
+  /** The offline poll slows down by half after a read that brought nothing new (doubles after a failed one), up to this (ms). */
+  offlinePollMaxMs?: number;
   /**
    * A followed task's detail that stays behind its summary this long (ms) is read again over HTTP:
    * the two travel on different channels, and the panel must not show an older state than the card.
@@ -92,6 +103,11 @@ export class TaskStatusClient {
   private staleTimer: ReturnType<typeof setTimeout> | null = null;
   private checkTimer: ReturnType<typeof setTimeout> | null = null;
   private telemetryTimer: ReturnType<typeof setTimeout> | null = null;
+  private pollTimer: ReturnType<typeof setTimeout> | null = null;
+  private pollDelay = 0;
+  private polling: Promise<void> | null = null;
+  private refreshedAt: number | null = null;
+  private readonly refreshListeners = new Set<(at: number) => void>();
   private summaryReady = false;
   private buffering = true;
   private buffer: unknown[] = [];
@@ -125,6 +141,20 @@ export class TaskStatusClient {
   onState(listener: (state: ConnectionState) => void): () => void {
     this.stateListeners.add(listener);
     return () => this.stateListeners.delete(listener);
+  }
+
+  /**
+   * When the shown tasks were last read from the service over HTTP (epoch ms; null: not yet). While
+   * the page is not LIVE this is how fresh it is.
+   */
+  get lastRefreshedAt(): number | null {
+    return this.refreshedAt;
+  }
+
+  /** Listen to HTTP refreshes of what is shown (the argument is {@link lastRefreshedAt}); returns the unsubscribe function. */
+  onRefreshed(listener: (at: number) => void): () => void {
+    this.refreshListeners.add(listener);
+    return () => this.refreshListeners.delete(listener);
   }
 
   /** The transport the SDK connected with (`websocket`, `http_stream`, `sse`), while connected. */
@@ -239,7 +269,8 @@ export class TaskStatusClient {
     if (this.staleTimer) clearTimeout(this.staleTimer);
     if (this.checkTimer) clearTimeout(this.checkTimer);
     if (this.telemetryTimer) clearTimeout(this.telemetryTimer);
-    this.staleTimer = this.checkTimer = this.telemetryTimer = null;
+    if (this.pollTimer) clearTimeout(this.pollTimer);
+    this.staleTimer = this.checkTimer = this.telemetryTimer = this.pollTimer = null;
     void this.reportTelemetry();
     for (const timer of this.catchUps.values()) clearTimeout(timer);
     this.catchUps.clear();
@@ -362,15 +393,98 @@ export class TaskStatusClient {
    */
   async checkConsistency(reason: string, taskIds: string[] = this.store.nonTerminalTaskIds()): Promise<void> {
     try {
-      for (let i = 0; i < taskIds.length; i += BATCH_GET_MAX) {
-        const chunk = taskIds.slice(i, i + BATCH_GET_MAX);
-        const result = await this.api.batchGet(chunk, this.store.knownVersions(chunk));
-        for (const snapshot of result.tasks) this.store.applySnapshot(snapshot);
-        for (const taskId of result.notFound) this.store.applyNotFound(taskId);
-      }
+      await this.readSnapshots(taskIds);
+      this.refreshed();
     } catch (error) {
       this.report(error, `consistency check (${reason})`);
     }
+  }
+
+  /** Read these tasks by version (100 per request); whether anything shown changed. Throws what the API threw. */
+  private async readSnapshots(taskIds: string[]): Promise<boolean> {
+    let changed = false;
+    for (let i = 0; i < taskIds.length; i += BATCH_GET_MAX) {
+      const chunk = taskIds.slice(i, i + BATCH_GET_MAX);
+      const result = await this.api.batchGet(chunk, this.store.knownVersions(chunk));
+      for (const snapshot of result.tasks) changed = this.store.applySnapshot(snapshot) || changed;
+      for (const taskId of result.notFound) changed = this.store.applyNotFound(taskId) || changed;
+    }
+    return changed;
+  }
+
+  /**
+   * One offline read of what is shown: the newest page of the list (new tasks, changed summaries),
+   * running tasks past it by version, and the workflows of whatever changed. A followed task's
+   * detail catches up with its summary on its own (watchDetailLag).
+   */
+  private async refreshShown(): Promise<boolean> {
+    const result = await this.api.myTasks(null, 100);
+    const listed = new Set<string>();
+    const changedWorkflows = new Set<string>();
+    for (const summary of result.tasks) {
+      listed.add(summary.taskId);
+      if (this.store.applySummary(summary)) changedWorkflows.add(summary.workflowId);
+    }
+    const before = new Map(this.store.allTasks().map((view) => [view.taskId, view.summaryVersion]));
+    let changed = changedWorkflows.size > 0;
+    changed = (await this.readSnapshots(this.store.nonTerminalTaskIds().filter((taskId) => !listed.has(taskId)))) || changed;
+    for (const view of this.store.allTasks()) {
+      if (before.get(view.taskId) !== view.summaryVersion) changedWorkflows.add(view.workflowId);
+    }
+    await Promise.all(
+      [...changedWorkflows].slice(0, MAX_WORKFLOW_FETCH).map(async (workflowId) => {
+        try {
+          this.store.applyWorkflow(await this.api.workflow(workflowId));
+        } catch (error) {
+          this.report(error, `workflow ${workflowId}`);
+        }
+      }),
+    );
+    await this.loadMissingWorkflows();
+    this.refreshed();
+    return changed;
+  }
+
+  private refreshed(): void {
+    this.refreshedAt = Date.now();
+    for (const listener of [...this.refreshListeners]) listener(this.refreshedAt);
+  }
+
+  /** STALE: read what is shown now, then again on a jittered, slowing timer until LIVE (through reconnect attempts). */
+  private startOfflinePoll(): void {
+    if ((this.options.offlinePollMs ?? 5000) <= 0 || this.pollTimer || this.polling || this.stopped) return;
+    this.pollDelay = this.options.offlinePollMs ?? 5000;
+    this.pollTimer = setTimeout(() => this.pollOffline(), 0);
+  }
+
+  private stopOfflinePoll(): void {
+    if (this.pollTimer) clearTimeout(this.pollTimer);
+    this.pollTimer = null;
+  }
+
+  private pollOffline(): void {
+    this.pollTimer = null;
+    // Once begun it goes on through RECOVERING (reconnect attempts) until LIVE.
+    if (this.stopped || this.stateValue === 'LIVE') return;
+    const base = this.options.offlinePollMs ?? 5000;
+    const max = Math.max(base, this.options.offlinePollMaxMs ?? 30000);
+    // A snapshot load under way (start, failed recovery) is this read already.
+    const read = this.snapshotRun ? this.snapshotRun.then(() => true) : this.refreshShown();
+    this.polling = read
+      .then(
+        (changed) => {
+          this.pollDelay = changed ? base : Math.min(max, this.pollDelay * 1.5);
+        },
+        (error: unknown) => {
+          this.report(error, 'offline poll');
+          this.pollDelay = Math.min(max, this.pollDelay * 2);
+        },
+      )
+      .finally(() => {
+        this.polling = null;
+        if (this.stopped || this.stateValue === 'LIVE') return;
+        this.pollTimer = setTimeout(() => this.pollOffline(), this.pollDelay * (0.75 + 0.5 * this.random()));
+      });
   }
 
   private loadSummarySnapshot(reason: 'initial' | 'recovery'): Promise<void> {
@@ -401,6 +515,7 @@ export class TaskStatusClient {
           if (reason === 'recovery' || rest.length > 0) await this.checkConsistency(reason, rest);
           await this.loadMissingWorkflows();
           this.telemetry.snapshotLoaded(Date.now() - began);
+          this.refreshed();
           return;
         } catch (error) {
           this.report(error, `snapshot (${reason})`);
@@ -535,6 +650,8 @@ export class TaskStatusClient {
   private setState(state: ConnectionState): void {
     if (state === this.stateValue) return;
     this.stateValue = state;
+    if (state === 'STALE') this.startOfflinePoll();
+    else if (state === 'LIVE') this.stopOfflinePoll();
     for (const listener of [...this.stateListeners]) listener(state);
   }
 

@@ -341,6 +341,73 @@ describe('TaskStatusClient', () => {
     }
   });
 
+  it('while STALE reads what is shown over HTTP, slowing while nothing changes, and stops once LIVE', async () => {
+    vi.useFakeTimers();
+    try {
+      const lists: number[] = [];
+      let version = 1;
+      let failNext = false;
+      const h = harness(
+        {
+          'GET /api/realtime/session': () => SESSION,
+          'GET /api/me/tasks': () => {
+            lists.push(Date.now());
+            if (failNext) {
+              failNext = false;
+              return new Response(JSON.stringify({ error: { code: 'RATE_LIMITED', message: 'slow down', retryable: true } }), { status: 429 });
+            }
+            return { tasks: [summary('t1', version)], nextCursor: null };
+          },
+          'GET /api/workflows/': () => ({ kind: 'workflow.summary', schemaVersion: 1, workflowId: 'wf-1', version: String(version) }),
+        },
+        { offlinePollMs: 4_000, offlinePollMaxMs: 9_000, staleAfterMs: 10_000 },
+      );
+      const refreshes: number[] = [];
+      h.client.onRefreshed((at) => refreshes.push(at));
+      const started = Date.now();
+      await h.client.start(); // Centrifugo never answers
+      await vi.advanceTimersByTimeAsync(1);
+      expect(lists).toHaveLength(1); // the start's own snapshot
+      expect(h.client.lastRefreshedAt).toBe(started);
+      await vi.advanceTimersByTimeAsync(10_000);
+      expect(h.client.state).toBe('STALE');
+      expect(lists).toHaveLength(2); // STALE: read at once
+      expect(lists[1]! - started).toBeLessThanOrEqual(10_001); // (a 0 ms timer is 1 ms in Node)
+
+      version = 2; // the task moves on while realtime is down
+      // That read brought nothing new: the next is 1.5 × 4 s later, and it brings version 2.
+      await vi.advanceTimersByTimeAsync(5_999);
+      expect(lists).toHaveLength(2);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(lists).toHaveLength(3);
+      expect(h.client.store.task('t1')?.summaryVersion).toBe(2n);
+      // It changed something: back to 4 s; then nothing new: 6 s, then 9 s (the cap).
+      await vi.advanceTimersByTimeAsync(4_000);
+      expect(lists).toHaveLength(4);
+      await vi.advanceTimersByTimeAsync(6_000);
+      expect(lists).toHaveLength(5);
+      await vi.advanceTimersByTimeAsync(9_000);
+      expect(lists).toHaveLength(6);
+      failNext = true; // refused (rate limit): twice as long, still capped
+      await vi.advanceTimersByTimeAsync(9_000);
+      expect(lists).toHaveLength(7);
+      await vi.advanceTimersByTimeAsync(9_000);
+      expect(lists).toHaveLength(8);
+      expect(refreshes.length).toBe(lists.length - 1); // every successful read says when
+      // Through a reconnect attempt (RECOVERING) the reads go on; LIVE ends them.
+      h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
+      h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+      await vi.advanceTimersByTimeAsync(1);
+      expect(h.client.state).toBe('LIVE');
+      const atLive = lists.length;
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(lists).toHaveLength(atLive);
+      h.client.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it('hands the SDK bounded reconnect back-off (the SDK adds jitter), so reconnect storms spread out (AC31)', async () => {
     const h = harness({ 'GET /api/realtime/session': () => SESSION });
     await h.client.start();
