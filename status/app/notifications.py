@@ -21,7 +21,16 @@ MAX_IDS = 200
 
 
 def _as_json(row: Any) -> dict[str, Any]:
-    found = Notification(row.task_id, int(row.task_version), row.notification_type, row.level, row.title, row.message)
+    found = Notification.restored(
+        row.task_id,
+        int(row.task_version),
+        row.notification_type,
+        row.level,
+        row.title,
+        row.message,
+        row.lifecycle_status,
+        row.details,
+    )
     return found.to_json(row.created_at, row.read_at)
 
 

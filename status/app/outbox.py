@@ -141,6 +141,8 @@ def notification_rows(
                 "level": n.level,
                 "title": n.title[:300],
                 "message": n.message[:600] if n.message else None,
+                "lifecycle_status": n.lifecycle_status,
+                "details": n.details(),
                 "created_at": now,
                 "read_at": None,
             }

@@ -16,6 +16,10 @@ def fold(tasks: Sequence[Mapping[str, Any]]) -> tuple[Lifecycle, Health, dict[st
     Purely descriptive: the workflow is SUCCEEDED only when every task is, and
     a FAILED task with others still running leaves it RUNNING + DEGRADED; the
     projector never decides what the work does next (SPEC §1).
+
+    Once every task has ended, the workflow's ending is the gravest of theirs:
+    FAILED if one failed, else TIMED_OUT if one timed out, else CANCELLED (some
+    were cancelled, the rest succeeded); ``counts`` says how many ended each way.
     """
     counts = Counter(task["lifecycle_status"] for task in tasks)
     total = len(tasks)
@@ -26,7 +30,11 @@ def fold(tasks: Sequence[Mapping[str, Any]]) -> tuple[Lifecycle, Health, dict[st
     elif counts[Lifecycle.SUCCEEDED.value] == total:
         lifecycle = Lifecycle.SUCCEEDED
     elif finished == total:
-        lifecycle = Lifecycle.FAILED if counts[Lifecycle.FAILED.value] else Lifecycle.CANCELLED
+        lifecycle = next(
+            ending
+            for ending in (Lifecycle.FAILED, Lifecycle.TIMED_OUT, Lifecycle.CANCELLED)
+            if counts[ending.value] or ending is Lifecycle.CANCELLED
+        )
     elif counts[Lifecycle.PENDING.value] == total:
         lifecycle = Lifecycle.PENDING
     else:

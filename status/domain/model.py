@@ -114,6 +114,9 @@ class TaskState:
     # Temporal reports the owning run's workflow task failing over and over: the run is open
     # but makes no progress (a bug or a non-deterministic change in workflow code).
     stuck_since: datetime | None = None
+    # How the task ended, in user-safe words, when its ending came with a reason (an operator's
+    # terminate, a timeout's length): shown after a reload as it was live.
+    end_reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,75 @@ _TERMINAL_TYPES = {
 
 @dataclass(frozen=True)
 class Notification:
+    """A durable notice, as the live one said it (seed §6.8): after a reload, or on another device,
+    the user reads how the task ended (an operator's stop with its reason, a timeout's length)
+    exactly as a connected page showed it."""
+
     task_id: str
     task_version: int
     type: str
     level: str
     title: str
     message: str | None
+    lifecycle_status: str | None = None  # the task's state the notice reports (terminal for an ending)
+    reason: str | None = None  # user-safe: why it ended that way, when its ending said
+    operation_code: str | None = None
+    error_code: str | None = None
+    retryable: bool | None = None
+    requires_action: bool = False
+    actions: tuple[str, ...] = ()
+    step_id: str | None = None
 
     @property
     def id(self) -> str:
         return f"{self.task_id}:{self.task_version}:{self.type}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.lifecycle_status is not None and Lifecycle(self.lifecycle_status).terminal
+
+    def details(self) -> dict[str, Any]:
+        """What the record keeps beside its listed columns (the rest of the seed's notice)."""
+        return {
+            "reason": self.reason,
+            "operationCode": self.operation_code,
+            "errorCode": self.error_code,
+            "retryable": self.retryable,
+            "requiresAction": self.requires_action,
+            "actions": list(self.actions),
+            "stepId": self.step_id,
+        }
+
+    @classmethod
+    def restored(
+        cls,
+        task_id: str,
+        task_version: int,
+        type_: str,
+        level: str,
+        title: str,
+        message: str | None,
+        lifecycle_status: str | None,
+        details: dict[str, Any] | None,
+    ) -> Notification:
+        """A stored record back (one written before details were kept has none)."""
+        more = details or {}
+        return cls(
+            task_id,
+            task_version,
+            type_,
+            level,
+            title,
+            message,
+            lifecycle_status=lifecycle_status,
+            reason=more.get("reason"),
+            operation_code=more.get("operationCode"),
+            error_code=more.get("errorCode"),
+            retryable=more.get("retryable"),
+            requires_action=bool(more.get("requiresAction", False)),
+            actions=tuple(more.get("actions") or ()),
+            step_id=more.get("stepId"),
+        )
 
     def to_json(self, created_at: datetime, read_at: datetime | None = None) -> dict[str, Any]:
         return {
@@ -46,23 +105,63 @@ class Notification:
             "level": self.level,
             "title": self.title,
             "message": self.message,
+            "lifecycleStatus": self.lifecycle_status,
+            "terminal": self.terminal,
+            **self.details(),
             "createdAt": iso(created_at),
             "readAt": iso(read_at),
             "read": read_at is not None,
         }
 
 
+def _from_notice(task: TaskState, notice: Notice, type_: str | None = None) -> Notification:
+    return Notification(
+        task.task_id,
+        task.version,
+        type_ or notice.type,
+        notice.level.value,
+        notice.title,
+        notice.message,
+        lifecycle_status=task.lifecycle.value,
+        reason=task.end_reason,
+        operation_code=notice.operation_code,
+        error_code=notice.error_code,
+        retryable=notice.retryable,
+        requires_action=notice.requires_action,
+        actions=notice.actions,
+        step_id=notice.step_id,
+    )
+
+
 def notifications_for(before: TaskState, after: TaskState, notice: Notice | None) -> list[Notification]:
-    """The notifications a change creates (the same for every viewer of the task)."""
+    """The notifications a change creates (the same for every viewer of the task).
+
+    An ending keeps the live notice's words when the change had one (a failure's message, an
+    operator's stop and its reason, a timeout's length); otherwise it says what happened plainly.
+    """
     found = []
     if after.lifecycle.terminal and after.lifecycle is not before.lifecycle:
         type_, level, verb = _TERMINAL_TYPES[after.lifecycle]
-        message = after.failure.user_message or None if after.failure and after.lifecycle is Lifecycle.FAILED else None
-        found.append(Notification(after.task_id, after.version, type_, level, f"{after.title} {verb}", message))
-    if notice is not None and notice.requires_action:
-        found.append(
-            Notification(
-                after.task_id, after.version, "ACTION_REQUIRED", notice.level.value, notice.title, notice.message
+        if notice is not None and notice.type == type_:
+            found.append(_from_notice(after, notice))
+        else:
+            failure = after.failure if after.lifecycle is Lifecycle.FAILED else None
+            message = (failure.user_message or None) if failure else after.end_reason
+            found.append(
+                Notification(
+                    after.task_id,
+                    after.version,
+                    type_,
+                    level,
+                    f"{after.title} {verb}",
+                    message,
+                    lifecycle_status=after.lifecycle.value,
+                    reason=after.end_reason,
+                    error_code=failure.code if failure else None,
+                    retryable=failure.retryable if failure else None,
+                    step_id=after.failed_step_id if failure else None,
+                )
             )
-        )
+    if notice is not None and notice.requires_action:
+        found.append(_from_notice(after, notice, "ACTION_REQUIRED"))
     return found

@@ -14,7 +14,7 @@ from typing import Any
 from status.domain.eta import DurationStats, Estimate, pending_estimate, step_estimate, task_estimate
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
-from status.domain.rules import Notice, task_timing
+from status.domain.rules import Notice, ms_between, task_timing
 from status.domain.stepset import StepSet
 
 SCHEMA_VERSION = 1
@@ -169,7 +169,10 @@ def _step_shown(step: StepState) -> dict[str, Any]:
         "activatedAt": iso(step.activated_at),
         "startedAt": iso(step.started_at),
         "finishedAt": iso(step.finished_at),
-        "durationMs": step.duration_ms,
+        # The producer's measure; a step ended for it (its run closed, Temporal's record) by the wall clock.
+        "durationMs": step.duration_ms
+        if step.duration_ms is not None or step.finished_at is None
+        else ms_between(step.started_at, step.finished_at),
         "progress": _progress(step.progress),
         "phaseCode": step.phase_code,
         "phaseLabel": step.phase_label,
@@ -197,6 +200,8 @@ def _task_core(task: TaskState, now: datetime) -> dict[str, Any]:
         "health": task.health.value,
         # Temporal reports the owning run stuck since then (health STALE while it is).
         "stuckSince": iso(task.stuck_since),
+        # Why it ended so, when its ending said (a cancel's or a timeout's reason; a failure's is in failure).
+        "endReason": task.end_reason,
         "createdAt": iso(task.created_at),
         "startedAt": iso(task.started_at),
         "finishedAt": iso(task.finished_at),

@@ -206,7 +206,8 @@ def checked_error(err: StepError | None) -> StepError | None:
     return replace(err, user_message=safe_user_message(err.user_message))
 
 
-def _ms_between(start: datetime | None, end: datetime) -> int | None:
+def ms_between(start: datetime | None, end: datetime) -> int | None:
+    """Whole milliseconds from start to end (never negative); None without a start."""
     if start is None:
         return None
     return max(0, int((end - start).total_seconds() * 1000))
@@ -433,6 +434,7 @@ def apply_task_event(
         # A finished task is no longer waiting on a silent executor, nor on a stuck run.
         health=Health.DEGRADED if task.health is Health.DEGRADED else Health.HEALTHY,
         stuck_since=None,
+        end_reason=event.reason if lifecycle.terminal else None,
         summary_schema=event.summary.schema if event.summary else task.summary_schema,
         summary_data=event.summary.value if event.summary else task.summary_data,
         updated_at=now,
@@ -518,11 +520,11 @@ def task_timing(task: TaskState, now: datetime) -> dict[str, Any]:
     """queue/run/total durations (SPEC §4); run time is the producer's when known."""
     end = task.finished_at or now
     return {
-        "queueDurationMs": _ms_between(task.created_at, task.started_at) if task.started_at else None,
-        "runDurationMs": task.duration_ms if task.duration_ms is not None else _ms_between(task.started_at, end),
-        "totalDurationMs": _ms_between(task.created_at, end),
+        "queueDurationMs": ms_between(task.created_at, task.started_at) if task.started_at else None,
+        "runDurationMs": task.duration_ms if task.duration_ms is not None else ms_between(task.started_at, end),
+        "totalDurationMs": ms_between(task.created_at, end),
         "durationSource": "PRODUCER_MONOTONIC" if task.duration_ms is not None else "WALL_CLOCK_ESTIMATE",
-        "elapsedMs": _ms_between(task.created_at, end),
+        "elapsedMs": ms_between(task.created_at, end),
     }
 
 

@@ -59,6 +59,7 @@ def task_from_row(row: Mapping[Any, Any]) -> TaskState:
         duration_ms=row["duration_ms"],
         dynamic_step_count=row["dynamic_step_count"],
         stuck_since=row["workflow_stuck_since"],
+        end_reason=row["end_reason"],
     )
 
 
@@ -86,6 +87,7 @@ def task_values(task: TaskState) -> dict[str, Any]:
         "duration_ms": task.duration_ms,
         "dynamic_step_count": task.dynamic_step_count,
         "workflow_stuck_since": task.stuck_since,
+        "end_reason": task.end_reason,
         "updated_at": task.updated_at,
     }
 

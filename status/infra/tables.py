@@ -119,6 +119,8 @@ task = sa.Table(
     # Since when Temporal reports the owning run's workflow task failing again and again (the run
     # is open but makes no progress): the task shows it until the run moves again.
     sa.Column("workflow_stuck_since", Timestamp, nullable=True),
+    # The user-safe reason its ending came with (an operator's stop, a timeout's length).
+    sa.Column("end_reason", sa.String(512), nullable=True),
     sa.UniqueConstraint("workflow_id", "client_task_key", name="task_workflow_client_key_uk"),
     sa.Index("task_workflow_updated_idx", "workflow_id", "updated_at", "id"),
     sa.Index("task_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),
@@ -455,6 +457,10 @@ user_notification = sa.Table(
     sa.Column("level", sa.String(16), nullable=False),
     sa.Column("title", sa.String(300), nullable=False),
     sa.Column("message", sa.String(600), nullable=True),
+    # The rest of the live notice (seed §6.8): the state it reports, why it ended so, the error
+    # code, whether a retry helps, the actions offered; so a reload says what the live page said.
+    sa.Column("lifecycle_status", sa.String(32), nullable=True),
+    sa.Column("details", Json, nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("read_at", Timestamp, nullable=True),
     sa.Index("user_notification_list_idx", "tenant_id", "user_id", "created_at"),

@@ -14,7 +14,8 @@ import secrets
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,19 @@ from playwright.sync_api import Browser, Page, Route, WebSocketRoute, expect
 from starlette.testclient import TestClient
 
 from status.api.app import create_app
+from status.app import commands as c
 from status.app.service import StatusService
 from status.bootstrap import build_service
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.clock import utcnow
+from status.domain.verdicts import ClosedRun, RunStatus
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens, ServiceTokens, UserTokens
 from status.infra.uow import SqlDatabase
 from tests.integration.conftest import Http
 from tests.support.browser import VERSION_WATCH, chromium, open_dashboard, require_dashboard, screenshot
+from tests.support.factories import document_workflow
 from tests.support.flows import activate, complete_task, create_workflow, report
 from tests.support.flows import fail_task as coordinator_fail
 from tests.support.processes import CentrifugoNode, free_port, wait_until
@@ -49,6 +55,7 @@ class Stack:
     node: CentrifugoNode
     relay: RelayPump
     engine: sa.Engine
+    service: StatusService
 
     def outbox_pending(self, task_ids: list[str]) -> int:
         """Outbox rows of these tasks not yet published."""
@@ -102,7 +109,7 @@ def stack(mariadb_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                 ServiceTokens(settings.service_token_secret),
                 UserTokens(settings.user_token_secret),
             )
-            yield Stack(f"http://127.0.0.1:{port}", http, node, pump, engine)
+            yield Stack(f"http://127.0.0.1:{port}", http, node, pump, engine, service)
     finally:
         server.should_exit = True
         thread.join(15)
@@ -332,6 +339,48 @@ def test_with_centrifugo_down_the_page_keeps_moving_from_snapshots_and_goes_live
     expect(page.locator('#detail .step[data-step-id="02_parse"]')).to_have_attribute(
         "data-status", "SUCCEEDED", timeout=TIMEOUT_MS
     )
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_after_a_reload_the_card_detail_and_unread_list_say_how_the_run_ended(stack: Stack, browser: Browser) -> None:
+    """An operator's stop and a timeout read after a reload as they did live (issue 29 item 3)."""
+    user = f"quinn-{uuid.uuid4().hex[:6]}"
+    coordinator = ServicePrincipal("coordinator-1", stack.http.tenant, "content", frozenset({Role.COORDINATOR}))
+    endings = {}
+    for status, reason in ((RunStatus.TERMINATED, "wrong input file"), (RunStatus.TIMED_OUT, None)):
+        run_id = f"run-{uuid.uuid4().hex[:8]}"
+        created = stack.service.create_workflow(
+            coordinator,
+            replace(document_workflow(owner=user), temporal_owner=c.TemporalOwner("default", f"wf-{run_id}", run_id)),
+        )
+        task_id = str(created["tasks"][0]["taskId"])
+        ctx = activate(stack.http, task_id)
+        assert report(stack.http, ctx, "STEP_STARTED", 1).status_code == 200
+        now = utcnow()
+        run = ClosedRun("default", f"wf-{run_id}", run_id, status, now - timedelta(seconds=6), now, reason=reason)
+        assert stack.service.runs.follow(run, None, stack.service.runs.open_tasks("default", [run.workflow_id])).ended
+        endings[status] = task_id
+    stopped, timed_out = endings[RunStatus.TERMINATED], endings[RunStatus.TIMED_OUT]
+
+    # Opened (a reload) after both ended: only the stored state can say how.
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    expect(card(page, stopped)).to_have_attribute("data-status", "CANCELLED", timeout=TIMEOUT_MS)
+    expect(card(page, stopped).locator(".ending")).to_have_text("Stopped by an operator: wrong input file")
+    expect(card(page, timed_out)).to_have_attribute("data-status", "TIMED_OUT")
+    expect(card(page, timed_out).locator(".ending")).to_have_text("Timed out after 6 s.")
+    inbox = page.locator("#inbox-list")
+    expect(inbox.locator(f'li[data-notification-id^="{stopped}:"]')).to_contain_text(
+        "Contract.pdf was stopped: Stopped by an operator: wrong input file", timeout=TIMEOUT_MS
+    )
+    expect(inbox.locator(f'li[data-notification-id^="{timed_out}:"]')).to_have_attribute("data-lifecycle", "TIMED_OUT")
+    card(page, timed_out).click()
+    expect(page.locator("#detail .ending")).to_have_text("Timed out after 6 s.", timeout=TIMEOUT_MS)
+    parse = page.locator('#detail .step[data-step-id="02_parse"]')
+    expect(parse).to_have_attribute("data-status", "TIMED_OUT", timeout=TIMEOUT_MS)
+    expect(parse.locator(".head .duration")).not_to_have_text("")  # an ended step has its duration
+    screenshot(page, "dashboard-endings-after-reload")
     assert_never_went_back(page)
     page.context.close()
 

@@ -31,6 +31,14 @@ def test_fold_is_descriptive_and_never_decides() -> None:
     assert aggregate["counts"]["FAILED"] == 1 and aggregate["percent"] == 50.0
     assert fold([done, done])[0].value == "SUCCEEDED"
     assert fold([done, failed])[0].value == "FAILED"
+    # Once all have ended, the gravest ending: FAILED, then TIMED_OUT, then CANCELLED.
+    timed_out = {"lifecycle_status": "TIMED_OUT", "health": "HEALTHY"}
+    cancelled = {"lifecycle_status": "CANCELLED", "health": "HEALTHY"}
+    assert fold([timed_out])[0].value == "TIMED_OUT"
+    assert fold([done, timed_out, cancelled])[0].value == "TIMED_OUT"
+    assert fold([timed_out, failed])[0].value == "FAILED"
+    assert fold([done, cancelled])[0].value == "CANCELLED"
+    assert fold([running, timed_out])[0].value == "RUNNING"
 
 
 def test_projector_bumps_the_workflow_once_per_real_change(

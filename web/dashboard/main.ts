@@ -170,6 +170,7 @@ class Inbox {
                 'data-notification-id': n.id,
                 'data-level': n.level,
                 'data-type': n.type,
+                'data-lifecycle': n.lifecycleStatus ?? null,
                 'data-seen-live': this.seenLive.has(n.id) ? 'true' : null,
               },
               h('span', { class: 'text' }, n.message ? `${n.title}: ${n.message}` : n.title),
@@ -486,6 +487,7 @@ class Dashboard {
         h('span', { class: 'version muted' }, `v${view.summaryVersion}`),
       ),
       s.failure ? h('div', { class: 'failure' }, `${s.failure.code}${s.failure.userMessage ? `: ${s.failure.userMessage}` : ''}`) : null,
+      !s.failure && s.endReason ? h('div', { class: 'ending' }, s.endReason) : null,
     );
   }
 
@@ -525,6 +527,7 @@ class Dashboard {
         h('span', {}, 'version ', h('b', {}, (view.detailVersion ?? view.summaryVersion).toString())),
       ),
       s.failure ? h('p', { class: 'failure' }, `${s.failure.code}${s.failure.userMessage ? `: ${s.failure.userMessage}` : ''}`) : null,
+      !s.failure && s.endReason ? h('p', { class: 'ending' }, s.endReason) : null,
       d === null ? h('p', { class: 'muted' }, 'Loading steps…') : null,
       steps.length ? timeAxis(span) : null,
       h('div', { class: 'timeline' }, ...this.stepRows(steps, start, span)),
@@ -593,7 +596,7 @@ class Dashboard {
         h('span', { class: 'name' }, rendered.title, step.attempt > 1 ? h('span', { class: 'muted' }, ` · attempt ${step.attempt}`) : null),
         step.health === 'STALE' ? h('span', { class: 'badge health', 'data-health': 'STALE' }, 'STALE') : null,
         h('span', { class: 'badge', 'data-status': step.lifecycleStatus }, step.lifecycleStatus),
-        h('span', { class: 'muted' }, step.durationMs !== null ? formatDuration(step.durationMs) : ''),
+        h('span', { class: 'duration muted' }, step.durationMs !== null ? formatDuration(step.durationMs) : ''),
       ),
       h('div', { class: 'lane' }, bar),
       h('div', { class: 'fields' }, ...rendered.fields.map((f) => h('span', {}, `${f.label} `, h('b', {}, f.value)))),

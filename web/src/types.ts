@@ -83,6 +83,8 @@ export interface TaskCore {
   silentSince?: string | null;
   /** Since when Temporal reports the task's run stuck (its workflow task keeps failing; STALE meanwhile). */
   stuckSince?: string | null;
+  /** Why it ended so, when its ending said (an operator's stop and its reason, a timeout's length); a failure's is in `failure`. */
+  endReason?: string | null;
   /** A step failed and waits for the user. */
   needsAction?: boolean;
 }
@@ -217,6 +219,17 @@ export interface UserNotification {
   level: string;
   title: string;
   message: string | null;
+  /** The task's state the notification reports (terminal for an ending) and whether it is one. */
+  lifecycleStatus?: string | null;
+  terminal?: boolean;
+  /** Why it ended so, when its ending said. */
+  reason?: string | null;
+  operationCode?: string | null;
+  errorCode?: string | null;
+  retryable?: boolean | null;
+  requiresAction?: boolean;
+  actions?: string[];
+  stepId?: string | null;
   createdAt: string;
   readAt: string | null;
   read: boolean;
