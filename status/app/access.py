@@ -1,8 +1,10 @@
 """Access to tasks (SPEC §3, AC26): grants and revocations, each a new task version.
 
-A grant sends the current summary to the new viewer; revoking a USER grant
-sends that user a ``task.removed`` tombstone.  Reads and subscription tokens
-check ``task_acl`` at the time of asking, so a revocation also blocks them.
+A grant sends the current summary to the new viewer: a USER's summary channel,
+or the shared channel of a PROJECT or ROLE (its members' connections subscribe
+to it; seed §6.6). Revoking sends a ``task.removed`` tombstone to the channel
+that received the task.  Reads and subscription tokens check ``task_acl`` at
+the time of asking, so a revocation also blocks them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from status.domain.errors import Forbidden, Invalid
 from status.domain.ids import is_principal_id
 from status.domain.lifecycle import EventType
 from status.domain.model import TaskState
-from status.domain.projections import Projection, detail_channel, project_channel, user_channel
+from status.domain.projections import Projection, detail_channel, shared_channel, user_channel
+
+# Each PROJECT or ROLE grant adds a channel to every change of the task: the fan-out of one event
+# stays bounded (seed §6.6: wider audiences, bounded work).
+MAX_GROUP_GRANTS = 20
 
 
 class AccessCommands:
@@ -69,6 +75,12 @@ class AccessCommands:
             if not grant and not active:
                 uow.commit()
                 return {"taskId": task_id, "taskVersion": str(task.version), "changed": False}
+            if grant and not active and principal_type != "USER":
+                groups = outbox.groups_of(uow.tasks.acl_grants(task_id))
+                if len(groups) >= MAX_GROUP_GRANTS:
+                    raise Invalid(
+                        f"a task may be shared with at most {MAX_GROUP_GRANTS} projects and roles; revoke one first"
+                    )
             if grant and row is None:
                 uow.access.insert_grant(task_id, task.tenant_id, principal_type, principal_id, permission, now)
             elif grant:
@@ -118,8 +130,9 @@ class AccessCommands:
         the service does not know the members, so it is every current holder of the task's
         detail channel other than the owner and users granted directly — one who can still
         see the task through another grant subscribes again (tokens re-check the ACL).
-        A USER also gets a ``task.removed`` tombstone on their summary channel, a PROJECT on
-        its project channel.
+        A USER also gets a ``task.removed`` tombstone on their summary channel, a PROJECT or
+        ROLE on its shared channel (where it received the task); a member who still sees the task
+        another way reads it again (the client asks for a removed task's snapshot).
         """
         event_id = rows[0]["event_id"]
         channel = detail_channel(task.tenant_id, task.task_id)
@@ -135,8 +148,7 @@ class AccessCommands:
         if principal_type == "USER" and users:
             own = user_channel(task.tenant_id, principal_id)
             rows.append(outbox.removal_row(task, own, Projection.USER_SUMMARY, event_id, now))
-        elif principal_type == "PROJECT" and principal_id != task.project_id:
-            # (The task's own project keeps getting its broadcasts: the task still names it.)
-            project = project_channel(task.tenant_id, principal_id)
-            rows.append(outbox.removal_row(task, project, Projection.PROJECT_BROADCAST, event_id, now))
+        elif principal_type != "USER":
+            shared = shared_channel(task.tenant_id, principal_type, principal_id)
+            rows.append(outbox.removal_row(task, shared, Projection.USER_SUMMARY, event_id, now))
         return rows

@@ -189,6 +189,7 @@ class CorrectionCommands:
                     broadcast=True,
                     now=now,
                     history=self.ctx.durations.for_task(uow, new_task, view.steps),
+                    groups=view.groups,
                 ),
             )
             found = notifications_for(task, new_task, outcome.notice)

@@ -480,9 +480,14 @@ class EventCommands:
         if misses:
             tasks = uow.tasks.load_many(misses)
             steps = uow.tasks.steps_of_tasks(list(tasks))
-            viewers = uow.tasks.acl_users_of(list(tasks))
+            grants = uow.tasks.acl_grants_of(list(tasks))
             for task_id, task in tasks.items():
-                group.loaded[task_id] = view_of(task, steps[task_id], outbox.viewers_of(task, viewers[task_id]))
+                group.loaded[task_id] = view_of(
+                    task,
+                    steps[task_id],
+                    outbox.viewers_of(task, grants[task_id]),
+                    outbox.groups_of(grants[task_id]),
+                )
 
     def _lock(
         self, uow: UnitOfWork, group: Group, task_id: str, event_id: str, owner: tuple[str, str]

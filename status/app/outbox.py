@@ -28,6 +28,7 @@ from status.domain.projections import (
     iso,
     project_broadcast,
     project_channel,
+    shared_channel,
     task_detail,
     task_removed,
     user_channel,
@@ -70,9 +71,14 @@ def _row(
     }
 
 
-def viewers_of(task: TaskState, granted: Sequence[str]) -> list[str]:
+def viewers_of(task: TaskState, grants: Sequence[tuple[str, str]]) -> list[str]:
     """The owner first, then every other user holding an unrevoked USER grant."""
-    return [task.owner_id, *[u for u in granted if u != task.owner_id]]
+    return [task.owner_id, *[pid for kind, pid in grants if kind == "USER" and pid != task.owner_id]]
+
+
+def groups_of(grants: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The PROJECT and ROLE grants (at most access.MAX_GROUP_GRANTS: granting keeps it so), in a stable order."""
+    return sorted((kind, pid) for kind, pid in grants if kind in ("PROJECT", "ROLE"))
 
 
 def task_rows(
@@ -87,8 +93,13 @@ def task_rows(
     broadcast: bool,
     now: datetime,
     history: History | None = None,
+    groups: Sequence[tuple[str, str]] = (),
 ) -> list[dict[str, Any]]:
-    """One row per channel of a task change, each with the projection's full state and version."""
+    """One row per channel of a task change, each with the projection's full state and version.
+
+    The summary goes to each USER viewer's channel and to the shared channel of each PROJECT or
+    ROLE granted the task (its members subscribe to it: the service does not know who they are).
+    """
     summary = user_summary(task, steps, now, notice, history)
 
     def row(channel: str, projection: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +116,7 @@ def task_rows(
         )
 
     rows = [row(user_channel(task.tenant_id, user), Projection.USER_SUMMARY, summary) for user in viewers]
+    rows += [row(shared_channel(task.tenant_id, kind, pid), Projection.USER_SUMMARY, summary) for kind, pid in groups]
     detail = task_detail(task, steps, now, trigger, history)
     rows.append(row(detail_channel(task.tenant_id, task.task_id), Projection.TASK_DETAIL, detail))
     if broadcast and task.project_id:
@@ -332,4 +344,5 @@ def service_event(
         broadcast=broadcast,
         now=now,
         history=durations.for_task(stores, task, view.steps) if durations else None,
+        groups=view.groups,
     )

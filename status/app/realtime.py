@@ -1,7 +1,8 @@
 """Realtime credentials (SPEC §3, §7; seed §7): Centrifugo connection and subscription tokens.
 
-A connection token names only the user's own summary channel (subscribed
-server-side by Centrifugo).  Detail and workflow channels need a subscription
+A connection token names the user's own summary channel and the shared
+channels of the projects and roles their login names (subscribed server-side
+by Centrifugo; tasks granted to a group reach its members there).  Detail and workflow channels need a subscription
 token, issued only after an ACL check and within a per-session limit that the
 server keeps (``realtime_grant``), so a browser can neither pick another
 user's channel nor hold unbounded detail subscriptions.
@@ -17,15 +18,30 @@ from status.app.ports import RealtimeTokens, UnitOfWork
 from status.app.service import StatusService
 from status.domain.auth import UserPrincipal
 from status.domain.errors import Conflict, ErrorCode, Forbidden, Invalid, NotFound
+from status.domain.ids import is_principal_id
 from status.domain.projections import (
     SYSTEM_CHANNEL,
     detail_channel,
     iso,
     project_channel,
+    shared_channel,
     tenant_channel,
     user_channel,
     workflow_channel,
 )
+
+# The shared channels a connection subscribes to (its user's projects, then roles, each sorted): a
+# login naming more groups gets the tasks shared with the rest from snapshots (its list and the
+# client's periodic check), not live.
+MAX_SHARED_CHANNELS = 32
+
+
+def shared_channels(user: UserPrincipal) -> list[str]:
+    """The shared channels (tasks granted to a PROJECT or ROLE) of the groups the user's login names."""
+    groups = [("PROJECT", p) for p in sorted(user.project_ids)] + [("ROLE", r) for r in sorted(user.role_ids)]
+    # An id no grant can name (grants check it) has no channel: its characters could read as another's.
+    groups = [(kind, pid) for kind, pid in groups if is_principal_id(pid)]
+    return [shared_channel(user.tenant_id, kind, pid) for kind, pid in groups[:MAX_SHARED_CHANNELS]]
 
 
 @dataclass(frozen=True)
@@ -63,14 +79,15 @@ class RealtimeService:
         self.ttl = timedelta(seconds=token_ttl_seconds)
 
     def session(self, user: UserPrincipal) -> dict[str, Any]:
-        """A connection JWT for the user's summary channel only, plus where to connect."""
+        """A connection JWT for the user's summary channel and their groups' shared channels, plus where to connect."""
         channel = user_channel(user.tenant_id, user.user_id)
-        token, exp = self.tokens.connection(user, [channel])
+        shared = shared_channels(user)
+        token, exp = self.tokens.connection(user, [channel, *shared])
         return {
             "token": token,
             "expiresAt": exp,
             "user": user.subject,
-            "channels": {"summary": channel},
+            "channels": {"summary": channel, "shared": shared},
             "endpoints": {
                 "websocket": self.endpoints.websocket,
                 "httpStream": self.endpoints.http_stream,
@@ -136,9 +153,10 @@ class RealtimeService:
 
     # ------------------------------------------------------------ native SSE (seed §6.7.2)
     def stream_channels(self, user: UserPrincipal) -> tuple[str, str]:
-        """The connection token for an SSE session: the user's summary channel only."""
-        token, _ = self.tokens.connection(user, [user_channel(user.tenant_id, user.user_id)])
-        return token, user_channel(user.tenant_id, user.user_id)
+        """The connection token for an SSE session: the user's summary channel and their groups' shared channels."""
+        summary = user_channel(user.tenant_id, user.user_id)
+        token, _ = self.tokens.connection(user, [summary, *shared_channels(user)])
+        return token, summary
 
     def watch_set(self, user: UserPrincipal, client_id: str, task_ids: list[str]) -> dict[str, Any]:
         """Replace the detail channels of one SSE session: bounded, ACL-checked per task, expiring.

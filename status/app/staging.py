@@ -125,6 +125,7 @@ def stage(
         broadcast=lifecycle_changed or outcome.must_deliver,
         now=committed_at,
         history=ctx.durations.for_task(uow, task, view.steps),
+        groups=view.groups,
     )
     found = notifications_for(before_task, task, outcome.notice)
     if found:

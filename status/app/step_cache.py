@@ -10,7 +10,7 @@ so a wide row costs more CPU than the round trip that fetched it.
 
 Why a version is enough: every change to a task's columns, to a step's
 columns other than heartbeat bookkeeping, to the set of steps or to the
-task's USER grants goes through a transaction that holds the task row lock
+task's grants goes through a transaction that holds the task row lock
 and bumps ``task.version``.  Plain heartbeats change step rows without a
 version, but only ``last_heartbeat_*`` and the deadline, which no projection
 shows; the event path writes only the columns an event changed, so it never
@@ -33,11 +33,12 @@ from status.domain.stepset import StepSet
 
 @dataclass(frozen=True)
 class TaskView:
-    """A task, its steps and its USER viewers at one ``task.version``."""
+    """A task, its steps, its USER viewers and the PROJECT/ROLE groups granted it, at one ``task.version``."""
 
     task: TaskState
     steps: StepSet
     viewers: tuple[str, ...]
+    groups: tuple[tuple[str, str], ...] = ()
 
     @property
     def version(self) -> int:
@@ -45,11 +46,13 @@ class TaskView:
 
     def changed(self, task: TaskState, step: StepState | None) -> TaskView:
         """The view after a change to the task and at most one step."""
-        return TaskView(task, self.steps if step is None else self.steps.with_step(step), self.viewers)
+        return TaskView(task, self.steps if step is None else self.steps.with_step(step), self.viewers, self.groups)
 
 
-def view_of(task: TaskState, steps: Iterable[StepState], viewers: Iterable[str]) -> TaskView:
-    return TaskView(task, StepSet.of(steps), tuple(viewers))
+def view_of(
+    task: TaskState, steps: Iterable[StepState], viewers: Iterable[str], groups: Iterable[tuple[str, str]] = ()
+) -> TaskView:
+    return TaskView(task, StepSet.of(steps), tuple(viewers), tuple(groups))
 
 
 class StepCache:

@@ -46,5 +46,5 @@ def locked_view(
 
 def load_view(uow: Stores, task: TaskState) -> TaskView:
     """Every step and USER viewer of a locked task, read once (a cache miss)."""
-    viewers = outbox.viewers_of(task, uow.tasks.acl_users(task.task_id))
-    return view_of(task, uow.tasks.steps_of(task.task_id), viewers)
+    grants = uow.tasks.acl_grants(task.task_id)
+    return view_of(task, uow.tasks.steps_of(task.task_id), outbox.viewers_of(task, grants), outbox.groups_of(grants))

@@ -58,6 +58,11 @@ def project_channel(tenant_id: str, project_id: str) -> str:
     return f"task_project:{tenant_id}/{project_id}"
 
 
+def shared_channel(tenant_id: str, principal_type: str, principal_id: str) -> str:
+    """Summaries of the tasks granted to a PROJECT or ROLE, for its members (subscribed by their connection)."""
+    return f"task_shared:{tenant_id}/{principal_type.lower()}.{principal_id}"
+
+
 def tenant_channel(tenant_id: str) -> str:
     return f"task_tenant:{tenant_id}"
 

@@ -272,9 +272,8 @@ _UPDATE_STEP = sa.update(t.task_step).where(
 )
 INSERT_STEP = _INSERT_STEP = sa.insert(t.task_step)
 _INSERT_OUTBOX = sa.insert(t.task_outbox)
-_ACL_USERS = sa.select(t.task_acl.c.principal_id).where(
+_ACL_GRANTS = sa.select(t.task_acl.c.principal_type, t.task_acl.c.principal_id).where(
     t.task_acl.c.task_id == sa.bindparam("_task_id"),
-    t.task_acl.c.principal_type == "USER",
     t.task_acl.c.revoked_at.is_(None),
 )
 
@@ -410,9 +409,9 @@ def insert_dedups(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> Non
         conn.execute(_INSERT_DEDUP, list(rows))
 
 
-def acl_users(conn: sa.Connection, task_id: str) -> list[str]:
-    """Users (besides the owner) holding an unrevoked USER grant on the task."""
-    return list(conn.scalars(_ACL_USERS, {"_task_id": task_id}))
+def acl_grants(conn: sa.Connection, task_id: str) -> list[tuple[str, str]]:
+    """The task's unrevoked grants as (principal type, principal id): USER, PROJECT and ROLE."""
+    return [(row[0], row[1]) for row in conn.execute(_ACL_GRANTS, {"_task_id": task_id})]
 
 
 def visible_task_filter(tenant_id: str, user_id: str, projects: Iterable[str], roles: Iterable[str]) -> Any:

@@ -309,7 +309,14 @@ class UserTokens:
         self._audience = audience
         self._issuer = issuer
 
-    def issue(self, tenant_id: str, user_id: str, ttl_seconds: int = 3600, projects: list[str] | None = None) -> str:
+    def issue(
+        self,
+        tenant_id: str,
+        user_id: str,
+        ttl_seconds: int = 3600,
+        projects: list[str] | None = None,
+        roles: list[str] | None = None,
+    ) -> str:
         now = int(time.time())
         return jwt.encode(
             {
@@ -317,6 +324,7 @@ class UserTokens:
                 "sub": user_id,
                 "tnt": tenant_id,
                 "projects": projects or [],
+                "roles": roles or [],
                 "sid": secrets.token_hex(8),
                 "iat": now,
                 "exp": now + ttl_seconds,

@@ -92,3 +92,55 @@ async def test_a_project_revocation_ends_its_members_live_data(
     refused = api.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=member)
     assert refused.status_code == 404
     await client.disconnect()
+
+
+async def test_a_project_member_gets_the_granted_task_live_and_its_removal_on_the_shared_channel(
+    api: Http, relay: OutboxRelay
+) -> None:
+    """Issue 29 item 4, through a real Centrifugo: the member's connection subscribes to the project's
+    shared channel (server-side, from the connection token), every change of a task granted to the
+    project arrives there with its notice, and the revoke's tombstone arrives where the task did."""
+    task_id = create_workflow(api)["tasks"][0]["taskId"]  # owned by user-1
+    session = api.client.get("/api/realtime/session", headers=api.user("member", projects=["p9"])).json()
+    client, recorder = recording_client(session["endpoints"]["websocket"], session["token"])
+    await client.connect()
+    shared = f"task_shared:{api.tenant}/project.p9"
+    subscribed = {(await recorder.next_subscribed()).channel for _ in range(2)}
+    assert subscribed == {session["channels"]["summary"], shared}
+    try:
+        granted = api.client.put(f"/internal/v1/tasks/{task_id}/acl/PROJECT/p9", json={}, headers=api.coordinator)
+        assert granted.status_code == 200, granted.text
+        await drain(relay)
+        channel, _, first = await recorder.next_publication()
+        assert (channel, first["kind"], first["taskId"]) == (shared, "task.summary", task_id)
+        ctx = activate(api, task_id)
+        assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
+        failed = report(
+            api,
+            ctx,
+            "STEP_FAILED",
+            2,
+            error={
+                "category": "DEPENDENCY",
+                "code": "OCR_DOWN",
+                "userMessage": "The OCR service is down",
+                "retryable": True,
+            },
+        )
+        assert failed.status_code == 200, failed.text
+        await drain(relay)
+        noticed = None
+        while noticed is None:
+            channel, _, message = await recorder.next_publication()
+            assert channel == shared and message["taskId"] == task_id
+            noticed = message if message.get("notice") else None
+        assert noticed["notice"]["type"] == "STEP_FAILED" and noticed["notice"]["level"] == "WARNING"
+
+        revoked = api.client.delete(f"/internal/v1/tasks/{task_id}/acl/PROJECT/p9", headers=api.coordinator)
+        assert revoked.status_code == 200 and revoked.json()["changed"] is True
+        await drain(relay)
+        while (message := (await recorder.next_publication())[2])["kind"] != "task.removed":
+            pass
+        assert message["taskId"] == task_id
+    finally:
+        await client.disconnect()

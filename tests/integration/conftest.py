@@ -109,8 +109,14 @@ class Http:
     def worker(self) -> dict[str, str]:
         return self.auth(self.service_token("document-parser", "WORKER"))
 
-    def user(self, user_id: str, tenant: str | None = None) -> dict[str, str]:
-        return self.auth(self.user_tokens.issue(tenant or self.tenant, user_id))
+    def user(
+        self,
+        user_id: str,
+        tenant: str | None = None,
+        projects: list[str] | None = None,
+        roles: list[str] | None = None,
+    ) -> dict[str, str]:
+        return self.auth(self.user_tokens.issue(tenant or self.tenant, user_id, projects=projects, roles=roles))
 
 
 @pytest.fixture(scope="session")

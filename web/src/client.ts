@@ -195,7 +195,8 @@ export class TaskStatusClient {
       ? this.options.createCentrifuge(endpoints, centrifugeOptions)
       : new Centrifuge(endpoints, centrifugeOptions);
     this.centrifuge = centrifuge;
-    const summaryChannel = session.channels.summary;
+    // The user's own channel and the shared channels of their groups carry the same messages.
+    const summaryChannels = new Set([session.channels.summary, ...(session.channels.shared ?? [])]);
 
     centrifuge.on('connecting', () => {
       this.transportName = null;
@@ -213,14 +214,14 @@ export class TaskStatusClient {
       this.setState('STALE');
     });
     centrifuge.on('subscribing', (ctx) => {
-      if (ctx.channel === summaryChannel) {
+      if (summaryChannels.has(ctx.channel)) {
         this.summaryReady = false;
         this.setState('RECOVERING');
         this.armStaleTimer();
       }
     });
     centrifuge.on('subscribed', (ctx) => {
-      if (ctx.channel !== summaryChannel) return;
+      if (!summaryChannels.has(ctx.channel)) return;
       // History recovered everything missed: the replayed publications follow this event.
       if (ctx.wasRecovering && ctx.recovered && !this.buffering) {
         this.markLive();
@@ -243,7 +244,7 @@ export class TaskStatusClient {
       }
     });
     centrifuge.on('publication', (ctx) => {
-      if (ctx.channel !== summaryChannel) return;
+      if (!summaryChannels.has(ctx.channel)) return;
       if (this.buffering) this.buffer.push(ctx.data);
       else this.applyLive(ctx.data);
     });
@@ -595,7 +596,14 @@ export class TaskStatusClient {
 
   /** A message from a channel: into the store, and into the telemetry (commit → visible, unknown kinds). */
   private applyLive(message: unknown): void {
-    this.telemetry.received(message, this.store.apply(message));
+    const applied = this.store.apply(message);
+    this.telemetry.received(message, applied);
+    // A removal says one grant went (a user's, a project's, a role's); the user may still see the
+    // task through another. Ask: batchGet brings it back, or confirms it is gone.
+    const removed = message as { kind?: unknown; taskId?: unknown };
+    if (applied && removed.kind === 'task.removed' && typeof removed.taskId === 'string' && !this.stopped) {
+      void this.checkConsistency('removed', [removed.taskId]);
+    }
   }
 
   private scheduleTelemetry(): void {

@@ -261,7 +261,11 @@ export interface RealtimeSession {
   token: string;
   expiresAt: number;
   user: string;
-  channels: { summary: string };
+  /**
+   * `summary`: the user's own channel; `shared`: the channels of the projects and roles the login
+   * names, where the summaries of tasks granted to them arrive. All are subscribed server-side.
+   */
+  channels: { summary: string; shared?: string[] };
   endpoints: { websocket: string; httpStream: string; sse: string; uniSse: string };
   detailSubscriptionLimit: number;
 }

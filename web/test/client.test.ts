@@ -408,6 +408,41 @@ describe('TaskStatusClient', () => {
     }
   });
 
+  it('applies summaries from the shared channels of the user\'s groups, and asks about a removed task', async () => {
+    const shared = 'task_shared:demo/project.p9';
+    let visible = true;
+    const h = harness({
+      'GET /api/realtime/session': () => ({ ...SESSION, channels: { summary: SESSION.channels.summary, shared: [shared] } }),
+      'GET /api/me/tasks': () => ({ tasks: [], nextCursor: null }),
+      'POST /api/tasks/status:batchGet': (body) =>
+        visible
+          ? { tasks: [snapshot(body.taskIds[0], 4)], unchanged: [], notFound: [], asOf: '' }
+          : { tasks: [], unchanged: [], notFound: body.taskIds, asOf: '' },
+    });
+    await h.client.start();
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    h.centrifuge.emit('subscribed', { channel: shared, wasRecovering: false, recovered: false });
+    await flush();
+    await flush();
+    h.centrifuge.emit('publication', { channel: shared, data: summary('g1', 3) });
+    expect(h.client.store.task('g1')?.summaryVersion).toBe(3n);
+    h.centrifuge.emit('publication', { channel: 'task_project:demo/p9', data: summary('other', 1) });
+    expect(h.client.store.task('other')).toBeUndefined(); // not a summary channel of this session
+    // The project's grant went, but the user still sees the task another way: it comes back.
+    h.centrifuge.emit('publication', { channel: shared, data: { kind: 'task.removed', schemaVersion: 1, workflowId: 'wf-1', taskId: 'g1', taskVersion: '4' } });
+    expect(h.client.store.task('g1')).toBeUndefined();
+    await flush();
+    await flush();
+    expect(h.client.store.task('g1')?.summaryVersion).toBe(4n);
+    // Removed and not visible any more: it stays away.
+    visible = false;
+    h.centrifuge.emit('publication', { channel: shared, data: { kind: 'task.removed', schemaVersion: 1, workflowId: 'wf-1', taskId: 'g1', taskVersion: '5' } });
+    await flush();
+    await flush();
+    expect(h.client.store.task('g1')).toBeUndefined();
+    h.client.stop();
+  });
+
   it('hands the SDK bounded reconnect back-off (the SDK adds jitter), so reconnect storms spread out (AC31)', async () => {
     const h = harness({ 'GET /api/realtime/session': () => SESSION });
     await h.client.start();

@@ -74,18 +74,18 @@ class SqlTaskStore:
         rows = self._conn.execute(sa.select(t.task).where(t.task.c.id.in_(list(task_ids)))).mappings()
         return {row["id"]: repo.task_from_row(row) for row in rows}
 
-    def acl_users_of(self, task_ids: Sequence[str]) -> dict[str, list[str]]:
-        """Users (besides the owner) holding an unrevoked USER grant, per task."""
-        users: dict[str, list[str]] = {task_id: [] for task_id in task_ids}
-        if users:
+    def acl_grants_of(self, task_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        """Unrevoked grants as (principal type, principal id), per task."""
+        grants: dict[str, list[tuple[str, str]]] = {task_id: [] for task_id in task_ids}
+        if grants:
             acl = t.task_acl
             for row in self._conn.execute(
-                sa.select(acl.c.task_id, acl.c.principal_id).where(
-                    acl.c.task_id.in_(list(users)), acl.c.principal_type == "USER", acl.c.revoked_at.is_(None)
+                sa.select(acl.c.task_id, acl.c.principal_type, acl.c.principal_id).where(
+                    acl.c.task_id.in_(list(grants)), acl.c.revoked_at.is_(None)
                 )
             ):
-                users[row.task_id].append(row.principal_id)
-        return users
+                grants[row.task_id].append((row.principal_type, row.principal_id))
+        return grants
 
     def insert_steps(self, steps: Sequence[StepState]) -> None:
         """New step attempts, as a group leaves them (one multi-row INSERT)."""
@@ -210,8 +210,8 @@ class SqlTaskStore:
             sa.select(t.task.c.dynamic_registration_policy).where(t.task.c.id == task_id)
         ).scalar()
 
-    def acl_users(self, task_id: str) -> list[str]:
-        return repo.acl_users(self._conn, task_id)
+    def acl_grants(self, task_id: str) -> list[tuple[str, str]]:
+        return repo.acl_grants(self._conn, task_id)
 
     def handles(self, hashes: Iterable[str]) -> dict[str, Row]:
         return handles_by_hash(self._conn, hashes)
