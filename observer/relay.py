@@ -267,6 +267,15 @@ class OutboxRelay:
             to_send.append(row)
             outcomes = [*outcomes, outcome]
         metrics.PUBLISH_SECONDS.observe(time.perf_counter() - started)
+        # What Centrifugo answered with an error (the request itself reached it): for good (this
+        # row's fault), or for now (its engine — Redis — failing over or down, the node overloaded).
+        answered = [o for o in outcomes if not o.ok and not o.unreachable]
+        if answered:
+            permanent = sum(1 for o in answered if o.permanent)
+            if permanent:
+                metrics.PUBLISH_ERRORS.labels(kind="rejected").inc(permanent)
+            if len(answered) > permanent:
+                metrics.PUBLISH_ERRORS.labels(kind="temporary").inc(len(answered) - permanent)
         if outcomes and all(not o.ok and not o.permanent for o in outcomes):
             # Every command failed and none for good (the broker behind Centrifugo is down,
             # a node is overloaded): a node problem, not these rows' — hold them like an outage.

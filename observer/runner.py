@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 
@@ -171,11 +172,20 @@ def build_retention(parts: Components) -> Retention:
     return Retention(parts.engine, relay, observer_config(parts.settings))
 
 
+def serve_metrics(settings: Settings) -> WSGIServer | None:
+    """/metrics of the observer (outbox gauges, commit->publish latency, relay errors, reconciler
+    transitions) on OBSERVER_METRICS_HOST:OBSERVER_METRICS_PORT, in a thread of its own; None when off."""
+    if not settings.observer_metrics_port:
+        return None
+    server, _ = start_http_server(
+        settings.observer_metrics_port, addr=settings.observer_metrics_host, registry=metrics.REGISTRY
+    )
+    return server
+
+
 def build_observer(settings: Settings, parts: Components | None = None) -> Observer:
     """The observer over the composition root's parts (``parts``: shared with an API in this process)."""
-    if settings.observer_metrics_port:
-        # /metrics of the observer: outbox gauges, commit->publish latency, relay errors, reconciler transitions.
-        start_http_server(settings.observer_metrics_port, addr="127.0.0.1", registry=metrics.REGISTRY)
+    serve_metrics(settings)
     parts = parts if parts is not None else Components(settings)
     engine, service = parts.engine, parts.service
     publisher = CentrifugoApi(settings.centrifugo_api_url, settings.centrifugo_api_key)

@@ -39,6 +39,7 @@ CORRELATION_FIELDS = frozenset(
         "lifecycleStatus",
         "table",
         "reason",
+        "transport",
     }
 )
 

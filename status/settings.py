@@ -125,6 +125,9 @@ class Settings:
     dedup_retention_seconds: int
     event_retention_seconds: int
     observer_metrics_port: int = 0
+    # Where the observer's /metrics listens: loopback by default; the address of the interface a
+    # Prometheus elsewhere reaches (or 0.0.0.0) to be scraped from another machine.
+    observer_metrics_host: str = "127.0.0.1"
     internal_rate_per_second: float = 0.0
     internal_rate_burst: int = 0
     # Public API requests per second per user and API process (0: no limit).
@@ -268,6 +271,7 @@ class Settings:
             dedup_retention_seconds=_int("DEDUP_RETENTION_SECONDS", 7 * 24 * 3600),
             event_retention_seconds=_int("EVENT_RETENTION_SECONDS", 30 * 24 * 3600),
             observer_metrics_port=_int("OBSERVER_METRICS_PORT", 9108),
+            observer_metrics_host=_env("OBSERVER_METRICS_HOST", "127.0.0.1") or "127.0.0.1",
             internal_rate_per_second=_int("INTERNAL_RATE_PER_SECOND", 2000),
             internal_rate_burst=_int("INTERNAL_RATE_BURST", 4000),
             public_rate_per_second=_int("PUBLIC_RATE_PER_SECOND", 20),

@@ -151,42 +151,26 @@ class Api:
         started = time.perf_counter()
         caller = self.event_caller(request)
         cmd = (await self.parse(request, EventIn)).command()
+        trace = request.headers.get("traceparent")
         try:
             result = await self.committer.submit(caller, cmd)
         except DomainError as err:
-            metrics.EVENTS.labels(result="rejected", code=err.code.value).inc()
-            self.changes.rejected(caller, err.code.value)
-            log.info(
-                "event rejected",
-                eventId=cmd.event_id,
-                eventType=cmd.event_type,
-                taskId=cmd.task_id,
-                stepId=cmd.step_id,
-                sourceSeq=cmd.source_seq,
-                producerId=caller.producer_id,
-                code=err.code.value,
-                traceId=request.headers.get("traceparent"),
-            )
+            self.changes.rejected(caller, cmd, err.code.value, trace, "http")
             raise
-        metrics.EVENTS.labels(result="duplicate" if result["duplicate"] else "accepted", code="").inc()
-        metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
-        self.changes.accepted(caller, cmd, result, request.headers.get("traceparent"))
+        self.changes.ingest_time(started, "http", "single")
+        self.changes.event(caller, cmd, result, trace, "http")
         return JSONResponse(result)
 
     async def report_events(self, request: Request) -> JSONResponse:
+        started = time.perf_counter()
         caller = self.event_caller(request)
         body = await self.parse(request, EventBatchIn)
         beating = heartbeat_caller(caller) if body.heartbeats else None
         commands, beats = body.commands()  # the whole batch parsed first: a refusal applies nothing
         results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
-        trace = request.headers.get("traceparent")
-        for cmd, r in zip(commands, results, strict=True):
-            code = r.get("error", {}).get("code", "")
-            metrics.EVENTS.labels(result="rejected" if code else "accepted", code=code).inc()
-            if code:
-                self.changes.rejected(caller, code)
-            if not code:
-                self.changes.accepted(caller, cmd, r, trace)
+        if commands:
+            self.changes.ingest_time(started, "http", "batch")
+        self.changes.batch(caller, commands, results, request.headers.get("traceparent"), "http")
         answer: dict[str, Any] = {"results": results}
         if beating is not None:
             answer["heartbeats"] = await self.record_heartbeats(beating, beats)
@@ -199,8 +183,7 @@ class Api:
 
     async def record_heartbeats(self, caller: ServicePrincipal, beats: list[c.Heartbeat]) -> dict[str, Any]:
         result: dict[str, Any] = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
-        for r in result["results"]:
-            metrics.HEARTBEATS.labels(result="accepted" if r["accepted"] else "rejected").inc()
+        self.changes.heartbeats(result["results"], "http")
         return result
 
     async def set_temporal_owner(self, request: Request) -> JSONResponse:
@@ -543,7 +526,7 @@ def app_of(parts: Components) -> Starlette:
             from status.api.grpc_server import start_grpc_server
 
             grpc_server, app.state.grpc_port = await start_grpc_server(
-                api.gate, api.grpc_committer, settings.grpc_host, settings.grpc_port
+                api.gate, api.grpc_committer, api.changes, settings.grpc_host, settings.grpc_port
             )
         try:
             yield

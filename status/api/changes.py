@@ -1,8 +1,13 @@
-"""What the ingest routes say about each change beyond their answer: a sampled log line per accepted
-change with seed §14.2's correlation fields, and executions' rejections counted by operation."""
+"""What the ingest routes say about each change beyond their answer, the same over REST and gRPC:
+events and heartbeats counted by result and transport, the ingest latency of single events and of
+batches, a sampled log line per accepted change with seed §14.2's correlation fields, a line per
+rejection, executions' rejections and steps' failures counted by operation (seed §14.3)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from status import logs
@@ -13,13 +18,89 @@ from status.domain.auth import ExecutionClaims
 
 log = logs.get("status.api")
 
+# Failure codes are the producers' words: past this many (operation, code) pairs per process the
+# rest count as OTHER, so a producer inventing codes cannot grow the metric without bound.
+MAX_FAILURE_LABELS = 1000
+
 
 class ChangeLog:
     def __init__(self, service: StatusService, sample: float) -> None:
         self.service = service
         self.sample = sample  # CHANGE_LOG_SAMPLE
+        self._failure_labels: set[tuple[str, str]] = set()
+        self._labels_lock = threading.Lock()
 
-    def accepted(self, caller: EventCaller, cmd: c.ReportEvent, result: dict[str, Any], trace: str | None) -> None:
+    # ------------------------------------------------------------ one place per outcome
+    def event(
+        self,
+        caller: EventCaller,
+        cmd: c.ReportEvent,
+        result: dict[str, Any],
+        trace: str | None,
+        transport: str,
+    ) -> None:
+        """An event answered (accepted, duplicate, or refused inside a batch's result)."""
+        code = result.get("error", {}).get("code", "")
+        if code:
+            self.rejected(caller, cmd, code, trace, transport)
+            return
+        outcome = "duplicate" if result.get("duplicate") else "accepted"
+        metrics.EVENTS.labels(result=outcome, code="", transport=transport).inc()
+        if outcome == "accepted" and cmd.event_type == "STEP_FAILED" and cmd.error is not None:
+            operation = result.get("operationCode") or "UNKNOWN"
+            metrics.STEP_FAILURES.labels(operation=operation, code=self._failure_code(operation, cmd.error.code)).inc()
+        self.accepted(caller, cmd, result, trace, transport)
+
+    def rejected(self, caller: EventCaller, cmd: c.ReportEvent, code: str, trace: str | None, transport: str) -> None:
+        metrics.EVENTS.labels(result="rejected", code=code, transport=transport).inc()
+        self.rejected_by_operation(caller, code)
+        log.info(
+            "event rejected",
+            eventId=cmd.event_id,
+            eventType=cmd.event_type,
+            taskId=cmd.task_id,
+            stepId=cmd.step_id,
+            sourceSeq=cmd.source_seq,
+            producerId=caller.producer_id,
+            code=code,
+            transport=transport,
+            traceId=trace,
+        )
+
+    def batch(
+        self,
+        caller: EventCaller,
+        commands: Sequence[c.ReportEvent],
+        results: Sequence[dict[str, Any]],
+        trace: str | None,
+        transport: str,
+    ) -> None:
+        for cmd, result in zip(commands, results, strict=True):
+            self.event(caller, cmd, result, trace, transport)
+
+    @staticmethod
+    def ingest_time(started: float, transport: str, shape: str) -> None:
+        """Request to commit, of one event or of a whole batch (``shape``), by transport."""
+        metrics.INGEST_SECONDS.labels(transport=transport, shape=shape).observe(time.perf_counter() - started)
+
+    @staticmethod
+    def heartbeats(results: Sequence[dict[str, Any]], transport: str) -> None:
+        for r in results:
+            metrics.HEARTBEATS.labels(result="accepted" if r["accepted"] else "rejected", transport=transport).inc()
+
+    def _failure_code(self, operation: str, code: str) -> str:
+        key = (operation, code)
+        with self._labels_lock:
+            if key in self._failure_labels:
+                return code
+            if len(self._failure_labels) >= MAX_FAILURE_LABELS:
+                return "OTHER"
+            self._failure_labels.add(key)
+            return code
+
+    def accepted(
+        self, caller: EventCaller, cmd: c.ReportEvent, result: dict[str, Any], trace: str | None, transport: str
+    ) -> None:
         """One line per accepted change, sampled by eventId (the relay's "published" lines of the same
         event are sampled alike)."""
         if result.get("duplicate") or not logs.sampled(cmd.event_id, self.sample):
@@ -42,11 +123,12 @@ class ChangeLog:
             dataSchema=cmd.data.schema if cmd.data is not None else None,
             errorCode=cmd.error.code if cmd.error is not None else None,
             producerId=caller.producer_id,
+            transport=transport,
             traceId=trace,
         )
 
     @staticmethod
-    def rejected(caller: EventCaller, code: str) -> None:
+    def rejected_by_operation(caller: EventCaller, code: str) -> None:
         """Seed §14.3: one operation's rejections spiking (only executions: their operation is the one
         their token was issued for, a registered definition — a bounded label set)."""
         if isinstance(caller, ExecutionClaims):

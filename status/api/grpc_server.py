@@ -6,6 +6,7 @@ same eventId gets the same result and taskVersion over REST, REST batch and gRPC
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -17,10 +18,12 @@ from task_status_wire import task_events_pb2_grpc as pb_grpc
 
 from status import logs
 from status.api import metrics
+from status.api.changes import ChangeLog
 from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
 from status.api.gate import Gate, heartbeat_caller
 from status.api.models import BindBatchIn, EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
+from status.app.service import EventCaller
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid, NotFound, Unauthenticated
 
@@ -63,12 +66,33 @@ def _event(msg: pb.Event) -> Any:
     return body
 
 
+def _trace(context: grpc.aio.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return None
+
+
 class TaskEventsService(pb_grpc.TaskEventsServicer):
-    def __init__(self, api: Gate, committer: GroupCommitter) -> None:
+    def __init__(self, api: Gate, committer: GroupCommitter, changes: ChangeLog) -> None:
         self.api = api
         self.service = api.service
         # Its own group committer (same service method as REST's): groups never span event loops.
         self.committer = committer
+        # The same counters, latency histogram and change log as REST (transport "grpc").
+        self.changes = changes
+
+    async def _submit(self, caller: EventCaller, cmd: Any, trace: str | None) -> dict[str, Any]:
+        """One event through the group committer, counted and logged as REST counts and logs it."""
+        started = time.perf_counter()
+        try:
+            result = await self.committer.submit(caller, cmd)
+        except DomainError as err:
+            self.changes.rejected(caller, cmd, err.code.value, trace, "grpc")
+            raise
+        self.changes.ingest_time(started, "grpc", "single")
+        self.changes.event(caller, cmd, result, trace, "grpc")
+        return result
 
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, err: DomainError) -> None:
         metrics.GRPC_CALLS.labels(method=method, code=err.code.value).inc()
@@ -105,12 +129,13 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         async def work() -> pb.EventResult:
             caller = self.api.event_caller_of(_bearer(context))
             cmd = self.api.validated(EventIn, _event(request)).command()
-            return convert.result_to_proto(await self.committer.submit(caller, cmd))
+            return convert.result_to_proto(await self._submit(caller, cmd, _trace(context)))
 
         return await self._answer(context, "ReportEvent", work)
 
     async def ReportEvents(self, request: pb.EventBatch, context: grpc.aio.ServicerContext) -> pb.EventBatchResult:
         async def work() -> pb.EventBatchResult:
+            started = time.perf_counter()
             caller = self.api.event_caller_of(_bearer(context))
             raw: dict[str, Any] = {"events": [_event(e) for e in request.events]}
             if request.heartbeats:
@@ -119,9 +144,13 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             beating = heartbeat_caller(caller) if batch.heartbeats else None
             commands, beats = batch.commands()  # the whole batch parsed first: a refusal applies nothing
             results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
+            if commands:
+                self.changes.ingest_time(started, "grpc", "batch")
+            self.changes.batch(caller, commands, results, _trace(context), "grpc")
             reply = pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
             if beating is not None:
                 recorded = await run_in_threadpool(self.service.record_heartbeats, beating, beats)
+                self.changes.heartbeats(recorded["results"], "grpc")
                 reply.heartbeats.CopyFrom(_heartbeat_reply(recorded))
             return reply
 
@@ -145,7 +174,9 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             raw = {"heartbeats": [convert.heartbeat_to_json(h) for h in request.heartbeats]}
             batch = self.api.validated(HeartbeatBatchIn, raw)
             beats = [h.command() for h in batch.heartbeats]
-            return _heartbeat_reply(await run_in_threadpool(self.service.record_heartbeats, caller, beats))
+            recorded = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
+            self.changes.heartbeats(recorded["results"], "grpc")
+            return _heartbeat_reply(recorded)
 
         return await self._answer(context, "RecordHeartbeats", work)
 
@@ -202,7 +233,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             self.api.rate_limiter.check(f"{claims.tenant_id}/{claims.producer_id}")
             cmd = self.api.validated(EventIn, _event(request.event.event)).command()
             try:
-                result = await self.committer.submit(claims, cmd)
+                result = await self._submit(claims, cmd, None)
             except DomainError as err:
                 result = {
                     "eventId": cmd.event_id,
@@ -219,6 +250,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             result = await run_in_threadpool(
                 self.service.record_heartbeats, principal, [h.command() for h in batch.heartbeats]
             )
+            self.changes.heartbeats(result["results"], "grpc")
             return pb.StreamResponse(
                 request_id=request.request_id, heartbeat=convert.heartbeat_result_to_proto(result["results"][0])
             )
@@ -241,10 +273,12 @@ def _heartbeat_reply(result: dict[str, Any]) -> pb.HeartbeatBatchResult:
     )
 
 
-async def start_grpc_server(api: Gate, committer: GroupCommitter, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+async def start_grpc_server(
+    api: Gate, committer: GroupCommitter, changes: ChangeLog, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
     """Serve the adapter on host:port (0: any free port); returns the server and its port."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1), ("grpc.max_receive_message_length", 4 << 20)])
-    pb_grpc.add_TaskEventsServicer_to_server(TaskEventsService(api, committer), server)  # type: ignore[no-untyped-call]
+    pb_grpc.add_TaskEventsServicer_to_server(TaskEventsService(api, committer, changes), server)  # type: ignore[no-untyped-call]
     bound_port = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     log.info("gRPC adapter listening", address=f"{host}:{bound_port}")

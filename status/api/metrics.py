@@ -6,13 +6,26 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from status.infra.metrics import REGISTRY
 
+# transport: http or grpc, so the two adapters are seen alike (and apart).
 EVENTS = Counter(
-    "task_status_events_total", "Events by result and rejection code", ["result", "code"], registry=REGISTRY
+    "task_status_events_total",
+    "Events by result, rejection code and transport",
+    ["result", "code", "transport"],
+    registry=REGISTRY,
 )
 INGEST_SECONDS = Histogram(
     "task_status_ingest_seconds",
-    "HTTP event ingest latency (request to commit)",
+    "Event ingest latency (request to commit) by transport and shape (one event, or a batch)",
+    ["transport", "shape"],
     buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    registry=REGISTRY,
+)
+# Seed §14.3: one operation's error codes surging (accepted STEP_FAILED reports; producers' codes,
+# bounded per process by status.api.changes.MAX_FAILURE_LABELS).
+STEP_FAILURES = Counter(
+    "task_status_step_failures_total",
+    "Accepted step failures by operation and error code",
+    ["operation", "code"],
     registry=REGISTRY,
 )
 # Seed §14.3: one operation's schema rejections or error codes spiking. Only executions' reports
@@ -23,7 +36,12 @@ REJECTIONS_BY_OPERATION = Counter(
     ["operation", "code"],
     registry=REGISTRY,
 )
-HEARTBEATS = Counter("task_status_heartbeats_total", "Heartbeat items by result", ["result"], registry=REGISTRY)
+HEARTBEATS = Counter(
+    "task_status_heartbeats_total",
+    "Heartbeat items by result and transport",
+    ["result", "transport"],
+    registry=REGISTRY,
+)
 READY = Gauge(
     "task_status_ready", "1 while this replica's /readyz answers ready (last health check)", registry=REGISTRY
 )

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
+import structlog
 from starlette.testclient import TestClient
 from task_status_wire import convert
 from task_status_wire import task_events_pb2 as pb
@@ -27,8 +28,12 @@ from tests.support.flows import activate, create_workflow
 @pytest.fixture
 async def stub(app_client: TestClient) -> AsyncIterator[pb_grpc.TaskEventsStub]:
     server, port = await start_grpc_server(
-        app_client.app.state.api.gate, app_client.app.state.api.grpc_committer, "127.0.0.1", 0
-    )  # type: ignore[attr-defined]
+        app_client.app.state.api.gate,  # type: ignore[attr-defined]
+        app_client.app.state.api.grpc_committer,  # type: ignore[attr-defined]
+        app_client.app.state.api.changes,  # type: ignore[attr-defined]
+        "127.0.0.1",
+        0,
+    )
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
         yield pb_grpc.TaskEventsStub(channel)
@@ -396,3 +401,87 @@ async def test_a_batch_refused_for_its_riding_heartbeat_commits_none_of_its_even
     assert dict(refused.value.trailing_metadata() or ())["task-status-error-code"] == "VALIDATION_FAILED"
     after = snapshot()
     assert after["taskVersion"] == before["taskVersion"] and after["steps"] == before["steps"]
+
+
+def _count(name: str, **labels: str) -> float:
+    from status.infra.metrics import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_grpc_is_counted_timed_and_logged_as_rest_is(
+    http: Http, stub: pb_grpc.TaskEventsStub, app_client: TestClient
+) -> None:
+    """Issue 29 item 6: every metric and the change log see gRPC as they see REST (transport label)."""
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    token = ctx["executionToken"]
+    operation = ctx["operationCode"]
+    before = {
+        "accepted": _count("task_status_events_total", result="accepted", code="", transport="grpc"),
+        "rejected": _count(
+            "task_status_events_total", result="rejected", code="SOURCE_SEQ_REGRESSION", transport="grpc"
+        ),
+        "single": _count("task_status_ingest_seconds_count", transport="grpc", shape="single"),
+        "batch": _count("task_status_ingest_seconds_count", transport="grpc", shape="batch"),
+        "beats": _count("task_status_heartbeats_total", result="accepted", transport="grpc"),
+        "by_op": _count("task_status_rejections_by_operation_total", operation=operation, code="SOURCE_SEQ_REGRESSION"),
+        "failed": _count("task_status_step_failures_total", operation=operation, code="OCR_DOWN"),
+    }
+    changes = app_client.app.state.api.changes  # type: ignore[attr-defined]
+    sample, changes.sample = changes.sample, 1.0
+    try:
+        with structlog.testing.capture_logs() as lines:
+            await stub.ReportEvent(convert.event_from_json(_body("STEP_STARTED", 1)), metadata=_meta(token))
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stub.ReportEvent(convert.event_from_json(_body("STEP_PROGRESS", 1)), metadata=_meta(token))
+            beat = convert.heartbeat_from_json({"heartbeatSeq": 1, "executionHandle": ctx["executionHandle"]})
+            worker = _meta(http.service_token("document-parser", "WORKER"))
+            await stub.RecordHeartbeats(pb.HeartbeatBatch(heartbeats=[beat]), metadata=worker)
+            failed = _body(
+                "STEP_FAILED",
+                3,
+                error={"category": "DEPENDENCY", "code": "OCR_DOWN", "userMessage": "down", "retryable": True},
+            )
+            batch = await stub.ReportEvents(
+                pb.EventBatch(
+                    events=[convert.event_from_json(_body("STEP_PROGRESS", 2)), convert.event_from_json(failed)]
+                ),
+                metadata=_meta(token),
+            )
+    finally:
+        changes.sample = sample
+    assert [r.accepted for r in batch.results] == [True, True]
+    assert _count("task_status_events_total", result="accepted", code="", transport="grpc") == before["accepted"] + 3
+    assert (
+        _count("task_status_events_total", result="rejected", code="SOURCE_SEQ_REGRESSION", transport="grpc")
+        == before["rejected"] + 1
+    )
+    assert _count("task_status_ingest_seconds_count", transport="grpc", shape="single") == before["single"] + 1
+    assert _count("task_status_ingest_seconds_count", transport="grpc", shape="batch") == before["batch"] + 1
+    assert _count("task_status_heartbeats_total", result="accepted", transport="grpc") == before["beats"] + 1
+    assert (
+        _count("task_status_rejections_by_operation_total", operation=operation, code="SOURCE_SEQ_REGRESSION")
+        == before["by_op"] + 1
+    )
+    assert _count("task_status_step_failures_total", operation=operation, code="OCR_DOWN") == before["failed"] + 1
+    accepted = [line for line in lines if line["event"] == "event accepted"]
+    assert [line["eventType"] for line in accepted] == ["STEP_STARTED", "STEP_PROGRESS", "STEP_FAILED"]
+    assert {line["transport"] for line in accepted} == {"grpc"} and accepted[0]["executionId"] == ctx["executionId"]
+    (rejected,) = [line for line in lines if line["event"] == "event rejected"]
+    assert (rejected["code"], rejected["transport"]) == ("SOURCE_SEQ_REGRESSION", "grpc")
+
+
+def test_rest_batches_are_timed_and_counted_by_transport(http: Http) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    batches = _count("task_status_ingest_seconds_count", transport="http", shape="batch")
+    accepted = _count("task_status_events_total", result="accepted", code="", transport="http")
+    answer = http.client.post(
+        "/internal/v1/task-events:batch",
+        json={"events": [_body("STEP_STARTED", 1), _body("STEP_PROGRESS", 2)]},
+        headers=http.auth(ctx["executionToken"]),
+    )
+    assert answer.status_code == 200, answer.text
+    assert _count("task_status_ingest_seconds_count", transport="http", shape="batch") == batches + 1
+    assert _count("task_status_events_total", result="accepted", code="", transport="http") == accepted + 2

@@ -193,7 +193,7 @@ def test_metrics_endpoint_exports_the_spec_counters(http: Http, ctx: dict) -> No
         == 409
     )
     text = http.client.get("/metrics").text
-    assert 'task_status_events_total{code="",result="accepted"}' in text
+    assert 'task_status_events_total{code="",result="accepted",transport="http"}' in text
     assert 'result="rejected"' in text and "task_status_ingest_seconds_bucket" in text
     assert "db_transaction_retries_total" in text and "task_status_heartbeats_total" in text
 
