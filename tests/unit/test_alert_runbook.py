@@ -34,3 +34,12 @@ def test_each_alert_has_a_runbook_section_and_a_rules_test() -> None:
             section = RUNBOOK.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
             assert part in section, f"{name}'s runbook section lacks {part}"
         assert name in tested, f"{name} has no promtool test"
+
+
+def test_the_jobs_the_alerts_name_are_the_ones_the_scrape_configuration_scrapes() -> None:
+    # (promtool check config, run by ./scripts/test, checks the file is valid; this checks it fits.)
+    scrape = (ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text()
+    jobs = set(re.findall(r"^\s+- job_name: (\S+)$", scrape, flags=re.M))
+    named = set(re.findall(r'job="([^"]+)"', RULES))
+    assert named and named <= jobs, named - jobs
+    assert re.search(r"^rule_files:\n  - alerts\.yml$", scrape, flags=re.M)
