@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -175,6 +175,40 @@ def read_rows(manifest_path: Path) -> list[dict[str, Any]]:
     manifest = json.loads(manifest_path.read_bytes())
     lines = gzip.decompress(manifest_path.with_name(manifest["file"]).read_bytes())
     return [json.loads(line) for line in lines.splitlines()]
+
+
+def archived_rows(
+    directory: Path, table: str, since: datetime | None = None, until: datetime | None = None
+) -> Iterator[dict[str, Any]]:
+    """The archived rows of ``table`` dated in [since, until), oldest file first, each file checked
+    against its manifest before a row of it is read (a file that fails is an ArchiveError: an
+    export or a restore never hands on rows it cannot vouch for).  Files whose manifest's span
+    lies outside the range are not opened."""
+    for manifest_path in sorted((directory / table).rglob("*" + MANIFEST_SUFFIX)):
+        manifest = json.loads(manifest_path.read_bytes())
+        dated_by = str(manifest["datedBy"])
+        first, last = (
+            _as_datetime(str(manifest["from"]).removesuffix("Z")),
+            _as_datetime(str(manifest["to"]).removesuffix("Z")),
+        )
+        if (until is not None and first >= until) or (since is not None and last < since):
+            continue
+        verdict = verify_manifest(manifest_path)
+        if not verdict.ok:
+            raise ArchiveError(f"{manifest_path.relative_to(directory)}: {verdict.problem}")
+        for row in read_rows(manifest_path):
+            moment = _as_datetime(str(row[dated_by]).removesuffix("Z"))
+            if (since is None or moment >= since) and (until is None or moment < until):
+                yield row
+
+
+def find_event(directory: Path, event_id: str, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """The archived event-log rows of ``event_id`` (one per tenant that used the id)."""
+    return [
+        row
+        for row in archived_rows(directory, "task_event_log")
+        if row.get("event_id") == event_id and tenant_id in (None, row.get("tenant_id"))
+    ]
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -11,7 +11,7 @@ moved but committed after is still found.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -178,3 +178,63 @@ def purge_finished_workflows(engine: sa.Engine, cutoff: datetime, batch: int) ->
 def purge_expired_grants(engine: sa.Engine, now: datetime) -> int:
     with engine.begin() as conn:
         return int(conn.execute(sa.delete(t.realtime_grant).where(t.realtime_grant.c.expires_at < now)).rowcount)
+
+
+def restore_rows(engine: sa.Engine, name: str, rows: Iterable[Mapping[str, Any]], now: datetime) -> tuple[int, int]:
+    """Put archived rows (as ``archive.archived_rows`` reads them) back into ``name``: (restored,
+    already there).  Idempotent by the table's key, in batches of 500.  The table's retention
+    watermark moves back to the oldest restored row, so the next retention pass sees them again
+    (archives them anew, to the same files, and deletes them): nothing restored stays for good."""
+    aged = AGED[name]
+    table = aged.table
+    restored = present = 0
+    oldest: datetime | None = None
+    batch: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal restored, present
+        if not batch:
+            return
+        key = sa.tuple_(*(table.c[k] for k in aged.key))
+        with engine.begin() as conn:
+            held = {
+                tuple(r)
+                for r in conn.execute(
+                    sa.select(*(table.c[k] for k in aged.key)).where(
+                        key.in_([tuple(row[k] for k in aged.key) for row in batch])
+                    )
+                )
+            }
+            missing = [row for row in batch if tuple(row[k] for k in aged.key) not in held]
+            if missing:
+                conn.execute(sa.insert(table), missing)
+        restored += len(missing)
+        present += len(batch) - len(missing)
+        batch.clear()
+
+    for archived in rows:
+        row = _decoded(table, archived)
+        batch.append(row)
+        moment = row[aged.dated_by]
+        oldest = moment if oldest is None or moment < oldest else oldest
+        if len(batch) >= 500:
+            flush()
+    flush()
+    if oldest is not None and restored:
+        wm = t.retention_watermark
+        with engine.begin() as conn:
+            conn.execute(
+                sa.update(wm).where(wm.c.name == name, wm.c.position > oldest).values(position=oldest, updated_at=now)
+            )
+    return restored, present
+
+
+def _decoded(table: sa.Table, archived: Mapping[str, Any]) -> dict[str, Any]:
+    """An archived row's values as the table's columns take them (instants were written as ISO 8601 UTC)."""
+    row: dict[str, Any] = {}
+    for column in table.c:
+        value = archived.get(column.name)
+        if value is not None and isinstance(column.type, sa.DateTime) and isinstance(value, str):
+            value = datetime.fromisoformat(value.removesuffix("Z"))
+        row[column.name] = value
+    return row

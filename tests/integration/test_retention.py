@@ -274,3 +274,67 @@ def test_events_older_than_the_maximum_age_are_refused_but_retries_are_still_ans
     with pytest.raises(DomainError) as too_old:  # a new event that old is refused
         service.report_event(claims, replace(event("STEP_PROGRESS", 2), occurred_at=started.occurred_at))
     assert too_old.value.code is ErrorCode.EVENT_TOO_OLD
+
+
+def test_an_archived_event_is_shown_exported_restored_and_traced_again(
+    engine: sa.Engine, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 item 6: `trace` points at the archive, and the archive can be read back: show one
+    event, export a range, restore a range (idempotent); the next retention pass takes it again."""
+    _history(_service(engine))
+    with engine.connect() as conn:
+        query = sa.select(t.task_event_log).order_by(t.task_event_log.c.committed_at)
+        before = [dict(r) for r in conn.execute(query).mappings()]
+    picked = before[len(before) // 2]
+    directory = tmp_path / "archive"
+    monkeypatch.setenv("TASK_OBSERVER_DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TASK_OBSERVER_ARCHIVE_DIR", str(directory))
+    assert main(["archive", "verify"]) == 0  # nothing archived yet is no failure
+    assert "nothing archived yet" in capsys.readouterr().err
+    _retention(engine, 40, directory, batch=4).run_once()
+    assert _count(engine, t.task_event_log) == 0
+    assert main(["trace", picked["event_id"]]) == 1
+    assert "archive show" in capsys.readouterr().err
+
+    assert main(["archive", "show", picked["event_id"]]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert (shown["event_id"], shown["task_id"], shown["task_version"]) == (
+        picked["event_id"],
+        picked["task_id"],
+        picked["task_version"],
+    )
+    assert shown["payload"] == picked["payload"]
+    assert main(["archive", "show", "evt-never-archived"]) == 1
+    capsys.readouterr()
+
+    assert main(["archive", "export"]) == 0
+    exported = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(r["event_id"] for r in exported) == sorted(r["event_id"] for r in before)
+    # A range: [picked, the next one) by commit time, as ISO instants.
+    since = picked["committed_at"].isoformat() + "Z"
+    assert main(["archive", "export", "--from", since]) == 0
+    later = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["event_id"] for r in later} == {
+        r["event_id"] for r in before if r["committed_at"] >= picked["committed_at"]
+    }
+
+    assert main(["archive", "restore", "--from", since]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts == {"table": "task_event_log", "restored": len(later), "alreadyThere": 0}
+    with engine.connect() as conn:
+        back = {r["event_id"]: dict(r) for r in conn.execute(sa.select(t.task_event_log)).mappings()}
+    original = {r["event_id"]: r for r in before}
+    for event_id, row in back.items():  # as they were, to the millisecond the columns keep
+        assert {k: v for k, v in row.items()} == original[event_id], event_id
+    assert main(["archive", "restore", "--from", since]) == 0  # again: nothing twice
+    assert json.loads(capsys.readouterr().out)["alreadyThere"] == len(later)
+    assert main(["trace", picked["event_id"]]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["event"]["eventId"] == picked["event_id"]
+
+    # Past its window still: the next pass archives it again (same files) and deletes it.
+    _retention(engine, 40, directory, batch=4).run_once()
+    assert _count(engine, t.task_event_log) == 0
+    assert all(v.ok for v in archive.verify_directory(directory))
+    assert main(["archive", "restore", "--until", "2000-01-01"]) == 0  # a range with nothing in it
+    assert json.loads(capsys.readouterr().out)["restored"] == 0
