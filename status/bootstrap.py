@@ -39,7 +39,11 @@ class Components:
         self, settings: Settings, engine: sa.Engine | None = None, *, clock: Callable[[], datetime] = utcnow
     ) -> None:
         self.settings = settings
-        self.engine = engine if engine is not None else create_engine(settings.database_url)
+        self.engine = (
+            engine
+            if engine is not None
+            else create_engine(settings.database_url, statement_timeout=settings.db_statement_timeout_seconds)
+        )
         self.clock = clock
         # After COMMIT of a transaction that wrote outbox or feed rows: wake the consumers
         # (in this process directly, other processes' relays by datagram).

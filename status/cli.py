@@ -103,11 +103,22 @@ def _dev(args: argparse.Namespace) -> int:
     return asyncio.run(run_dev(settings, ports))
 
 
+# Exit codes (README "Command line"): 0 done; 1 what was asked for is not there or not right (an
+# unknown eventId, a failed check, a refused correction, a stack that stopped on a dying child);
+# 2 the command cannot run as given (usage, configuration, a feature turned off); 3 an unexpected
+# failure (its traceback is printed).
+EXIT_OK, EXIT_NOT_SO, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """The command line asks for something that cannot be (exit 2, with the message)."""
+
+
 def _roles(values: list[str]) -> list[Role]:
     try:
         return [Role(v.upper()) for v in values]
     except ValueError as exc:
-        raise SystemExit(f"task-observer: unknown role ({exc}); use {', '.join(r.value for r in Role)}") from exc
+        raise UsageError(f"unknown role ({exc}); use {', '.join(r.value for r in Role)}") from exc
 
 
 DEFINITIONS_FORMAT = """Store versioned status and operation definitions from a JSON file.
@@ -236,7 +247,7 @@ def _instant(value: str | None) -> datetime | None:
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
-        raise SystemExit(f"task-observer: {value!r} is not an ISO 8601 date or instant") from exc
+        raise UsageError(f"{value!r} is not an ISO 8601 date or instant") from exc
     return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
@@ -635,7 +646,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except SettingsError as exc:
         print(f"task-observer: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"task-observer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception:  # whatever it was: its trace, and a code that says it was unexpected
+        import traceback
+
+        traceback.print_exc()
+        print("task-observer: unexpected failure (its trace is above)", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def _uvicorn_log_config() -> dict[str, Any]:

@@ -153,6 +153,10 @@ class Settings:
     # The gRPC adapter (task_status_wire/task_events.proto) beside the HTTP API; port 0: off.
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 0
+    # Seed §11.2: every request has a deadline (answered 503 UNAVAILABLE, retryable, past it), and
+    # the database work under it is bounded by statement and lock-wait timeouts (0: none).
+    request_deadline_seconds: float = 15.0
+    db_statement_timeout_seconds: float = 10.0
     # How the observer connects to Temporal, as the plugin's users connect their workers: the
     # namespaces whose closed runs it follows (default: TEMPORAL_NAMESPACE), TLS (a CA, a client
     # certificate and key for mTLS) or an API key (Temporal Cloud; implies TLS).
@@ -287,6 +291,8 @@ class Settings:
             group_commit_in_flight=max(1, _int("GROUP_COMMIT_IN_FLIGHT", 2)),
             grpc_host=_env("GRPC_HOST", "127.0.0.1") or "127.0.0.1",
             grpc_port=_int("GRPC_PORT", 0),
+            request_deadline_seconds=max(0.0, _float("REQUEST_DEADLINE_SECONDS", 15.0)),
+            db_statement_timeout_seconds=max(0.0, _float("DB_STATEMENT_TIMEOUT_SECONDS", 10.0)),
             temporal_namespaces=tuple(n.strip() for n in (_env("TEMPORAL_NAMESPACES") or "").split(",") if n.strip()),
             temporal_tls=(_env("TEMPORAL_TLS", "false") or "").lower() in ("1", "true", "yes"),
             temporal_tls_ca_file=_env("TEMPORAL_TLS_CA_FILE"),

@@ -27,6 +27,7 @@ from status import logs
 from status.api import metrics
 from status.api.changes import ChangeLog
 from status.api.corrections import CorrectionEndpoints
+from status.api.deadline import RequestDeadline
 from status.api.draining import CloseWhileDraining
 from status.api.errors import (
     binding_results,
@@ -536,7 +537,14 @@ def app_of(parts: Components) -> Starlette:
 
     app = Starlette(
         lifespan=lifespan,
-        middleware=[Middleware(CloseWhileDraining, readiness=parts.readiness)],
+        middleware=[
+            Middleware(CloseWhileDraining, readiness=parts.readiness),
+            Middleware(
+                RequestDeadline,
+                seconds=settings.request_deadline_seconds,
+                exempt=frozenset({"/api/v1/me/task-stream"}),
+            ),
+        ],
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),

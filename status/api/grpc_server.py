@@ -6,6 +6,7 @@ same eventId gets the same result and taskVersion over REST, REST batch and gRPC
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -19,13 +20,22 @@ from task_status_wire import task_events_pb2_grpc as pb_grpc
 from status import logs
 from status.api import metrics
 from status.api.changes import ChangeLog
+from status.api.deadline import MESSAGE as DEADLINE_MESSAGE
 from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
 from status.api.gate import Gate, heartbeat_caller
 from status.api.models import BindBatchIn, EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
 from status.app.service import EventCaller
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
-from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid, NotFound, Unauthenticated
+from status.domain.errors import (
+    DomainError,
+    ErrorCode,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+)
 
 log = logs.get("status.grpc")
 R = TypeVar("R")
@@ -113,9 +123,20 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
 
     async def _answer(self, context: grpc.aio.ServicerContext, method: str, work: Callable[[], Awaitable[R]]) -> R:
         """A unary call's answer: what ``work`` returns, or the abort a REST client would have had
-        as a response (the stable code in the trailing metadata)."""
+        as a response (the stable code in the trailing metadata). A call past REQUEST_DEADLINE_SECONDS
+        is answered UNAVAILABLE (retryable), as REST answers 503 (status.api.deadline)."""
+        deadline = self.api.settings.request_deadline_seconds
+        limit = asyncio.timeout(deadline if deadline > 0 else None)
         try:
-            answer = await work()
+            async with limit:
+                answer = await work()
+        except TimeoutError as exc:
+            if not limit.expired():
+                await self._abort_unexpected(context, method, exc)
+                raise AssertionError("unreachable") from exc
+            metrics.DEADLINE_EXCEEDED.labels(transport="grpc").inc()
+            await self._abort(context, method, Unavailable(DEADLINE_MESSAGE))
+            raise AssertionError("unreachable") from exc
         except DomainError as err:
             await self._abort(context, method, err)
             raise AssertionError("unreachable") from err

@@ -36,6 +36,12 @@ REJECTIONS_BY_OPERATION = Counter(
     ["operation", "code"],
     registry=REGISTRY,
 )
+DEADLINE_EXCEEDED = Counter(
+    "task_status_deadline_exceeded_total",
+    "Requests answered 503 UNAVAILABLE because they did not finish within REQUEST_DEADLINE_SECONDS",
+    ["transport"],
+    registry=REGISTRY,
+)
 HEARTBEATS = Counter(
     "task_status_heartbeats_total",
     "Heartbeat items by result and transport",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ import sqlalchemy as sa
 from status.infra.metrics import POOLS
 
 
-def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
+def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs: Any) -> sa.Engine:
     """An engine with the settings the status service relies on.
 
     * MySQL/MariaDB: READ COMMITTED (row locks are taken explicitly with
@@ -20,6 +21,13 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
       pre-ping so failovers surface as retryable errors, utf8mb4.
     * SQLite: one writer at a time; transactions start with ``BEGIN IMMEDIATE``
       so a read-then-write never upgrades a lock mid-transaction.
+
+    ``statement_timeout`` (seconds, 0: none; seed §11.2) bounds what one statement may take, so a
+    stuck database cannot hold a request, a connection and a thread for good: the server ends a
+    statement past it (MariaDB ``max_statement_time``; MySQL ``MAX_EXECUTION_TIME``, reads only),
+    a lock wait at half of it (``innodb_lock_wait_timeout``, whole seconds; retried), and the driver gives up on a server that
+    sends nothing for five seconds more (socket read/write timeouts: a hung or partitioned server).
+    SQLite waits for the write lock at most that long.
     """
     url = sa.make_url(database_url)
     # Errors are logged: their text must not carry bound values (tokens, payloads, user data).
@@ -34,7 +42,8 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            busy = int(statement_timeout * 1000) if statement_timeout > 0 else 30000
+            cursor.execute(f"PRAGMA busy_timeout={busy}")
             cursor.close()
 
         @sa.event.listens_for(engine, "begin")
@@ -49,7 +58,13 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
     kwargs.setdefault("pool_size", 20)
     kwargs.setdefault("max_overflow", 20)
     kwargs.setdefault("isolation_level", "READ COMMITTED")
-    kwargs["connect_args"] = {**tls_args(url), **kwargs.get("connect_args", {})}
+    socket_limits: dict[str, Any] = {}
+    if statement_timeout > 0 and url.get_driver_name() == "pymysql":
+        socket_limits = {
+            "read_timeout": math.ceil(statement_timeout) + 5,
+            "write_timeout": math.ceil(statement_timeout) + 5,
+        }
+    kwargs["connect_args"] = {**tls_args(url), **socket_limits, **kwargs.get("connect_args", {})}
     engine = sa.create_engine(url, **kwargs)
     POOLS.watch(engine)  # db_pool_connections on /metrics
     if url.get_driver_name() == "pymysql":
@@ -58,7 +73,30 @@ def create_engine(database_url: str, **kwargs: Any) -> sa.Engine:
         def _faster_escaping(dbapi_connection: Any, _record: Any) -> None:
             use_fast_escaping(dbapi_connection)
 
+    if statement_timeout > 0:
+
+        @sa.event.listens_for(engine, "connect")
+        def _statement_limits(dbapi_connection: Any, _record: Any) -> None:
+            for statement in session_limits(dbapi_connection, statement_timeout):
+                cursor = dbapi_connection.cursor()
+                cursor.execute(statement)
+                cursor.close()
+
     return engine
+
+
+def session_limits(dbapi_connection: Any, seconds: float) -> list[str]:
+    """The session settings that bound one statement and one lock wait, for this server's flavour."""
+    info = getattr(dbapi_connection, "get_server_info", lambda: "")() or ""
+    # A lock wait ends at half the limit: it is retried (contention is usually brief), and the
+    # statement limit is left for the work itself.
+    lock_wait = max(1, math.ceil(seconds / 2))
+    if "mariadb" in str(info).lower():
+        return [f"SET SESSION max_statement_time = {seconds:g}", f"SET SESSION innodb_lock_wait_timeout = {lock_wait}"]
+    return [
+        f"SET SESSION MAX_EXECUTION_TIME = {int(seconds * 1000)}",
+        f"SET SESSION innodb_lock_wait_timeout = {lock_wait}",
+    ]
 
 
 def tls_args(url: sa.URL) -> dict[str, Any]:

@@ -43,6 +43,18 @@ Notifier = Callable[[frozenset[str]], None]
 # MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout, 2006/2013 connection lost
 # (failover). SQLite: "database is locked".
 _RETRYABLE_MYSQL = {1213, 1205, 2006, 2013}
+# A statement ended by the server's time limit (MariaDB 1969, MySQL 3024), or a server that sent
+# nothing within the driver's socket timeout: the same work again now would wait as long again.
+# The caller is answered at once (UNAVAILABLE, retryable: later may help).
+_TIMED_OUT_MYSQL = {1969, 3024}
+
+
+def timed_out(exc: sa.exc.DBAPIError) -> bool:
+    orig = exc.orig
+    code = orig.args[0] if orig is not None and orig.args else None
+    if isinstance(code, int) and code in _TIMED_OUT_MYSQL:
+        return True
+    return code == 2013 and "timed out" in str(orig)
 
 
 def _reason(exc: sa.exc.DBAPIError) -> str:
@@ -193,6 +205,9 @@ class SqlDatabase:
                 with self.unit_of_work() as uow:
                     return work(uow)
             except sa.exc.DBAPIError as exc:
+                if timed_out(exc):
+                    DB_GIVE_UPS.inc()
+                    raise Unavailable("the database did not answer in time; retry with the same request") from exc
                 if not is_retryable(exc) or attempt == attempts - 1:
                     if is_retryable(exc):
                         DB_GIVE_UPS.inc()

@@ -61,3 +61,25 @@ def test_a_token_is_signed_only_with_a_secret_the_service_knows(
     assert main(args) == 0
     printed = capsys.readouterr()
     assert printed.out.count(".") == 2 and "from the environment" in printed.err
+
+
+def test_exit_codes_say_usage_and_unexpected_failures_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README "Command line": 2 for a command that cannot run as given, 3 for an unexpected failure."""
+    monkeypatch.setenv("TASK_OBSERVER_SERVICE_TOKEN_SECRET", "s" * 40)
+    monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
+    bad_role = ["service-token", "--producer", "p", "--tenant", "t", "--scope", "s", "--role", "WIZARD"]
+    assert main(bad_role) == 2
+    assert "unknown role" in capsys.readouterr().err
+    assert main(["archive", "export", "--from", "yesterday", "--dir", str(tmp_path)]) == 2
+    assert "not an ISO 8601" in capsys.readouterr().err
+    monkeypatch.setenv("TASK_OBSERVER_ARCHIVE_DIR", "")  # archiving off
+    assert main(["archive", "verify"]) == 2
+    monkeypatch.delenv("TASK_OBSERVER_ARCHIVE_DIR")
+    assert main(["archive", "verify"]) == 0  # nothing archived yet
+    # A database that cannot be reached: the trace of it, and 3.
+    monkeypatch.setenv("TASK_OBSERVER_DATABASE_URL", f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'db.sqlite3'}")
+    assert main(["trace", "evt-1"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "unexpected failure" in err
