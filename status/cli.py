@@ -91,7 +91,7 @@ def _observer(args: argparse.Namespace) -> int:
 def _dev(args: argparse.Namespace) -> int:
     import asyncio
 
-    from status.devstack import DevPorts, run_dev
+    from status.devstack import DemoPace, DevPorts, run_dev
 
     settings = Settings.from_env()
     if settings.is_production:
@@ -100,7 +100,7 @@ def _dev(args: argparse.Namespace) -> int:
         )
         return 2
     ports = DevPorts(args.port, args.centrifugo_port, args.temporal_port, args.temporal_ui_port, args.metrics_port)
-    return asyncio.run(run_dev(settings, ports))
+    return asyncio.run(run_dev(settings, ports, DemoPace(args.demo_runs, max(0.0, args.demo_interval))))
 
 
 # Exit codes (README "Command line"): 0 done; 1 what was asked for is not there or not right (an
@@ -506,6 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--temporal-ui-port", type=int, default=8233, help="the Temporal dev server's web UI (default 8233)"
     )
     dev.add_argument("--metrics-port", type=int, default=9108, help="the observer's /metrics port (default 9108)")
+    dev.add_argument(
+        "--demo-runs",
+        type=int,
+        default=10,
+        help="example runs for the demo user, then it stops (default 10; -1: forever)",
+    )
+    dev.add_argument("--demo-interval", type=float, default=30.0, help="seconds between demo runs (default 30)")
 
     token = add("service-token", _service_token, "print a service credential for the internal API")
     token.add_argument("--producer", required=True, help="producerId of the service")

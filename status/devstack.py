@@ -50,6 +50,15 @@ class DevPorts:
     metrics: int = 9108  # the observer's Prometheus /metrics (the documented OBSERVER_METRICS_PORT)
 
 
+@dataclass
+class DemoPace:
+    """How much the demo runs: a user's own runs must stay easy to find among the demo's (a run
+    every few seconds buried them under sixty unread notices in a quarter of an hour)."""
+
+    runs: int = 10  # then it stops (-1: for as long as the stack runs; 0: no demo)
+    interval: float = 30.0  # seconds between the end of one run and the start of the next
+
+
 # The demo's own task queue: example workers use theirs, so neither ever takes the other's runs.
 DEMO_TASK_QUEUE = "demo-documents"
 
@@ -86,8 +95,9 @@ def centrifugo_binary(data_dir: Path) -> str:
 
 
 class DevStack:
-    def __init__(self, settings: Settings, ports: DevPorts) -> None:
+    def __init__(self, settings: Settings, ports: DevPorts, pace: DemoPace | None = None) -> None:
         self.ports = ports
+        self.pace = pace or DemoPace()
         self.settings = replace(
             settings,
             centrifugo_api_url=f"http://127.0.0.1:{ports.centrifugo}/api",
@@ -291,14 +301,20 @@ class DevStack:
             f'                curl -H "Authorization: Bearer $TASK_STATUS_USER_TOKEN" '
             f"http://127.0.0.1:{self.ports.api}/api/me/tasks"
         )
-        print("  the example   runs every few seconds; its first parse attempt fails on purpose (Temporal retries it)")
+        pace = self.pace
+        if pace.runs:
+            count = "again and again" if pace.runs < 0 else f"{pace.runs} times"
+            print(
+                f"  the example   runs {count}, {pace.interval:g} s apart (--demo-runs, --demo-interval); its first"
+                " parse attempt fails on purpose (Temporal retries it)"
+            )
         print("  supervision   a service above that exits is restarted (at most 3 times in 10 minutes)")
         print("Press Ctrl-C to stop.", flush=True)
         supervisor = asyncio.create_task(self.supervise(stop))
 
         async def demo_loop() -> None:
             n = 0
-            while not stop.is_set():
+            while not stop.is_set() and (pace.runs < 0 or n < pace.runs):
                 n += 1
                 with contextlib.suppress(Exception):
                     await client.execute_workflow(
@@ -309,7 +325,7 @@ class DevStack:
                     )
                     print(f"  demo run {n} finished", flush=True)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 5)
+                    await asyncio.wait_for(stop.wait(), pace.interval)
 
         with concurrent.futures.ThreadPoolExecutor(8) as executor:
             worker = Worker(
@@ -348,9 +364,9 @@ def _health(url: str) -> bool:
         return False
 
 
-async def run_dev(settings: Settings, ports: DevPorts) -> int:
+async def run_dev(settings: Settings, ports: DevPorts, pace: DemoPace | None = None) -> int:
     """Run the stack until Ctrl-C (0) or until a child keeps dying (1, with the message already printed)."""
-    stack = DevStack(settings, ports)
+    stack = DevStack(settings, ports, pace)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

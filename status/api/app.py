@@ -269,7 +269,8 @@ class Api:
             raise Invalid("cursor is not valid")
         limit = int_param(request, "limit", 50)
         status = request.query_params.get("status") or None
-        return JSONResponse(await run_in_threadpool(self.service.my_tasks, user, cursor, limit, status))
+        title = request.query_params.get("q") or None
+        return JSONResponse(await run_in_threadpool(self.service.my_tasks, user, cursor, limit, status, title))
 
     async def workflow(self, request: Request) -> JSONResponse:
         user = self.user(request)

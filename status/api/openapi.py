@@ -85,6 +85,7 @@ QUERY_PARAMETERS: dict[str, list[tuple[str, bool, str]]] = {
         ("cursor", False, "from nextCursor"),
         ("limit", False, "1–100"),
         ("status", False, "running | failed | needs_action | done"),
+        ("q", False, "only tasks whose title contains this (case-insensitive, literal; at most 100 characters)"),
     ],
     "/api/me/notifications": [
         ("unread", False, "true: unread only"),

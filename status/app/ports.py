@@ -270,9 +270,15 @@ class ReadStore(Protocol):
         ...
 
     def page_of_tasks(
-        self, user: UserPrincipal, status: str | None, before: tuple[datetime, str] | None, limit: int
+        self,
+        user: UserPrincipal,
+        status: str | None,
+        before: tuple[datetime, str] | None,
+        limit: int,
+        title: str | None = None,
     ) -> list[TaskState]:
-        """The user's visible tasks, newest first, after the keyset position ``before``."""
+        """The user's visible tasks, newest first, after the keyset position ``before``; ``title``:
+        only those whose title contains it (case-insensitive, literally)."""
         ...
 
     def workflow(self, workflow_id: str) -> WorkflowState | None: ...

@@ -20,6 +20,7 @@ from status.domain.lifecycle import EventType
 from status.domain.projections import iso, task_snapshot, user_summary, workflow_summary
 
 STATUS_FILTERS = ("running", "failed", "needs_action", "done")
+MAX_TITLE_QUERY = 100
 
 
 class Queries:
@@ -108,16 +109,25 @@ class Queries:
         }
 
     def my_tasks(
-        self, user: UserPrincipal, cursor: str | None, limit: int, status: str | None = None
+        self,
+        user: UserPrincipal,
+        cursor: str | None,
+        limit: int,
+        status: str | None = None,
+        title: str | None = None,
     ) -> dict[str, Any]:
         """The user's visible tasks, newest first, keyset-paginated; ``status`` narrows the list to
-        ``running``, ``failed``, ``needs_action`` or ``done`` tasks."""
+        ``running``, ``failed``, ``needs_action`` or ``done`` tasks, ``title`` to those whose title
+        contains it (case-insensitive; at most MAX_TITLE_QUERY characters)."""
         limit = max(1, min(limit, 100))
         if status is not None and status not in STATUS_FILTERS:
             raise Invalid(f"status must be one of {', '.join(STATUS_FILTERS)}")
+        title = title.strip() if title else None
+        if title is not None and len(title) > MAX_TITLE_QUERY:
+            raise Invalid(f"q (a title search) is at most {MAX_TITLE_QUERY} characters")
         before = decode_cursor(cursor) if cursor else None
         with self.ctx.db.reading() as stores:
-            rows = stores.reads.page_of_tasks(user, status, before, limit + 1)
+            rows = stores.reads.page_of_tasks(user, status, before, limit + 1, title or None)
             tasks = rows[:limit]
             steps = stores.tasks.steps_of_tasks([task.task_id for task in tasks])
             history = {x.task_id: self.ctx.durations.for_task(stores, x, steps[x.task_id]) for x in tasks}

@@ -117,14 +117,21 @@ def _as_set(steps: Steps) -> StepSet:
 
 def task_progress(steps: Steps) -> dict[str, Any]:
     """Progress over the KNOWN steps (their count is fixed up front, so it never goes backwards);
-    ``addedSteps`` counts the steps registered while running, shown beside it."""
+    ``addedSteps`` counts the steps registered while running and ``addedCompletedSteps`` those of
+    them that succeeded, shown beside it."""
     step_set = _as_set(steps)
     done = step_set.known_done[0]
     running = [s for s in step_set.active_current() if s.lifecycle is Lifecycle.RUNNING and s.step_kind == "KNOWN"]
     partial = sum((s.progress.percent or 0) / 100 for s in running if s.progress)
     total = len(step_set.known)
     percent = round(100 * (done + partial) / total, 2) if total else None
-    return {"completedSteps": done, "totalSteps": total, "percent": percent, "addedSteps": step_set.added}
+    return {
+        "completedSteps": done,
+        "totalSteps": total,
+        "percent": percent,
+        "addedSteps": step_set.added,
+        "addedCompletedSteps": step_set.added_done[0],
+    }
 
 
 def _step_detail(step: StepState, estimate: Estimate | None = None) -> dict[str, Any]:

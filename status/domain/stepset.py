@@ -55,6 +55,7 @@ class StepSet:
     # operation -> latest attempts still ahead: PENDING, or failed and about to be retried
     pending_ops: dict[str, int] = field(default_factory=dict)
     known_done: list[int] = field(default_factory=lambda: [0])  # latest KNOWN attempts SUCCEEDED (a cell)
+    added_done: list[int] = field(default_factory=lambda: [0])  # latest DYNAMIC attempts SUCCEEDED (a cell)
 
     @classmethod
     def of(cls, steps: Iterable[StepState]) -> StepSet:
@@ -83,6 +84,7 @@ class StepSet:
             dict(self.stale),
             dict(self.pending_ops),
             [self.known_done[0]],
+            [self.added_done[0]],
         )._add(step)
 
     def _add(self, step: StepState) -> StepSet:
@@ -121,8 +123,11 @@ class StepSet:
                 self.pending_ops[latest.operation_code] = left
             else:
                 self.pending_ops.pop(latest.operation_code, None)
-        if latest.step_kind == "KNOWN" and latest.lifecycle is Lifecycle.SUCCEEDED:
-            self.known_done[0] += delta
+        if latest.lifecycle is Lifecycle.SUCCEEDED:
+            if latest.step_kind == "KNOWN":
+                self.known_done[0] += delta
+            else:
+                self.added_done[0] += delta
 
     def all(self) -> list[StepState]:
         """Every attempt in display order."""

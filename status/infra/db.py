@@ -25,8 +25,9 @@ def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs
     ``statement_timeout`` (seconds, 0: none; seed §11.2) bounds what one statement may take, so a
     stuck database cannot hold a request, a connection and a thread for good: the server ends a
     statement past it (MariaDB ``max_statement_time``; MySQL ``MAX_EXECUTION_TIME``, reads only),
-    a lock wait at half of it (``innodb_lock_wait_timeout``, whole seconds; retried), and the driver gives up on a server that
-    sends nothing for five seconds more (socket read/write timeouts: a hung or partitioned server).
+    a lock wait at half of it (``innodb_lock_wait_timeout``, whole seconds; retried), and the
+    driver gives up on a server that sends nothing for five seconds more (socket read/write
+    timeouts: a hung or partitioned server).
     SQLite waits for the write lock at most that long.
     """
     url = sa.make_url(database_url)

@@ -504,7 +504,8 @@ def test_card_counts_agree_with_the_detail_rows(stack: Stack, browser: Browser) 
     )
     assert child.status_code == 201, child.text
     expect(card(page, task_id)).to_have_attribute("data-version", stack.task_version(user, task_id), timeout=TIMEOUT_MS)
-    expect(card(page, task_id).locator(".steps")).to_have_text("0/3 steps · 1 added")
+    # Planned steps and added ones apart: never "3 steps" for a task that has four.
+    expect(card(page, task_id).locator(".steps")).to_have_text("0 of 3 steps done · 0 of 1 added steps done")
     card(page, task_id).click()
     rows = page.locator("#detail .timeline > .step")
     expect(rows).to_have_count(3, timeout=TIMEOUT_MS)  # as many rows as the card counts
@@ -543,6 +544,44 @@ def test_filters_and_pages(stack: Stack, browser: Browser) -> None:
         f"/api/me/tasks?status=failed&limit=2&cursor={listed['nextCursor']}", headers=stack.http.user(user)
     ).json()
     assert {t["taskId"] for t in listed["tasks"] + rest["tasks"]} == set(tasks[:3])
+    assert_never_went_back(page)
+    page.context.close()
+
+
+def test_search_by_title_finds_a_users_own_run_among_many(stack: Stack, browser: Browser) -> None:
+    """Issue 29 item 7: a title search filters what is shown at once and asks the server too (the
+    page holds the newest tasks only, up to its snapshot cap); it combines with the status filter."""
+    user = f"rex-{uuid.uuid4().hex[:6]}"
+    mine = create_workflow(stack.http, owner=user, title="Invoice-7731.pdf")["tasks"][0]["taskId"]
+    assert coordinator_fail(stack.http, mine, "PARSE_FAILED").status_code == 200
+    others = [
+        create_workflow(stack.http, owner=user, title=f"document-{n}.pdf")["tasks"][0]["taskId"] for n in range(60)
+    ]
+    page = open_dashboard(browser, stack.base_url, stack.user_token(user))
+    wait_live(page)
+    cards = page.locator("article.task")
+    expect(cards).to_have_count(50, timeout=TIMEOUT_MS)
+    expect(card(page, mine)).to_have_count(0)  # older than the first page
+    with page.expect_request(lambda request: "/api/me/tasks" in request.url and "q=invoice-77" in request.url):
+        page.locator("#search").fill("invoice-77")  # filters at once, then asks the server
+    expect(cards).to_have_count(1, timeout=TIMEOUT_MS)
+    expect(card(page, mine).locator(".title")).to_have_text("Invoice-7731.pdf")
+    page.locator('#filters [data-filter="running"]').click()
+    expect(page.locator("#tasks .empty")).to_be_visible(timeout=TIMEOUT_MS)  # it failed: not running
+    page.locator('#filters [data-filter="failed"]').click()
+    expect(cards).to_have_count(1, timeout=TIMEOUT_MS)
+    page.locator("#search").fill("document-5")
+    page.locator('#filters [data-filter="all"]').click()
+    expect(cards).to_have_count(11, timeout=TIMEOUT_MS)  # document-5 and document-50 … 59
+    page.locator("#search").fill("")
+    expect(cards).to_have_count(50, timeout=TIMEOUT_MS)
+    # The server searches the same way (case-insensitive, literally: % and _ are characters).
+    found = stack.http.client.get("/api/me/tasks?q=INVOICE-77", headers=stack.http.user(user)).json()
+    assert [t["taskId"] for t in found["tasks"]] == [mine]
+    assert stack.http.client.get("/api/me/tasks?q=%25", headers=stack.http.user(user)).json()["tasks"] == []
+    too_long = stack.http.client.get(f"/api/me/tasks?q={'x' * 101}", headers=stack.http.user(user))
+    assert too_long.status_code == 422 and too_long.json()["error"]["code"] == "VALIDATION_FAILED"
+    assert len(others) == 60
     assert_never_went_back(page)
     page.context.close()
 

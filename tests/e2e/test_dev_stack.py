@@ -143,6 +143,7 @@ def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
         # What it prints answers: the observer's metrics, and Temporal's web UI showing the same runs.
         printed_out = log.read_text()
         assert f"http://127.0.0.1:{metrics}/metrics" in printed_out and f"http://127.0.0.1:{temporal_ui}" in printed_out
+        assert "the example   runs 10 times, 30 s apart" in printed_out  # paced: a user's own runs stay visible
         observer_metrics = httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5)
         assert observer_metrics.status_code == 200 and "outbox_oldest_pending_age_seconds" in observer_metrics.text
         wait_until(

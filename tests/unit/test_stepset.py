@@ -87,6 +87,9 @@ def test_incremental_state_equals_a_full_recomputation(changes: list[tuple[int, 
     assert steps.known_done[0] == sum(
         1 for s in latest.values() if s.step_kind == "KNOWN" and s.lifecycle is Lifecycle.SUCCEEDED
     )
+    assert steps.added_done[0] == sum(
+        1 for s in latest.values() if s.step_kind != "KNOWN" and s.lifecycle is Lifecycle.SUCCEEDED
+    )
     assert set(steps.stale) == {k for k, s in truth.items() if not s.lifecycle.terminal and s.health is Health.STALE}
     assert steps.running() == sorted(
         (s for s in latest.values() if s.lifecycle is Lifecycle.RUNNING), key=lambda s: (s.step_order, s.step_id)

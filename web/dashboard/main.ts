@@ -189,6 +189,17 @@ const PAGE_SIZE = 50;
 const MIN_REDRAW_MS = 100;
 const SNAPSHOT_CAP = 1000; // TaskStatusClient loads up to 10 pages of 100 at start and on recovery
 
+/** The card's step count, unambiguous: planned steps done of planned, then the added ones apart. */
+function stepsText(progress: TaskView['summary']['progress']): string {
+  const added = progress.addedSteps ?? 0;
+  const planned = `${progress.completedSteps} of ${progress.totalSteps} steps done`;
+  return added ? `${planned} · ${progress.addedCompletedSteps ?? 0} of ${added} added steps done` : planned;
+}
+
+function matchesQuery(view: TaskView, query: string): boolean {
+  return query === '' || (view.summary.title ?? view.taskId).toLowerCase().includes(query);
+}
+
 function matchesFilter(view: TaskView, filter: Filter): boolean {
   const s = view.summary;
   switch (filter) {
@@ -236,9 +247,12 @@ class Dashboard {
   readonly inbox: Inbox;
   private selected: string | null = null;
   private filter: Filter = 'all';
+  /** The title search, lower-cased ('' : none). */
+  private query = '';
+  private searchTimer = 0;
   private limit = PAGE_SIZE;
   /** The server's next page per filter (undefined: not asked yet; null: no more). */
-  private readonly cursors = new Map<Filter, string | null | undefined>();
+  private readonly cursors = new Map<string, string | null | undefined>(); // by cursorKey()
   private readonly cards = new Map<string, { el: HTMLElement; key: string }>();
   private timer = 0;
   private lastRedraw = -Infinity;
@@ -287,6 +301,15 @@ class Dashboard {
     byId('filters').addEventListener('click', (event) => {
       const filter = (event.target as HTMLElement).closest<HTMLElement>('[data-filter]')?.dataset.filter;
       if (filter) this.setFilter(filter as Filter);
+    });
+    const search = byId<HTMLInputElement>('search');
+    search.addEventListener('input', () => {
+      // Typing: filter what is loaded at once; ask the server (tasks past what is loaded) once it settles.
+      window.clearTimeout(this.searchTimer);
+      this.setQuery(search.value);
+      this.searchTimer = window.setTimeout(() => {
+        this.searchServer().catch((error: unknown) => console.warn('search', error));
+      }, 250);
     });
   }
 
@@ -349,7 +372,7 @@ class Dashboard {
    */
   private renderList(): void {
     const store = this.client.store;
-    const matching = this.allTasks().filter((view) => matchesFilter(view, this.filter));
+    const matching = this.allTasks().filter((view) => matchesFilter(view, this.filter) && matchesQuery(view, this.query));
     const shown = matching.slice(0, this.limit);
     const groups = new Map<string, TaskView[]>();
     for (const view of shown) {
@@ -393,9 +416,10 @@ class Dashboard {
     }
     for (const taskId of [...this.cards.keys()]) if (!liveTasks.has(taskId)) this.cards.delete(taskId);
     for (const workflowId of [...this.sections.keys()]) if (!groups.has(workflowId)) this.sections.delete(workflowId);
-    const more = matching.length > shown.length || (this.mayHaveMore() && this.cursors.get(this.filter) !== null);
+    const more = matching.length > shown.length || (this.mayHaveMore() && this.cursors.get(this.cursorKey()) !== null);
     const list = byId('tasks');
     list.dataset.filter = this.filter;
+    list.dataset.query = this.query;
     list.dataset.shown = String(shown.length);
     setChildren(list, [
       ...(sections.length === 0 ? [this.empty] : sections),
@@ -410,14 +434,43 @@ class Dashboard {
   private async showMore(): Promise<void> {
     this.limit += PAGE_SIZE;
     const status = this.filter === 'all' ? undefined : this.filter;
-    const held = this.allTasks().filter((view) => matchesFilter(view, this.filter)).length;
-    const cursor = this.cursors.get(this.filter);
+    const held = this.allTasks().filter((view) => matchesFilter(view, this.filter) && matchesQuery(view, this.query)).length;
+    const key = this.cursorKey();
+    const cursor = this.cursors.get(key);
     if (held < this.limit && cursor !== null && this.mayHaveMore()) {
-      // One server page per click, of this filter, past what the store holds.
-      const page = await this.client.api.myTasks(cursor ?? null, PAGE_SIZE, status);
+      // One server page per click, of this filter and search, past what the store holds.
+      const page = await this.client.api.myTasks(cursor ?? null, PAGE_SIZE, status, this.query || undefined);
       for (const summary of page.tasks) this.client.store.applySummary(summary);
-      this.cursors.set(this.filter, page.nextCursor);
+      this.cursors.set(key, page.nextCursor);
     }
+    this.schedule();
+  }
+
+  /** The server's pages are per filter and search. */
+  private cursorKey(): string {
+    return `${this.filter}|${this.query}`;
+  }
+
+  private setQuery(value: string): void {
+    const query = value.trim().toLowerCase().slice(0, 100);
+    if (query === this.query) return;
+    this.query = query;
+    this.limit = PAGE_SIZE;
+    this.schedule();
+  }
+
+  /**
+   * A search also asks the server: the page holds the newest tasks only (up to its snapshot cap),
+   * and the task searched for may be older. Its newest matches join the store (they are the user's).
+   */
+  private async searchServer(): Promise<void> {
+    const query = this.query;
+    if (query === '') return;
+    const status = this.filter === 'all' ? undefined : this.filter;
+    const page = await this.client.api.myTasks(null, PAGE_SIZE, status, query);
+    if (query !== this.query) return; // typed on meanwhile
+    for (const summary of page.tasks) this.client.store.applySummary(summary);
+    this.cursors.set(this.cursorKey(), page.nextCursor);
     this.schedule();
   }
 
@@ -455,7 +508,6 @@ class Dashboard {
     const s = view.summary;
     // What is known, never a forced 100 %: a task can succeed with a step's reports lost.
     const percent = s.progress.percent ?? (s.lifecycleStatus === 'SUCCEEDED' ? 100 : 0);
-    const added = s.progress.addedSteps ?? 0;
     const current = s.currentStep;
     return h(
       'article',
@@ -481,7 +533,7 @@ class Dashboard {
         // Drawn with its value; the shared ticker moves it on once a second (not each redraw).
         h('span', { class: 'elapsed', 'data-task-id': view.taskId }, elapsedText(view, performance.now())),
         h('span', { class: 'eta', 'data-task-id': view.taskId }, formatRemaining(remainingAt(shownEta(view), view.summaryReceivedAt, performance.now()))),
-        h('span', { class: 'steps' }, `${s.progress.completedSteps}/${s.progress.totalSteps} steps${added ? ` · ${added} added` : ''}`),
+        h('span', { class: 'steps' }, stepsText(s.progress)),
         s.health === 'STALE' ? h('span', { class: 'silence', 'data-task-id': view.taskId }, silenceText(s, view.summaryReceivedAt, performance.now())) : null,
         current ? h('span', { class: 'current-step' }, `${current.displayName ?? current.operationCode}${current.phaseLabel ? ` · ${current.phaseLabel}` : ''}`) : null,
         h('span', { class: 'version muted' }, `v${view.summaryVersion}`),

@@ -68,11 +68,15 @@ export class StatusApi {
     return this.request('POST', '/api/tasks/status:batchGet', { taskIds, knownVersions });
   }
 
-  /** The user's tasks, newest first; `status` narrows to running, failed, needs_action or done. */
-  myTasks(cursor: string | null, limit = 100, status?: TaskFilter): Promise<MyTasksPage> {
+  /**
+   * The user's tasks, newest first; `status` narrows to running, failed, needs_action or done,
+   * `title` to tasks whose title contains it (case-insensitive, at most 100 characters).
+   */
+  myTasks(cursor: string | null, limit = 100, status?: TaskFilter, title?: string): Promise<MyTasksPage> {
     const query = new URLSearchParams({ limit: String(limit) });
     if (cursor) query.set('cursor', cursor);
     if (status) query.set('status', status);
+    if (title) query.set('q', title);
     return this.request('GET', `/api/me/tasks?${query}`);
   }
 

@@ -22,7 +22,9 @@ export interface TaskProgress {
   completedSteps: number;
   totalSteps: number;
   percent: number | null;
+  /** Steps registered while running (not in `totalSteps`), and how many of them succeeded. */
   addedSteps?: number;
+  addedCompletedSteps?: number;
 }
 
 /** A notice on the summary channel (seed §6.8); `id` is `taskId:taskVersion`. */

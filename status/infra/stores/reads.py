@@ -82,12 +82,20 @@ class SqlReadStore:
         return list(rows), oldest, int(current)
 
     def page_of_tasks(
-        self, user: UserPrincipal, status: str | None, before: tuple[datetime, str] | None, limit: int
+        self,
+        user: UserPrincipal,
+        status: str | None,
+        before: tuple[datetime, str] | None,
+        limit: int,
+        title: str | None = None,
     ) -> list[TaskState]:
-        """The user's visible tasks, newest first, after the keyset position ``before``."""
+        """The user's visible tasks, newest first, after the keyset position ``before``; ``title``:
+        only those whose title contains it (case-insensitive, taken literally: no wildcards)."""
         query = sa.select(t.task).where(_visible(user))
         if status is not None:
             query = query.where(_status_filter(status))
+        if title:
+            query = query.where(t.task.c.title.icontains(title, autoescape=True))
         if before is not None:
             created, task_id = before
             query = query.where(
