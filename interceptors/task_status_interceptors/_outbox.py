@@ -44,17 +44,23 @@ CREATE TABLE IF NOT EXISTS event (
     attempts INTEGER NOT NULL DEFAULT 0,
     UNIQUE (execution_key, seq)
 );
--- Reports the status service refused for good: kept, with why, for an operator to list
--- (task-observer undeliverable PATH) instead of vanishing.
+-- Reports the status service refused for good: kept, with why, for an operator to list and,
+-- once the cause is fixed, send again (python -m task_status_interceptors undeliverable ...)
+-- instead of vanishing. binding/attempt: the execution's, so it can be bound again.
 CREATE TABLE IF NOT EXISTS undeliverable (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     execution_key TEXT NOT NULL,
     event_id TEXT,
     body TEXT NOT NULL,
     reason TEXT NOT NULL,
-    refused_at REAL NOT NULL
+    refused_at REAL NOT NULL,
+    binding TEXT,
+    attempt INTEGER
 );
 """
+
+# Files written before the undeliverable rows kept their execution: the columns are added on open.
+_UNDELIVERABLE_COLUMNS = (("binding", "TEXT"), ("attempt", "INTEGER"))
 
 Batch = tuple[list[tuple[int, str, dict[str, Any]]], dict[str, dict[str, Any]]]
 
@@ -96,6 +102,7 @@ class Outbox:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(SCHEMA)
+        _add_missing_columns(db)
         return db
 
     def _file(self) -> sqlite3.Connection:
@@ -289,8 +296,13 @@ class Outbox:
         if not event_ids:
             return
         self._file().executemany(
-            "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at) VALUES (?, ?, ?, ?, ?)",
-            [(key, event["eventId"], json.dumps(event), reason, time.time()) for key, event, reason in refused],
+            "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at, binding, attempt)"
+            " VALUES (?, ?, ?, ?, ?, (SELECT binding FROM execution WHERE key = ?),"
+            " (SELECT attempt FROM execution WHERE key = ?))",
+            [
+                (key, event["eventId"], json.dumps(event), reason, time.time(), key, key)
+                for key, event, reason in refused
+            ],
         )
         self._file().executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
         # A finished execution with nothing left to send is done.
@@ -304,8 +316,9 @@ class Outbox:
             self._next_seq.pop(key, None)
         with self._db_lock, self._transaction():
             self._file().execute(
-                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at)"
-                " SELECT execution_key, json_extract(body, '$.eventId'), body, ?, ? FROM event WHERE execution_key = ?",
+                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at, binding, attempt)"
+                " SELECT e.execution_key, json_extract(e.body, '$.eventId'), e.body, ?, ?, x.binding, x.attempt"
+                " FROM event e LEFT JOIN execution x ON x.key = e.execution_key WHERE e.execution_key = ?",
                 (reason, time.time(), key),
             )
             dropped = int(self._file().execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
@@ -333,6 +346,45 @@ class Outbox:
                 if (row := db.execute("SELECT execution_handle FROM execution WHERE key = ?", (key,)).fetchone())
                 and row[0] is not None
             }
+
+    def requeue(self, event_ids: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+        """Put refused reports back in the queue, to be sent again (the same eventIds: whatever the
+        service accepted meanwhile answers as a duplicate): those named, or all. An execution that
+        no longer exists in the file is recorded again from what the refused row kept, finished
+        (nothing new is reported for it; it goes once its reports are sent). Returns (requeued,
+        not requeued: kept from before the file kept executions, so they cannot be bound)."""
+        requeued: list[str] = []
+        kept: list[str] = []
+        with self._db_lock, self._transaction():
+            db = self._file()
+            rows = db.execute(
+                "SELECT id, execution_key, event_id, body, binding, attempt FROM undeliverable ORDER BY id"
+            ).fetchall()
+            for row_id, key, event_id, body, binding, attempt in rows:
+                if event_ids is not None and event_id not in event_ids:
+                    continue
+                known = db.execute("SELECT 1 FROM execution WHERE key = ?", (key,)).fetchone() is not None
+                if not known and binding is None:
+                    kept.append(str(event_id))
+                    continue
+                seq = int(json.loads(body)["sourceSeq"])
+                if not known:  # (a known one keeps its handle: an expired one is bound again when refused)
+                    db.execute(
+                        "INSERT INTO execution (key, binding, attempt, next_seq, finished, created_at)"
+                        " VALUES (?, ?, ?, ?, 1, ?)",
+                        (key, binding, attempt or 1, seq + 1, time.time()),
+                    )
+                db.execute("INSERT OR IGNORE INTO event (execution_key, seq, body) VALUES (?, ?, ?)", (key, seq, body))
+                db.execute("DELETE FROM undeliverable WHERE id = ?", (row_id,))
+                requeued.append(str(event_id))
+        return requeued, kept
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    have = {row[1] for row in db.execute("PRAGMA table_info(undeliverable)")}
+    for name, kind in _UNDELIVERABLE_COLUMNS:
+        if name not in have:
+            db.execute(f"ALTER TABLE undeliverable ADD COLUMN {name} {kind}")
 
 
 def read_undeliverable(path: str | Path) -> list[dict[str, Any]]:

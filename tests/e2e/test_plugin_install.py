@@ -54,6 +54,16 @@ def test_the_plugin_installs_alone_in_a_clean_virtualenv(tmp_path: Path) -> None
     )
     out = _run(python, "-c", probe, cwd=tmp_path).splitlines()
     assert out == ["my-worker", "[]"]  # … and brings no service packages, generic or not
+    # Its own command answers in that environment (an empty outbox file: nothing kept).
+    (tmp_path / "empty.sqlite3").touch()
+    listed = subprocess.run(
+        [python, "-m", "task_status_interceptors", "undeliverable", "list", str(tmp_path / "empty.sqlite3")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert listed.returncode == 0 and listed.stdout == "" and "0 undeliverable reports" in listed.stderr, listed
 
 
 def test_the_plugin_wheel_holds_exactly_its_two_distinctive_packages(tmp_path: Path) -> None:

@@ -248,3 +248,67 @@ async def test_a_heartbeat_rides_with_its_executions_events_at_most_once_per_hal
     finally:
         await reporter.stop()
     assert rounds == [1] and reporter.dropped == 0
+
+
+@pytest.fixture
+def small_data_api(e2e_settings: Settings, e2e_engine: Any) -> Iterator[str]:
+    """The status API refusing operation data over 64 bytes (PAYLOAD_TOO_LARGE: refused for good)."""
+    settings = replace(e2e_settings, max_data_bytes=64)
+    with serving(create_app(settings, e2e_engine, build_service(settings, e2e_engine))) as url:
+        yield url
+
+
+def _plugin_command(*args: str) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "task_status_interceptors", "undeliverable", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_the_plugins_own_command_lists_and_resends_what_was_refused_once_the_cause_is_fixed(
+    api: Http, live_api: str, small_data_api: str, tmp_path: Path
+) -> None:
+    """Issue 29 item 8: `python -m task_status_interceptors undeliverable list|resend` in a worker's
+    environment. Refused again while the cause stands (back in the list, with the new reason);
+    delivered once it is fixed, with the same eventId, and gone from the list."""
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    path = tmp_path / "outbox.sqlite3"
+    token = api.service_token("document-parser", "WORKER")
+    reporter = Reporter(ReporterConfig(small_data_api, token, "document-parser", path))
+    await reporter.start()
+    execution = reporter.begin("run/big/1", StepBinding(task_id, "02_parse"), 1)
+    data = {"schema": "document.parse.progress.v1", "value": {"page": 3, "pageCount": 8, "note": "x" * 200}}
+    execution.progress(3, 8, "page", data=data)
+    await reporter.drained(30)
+    await reporter.stop()
+    (kept,) = read_undeliverable(path)
+    assert kept["eventId"] == "run/big/1:2:STEP_PROGRESS" and "PAYLOAD_TOO_LARGE" in kept["reason"]
+
+    listed = _plugin_command("list", str(path))
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["eventId"] for line in listed.stdout.splitlines()] == [kept["eventId"]]
+
+    # The cause still stands: refused again, kept with why, exit 1.
+    again = _plugin_command("resend", str(path), "--url", small_data_api, "--token", token, "--timeout", "30")
+    assert again.returncode == 1, again.stderr
+    assert "0 delivered, 1 refused again, 0 still waiting" in again.stderr
+    assert [r["eventId"] for r in read_undeliverable(path)] == [kept["eventId"]]
+
+    # Fixed (a deployment that takes the data): delivered, gone from the list.
+    fixed = _plugin_command("resend", str(path), "--url", live_api, "--token", token, "--timeout", "30")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "1 delivered, 0 refused again, 0 still waiting" in fixed.stderr
+    assert read_undeliverable(path) == []
+    step = next(
+        s
+        for s in api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()["steps"]
+        if s["stepId"] == "02_parse"
+    )
+    assert step["progress"]["current"] == 3 and step["data"]["value"]["page"] == 3
+    # Usage: no file, no credentials.
+    assert _plugin_command("list", str(tmp_path / "none.sqlite3")).returncode == 2
+    assert _plugin_command("resend", str(path)).returncode == 2

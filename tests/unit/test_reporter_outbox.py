@@ -94,3 +94,39 @@ def test_a_wave_of_bindings_settles_in_one_transaction_or_not_at_all(tmp_path: P
             ("run/d/1:1:STEP_STARTED", "TERMINAL_STATE: the task ended")
         ]
     reporter.close()
+
+
+def test_refused_reports_go_back_to_the_queue_with_their_execution_and_old_files_are_upgraded(tmp_path: Path) -> None:
+    from task_status_interceptors._outbox import Outbox, read_undeliverable
+
+    path = tmp_path / "outbox.sqlite3"
+    # A file written before refused rows kept their execution: one such row, no binding to bind with.
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            "CREATE TABLE undeliverable (id INTEGER PRIMARY KEY AUTOINCREMENT, execution_key TEXT NOT NULL,"
+            " event_id TEXT, body TEXT NOT NULL, reason TEXT NOT NULL, refused_at REAL NOT NULL);"
+        )
+        old = {"eventId": "run/old/1:1:STEP_STARTED", "eventType": "STEP_STARTED", "sourceSeq": 1}
+        db.execute(
+            "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at) VALUES (?, ?, ?, ?, 0)",
+            ("run/old/1", old["eventId"], json.dumps(old), "bind refused"),
+        )
+    outbox = Outbox(path)
+    outbox.begin("run/new/1", StepBinding("tsk_1", "02_parse"), 2)
+    outbox.enqueue("run/new/1", {"eventType": "STEP_STARTED"})
+    assert outbox.flush()
+    dropped = outbox.drop_execution("run/new/1", "bind refused: HTTP 404")
+    assert dropped == 1 and _events(path) == []
+    assert [r["eventId"] for r in read_undeliverable(path)] == [old["eventId"], "run/new/1:1:STEP_STARTED"]
+
+    requeued, kept = outbox.requeue()
+    assert requeued == ["run/new/1:1:STEP_STARTED"] and kept == [old["eventId"]]
+    assert _events(path) == [("run/new/1", 1, "run/new/1:1:STEP_STARTED")]  # the same eventId and seq
+    with sqlite3.connect(path) as db:
+        binding, attempt, finished = db.execute(
+            "SELECT binding, attempt, finished FROM execution WHERE key = 'run/new/1'"
+        ).fetchone()
+    assert json.loads(binding)["task_id"] == "tsk_1" and attempt == 2 and finished == 1
+    assert [r["eventId"] for r in read_undeliverable(path)] == [old["eventId"]]  # kept, as said
+    assert outbox.requeue(["no-such-event"]) == ([], [])
+    outbox.close()
