@@ -85,10 +85,14 @@ async def test_a_project_revocation_ends_its_members_live_data(
     await asyncio.wait_for(detail.ended.get(), 10)  # the member's detail subscription ended server-side
     api_client = CentrifugoApi(e2e_settings.centrifugo_api_url, e2e_settings.centrifugo_api_key)
     try:
+        shared_history = await api_client.history(f"task_shared:{api.tenant}/project.alpha")
         project = await api_client.history(f"task_project:{api.tenant}/alpha")
     finally:
         await api_client.aclose()
-    assert any(p.get("kind") == "task.removed" and p.get("taskId") == task_id for p in project)
+    # The tombstone goes where the members received the task: the project's shared channel, not
+    # the project broadcast channel (which never carried this task).
+    assert any(p.get("kind") == "task.removed" and p.get("taskId") == task_id for p in shared_history)
+    assert not any(p.get("taskId") == task_id for p in project)
     refused = api.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=member)
     assert refused.status_code == 404
     await client.disconnect()
