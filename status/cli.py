@@ -197,19 +197,10 @@ def _revoke_service_token(args: argparse.Namespace) -> int:
 
 
 def _undeliverable(args: argparse.Namespace) -> int:
-    import json
+    # The plugin's own command (python -m task_status_interceptors undeliverable list), where the service is installed.
+    from task_status_interceptors.__main__ import main as plugin_main
 
-    from task_status_interceptors import read_undeliverable
-
-    if not Path(args.outbox).is_file():
-        print(f"task-observer: no outbox file at {args.outbox}", file=sys.stderr)
-        return 2
-    records = read_undeliverable(args.outbox)
-    for record in records:
-        print(json.dumps(record, sort_keys=True))
-    if not records:
-        print(f"nothing undeliverable in {args.outbox} (no report was refused for good)", file=sys.stderr)
-    return 0
+    return plugin_main(["undeliverable", "list", args.outbox])
 
 
 def _overdue(args: argparse.Namespace) -> int:

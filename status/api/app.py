@@ -149,18 +149,10 @@ class Api:
         return JSONResponse({"results": binding_results(outcomes)})
 
     async def report_event(self, request: Request) -> JSONResponse:
-        started = time.perf_counter()
         caller = self.event_caller(request)
         cmd = (await self.parse(request, EventIn)).command()
         trace = request.headers.get("traceparent")
-        try:
-            result = await self.committer.submit(caller, cmd)
-        except DomainError as err:
-            self.changes.rejected(caller, cmd, err.code.value, trace, "http")
-            raise
-        self.changes.ingest_time(started, "http", "single")
-        self.changes.event(caller, cmd, result, trace, "http")
-        return JSONResponse(result)
+        return JSONResponse(await self.changes.submitted(self.committer, caller, cmd, trace, "http"))
 
     async def report_events(self, request: Request) -> JSONResponse:
         started = time.perf_counter()

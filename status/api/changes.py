@@ -13,8 +13,10 @@ from typing import Any
 from status import logs
 from status.api import metrics
 from status.app import commands as c
+from status.app.group_commit import GroupCommitter
 from status.app.service import EventCaller, StatusService
 from status.domain.auth import ExecutionClaims
+from status.domain.errors import DomainError
 
 log = logs.get("status.api")
 
@@ -77,6 +79,20 @@ class ChangeLog:
     ) -> None:
         for cmd, result in zip(commands, results, strict=True):
             self.event(caller, cmd, result, trace, transport)
+
+    async def submitted(
+        self, committer: GroupCommitter, caller: EventCaller, cmd: c.ReportEvent, trace: str | None, transport: str
+    ) -> dict[str, Any]:
+        """One event through a group committer, timed, counted and logged (its rejection re-raised)."""
+        started = time.perf_counter()
+        try:
+            result = await committer.submit(caller, cmd)
+        except DomainError as err:
+            self.rejected(caller, cmd, err.code.value, trace, transport)
+            raise
+        self.ingest_time(started, transport, "single")
+        self.event(caller, cmd, result, trace, transport)
+        return result
 
     @staticmethod
     def ingest_time(started: float, transport: str, shape: str) -> None:

@@ -94,15 +94,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
 
     async def _submit(self, caller: EventCaller, cmd: Any, trace: str | None) -> dict[str, Any]:
         """One event through the group committer, counted and logged as REST counts and logs it."""
-        started = time.perf_counter()
-        try:
-            result = await self.committer.submit(caller, cmd)
-        except DomainError as err:
-            self.changes.rejected(caller, cmd, err.code.value, trace, "grpc")
-            raise
-        self.changes.ingest_time(started, "grpc", "single")
-        self.changes.event(caller, cmd, result, trace, "grpc")
-        return result
+        return await self.changes.submitted(self.committer, caller, cmd, trace, "grpc")
 
     async def _abort(self, context: grpc.aio.ServicerContext, method: str, err: DomainError) -> None:
         metrics.GRPC_CALLS.labels(method=method, code=err.code.value).inc()

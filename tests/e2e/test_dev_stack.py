@@ -98,10 +98,9 @@ def run_the_readme_examples(
     assert examples and "demo-worker" not in examples, examples
 
 
-@pytest.mark.timeout(600)  # the sum of its bounded waits: each fails first, with what it saw
-def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
-    require_dashboard()
-    api, cent, temporal, temporal_ui, metrics = (free_port() for _ in range(5))
+def _start_dev(tmp_path: Path) -> tuple[tuple[int, ...], dict[str, str], Path, subprocess.Popen[bytes]]:
+    """`task-observer dev` on free ports with its data in ``tmp_path``: (ports, env, its output file, the process)."""
+    ports = api, cent, temporal, temporal_ui, metrics = tuple(free_port() for _ in range(5))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASK_OBSERVER_")}
     env.update({"TASK_OBSERVER_DATA_DIR": str(tmp_path), "TASK_OBSERVER_ENV": "dev"})
     log = tmp_path / "dev.out"
@@ -125,6 +124,13 @@ def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    return ports, env, log, proc
+
+
+@pytest.mark.timeout(600)  # the sum of its bounded waits: each fails first, with what it saw
+def test_dev_stack_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
+    require_dashboard()
+    (api, cent, temporal, temporal_ui, metrics), env, log, proc = _start_dev(tmp_path)
     try:
         wait_until(lambda: "Press Ctrl-C" in log.read_text() or proc.poll() is not None, 120, "the dev stack")
         assert proc.poll() is None, log.read_text()
@@ -189,30 +195,7 @@ def _pid_of(printed: str, name: str) -> int:
 
 @pytest.mark.timeout(420)
 def test_dev_stack_restarts_a_dead_child_and_stops_with_a_clear_message_when_it_keeps_dying(tmp_path: Path) -> None:
-    api, cent, temporal, temporal_ui, metrics = (free_port() for _ in range(5))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASK_OBSERVER_")}
-    env.update({"TASK_OBSERVER_DATA_DIR": str(tmp_path), "TASK_OBSERVER_ENV": "dev"})
-    log = tmp_path / "dev.out"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("task-observer")),
-                "dev",
-                "--port",
-                str(api),
-                "--centrifugo-port",
-                str(cent),
-                "--temporal-port",
-                str(temporal),
-                "--temporal-ui-port",
-                str(temporal_ui),
-                "--metrics-port",
-                str(metrics),
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    (api, cent, temporal, temporal_ui, metrics), env, log, proc = _start_dev(tmp_path)
     try:
         wait_until(lambda: "Press Ctrl-C" in log.read_text() or proc.poll() is not None, 120, "the dev stack")
         assert proc.poll() is None, log.read_text()
