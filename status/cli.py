@@ -91,7 +91,7 @@ def _observer(args: argparse.Namespace) -> int:
 def _dev(args: argparse.Namespace) -> int:
     import asyncio
 
-    from status.devstack import DemoPace, DevPorts, run_dev
+    from status.devstack import DemoPace, DevPorts, FrontEnd, run_dev
 
     settings = Settings.from_env()
     if settings.is_production:
@@ -100,7 +100,13 @@ def _dev(args: argparse.Namespace) -> int:
         )
         return 2
     ports = DevPorts(args.port, args.centrifugo_port, args.temporal_port, args.temporal_ui_port, args.metrics_port)
-    return asyncio.run(run_dev(settings, ports, DemoPace(args.demo_runs, max(0.0, args.demo_interval))))
+    for origin in args.allowed_origin:
+        scheme, _, rest = origin.partition("://")
+        if scheme not in ("http", "https") or not rest or "/" in rest.rstrip("/"):
+            raise UsageError(f"--allowed-origin {origin!r} is not an origin (scheme://host[:port])")
+    front = FrontEnd(tuple(o.rstrip("/") for o in args.allowed_origin), args.centrifugo_public_url)
+    pace = DemoPace(args.demo_runs, max(0.0, args.demo_interval))
+    return asyncio.run(run_dev(settings, ports, pace, front))
 
 
 # Exit codes (README "Command line"): 0 done; 1 what was asked for is not there or not right (an
@@ -504,6 +510,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="example runs for the demo user, then it stops (default 10; -1: forever)",
     )
     dev.add_argument("--demo-interval", type=float, default=30.0, help="seconds between demo runs (default 30)")
+    dev.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        help="another origin whose pages use the stack (your app's dev server, e.g. http://localhost:5173):"
+        " Centrifugo accepts its connections and the API answers its cross-origin calls; repeat",
+    )
+    dev.add_argument(
+        "--centrifugo-public-url",
+        default=None,
+        help="the Centrifugo WebSocket URL handed to pages (e.g. ws://localhost:5173/connection/websocket"
+        " when your dev server proxies /connection); default: Centrifugo's own port",
+    )
 
     token = add("service-token", _service_token, "print a service credential for the internal API")
     token.add_argument("--producer", required=True, help="producerId of the service")

@@ -51,6 +51,18 @@ class DevPorts:
 
 
 @dataclass
+class FrontEnd:
+    """Where pages other than the stack's own dashboard run (a front-end developer's app)."""
+
+    # Their origins (http://localhost:5173 …): Centrifugo takes their connections and the API answers
+    # their cross-origin calls (CORS); the dashboard's own origin is always allowed.
+    origins: tuple[str, ...] = ()
+    # The Centrifugo address handed to pages (e.g. ws://localhost:5173/connection/websocket when the
+    # app's dev server proxies /connection); None: Centrifugo's own port.
+    public_url: str | None = None
+
+
+@dataclass
 class DemoPace:
     """How much the demo runs: a user's own runs must stay easy to find among the demo's (a run
     every few seconds buried them under sixty unread notices in a quarter of an hour)."""
@@ -95,13 +107,17 @@ def centrifugo_binary(data_dir: Path) -> str:
 
 
 class DevStack:
-    def __init__(self, settings: Settings, ports: DevPorts, pace: DemoPace | None = None) -> None:
+    def __init__(
+        self, settings: Settings, ports: DevPorts, pace: DemoPace | None = None, front: FrontEnd | None = None
+    ) -> None:
         self.ports = ports
         self.pace = pace or DemoPace()
+        self.front = front or FrontEnd()
         self.settings = replace(
             settings,
             centrifugo_api_url=f"http://127.0.0.1:{ports.centrifugo}/api",
-            centrifugo_public_url=f"ws://127.0.0.1:{ports.centrifugo}/connection/websocket",
+            centrifugo_public_url=self.front.public_url or f"ws://127.0.0.1:{ports.centrifugo}/connection/websocket",
+            cors_allowed_origins=tuple(dict.fromkeys((*settings.cors_allowed_origins, *self.front.origins))),
             temporal_address=f"127.0.0.1:{ports.temporal}",
             heartbeat_grace_seconds=5,
             observer_metrics_port=ports.metrics if not _port_open(ports.metrics) else 0,
@@ -133,6 +149,7 @@ class DevStack:
         config["client"]["allowed_origins"] = [
             f"http://127.0.0.1:{self.ports.api}",
             f"http://localhost:{self.ports.api}",
+            *self.front.origins,
         ]
         path = self.data_dir / "centrifugo.json"
         path.write_text(json.dumps(config))
@@ -364,9 +381,11 @@ def _health(url: str) -> bool:
         return False
 
 
-async def run_dev(settings: Settings, ports: DevPorts, pace: DemoPace | None = None) -> int:
+async def run_dev(
+    settings: Settings, ports: DevPorts, pace: DemoPace | None = None, front: FrontEnd | None = None
+) -> int:
     """Run the stack until Ctrl-C (0) or until a child keeps dying (1, with the message already printed)."""
-    stack = DevStack(settings, ports, pace)
+    stack = DevStack(settings, ports, pace, front)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -46,6 +46,20 @@ def _archive_dir(data_dir: Path) -> Path | None:
     return Path(raw).resolve() if raw.strip() else None  # set but empty: no archive, nothing archived is purged
 
 
+def _origins(name: str) -> tuple[str, ...]:
+    """Comma-separated browser origins, each ``scheme://host[:port]`` with nothing after it."""
+    raw = _env(name, "") or ""
+    found = []
+    for origin in (o.strip().rstrip("/") for o in raw.split(",")):
+        if not origin:
+            continue
+        scheme, _, rest = origin.partition("://")
+        if scheme not in ("http", "https") or not rest or "/" in rest or origin == "*":
+            raise SettingsError(f"{PREFIX}{name}: {origin!r} is not an origin (scheme://host[:port], no path, no *)")
+        found.append(origin)
+    return tuple(found)
+
+
 def _float(name: str, default: float) -> float:
     return _number(name, default, float, "a number")
 
@@ -155,6 +169,9 @@ class Settings:
     grpc_port: int = 0
     # Seed §11.2: every request has a deadline (answered 503 UNAVAILABLE, retryable, past it), and
     # the database work under it is bounded by statement and lock-wait timeouts (0: none).
+    # Browser origins (scheme://host[:port]) whose pages may call the API from another origin
+    # (CORS, preflight included); none by default: same-origin only (a proxy in front).
+    cors_allowed_origins: tuple[str, ...] = ()
     request_deadline_seconds: float = 15.0
     db_statement_timeout_seconds: float = 10.0
     # How the observer connects to Temporal, as the plugin's users connect their workers: the
@@ -291,6 +308,7 @@ class Settings:
             group_commit_in_flight=max(1, _int("GROUP_COMMIT_IN_FLIGHT", 2)),
             grpc_host=_env("GRPC_HOST", "127.0.0.1") or "127.0.0.1",
             grpc_port=_int("GRPC_PORT", 0),
+            cors_allowed_origins=_origins("CORS_ALLOWED_ORIGINS"),
             request_deadline_seconds=max(0.0, _float("REQUEST_DEADLINE_SECONDS", 15.0)),
             db_statement_timeout_seconds=max(0.0, _float("DB_STATEMENT_TIMEOUT_SECONDS", 10.0)),
             temporal_namespaces=tuple(n.strip() for n in (_env("TEMPORAL_NAMESPACES") or "").split(",") if n.strip()),

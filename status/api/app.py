@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
@@ -474,6 +475,24 @@ def dashboard_routes(settings: Settings) -> list[BaseRoute]:
     return [Route("/", to_dashboard), Mount("/dashboard", static, name="dashboard")]
 
 
+def cross_origin(settings: Settings) -> list[Middleware]:
+    """CORS for pages on the configured other origins only (none: same origin, behind a proxy, and
+    a preflight is the 405 any unknown method gets). Credentials are bearer headers, never cookies,
+    so the answers are not credentialed; preflights are answered before anything else runs."""
+    if not settings.cors_allowed_origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_allowed_origins),
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "If-Match", "traceparent"],
+            expose_headers=["Retry-After"],
+            max_age=600,
+        )
+    ]
+
+
 def create_app(settings: Settings, engine: sa.Engine | None = None, service: StatusService | None = None) -> Starlette:
     """The application over the composition root's parts (``service``: one built there already)."""
     parts = Components(settings, engine)
@@ -531,6 +550,7 @@ def app_of(parts: Components) -> Starlette:
     app = Starlette(
         lifespan=lifespan,
         middleware=[
+            *cross_origin(settings),
             Middleware(CloseWhileDraining, readiness=parts.readiness),
             Middleware(
                 RequestDeadline,

@@ -104,6 +104,10 @@ export class TaskStatusClient {
   private checkTimer: ReturnType<typeof setTimeout> | null = null;
   private telemetryTimer: ReturnType<typeof setTimeout> | null = null;
   private pollTimer: ReturnType<typeof setTimeout> | null = null;
+  private sessionRetry: ReturnType<typeof setTimeout> | null = null;
+  private wakeSession: (() => void) | null = null;
+  /** Details asked for before `start()` had a connection: opened as soon as it has one. */
+  private readonly pendingDetails = new Set<string>();
   private pollDelay = 0;
   private polling: Promise<void> | null = null;
   private refreshedAt: number | null = null;
@@ -162,15 +166,24 @@ export class TaskStatusClient {
     return this.transportName;
   }
 
-  /** Fetch the realtime session and connect. Resolves once connecting has begun. */
+  /**
+   * Fetch the realtime session and connect. Resolves once connecting has begun. The service being
+   * unreachable (or answering 5xx, 429) is not final: the session is asked again with jittered
+   * back-off (0.5 s doubling to 30 s), each failure reported through `onError` while the state
+   * says RECOVERING, then STALE, until it answers or `stop()`. Only a refused login (401, 403) is
+   * final: `start()` rejects with it (ask the user to log in again).
+   */
   async start(): Promise<void> {
     this.stopped = false;
     this.setState('RECOVERING');
     this.armStaleTimer();
-    const session = await this.api.session();
+    const session = await this.firstSession();
+    if (session === null) return; // stopped while waiting
     this.session = session;
     const limit = Math.min(this.options.detailLimit ?? session.detailSubscriptionLimit, session.detailSubscriptionLimit);
     for (const evicted of this.detailOrder.resize(Math.max(1, limit))) this.closeDetail(evicted);
+    const wanted = [...this.pendingDetails];
+    this.pendingDetails.clear();
 
     const endpoints = this.endpoints(session);
     const emulation = session.endpoints.sse.replace(/\/connection\/sse$/, '/emulation');
@@ -260,6 +273,32 @@ export class TaskStatusClient {
     // Snapshots come over HTTP: show what the service knows even while realtime cannot connect
     // (the page says it is offline, never "no tasks" while tasks exist).
     void this.loadSummarySnapshot('initial');
+    // Details asked for before the client was ready (a deep link's hook mounted first).
+    for (const taskId of wanted) this.openDetail(taskId).catch((error: unknown) => this.report(error, `detail ${taskId}`));
+  }
+
+  /** The realtime session, asked again with jittered back-off until it answers; null once stopped. */
+  private async firstSession(): Promise<RealtimeSession | null> {
+    let delay = 500;
+    for (;;) {
+      try {
+        return await this.api.session();
+      } catch (error) {
+        if (error instanceof ApiError && (error.status === 401 || error.status === 403)) {
+          throw error; // a refused login is final: start() rejects with it
+        }
+        this.report(error, 'session (retrying)');
+      }
+      if (this.stopped) return null;
+      await new Promise<void>((resolve) => {
+        this.wakeSession = resolve; // stop() ends the wait at once
+        this.sessionRetry = setTimeout(resolve, delay * (0.5 + this.random()));
+      });
+      this.sessionRetry = null;
+      this.wakeSession = null;
+      if (this.stopped) return null;
+      delay = Math.min(delay * 2, 30000);
+    }
   }
 
   /** Disconnect and stop every timer. The store keeps its contents. */
@@ -271,7 +310,10 @@ export class TaskStatusClient {
     if (this.checkTimer) clearTimeout(this.checkTimer);
     if (this.telemetryTimer) clearTimeout(this.telemetryTimer);
     if (this.pollTimer) clearTimeout(this.pollTimer);
-    this.staleTimer = this.checkTimer = this.telemetryTimer = this.pollTimer = null;
+    if (this.sessionRetry) clearTimeout(this.sessionRetry);
+    this.wakeSession?.();
+    this.staleTimer = this.checkTimer = this.telemetryTimer = this.pollTimer = this.sessionRetry = null;
+    this.pendingDetails.clear();
     void this.reportTelemetry();
     for (const timer of this.catchUps.values()) clearTimeout(timer);
     this.catchUps.clear();
@@ -295,7 +337,12 @@ export class TaskStatusClient {
    */
   async openDetail(taskId: string): Promise<void> {
     const centrifuge = this.centrifuge;
-    if (!centrifuge) throw new Error('start() the client first');
+    if (!centrifuge) {
+      // Not connected yet (start() still on its way, or not called): opened once it is.
+      this.pendingDetails.add(taskId);
+      this.store.wantDetail(taskId);
+      return;
+    }
     for (const evicted of this.detailOrder.touch(taskId)) this.closeDetail(evicted);
     if (this.details.has(taskId)) return;
     this.store.wantDetail(taskId);
@@ -358,6 +405,9 @@ export class TaskStatusClient {
     });
     this.details.set(taskId, { taskId, channel: grant.channel, subscription });
     subscription.subscribe();
+    // Realtime down: the subscription waits for a connection, the detail must not (the list does
+    // not either); the 'subscribed' snapshot later is gated by version like any other.
+    if (this.stateValue !== 'LIVE') void this.loadDetailSnapshot(taskId);
   }
 
   /** Bytes received vs. decoded on a followed task's detail channel (fossil delta compression). */
@@ -371,6 +421,7 @@ export class TaskStatusClient {
   }
 
   private async closeDetailAndRelease(taskId: string): Promise<void> {
+    this.pendingDetails.delete(taskId);
     this.detailOrder.delete(taskId);
     const entry = this.details.get(taskId);
     this.details.delete(taskId);

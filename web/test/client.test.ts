@@ -443,6 +443,86 @@ describe('TaskStatusClient', () => {
     h.client.stop();
   });
 
+  it('keeps asking for the session while the service is unreachable, reporting each failure, until it answers', async () => {
+    vi.useFakeTimers();
+    try {
+      let failures = 2;
+      const errors: string[] = [];
+      const h = harness(
+        {
+          'GET /api/realtime/session': () => {
+            if (failures-- > 0) return new Response(JSON.stringify({ error: { code: 'UNAVAILABLE', message: 'down', retryable: true } }), { status: 503 });
+            return SESSION;
+          },
+          'GET /api/me/tasks': () => ({ tasks: [summary('t1', 1)], nextCursor: null }),
+        },
+        { onError: (_error, context) => errors.push(context), random: () => 0.5 },
+      );
+      let started = false;
+      const starting = h.client.start().then(() => (started = true));
+      await vi.advanceTimersByTimeAsync(1);
+      expect(started).toBe(false);
+      expect(errors).toEqual(['session (retrying)']);
+      expect(h.client.state).toBe('RECOVERING');
+      await vi.advanceTimersByTimeAsync(500); // 0.5 s × (0.5 + 0.5)
+      expect(errors).toEqual(['session (retrying)', 'session (retrying)']);
+      await vi.advanceTimersByTimeAsync(1000); // then 1 s
+      await starting;
+      expect(started).toBe(true);
+      h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+      await vi.advanceTimersByTimeAsync(1);
+      expect(h.client.state).toBe('LIVE');
+      expect(h.client.store.task('t1')).toBeDefined();
+      h.client.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('gives up only on a refused login, and stop() ends the retries', async () => {
+    const refused = harness({
+      'GET /api/realtime/session': () => new Response(JSON.stringify({ error: { code: 'UNAUTHENTICATED', message: 'no', retryable: false } }), { status: 401 }),
+    });
+    await expect(refused.client.start()).rejects.toMatchObject({ status: 401, code: 'UNAUTHENTICATED' });
+    vi.useFakeTimers();
+    try {
+      const down = harness({ 'GET /api/realtime/session': () => new Response('{}', { status: 502 }) });
+      const starting = down.client.start();
+      await vi.advanceTimersByTimeAsync(1);
+      down.client.stop();
+      await vi.advanceTimersByTimeAsync(60_000);
+      await expect(starting).resolves.toBeUndefined();
+      expect(down.calls.filter((c) => c.path === '/api/realtime/session')).toHaveLength(1);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('opens a detail asked for before start() resolved, and reads it over HTTP while realtime is down', async () => {
+    const gate = deferred<void>();
+    const h = harness({
+      'GET /api/realtime/session': async () => {
+        await gate.promise;
+        return SESSION;
+      },
+      'GET /api/me/tasks': () => ({ tasks: [], nextCursor: null }),
+      'POST /api/realtime/subscription-token': (body) => ({ channel: `task_detail:demo/${body.taskId}`, token: 'sub-jwt', expiresAt: 0 }),
+      'GET /api/tasks/deep': () => snapshot('deep', 7),
+    });
+    const starting = h.client.start();
+    await h.client.openDetail('deep'); // a deep link's hook, mounted first: no error, no request yet
+    expect(h.calls.some((c) => c.path === '/api/realtime/subscription-token')).toBe(false);
+    gate.resolve();
+    await starting;
+    await flush();
+    await flush();
+    expect(h.centrifuge.subs.has('task_detail:demo/deep')).toBe(true); // opened once ready
+    // Realtime never connected: the detail came over HTTP at once, not on a subscription that waits.
+    expect(h.calls.some((c) => c.method === 'GET' && c.path === '/api/tasks/deep')).toBe(true);
+    expect(h.client.store.task('deep')?.detailVersion).toBe(7n);
+    h.client.stop();
+  });
+
   it('hands the SDK bounded reconnect back-off (the SDK adds jitter), so reconnect storms spread out (AC31)', async () => {
     const h = harness({ 'GET /api/realtime/session': () => SESSION });
     await h.client.start();
