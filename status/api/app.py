@@ -54,6 +54,7 @@ from status.api.models import (
     SubscriptionIn,
     TemporalOwnerIn,
     WatchSetIn,
+    WorkflowBatchGetIn,
 )
 from status.api.notifications import NotificationEndpoints
 from status.api.openapi import build_openapi
@@ -265,6 +266,11 @@ class Api:
         title = request.query_params.get("q") or None
         return JSONResponse(await run_in_threadpool(self.service.my_tasks, user, cursor, limit, status, title))
 
+    async def workflows(self, request: Request) -> JSONResponse:
+        user = self.user(request)
+        body = await self.parse(request, WorkflowBatchGetIn)
+        return JSONResponse(await run_in_threadpool(self.service.workflow_summaries, user, body.workflowIds))
+
     async def workflow(self, request: Request) -> JSONResponse:
         user = self.user(request)
         result = await run_in_threadpool(
@@ -442,6 +448,7 @@ def routes(api: Api) -> list[Route]:
         *NotificationEndpoints(api.gate).routes(),
         *TelemetryEndpoints(api.gate).routes(),
         Route("/api/tasks/status:batchGet", api.batch_get, methods=["POST"]),
+        Route("/api/workflows:batchGet", api.workflows, methods=["POST"]),
         Route("/api/tasks/{task_id}/events", api.task_events, methods=["GET"]),
         Route("/api/tasks/{task_id}", api.get_task, methods=["GET"]),
         Route("/api/me/tasks", api.my_tasks, methods=["GET"]),

@@ -477,6 +477,12 @@ class BatchGetIn(BaseModel):
     )
 
 
+class WorkflowBatchGetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workflowIds: list[Key] = Field(min_length=1, max_length=100)
+
+
 class SubscriptionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

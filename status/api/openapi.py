@@ -232,6 +232,14 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "user",
         "200",
     ),
+    (
+        "post",
+        "/api/workflows:batchGet",
+        "Summaries of up to 100 workflows in one read (as GET /api/workflows/{id}; unseen ones in notFound)",
+        m.WorkflowBatchGetIn,
+        "user",
+        "200",
+    ),
     ("get", "/api/me/tasks", "The user's tasks, newest first", None, "user", "200"),
     (
         "get",

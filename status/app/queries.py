@@ -17,6 +17,7 @@ from status.domain.aggregate import fold
 from status.domain.auth import UserPrincipal
 from status.domain.errors import ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType
+from status.domain.model import TaskState, WorkflowState
 from status.domain.projections import iso, task_snapshot, user_summary, workflow_summary
 
 STATUS_FILTERS = ("running", "failed", "needs_action", "done")
@@ -136,25 +137,48 @@ class Queries:
         summaries = [user_summary(x, steps[x.task_id], now, None, history[x.task_id]) for x in tasks]
         return {"tasks": summaries, "nextCursor": next_cursor}
 
+    def _seen_workflow(
+        self, stores: Stores, user: UserPrincipal, workflow_id: str, *, with_tasks: bool
+    ) -> tuple[WorkflowState, list[TaskState]] | None:
+        """The workflow as the user may see it, and its tasks they see (read only when needed: for
+        the tasks, or to trim a non-owner's aggregate); None unless they see it."""
+        workflow = stores.reads.workflow(workflow_id)
+        if workflow is None or workflow.tenant_id != user.tenant_id:
+            return None
+        owner = workflow.owner_id == user.user_id
+        tasks = stores.reads.visible_tasks_of_workflow(user, workflow_id) if with_tasks or not owner else []
+        if not owner and not tasks:
+            return None
+        if not owner:
+            # Someone who sees some of the tasks sees an aggregate over those only: the
+            # workflow's own aggregate would tell them about tasks they cannot see.
+            lifecycle, health, aggregate = fold(
+                [{"lifecycle_status": x.lifecycle.value, "health": x.health.value} for x in tasks]
+            )
+            workflow = replace(workflow, lifecycle=lifecycle, health=health, aggregate=aggregate, task_count=len(tasks))
+        return workflow, tasks
+
+    def workflow_summaries(self, user: UserPrincipal, workflow_ids: Sequence[str]) -> dict[str, Any]:
+        """Many workflow summaries in one read (a page's list: one request, not one per workflow);
+        those the user does not see are ``notFound``, as one GET would answer them."""
+        found, missing = [], []
+        with self.ctx.db.reading() as stores:
+            now = self.ctx.now()
+            for workflow_id in dict.fromkeys(workflow_ids):
+                seen = self._seen_workflow(stores, user, workflow_id, with_tasks=False)
+                if seen is None:
+                    missing.append(workflow_id)
+                else:
+                    found.append(workflow_summary(seen[0], now))
+        return {"workflows": found, "notFound": missing}
+
     def get_workflow(self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool) -> dict[str, Any]:
         """The workflow summary and its ACL-trimmed tasks; NOT_FOUND unless the user sees it."""
         with self.ctx.db.reading() as stores:
-            workflow = stores.reads.workflow(workflow_id)
-            if workflow is None or workflow.tenant_id != user.tenant_id:
+            seen = self._seen_workflow(stores, user, workflow_id, with_tasks=with_tasks)
+            if seen is None:
                 raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
-            tasks = stores.reads.visible_tasks_of_workflow(user, workflow_id)
-            owner = workflow.owner_id == user.user_id
-            if not owner and not tasks:
-                raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
-            if not owner:
-                # Someone who sees some of the tasks sees an aggregate over those only: the
-                # workflow's own aggregate would tell them about tasks they cannot see.
-                lifecycle, health, aggregate = fold(
-                    [{"lifecycle_status": x.lifecycle.value, "health": x.health.value} for x in tasks]
-                )
-                workflow = replace(
-                    workflow, lifecycle=lifecycle, health=health, aggregate=aggregate, task_count=len(tasks)
-                )
+            workflow, tasks = seen
             result = workflow_summary(workflow, self.ctx.now())
             if with_tasks:
                 steps = stores.tasks.steps_of_tasks([task.task_id for task in tasks])

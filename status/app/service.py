@@ -113,6 +113,7 @@ class StatusService:
         self.batch_get = self.queries.batch_get
         self.my_tasks = self.queries.my_tasks
         self.get_workflow = self.queries.get_workflow
+        self.workflow_summaries = self.queries.workflow_summaries
         self.snapshot = self.queries.snapshot
         self.my_notifications = self.notifications.list_for
         self.mark_notifications_read = self.notifications.mark_read

@@ -609,7 +609,14 @@ def test_a_silent_executor_reads_as_how_long_it_has_been_silent(stack: Stack, br
         execution_tokens=ExecutionTokens(secrets.token_hex(32)),
         validator=JsonSchemaValidator(),
     )
-    wait_until(lambda: reconciler.mark_stale(tenant_scope=(stack.http.tenant, "content")), 20, "STALE")
+
+    def stale() -> bool:
+        # Passes until this task is STALE: an earlier test's silent step may be the first one marked.
+        reconciler.mark_stale(tenant_scope=(stack.http.tenant, "content"))
+        snapshot = stack.http.client.get(f"/api/tasks/{task_id}", headers=stack.http.user(user)).json()
+        return bool(snapshot["health"] == "STALE")
+
+    wait_until(stale, 20, "STALE")
     expect(card(page, task_id)).to_have_attribute("data-health", "STALE", timeout=TIMEOUT_MS)
     silence = card(page, task_id).locator(".silence")
     expect(silence).to_contain_text(re.compile(r"no heartbeat for [0-9]+ s \(since "))

@@ -49,3 +49,29 @@ def test_only_the_owner_may_follow_the_workflow_channel(http: Http) -> None:
         "/api/realtime/subscription-token", json={"workflowId": workflow_id}, headers=http.user("guest")
     )
     assert guest.status_code == 403 and guest.json()["error"]["code"] == "PERMISSION_DENIED"
+
+
+def test_many_workflows_in_one_read_answer_as_one_get_each(http: Http, engine: sa.Engine) -> None:
+    """Issue 32 item 3: a page's list of workflows in one request, each as GET /api/workflows/{id}
+    answers it for that user (a guest's aggregate trimmed), those not seen in notFound."""
+    first, _ = _two_owner_workflow(http)
+    second, _ = _two_owner_workflow(http)
+    projector_for(engine).run_once()
+    ids = [first, second, "wf_never_there", first]
+    for user in ("owner", "guest", "stranger"):
+        batch = http.client.post("/api/workflows:batchGet", json={"workflowIds": ids}, headers=http.user(user))
+        assert batch.status_code == 200, batch.text
+        one_by_one = {w: http.client.get(f"/api/workflows/{w}", headers=http.user(user)) for w in dict.fromkeys(ids)}
+        expected = {w: r.json() for w, r in one_by_one.items() if r.status_code == 200}
+        got = {w["workflowId"]: w for w in batch.json()["workflows"]}
+        assert got.keys() == expected.keys()
+        for workflow_id, summary in got.items():
+            assert {k: v for k, v in summary.items() if k != "asOf"} == {
+                k: v for k, v in expected[workflow_id].items() if k != "asOf"
+            }
+        assert sorted(batch.json()["notFound"]) == sorted(w for w, r in one_by_one.items() if r.status_code == 404)
+    too_many = http.client.post(
+        "/api/workflows:batchGet", json={"workflowIds": [f"wf-{n}" for n in range(101)]}, headers=http.user("owner")
+    )
+    assert too_many.status_code == 422 and too_many.json()["error"]["code"] == "VALIDATION_FAILED"
+    assert http.client.post("/api/workflows:batchGet", json={"workflowIds": [first]}).status_code == 401

@@ -64,6 +64,11 @@ export class StatusApi {
     return this.request('GET', `/api/workflows/${encodeURIComponent(workflowId)}`);
   }
 
+  /** Up to 100 workflow summaries in one request (those not visible come back in `notFound`). */
+  workflows(workflowIds: string[]): Promise<{ workflows: WorkflowSummaryMessage[]; notFound: string[] }> {
+    return this.request('POST', '/api/workflows:batchGet', { workflowIds });
+  }
+
   batchGet(taskIds: string[], knownVersions: Record<string, string>): Promise<BatchGetResult> {
     return this.request('POST', '/api/tasks/status:batchGet', { taskIds, knownVersions });
   }

@@ -90,7 +90,9 @@ interface DetailEntry {
 
 const MAX_SNAPSHOT_PAGES = 10;
 const BATCH_GET_MAX = 100;
-const MAX_WORKFLOW_FETCH = 50;
+const MAX_WORKFLOW_FETCH = 500;
+/** How long start() waits for realtime before it shows what HTTP has (the list is read once either way). */
+const REALTIME_GRACE_MS = 1500;
 
 export class TaskStatusClient {
   readonly store: TaskStore;
@@ -104,6 +106,12 @@ export class TaskStatusClient {
   private checkTimer: ReturnType<typeof setTimeout> | null = null;
   private telemetryTimer: ReturnType<typeof setTimeout> | null = null;
   private pollTimer: ReturnType<typeof setTimeout> | null = null;
+  private graceTimer: ReturnType<typeof setTimeout> | null = null;
+  /** A list read has begun since start() (the grace timer then has nothing to do). */
+  private listRead = false;
+  /** The task (counted by microtasks after each load's start) in which the running load began. */
+  private snapshotTick = -1;
+  private tick = 0;
   private sessionRetry: ReturnType<typeof setTimeout> | null = null;
   private wakeSession: (() => void) | null = null;
   /** Details asked for before `start()` had a connection: opened as soon as it has one. */
@@ -247,6 +255,10 @@ export class TaskStatusClient {
       this.buffering = true;
       const reason = ctx.wasRecovering ? 'recovery' : 'initial';
       const earlier = this.snapshotRun;
+      // The server-side subscriptions of one connection (the user's channel, their groups') arrive
+      // together, in one task: a load begun in that task (its first read goes out after it) covers
+      // the others.
+      if (earlier && this.snapshotTick === this.tick) return;
       if (earlier) {
         void earlier.then(() => {
           this.buffering = true;
@@ -261,7 +273,10 @@ export class TaskStatusClient {
       if (this.buffering) this.buffer.push(ctx.data);
       else this.applyLive(ctx.data);
     });
-    centrifuge.on('error', (ctx) => this.report(ctx.error, 'connection'));
+    centrifuge.on('error', (ctx) => {
+      this.report(ctx.error, 'connection');
+      this.loadWithoutRealtime(); // realtime will not bring the list soon: read it now
+    });
 
     this.options.visibility?.addEventListener('visibilitychange', this.onVisibility);
     this.unsubscribeStore = this.store.subscribe((event) => {
@@ -271,10 +286,20 @@ export class TaskStatusClient {
     this.scheduleTelemetry();
     centrifuge.connect();
     // Snapshots come over HTTP: show what the service knows even while realtime cannot connect
-    // (the page says it is offline, never "no tasks" while tasks exist).
-    void this.loadSummarySnapshot('initial');
+    // (the page says it is offline, never "no tasks" while tasks exist) — but not twice: when
+    // realtime connects within the grace period its subscription loads the list (subscribe, then
+    // snapshot), once; only past it, or on a failed connect, does the list come without it.
+    this.graceTimer = setTimeout(() => this.loadWithoutRealtime(), REALTIME_GRACE_MS);
     // Details asked for before the client was ready (a deep link's hook mounted first).
     for (const taskId of wanted) this.openDetail(taskId).catch((error: unknown) => this.report(error, `detail ${taskId}`));
+  }
+
+  /** The first list read when realtime has not brought one (not connected yet, or failing). */
+  private loadWithoutRealtime(): void {
+    if (this.graceTimer) clearTimeout(this.graceTimer);
+    this.graceTimer = null;
+    if (this.stopped || this.listRead || this.snapshotRun) return;
+    void this.loadSummarySnapshot('initial');
   }
 
   /** The realtime session, asked again with jittered back-off until it answers; null once stopped. */
@@ -310,6 +335,8 @@ export class TaskStatusClient {
     if (this.checkTimer) clearTimeout(this.checkTimer);
     if (this.telemetryTimer) clearTimeout(this.telemetryTimer);
     if (this.pollTimer) clearTimeout(this.pollTimer);
+    if (this.graceTimer) clearTimeout(this.graceTimer);
+    this.graceTimer = null;
     if (this.sessionRetry) clearTimeout(this.sessionRetry);
     this.wakeSession?.();
     this.staleTimer = this.checkTimer = this.telemetryTimer = this.pollTimer = this.sessionRetry = null;
@@ -483,16 +510,8 @@ export class TaskStatusClient {
     for (const view of this.store.allTasks()) {
       if (before.get(view.taskId) !== view.summaryVersion) changedWorkflows.add(view.workflowId);
     }
-    await Promise.all(
-      [...changedWorkflows].slice(0, MAX_WORKFLOW_FETCH).map(async (workflowId) => {
-        try {
-          this.store.applyWorkflow(await this.api.workflow(workflowId));
-        } catch (error) {
-          this.report(error, `workflow ${workflowId}`);
-        }
-      }),
-    );
-    await this.loadMissingWorkflows();
+    const missing = this.store.allTasks().map((v) => v.workflowId).filter((id) => !this.store.workflow(id));
+    await this.loadWorkflows([...changedWorkflows, ...missing]);
     this.refreshed();
     return changed;
   }
@@ -541,6 +560,9 @@ export class TaskStatusClient {
 
   private loadSummarySnapshot(reason: 'initial' | 'recovery'): Promise<void> {
     if (this.snapshotRun) return this.snapshotRun;
+    this.listRead = true;
+    this.snapshotTick = this.tick;
+    queueMicrotask(() => this.tick++); // a subscription after this is not covered by this load
     const run = (async () => {
       let delay = 500;
       for (;;) {
@@ -591,15 +613,20 @@ export class TaskStatusClient {
   /** Workflow summaries are published when they change; after a snapshot, fetch the ones not seen yet. */
   private async loadMissingWorkflows(): Promise<void> {
     const missing = [...new Set(this.store.allTasks().map((v) => v.workflowId))].filter((id) => !this.store.workflow(id));
-    await Promise.all(
-      missing.slice(0, MAX_WORKFLOW_FETCH).map(async (workflowId) => {
-        try {
-          this.store.applyWorkflow(await this.api.workflow(workflowId));
-        } catch (error) {
-          this.report(error, `workflow ${workflowId}`);
-        }
-      }),
-    );
+    await this.loadWorkflows(missing);
+  }
+
+  /** Workflow summaries, a hundred per request (one request for a page's list, not one per workflow). */
+  private async loadWorkflows(workflowIds: Iterable<string>): Promise<void> {
+    const ids = [...new Set(workflowIds)].slice(0, MAX_WORKFLOW_FETCH);
+    for (let i = 0; i < ids.length; i += BATCH_GET_MAX) {
+      try {
+        const result = await this.api.workflows(ids.slice(i, i + BATCH_GET_MAX));
+        for (const workflow of result.workflows) this.store.applyWorkflow(workflow);
+      } catch (error) {
+        this.report(error, 'workflows');
+      }
+    }
   }
 
   /** Whether a followed task's detail is older than its summary (the panel would lag the card). */

@@ -197,8 +197,8 @@ describe('TaskStatusClient', () => {
     await flush();
     expect(h.client.state).toBe('LIVE');
     const listCalls = () => h.calls.filter((c) => c.path.startsWith('/api/me/tasks')).length;
-    // One list at start (over HTTP, whatever realtime does), one after the first subscribe.
-    expect(listCalls()).toBe(2);
+    // One list per start: realtime came within the grace, so its subscription loaded it (subscribe, then snapshot).
+    expect(listCalls()).toBe(1);
 
     // Connection lost: the list stays, the state says so.
     h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
@@ -206,7 +206,7 @@ describe('TaskStatusClient', () => {
     expect(h.client.store.task('t1')).toBeDefined();
     h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: true, recovered: true });
     expect(h.client.state).toBe('LIVE');
-    expect(listCalls()).toBe(2);
+    expect(listCalls()).toBe(1);
 
     // History could not cover the gap: list + batchGet of what we show, with our versions.
     h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
@@ -214,7 +214,7 @@ describe('TaskStatusClient', () => {
     await flush();
     await flush();
     await flush();
-    expect(listCalls()).toBe(3);
+    expect(listCalls()).toBe(2);
     expect(batchBodies).toHaveLength(0); // t1 came back with the list, so nothing is left to ask for by version
     expect(h.client.state).toBe('LIVE');
     h.client.stop();
@@ -367,9 +367,11 @@ describe('TaskStatusClient', () => {
       const started = Date.now();
       await h.client.start(); // Centrifugo never answers
       await vi.advanceTimersByTimeAsync(1);
-      expect(lists).toHaveLength(1); // the start's own snapshot
-      expect(h.client.lastRefreshedAt).toBe(started);
-      await vi.advanceTimersByTimeAsync(10_000);
+      expect(lists).toHaveLength(0); // realtime has its grace to bring the list
+      await vi.advanceTimersByTimeAsync(1_500);
+      expect(lists).toHaveLength(1); // then it comes over HTTP
+      expect(h.client.lastRefreshedAt).toBe(started + 1_500);
+      await vi.advanceTimersByTimeAsync(8_500); // t = 10 001 ms
       expect(h.client.state).toBe('STALE');
       expect(lists).toHaveLength(2); // STALE: read at once
       expect(lists[1]! - started).toBeLessThanOrEqual(10_001); // (a 0 ms timer is 1 ms in Node)
@@ -520,6 +522,32 @@ describe('TaskStatusClient', () => {
     // Realtime never connected: the detail came over HTTP at once, not on a subscription that waits.
     expect(h.calls.some((c) => c.method === 'GET' && c.path === '/api/tasks/deep')).toBe(true);
     expect(h.client.store.task('deep')?.detailVersion).toBe(7n);
+    h.client.stop();
+  });
+
+  it('a page load costs what it shows: one list read and one workflows read for 37 tasks, whatever the channels', async () => {
+    const shared = 'task_shared:demo/project.p9';
+    const tasks = Array.from({ length: 37 }, (_, n) => ({ ...summary(`t${n}`, 1), workflowId: `wf-${n}` }));
+    const batches: string[][] = [];
+    const h = harness({
+      'GET /api/realtime/session': () => ({ ...SESSION, channels: { summary: SESSION.channels.summary, shared: [shared] } }),
+      'GET /api/me/tasks': () => ({ tasks, nextCursor: null }),
+      'POST /api/workflows:batchGet': (body) => {
+        batches.push(body.workflowIds);
+        return { workflows: body.workflowIds.map((id: string) => ({ kind: 'workflow.summary', schemaVersion: 1, workflowId: id, workflowVersion: '1' })), notFound: [] };
+      },
+    });
+    await h.client.start();
+    // The connection's two server-side subscriptions arrive together.
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    h.centrifuge.emit('subscribed', { channel: shared, wasRecovering: false, recovered: false });
+    for (let i = 0; i < 6; i++) await flush();
+    expect(h.client.state).toBe('LIVE');
+    expect(h.calls.filter((c) => c.path.startsWith('/api/me/tasks'))).toHaveLength(1);
+    expect(batches).toHaveLength(1); // one request, not 37
+    expect([...batches[0]!].sort()).toEqual(tasks.map((t) => t.workflowId).sort());
+    expect(h.calls.filter((c) => c.path.startsWith('/api/workflows/'))).toHaveLength(0);
+    expect(h.client.store.workflow('wf-36')).toBeDefined();
     h.client.stop();
   });
 
@@ -692,10 +720,10 @@ describe('TaskStatusClient', () => {
     await flush();
     expect(reports).toHaveLength(1);
     const [sent] = reports;
-    // Snapshots: the one start() loads over HTTP, the one after the first subscribe, the recovery's.
-    expect(sent.counters).toEqual({ connects: 1, reconnects: 1, recoveredFalse: 1, snapshots: 3, unknownMessages: 1 });
+    // Snapshots: the one after the first subscribe (realtime came within the grace: no other), the recovery's.
+    expect(sent.counters).toEqual({ connects: 1, reconnects: 1, recoveredFalse: 1, snapshots: 2, unknownMessages: 1 });
     expect(sent.commitToVisibleSeconds).toHaveLength(1);
-    expect(sent.snapshotSeconds).toHaveLength(3);
+    expect(sent.snapshotSeconds).toHaveLength(2);
     // Refused (503): nothing is lost; the next report carries it.
     accept = true;
     h.client.stop();
