@@ -347,7 +347,20 @@ def build_openapi() -> dict[str, Any]:
             "securitySchemes": {
                 "service": {"type": "http", "scheme": "bearer", "description": "service token"},
                 "execution": {"type": "http", "scheme": "bearer", "description": "execution token or service token"},
-                "user": {"type": "http", "scheme": "bearer", "description": "user token (HMAC or JWKS)"},
+                "user": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": (
+                        "A user token your backend or identity provider issues (docs/frontend.md, 'User tokens')."
+                        " HMAC mode (USER_TOKEN_SECRET, HS256): claims typ='usr' (required), sub (user id),"
+                        " tnt or tenant_id (tenant), exp (required), optional projects and roles (lists of ids:"
+                        " tasks granted to them are visible), sid (login session), iat. JWKS mode (USER_JWKS_URL,"
+                        " RS256 or ES256 with kid): exp and sub required, aud and iss when USER_JWKS_AUDIENCE /"
+                        " USER_JWKS_ISSUER are set; tnt, projects, roles, sid as above. Ids are 1-64 of"
+                        " A-Z a-z 0-9 . _ @ + = | - starting with a letter or digit."
+                    ),
+                },
             },
         },
     }

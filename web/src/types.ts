@@ -32,7 +32,8 @@ export interface Notice {
   id: string;
   /** STEP_FAILED, TASK_FAILED, STALE, RECOVERED, STEP_RETRYING, STEP_TIMED_OUT, ACTION_REQUIRED, CORRECTED… */
   type: string;
-  level: 'INFO' | 'WARNING' | 'ERROR' | string;
+  // (string & {}): a level a newer service adds still type-checks, and the known ones stay literal.
+  level: 'INFO' | 'WARNING' | 'ERROR' | 'CRITICAL' | (string & {});
   title: string;
   /** Safe to show (the error's userMessage); null when there is nothing to add to the title. */
   message: string | null;
@@ -126,7 +127,7 @@ export interface StepDetail {
   executionId: string | null;
   operationCode: string;
   displayName: string | null;
-  kind: 'KNOWN' | 'DYNAMIC' | string;
+  kind: 'KNOWN' | 'DYNAMIC' | (string & {});
   parentExecutionId: string | null;
   lifecycleStatus: Lifecycle;
   businessStatus: string | null;

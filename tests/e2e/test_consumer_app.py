@@ -1,0 +1,210 @@
+"""A front-end developer's app (issue 32 item 6): the packed client installed into a throwaway
+Vite + React + TypeScript app outside web/, type-checked strictly and built for production, served
+on another origin than the API, with the documented cross-origin settings (CORS_ALLOWED_ORIGINS,
+Centrifugo's allowed_origins). In Chromium its tasks appear and update live — also when the API
+was unreachable at page load and came back afterwards (start() never gives up)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import re
+import secrets
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from playwright.sync_api import expect
+from starlette.testclient import TestClient
+
+from status.api.app import create_app
+from status.bootstrap import build_service
+from status.infra.db import create_engine
+from status.infra.tokens import ServiceTokens, UserTokens
+from tests.integration.conftest import Http
+from tests.support.browser import chromium
+from tests.support.flows import activate, create_workflow, report
+from tests.support.processes import REPO_ROOT, CentrifugoNode, free_port, wait_until
+from tests.support.relay_pump import RelayPump
+from tests.support.settings import make_settings
+
+pytestmark = [pytest.mark.centrifugo]
+
+WEB = REPO_ROOT / "web"
+APP_MAIN = """\
+import { createElement as h, type ReactNode } from 'react';
+import { createRoot } from 'react-dom/client';
+import { TaskStatusClient, type ConnectionState } from '@task-status-observer/client';
+import { TaskStatusProvider, useConnectionState, useMyTasks } from '@task-status-observer/client/react';
+
+const apiBaseUrl: string = new URLSearchParams(location.search).get('api') ?? '';
+const token: string = decodeURIComponent(location.hash.replace(/^#token=/, ''));
+const errors: string[] = [];
+const client = new TaskStatusClient({
+  apiBaseUrl,
+  getUserToken: () => token,
+  onError: (_error: unknown, context: string) => {
+    errors.push(context);
+    document.body.dataset.errors = String(errors.length);
+  },
+});
+
+function App(): ReactNode {
+  const state: ConnectionState = useConnectionState();
+  const tasks = useMyTasks('all');
+  return h('main', { id: 'app', 'data-state': state },
+    h('ul', {}, ...tasks.map((t) => h('li', {
+      key: t.taskId, 'data-task-id': t.taskId, 'data-version': t.summaryVersion.toString(),
+      'data-status': t.summary.lifecycleStatus,
+    }, t.summary.title ?? t.taskId))));
+}
+
+createRoot(document.getElementById('root') as HTMLElement).render(
+  h(TaskStatusProvider, { client }, h(App)),
+);
+client.start().catch((error: unknown) => { document.title = `login refused: ${String(error)}`; });
+"""
+
+
+def _npm(args: list[str], cwd: Path) -> None:
+    done = subprocess.run(["npm", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"npm {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def consumer_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tarball, packed from a copy of web/ without its node_modules (as from a fresh clone),
+    installed into a new app with the same React, TypeScript and Vite versions web/ tests with."""
+    work = tmp_path_factory.mktemp("consumer")
+    source = work / "web"
+    shutil.copytree(WEB, source, ignore=shutil.ignore_patterns("node_modules", "lib", "dist", "*.tgz"))
+    _npm(["pack", "--silent", "--pack-destination", str(work)], source)
+    (tarball,) = work.glob("task-status-observer-client-*.tgz")
+    versions = json.loads((WEB / "package.json").read_text())["devDependencies"]
+    app = work / "app"
+    (app / "src").mkdir(parents=True)
+    (app / "package.json").write_text(
+        json.dumps(
+            {
+                "name": "consumer-app",
+                "private": True,
+                "type": "module",
+                "dependencies": {
+                    "@task-status-observer/client": f"file:{tarball}",
+                    "react": versions["react"],
+                    "react-dom": versions["react-dom"],
+                },
+                "devDependencies": {
+                    "typescript": versions["typescript"],
+                    "vite": versions["vite"],
+                    "@types/react": versions["@types/react"],
+                    "@types/react-dom": versions["@types/react-dom"],
+                },
+            }
+        )
+    )
+    (app / "tsconfig.json").write_text(
+        json.dumps(
+            {
+                "compilerOptions": {
+                    "target": "ES2022",
+                    "module": "ESNext",
+                    "moduleResolution": "bundler",
+                    "lib": ["ES2022", "DOM"],
+                    "strict": True,
+                    "noEmit": True,
+                    "skipLibCheck": False,
+                    "noUncheckedIndexedAccess": True,
+                },
+                "include": ["src"],
+            }
+        )
+    )
+    (app / "index.html").write_text(
+        '<!doctype html><html><body><div id="root"></div>'
+        '<script type="module" src="/src/main.ts"></script></body></html>'
+    )
+    (app / "src" / "main.ts").write_text(APP_MAIN)
+    _npm(["install", "--no-audit", "--no-fund"], app)
+    _npm(["exec", "--", "tsc", "-p", "."], app)  # strict, the package's own .d.ts checked too
+    _npm(["exec", "--", "vite", "build"], app)
+    # One React in the app: the tarball brings none of its own.
+    assert not (app / "node_modules" / "@task-status-observer" / "client" / "node_modules" / "react").exists()
+    return app / "dist"
+
+
+@pytest.fixture
+def served_app(consumer_build: Path) -> Iterator[str]:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(consumer_build))
+    handler.log_message = lambda *args: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_app_on_its_own_origin_shows_tasks_live_even_when_the_api_came_up_after_it(
+    served_app: str, mariadb_url: str, tmp_path: Path
+) -> None:
+    node = CentrifugoNode(workdir=tmp_path, allowed_origins=[served_app]).start()
+    api_port = free_port()
+    settings = make_settings(
+        mariadb_url,
+        tmp_path,
+        centrifugo_api_url=node.api_url,
+        centrifugo_api_key=node.api_key,
+        centrifugo_token_secret=node.token_secret,
+        centrifugo_public_url=node.ws_url,
+        cors_allowed_origins=(served_app,),
+    )
+    engine = create_engine(settings.database_url)
+    service = build_service(settings, engine)
+    service.install_default_definitions()
+    app = create_app(settings, engine, service)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning", lifespan="off"))
+    api_thread = threading.Thread(target=server.run, daemon=True)
+    try:
+        with TestClient(app) as client, RelayPump(engine, node.api_url, node.api_key):
+            http_ = Http(
+                client,
+                f"tenant-{secrets.token_hex(4)}",
+                ServiceTokens(settings.service_token_secret),
+                UserTokens(settings.user_token_secret),
+            )
+            task_id = create_workflow(http_, owner="dana")["tasks"][0]["taskId"]
+            token = http_.user_tokens.issue(http_.tenant, "dana")
+            with chromium() as (_, browser):
+                page = browser.new_page()
+                # The API is not listening yet: the page loads, start() keeps asking.
+                page.goto(f"{served_app}/?api=http://127.0.0.1:{api_port}#token={token}")
+                # Each failed attempt is told to onError; nothing is shown as if there were no tasks.
+                expect(page.locator("body")).to_have_attribute(
+                    "data-errors", re.compile(r"^[2-9]|\d\d"), timeout=20_000
+                )
+                assert page.locator("li").count() == 0
+                api_thread.start()
+                wait_until(lambda: server.started, 15, "the status API")
+                # It came back: the session, the list, then live (cross-origin: CORS and allowed origins).
+                row = page.locator(f'li[data-task-id="{task_id}"]')
+                expect(row).to_be_visible(timeout=40_000)
+                expect(page.locator("#app")).to_have_attribute("data-state", "LIVE", timeout=20_000)
+                ctx = activate(http_, task_id)
+                assert report(http_, ctx, "STEP_STARTED", 1).status_code == 200
+                expect(row).to_have_attribute("data-status", "RUNNING", timeout=20_000)
+                version = client.get(f"/api/tasks/{task_id}", headers=http_.user("dana")).json()["taskVersion"]
+                expect(row).to_have_attribute("data-version", version, timeout=20_000)
+                page.close()
+    finally:
+        server.should_exit = True
+        if api_thread.is_alive():
+            api_thread.join(15)
+        node.stop()
+        engine.dispose()
