@@ -6,17 +6,21 @@ was unreachable at page load and came back afterwards (start() never gives up)."
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import json
+import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import uvicorn
 from playwright.sync_api import expect
@@ -68,6 +72,20 @@ createRoot(document.getElementById('root') as HTMLElement).render(
   h(TaskStatusProvider, { client }, h(App)),
 );
 client.start().catch((error: unknown) => { document.title = `login refused: ${String(error)}`; });
+"""
+
+
+VITE_CONFIG = """\
+import { defineConfig } from 'vite';
+
+const api = process.env.API_TARGET ?? 'http://127.0.0.1:8080';
+const realtime = process.env.REALTIME_TARGET ?? 'http://127.0.0.1:8000';
+const proxy = {
+  '/api': api,
+  '/connection': { target: realtime, ws: true },
+  '/emulation': realtime,
+};
+export default defineConfig({ server: { proxy }, preview: { proxy } });
 """
 
 
@@ -130,6 +148,8 @@ def consumer_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
         '<script type="module" src="/src/main.ts"></script></body></html>'
     )
     (app / "src" / "main.ts").write_text(APP_MAIN)
+    # The same-origin layout of docs/frontend.md: the app's own server proxies /api and /connection.
+    (app / "vite.config.ts").write_text(VITE_CONFIG)
     _npm(["install", "--no-audit", "--no-fund"], app)
     _npm(["exec", "--", "tsc", "-p", "."], app)  # strict, the package's own .d.ts checked too
     _npm(["exec", "--", "vite", "build"], app)
@@ -208,3 +228,81 @@ def test_an_app_on_its_own_origin_shows_tasks_live_even_when_the_api_came_up_aft
             api_thread.join(15)
         node.stop()
         engine.dispose()
+
+
+def test_the_same_app_behind_its_own_servers_proxy_needs_no_cors(
+    consumer_build: Path, mariadb_url: str, tmp_path: Path
+) -> None:
+    """docs/frontend.md's other layout: the app's server (here `vite preview`, with the guide's
+    proxy configuration) forwards /api and /connection; the API answers no CORS at all, and the
+    session hands out the proxy's Centrifugo address (as --centrifugo-public-url does in dev)."""
+    app_dir = consumer_build.parent
+    preview_port = free_port()
+    origin = f"http://127.0.0.1:{preview_port}"
+    node = CentrifugoNode(workdir=tmp_path, allowed_origins=[origin]).start()
+    api_port = free_port()
+    settings = make_settings(
+        mariadb_url,
+        tmp_path,
+        centrifugo_api_url=node.api_url,
+        centrifugo_api_key=node.api_key,
+        centrifugo_token_secret=node.token_secret,
+        centrifugo_public_url=f"ws://127.0.0.1:{preview_port}/connection/websocket",
+    )
+    engine = create_engine(settings.database_url)
+    service = build_service(settings, engine)
+    service.install_default_definitions()
+    app = create_app(settings, engine, service)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning", lifespan="off"))
+    api_thread = threading.Thread(target=server.run, daemon=True)
+    api_thread.start()
+    preview = subprocess.Popen(
+        ["npm", "exec", "--", "vite", "preview", "--host", "127.0.0.1", "--port", str(preview_port), "--strictPort"],
+        cwd=app_dir,
+        env={
+            **os.environ,
+            "API_TARGET": f"http://127.0.0.1:{api_port}",
+            "REALTIME_TARGET": node.api_url.removesuffix("/api"),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: server.started, 15, "the status API")
+        wait_until(lambda: _answers(origin), 60, "vite preview")
+        with TestClient(app) as client, RelayPump(engine, node.api_url, node.api_key):
+            http_ = Http(
+                client,
+                f"tenant-{secrets.token_hex(4)}",
+                ServiceTokens(settings.service_token_secret),
+                UserTokens(settings.user_token_secret),
+            )
+            task_id = create_workflow(http_, owner="erin")["tasks"][0]["taskId"]
+            token = http_.user_tokens.issue(http_.tenant, "erin")
+            assert "access-control-allow-origin" not in client.get("/api/me/tasks", headers={"Origin": origin}).headers
+            with chromium() as (_, browser):
+                page = browser.new_page()
+                page.goto(f"{origin}/#token={token}")  # no ?api=: the page's own origin
+                row = page.locator(f'li[data-task-id="{task_id}"]')
+                expect(row).to_be_visible(timeout=30_000)
+                expect(page.locator("#app")).to_have_attribute("data-state", "LIVE", timeout=20_000)
+                ctx = activate(http_, task_id)
+                assert report(http_, ctx, "STEP_STARTED", 1).status_code == 200
+                expect(row).to_have_attribute("data-status", "RUNNING", timeout=20_000)
+                page.close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(preview.pid, signal.SIGTERM)
+        preview.wait(15)
+        server.should_exit = True
+        api_thread.join(15)
+        node.stop()
+        engine.dispose()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
