@@ -18,10 +18,13 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 import uvicorn
 from playwright.sync_api import expect
 from starlette.testclient import TestClient
@@ -171,26 +174,39 @@ def served_app(consumer_build: Path) -> Iterator[str]:
         server.server_close()
 
 
-def test_an_app_on_its_own_origin_shows_tasks_live_even_when_the_api_came_up_after_it(
-    served_app: str, mariadb_url: str, tmp_path: Path
-) -> None:
-    node = CentrifugoNode(workdir=tmp_path, allowed_origins=[served_app]).start()
-    api_port = free_port()
+@dataclass
+class Api:
+    """The status API on a socket of its own (started when the test says), with a relay to Centrifugo."""
+
+    app: Any
+    engine: sa.Engine
+    server: uvicorn.Server
+    thread: threading.Thread
+    port: int
+    http: Http
+
+    def start(self) -> None:
+        self.thread.start()
+        wait_until(lambda: self.server.started, 15, "the status API")
+
+
+@contextlib.contextmanager
+def _api(mariadb_url: str, tmp_path: Path, node: CentrifugoNode, **settings_: Any) -> Iterator[Api]:
+    port = free_port()
     settings = make_settings(
         mariadb_url,
         tmp_path,
         centrifugo_api_url=node.api_url,
         centrifugo_api_key=node.api_key,
         centrifugo_token_secret=node.token_secret,
-        centrifugo_public_url=node.ws_url,
-        cors_allowed_origins=(served_app,),
+        **settings_,
     )
     engine = create_engine(settings.database_url)
     service = build_service(settings, engine)
     service.install_default_definitions()
     app = create_app(settings, engine, service)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning", lifespan="off"))
-    api_thread = threading.Thread(target=server.run, daemon=True)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
     try:
         with TestClient(app) as client, RelayPump(engine, node.api_url, node.api_key):
             http_ = Http(
@@ -199,35 +215,47 @@ def test_an_app_on_its_own_origin_shows_tasks_live_even_when_the_api_came_up_aft
                 ServiceTokens(settings.service_token_secret),
                 UserTokens(settings.user_token_secret),
             )
-            task_id = create_workflow(http_, owner="dana")["tasks"][0]["taskId"]
-            token = http_.user_tokens.issue(http_.tenant, "dana")
-            with chromium() as (_, browser):
-                page = browser.new_page()
-                # The API is not listening yet: the page loads, start() keeps asking.
-                page.goto(f"{served_app}/?api=http://127.0.0.1:{api_port}#token={token}")
-                # Each failed attempt is told to onError; nothing is shown as if there were no tasks.
-                expect(page.locator("body")).to_have_attribute(
-                    "data-errors", re.compile(r"^[2-9]|\d\d"), timeout=20_000
-                )
-                assert page.locator("li").count() == 0
-                api_thread.start()
-                wait_until(lambda: server.started, 15, "the status API")
-                # It came back: the session, the list, then live (cross-origin: CORS and allowed origins).
-                row = page.locator(f'li[data-task-id="{task_id}"]')
-                expect(row).to_be_visible(timeout=40_000)
-                expect(page.locator("#app")).to_have_attribute("data-state", "LIVE", timeout=20_000)
-                ctx = activate(http_, task_id)
-                assert report(http_, ctx, "STEP_STARTED", 1).status_code == 200
-                expect(row).to_have_attribute("data-status", "RUNNING", timeout=20_000)
-                version = client.get(f"/api/tasks/{task_id}", headers=http_.user("dana")).json()["taskVersion"]
-                expect(row).to_have_attribute("data-version", version, timeout=20_000)
-                page.close()
+            yield Api(app, engine, server, thread, port, http_)
     finally:
         server.should_exit = True
-        if api_thread.is_alive():
-            api_thread.join(15)
+        if thread.is_alive():
+            thread.join(15)
         node.stop()
         engine.dispose()
+
+
+def _moves_live(api: Api, page: Any, task_id: str, user: str) -> None:
+    """The task shows, the page is LIVE, and the task's next change reaches it."""
+    row = page.locator(f'li[data-task-id="{task_id}"]')
+    expect(row).to_be_visible(timeout=40_000)
+    expect(page.locator("#app")).to_have_attribute("data-state", "LIVE", timeout=20_000)
+    ctx = activate(api.http, task_id)
+    assert report(api.http, ctx, "STEP_STARTED", 1).status_code == 200
+    expect(row).to_have_attribute("data-status", "RUNNING", timeout=20_000)
+    version = api.http.client.get(f"/api/tasks/{task_id}", headers=api.http.user(user)).json()["taskVersion"]
+    expect(row).to_have_attribute("data-version", version, timeout=20_000)
+
+
+def test_an_app_on_its_own_origin_shows_tasks_live_even_when_the_api_came_up_after_it(
+    served_app: str, mariadb_url: str, tmp_path: Path
+) -> None:
+    node = CentrifugoNode(workdir=tmp_path, allowed_origins=[served_app]).start()
+    with _api(
+        mariadb_url, tmp_path, node, centrifugo_public_url=node.ws_url, cors_allowed_origins=(served_app,)
+    ) as api:
+        task_id = create_workflow(api.http, owner="dana")["tasks"][0]["taskId"]
+        token = api.http.user_tokens.issue(api.http.tenant, "dana")
+        with chromium() as (_, browser):
+            page = browser.new_page()
+            # The API is not listening yet: the page loads, start() keeps asking.
+            page.goto(f"{served_app}/?api=http://127.0.0.1:{api.port}#token={token}")
+            # Each failed attempt is told to onError; nothing is shown as if there were no tasks.
+            expect(page.locator("body")).to_have_attribute("data-errors", re.compile(r"^[2-9]|\d\d"), timeout=20_000)
+            assert page.locator("li").count() == 0
+            api.start()
+            # It came back: the session, the list, then live (cross-origin: CORS and allowed origins).
+            _moves_live(api, page, task_id, "dana")
+            page.close()
 
 
 def test_the_same_app_behind_its_own_servers_proxy_needs_no_cors(
@@ -236,69 +264,50 @@ def test_the_same_app_behind_its_own_servers_proxy_needs_no_cors(
     """docs/frontend.md's other layout: the app's server (here `vite preview`, with the guide's
     proxy configuration) forwards /api and /connection; the API answers no CORS at all, and the
     session hands out the proxy's Centrifugo address (as --centrifugo-public-url does in dev)."""
-    app_dir = consumer_build.parent
     preview_port = free_port()
     origin = f"http://127.0.0.1:{preview_port}"
     node = CentrifugoNode(workdir=tmp_path, allowed_origins=[origin]).start()
-    api_port = free_port()
-    settings = make_settings(
-        mariadb_url,
-        tmp_path,
-        centrifugo_api_url=node.api_url,
-        centrifugo_api_key=node.api_key,
-        centrifugo_token_secret=node.token_secret,
-        centrifugo_public_url=f"ws://127.0.0.1:{preview_port}/connection/websocket",
-    )
-    engine = create_engine(settings.database_url)
-    service = build_service(settings, engine)
-    service.install_default_definitions()
-    app = create_app(settings, engine, service)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning", lifespan="off"))
-    api_thread = threading.Thread(target=server.run, daemon=True)
-    api_thread.start()
-    preview = subprocess.Popen(
-        ["npm", "exec", "--", "vite", "preview", "--host", "127.0.0.1", "--port", str(preview_port), "--strictPort"],
-        cwd=app_dir,
-        env={
-            **os.environ,
-            "API_TARGET": f"http://127.0.0.1:{api_port}",
-            "REALTIME_TARGET": node.api_url.removesuffix("/api"),
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_until(lambda: server.started, 15, "the status API")
-        wait_until(lambda: _answers(origin), 60, "vite preview")
-        with TestClient(app) as client, RelayPump(engine, node.api_url, node.api_key):
-            http_ = Http(
-                client,
-                f"tenant-{secrets.token_hex(4)}",
-                ServiceTokens(settings.service_token_secret),
-                UserTokens(settings.user_token_secret),
-            )
-            task_id = create_workflow(http_, owner="erin")["tasks"][0]["taskId"]
-            token = http_.user_tokens.issue(http_.tenant, "erin")
-            assert "access-control-allow-origin" not in client.get("/api/me/tasks", headers={"Origin": origin}).headers
+    public_url = f"ws://127.0.0.1:{preview_port}/connection/websocket"
+    with _api(mariadb_url, tmp_path, node, centrifugo_public_url=public_url) as api:
+        api.start()
+        preview = subprocess.Popen(
+            [
+                "npm",
+                "exec",
+                "--",
+                "vite",
+                "preview",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(preview_port),
+                "--strictPort",
+            ],
+            cwd=consumer_build.parent,
+            env={
+                **os.environ,
+                "API_TARGET": f"http://127.0.0.1:{api.port}",
+                "REALTIME_TARGET": node.api_url.removesuffix("/api"),
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            wait_until(lambda: _answers(origin), 60, "vite preview")
+            task_id = create_workflow(api.http, owner="erin")["tasks"][0]["taskId"]
+            token = api.http.user_tokens.issue(api.http.tenant, "erin")
+            cross = api.http.client.get("/api/me/tasks", headers={"Origin": origin})
+            assert "access-control-allow-origin" not in cross.headers
             with chromium() as (_, browser):
                 page = browser.new_page()
                 page.goto(f"{origin}/#token={token}")  # no ?api=: the page's own origin
-                row = page.locator(f'li[data-task-id="{task_id}"]')
-                expect(row).to_be_visible(timeout=30_000)
-                expect(page.locator("#app")).to_have_attribute("data-state", "LIVE", timeout=20_000)
-                ctx = activate(http_, task_id)
-                assert report(http_, ctx, "STEP_STARTED", 1).status_code == 200
-                expect(row).to_have_attribute("data-status", "RUNNING", timeout=20_000)
+                _moves_live(api, page, task_id, "erin")
                 page.close()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(preview.pid, signal.SIGTERM)
-        preview.wait(15)
-        server.should_exit = True
-        api_thread.join(15)
-        node.stop()
-        engine.dispose()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(preview.pid, signal.SIGTERM)
+            preview.wait(15)
 
 
 def _answers(url: str) -> bool:
