@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from status.domain.clock import naive_utc
 from status.domain.model import Progress, StepError
 from status.domain.rules import DataBody
 
@@ -74,6 +75,9 @@ class StartedEvent:
     occurred_at: datetime
     source_seq: int = 1
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "occurred_at", naive_utc(self.occurred_at))
+
 
 @dataclass(frozen=True)
 class ActivateStep:
@@ -136,6 +140,12 @@ class ReportEvent:
     # activity end (stepId → lifecycle). Present, the task's unfinished attempts end with it.
     step_outcomes: tuple[tuple[str, str], ...] | None = None
 
+    def __post_init__(self) -> None:
+        # The boundary of the application: instants are naive UTC from here on (the HTTP and gRPC
+        # models already give them so; an in-process caller may not).
+        if self.occurred_at.tzinfo is not None:
+            object.__setattr__(self, "occurred_at", naive_utc(self.occurred_at))
+
     def content(self) -> dict[str, Any]:
         """The semantic content hashed for idempotency (no credentials)."""
         return {
@@ -179,6 +189,10 @@ class Heartbeat:
     # The worker's last heartbeat of an activity that completes elsewhere (its task token): the
     # attempt is watched in Temporal from now on, never timed on heartbeats.
     completes_elsewhere: bool = False
+
+    def __post_init__(self) -> None:
+        if self.observed_at is not None and self.observed_at.tzinfo is not None:
+            object.__setattr__(self, "observed_at", naive_utc(self.observed_at))
 
 
 @dataclass(frozen=True)

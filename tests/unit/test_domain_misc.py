@@ -190,3 +190,23 @@ def test_importing_the_domain_loads_no_adapter_library() -> None:
         .split(",")
     )
     assert not {m for m in loaded if m.split(".")[0] in FORBIDDEN}
+
+
+def test_instants_are_naive_utc_from_the_application_boundary_on() -> None:
+    """An in-process caller's aware instant (a benchmark's datetime.now(UTC)) is the same naive UTC
+    instant the HTTP and gRPC models give: the domain never compares the two kinds."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from status.app import commands as c
+    from status.domain.clock import naive_utc, utcnow
+    from status.domain.retention import check_event_age
+
+    aware = datetime(2026, 12, 2, 3, 0, tzinfo=timezone(timedelta(hours=2)))
+    assert naive_utc(aware) == datetime(2026, 12, 2, 1, 0) and naive_utc(aware).tzinfo is None
+    assert naive_utc(datetime(2026, 1, 1)) == datetime(2026, 1, 1)
+    event = c.ReportEvent("e1", "STEP_STARTED", 1, datetime.now(UTC))
+    assert event.occurred_at.tzinfo is None
+    check_event_age(event.occurred_at, utcnow(), timedelta(hours=1), timedelta(minutes=5))  # no TypeError
+    beat = c.Heartbeat(1, observed_at=aware)
+    assert beat.observed_at == datetime(2026, 12, 2, 1, 0)
+    assert c.StartedEvent("e2", aware).occurred_at == datetime(2026, 12, 2, 1, 0)
