@@ -1,0 +1,53 @@
+"""Every bench still runs on main (issue 30 item 7): each once, with parameters of seconds, in its
+own process as an operator runs it. Nothing here asserts a figure — performance lives in bench/
+and docs/benchmarks.md; this only keeps a bench from rotting unnoticed (bench/dashboard.py once
+crashed on main for weeks)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.processes import REPO_ROOT
+
+pytestmark = [pytest.mark.centrifugo, pytest.mark.temporal]
+
+# bench file, tiny arguments, a line its report always prints
+BENCHES = [
+    ("detail_bytes.py", ["--steps", "5", "--changes", "5"], "ratio full / delta"),
+    ("e2e_latency.py", ["--rate", "10", "--seconds", "2"], "versions received"),
+    ("e2e_browser.py", ["--rate", "5", "--seconds", "2"], "versions shown out of order: 0"),
+    (
+        "dashboard.py",
+        ["--tasks", "20", "--busy", "5", "--rate", "5", "--seconds", "2"],
+        "versions shown out of order: 0",
+    ),
+    ("observer_idle.py", ["--seconds", "3"], "polling / woken"),
+    ("relay.py", ["--backlog", "500", "--seconds", "2", "--rate", "50", "--producers", "1"], "per publication"),
+    ("ingest.py", ["--seconds", "2", "--producers", "2", "--skip-growth"], "heartbeats/s"),
+    ("plugin_overhead.py", ["--workflows", "2", "--steps", "2"], "tokio-rt-worker"),
+    ("run_verdicts.py", ["--seconds", "3", "--rate", "2", "--idle", "10"], "RPCs per minute"),
+    ("push_vs_poll.py", ["--workflows", "2", "--steps", "1", "--step-seconds", "1"], "ratios (poll / push)"),
+    ("faults.py", ["--fault", "api-kill", "--seconds", "2"], "api-kill"),
+]
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize(("bench", "args", "expected"), BENCHES, ids=[b[0] for b in BENCHES])
+def test_the_bench_runs(bench: str, args: list[str], expected: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "bench" / bench), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, f"{bench} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert expected in done.stdout, done.stdout[-3000:]
+
+
+def test_every_bench_is_run_here() -> None:
+    runnable = {p.name for p in (REPO_ROOT / "bench").glob("*.py") if "__main__" in p.read_text()}
+    assert runnable == {bench for bench, _, _ in BENCHES}, runnable ^ {bench for bench, _, _ in BENCHES}
