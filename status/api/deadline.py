@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from status import logs
 from status.api import metrics
 from status.api.errors import error_body
+from status.api.responses import JSONResponse
 
 log = logs.get("status.api")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
+from status.api.responses import JSONResponse
 from status.domain import errors as e
 from status.infra.uow import is_retryable
 

@@ -426,12 +426,12 @@ class HeartbeatIn(Strict):
 
     def command(self) -> c.Heartbeat:
         return c.Heartbeat(
-            heartbeat_seq=self.heartbeat_seq,
-            observed_at=_naive_utc(self.observed_at) if self.observed_at else None,
-            execution_handle=self.execution_handle,
-            execution_token=self.execution_token,
-            execution_id=self.execution_id,
-            completes_elsewhere=self.completes_elsewhere,
+            self.heartbeat_seq,
+            _naive_utc(self.observed_at) if self.observed_at else None,
+            self.execution_handle,
+            self.execution_token,
+            self.execution_id,
+            self.completes_elsewhere,
         )
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from status.api.gate import Gate, int_param
 from status.api.models import MarkReadIn
+from status.api.responses import JSONResponse
 from status.domain.errors import Invalid
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from status.domain.clock import naive_utc
 from status.domain.model import Progress, StepError
@@ -179,8 +179,7 @@ class ReportEvent:
         } | ({} if self.step_outcomes is None else {"stepOutcomes": [list(o) for o in self.step_outcomes]})
 
 
-@dataclass(frozen=True)
-class Heartbeat:
+class _HeartbeatFields(NamedTuple):
     heartbeat_seq: int
     observed_at: datetime | None = None
     execution_handle: str | None = None
@@ -190,9 +189,29 @@ class Heartbeat:
     # attempt is watched in Temporal from now on, never timed on heartbeats.
     completes_elsewhere: bool = False
 
-    def __post_init__(self) -> None:
-        if self.observed_at is not None and self.observed_at.tzinfo is not None:
-            object.__setattr__(self, "observed_at", naive_utc(self.observed_at))
+
+class Heartbeat(_HeartbeatFields):
+    """One heartbeat of a batch. A named tuple, not a frozen dataclass: a batch holds up to 2,000,
+    and a frozen dataclass's ``__init__`` (a guarded ``setattr`` per field) was most of what
+    turning a parsed item into its command cost. ``observed_at`` is naive UTC, like every instant
+    from the boundary on."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        heartbeat_seq: int,
+        observed_at: datetime | None = None,
+        execution_handle: str | None = None,
+        execution_token: str | None = None,
+        execution_id: str | None = None,
+        completes_elsewhere: bool = False,
+    ) -> Heartbeat:
+        if observed_at is not None and observed_at.tzinfo is not None:
+            observed_at = naive_utc(observed_at)
+        return super().__new__(
+            cls, heartbeat_seq, observed_at, execution_handle, execution_token, execution_id, completes_elsewhere
+        )
 
 
 @dataclass(frozen=True)

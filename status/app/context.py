@@ -18,6 +18,7 @@ from typing import Any
 
 from status.app.definitions import DefinitionCache, Definitions
 from status.app.durations import DurationHistory
+from status.app.handle_cache import HandleCache
 from status.app.ports import Database, ExecutionTokens, Stores
 from status.app.step_cache import StepCache
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
@@ -54,6 +55,7 @@ class AppContext:
     heartbeat_timeout_seconds: int = 60
     definitions: DefinitionCache = field(default_factory=DefinitionCache)
     steps: StepCache = field(default_factory=StepCache)
+    handles: HandleCache = field(default_factory=HandleCache)
     durations: DurationHistory = field(default_factory=DurationHistory)
 
     def now(self) -> datetime:

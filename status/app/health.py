@@ -17,6 +17,7 @@ from status.app import commands as c
 from status.app.context import HEALTH_PRODUCER, RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
 from status.app.group import Group
+from status.app.handle_cache import KnownHandle
 from status.app.ports import Stores, UnitOfWork
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
@@ -44,18 +45,19 @@ class HealthCommands:
         self.events = events
 
     def record_heartbeats(self, caller: ServicePrincipal, items: Sequence[c.Heartbeat]) -> dict[str, Any]:
-        """R6: plain heartbeats touch only last_heartbeat_*; no version, event or message."""
+        """R6: plain heartbeats touch only last_heartbeat_*; no version, event or message.
+
+        The usual batch — one beat per execution, each handle known to this process, every
+        attempt RUNNING, HEALTHY and beating newer — costs one statement and its commit. Anything
+        else is decided on the careful path: handles read afresh, step rows locked, each beat
+        judged against its row."""
         require(caller, Role.WORKER)
         now = self.ctx.now()
         results: list[dict[str, Any] | None] = [None] * len(items)
         recover: list[tuple[int, str, str, int, str]] = []
 
-        # Credentials and tenants are immutable: read once, before the writes (retried like any unit of work).
-        resolved = self.ctx.db.run(lambda uow: self._resolve_heartbeats(uow, caller, items, now, results))
-        beats = [(*resolved[i], items[i].heartbeat_seq) for i in sorted(resolved)]
-
         def fast(uow: UnitOfWork) -> bool:
-            # The usual batch: one beat per execution, every one RUNNING, HEALTHY and newer.
+            # Each beat written only where its attempt is current, RUNNING, HEALTHY and older.
             if uow.heartbeats.write_beats(beats, now, guarded=True) != len(beats):
                 return False  # not committed: rolled back, decided one by one below
             uow.commit()
@@ -65,6 +67,7 @@ class HealthCommands:
             recover.clear()  # a retried transaction decides again from the start
             rows = uow.heartbeats.lock_beat_rows(sorted({key[:3] for key in resolved.values()}))
             seq_now: dict[tuple[str, str, int], int] = {}  # last heartbeatSeq per step, as this batch moves it
+            executions: dict[tuple[str, str, int], str] = {}
             for index in sorted(resolved):  # the order the worker sent them in
                 task_id, step_id, attempt, execution_id = resolved[index]
                 key, hb = (task_id, step_id, attempt), items[index]
@@ -74,16 +77,26 @@ class HealthCommands:
                 if verdict is None:
                     recover.append((index, task_id, step_id, attempt, execution_id))
                 elif verdict["accepted"] and verdict["reason"] is None:
-                    seq_now[key] = hb.heartbeat_seq
-            uow.heartbeats.write_beats([(*k, "", v) for k, v in seq_now.items()], now, guarded=False)
+                    seq_now[key], executions[key] = hb.heartbeat_seq, execution_id
+            uow.heartbeats.write_beats([(*k, executions[k], v) for k, v in seq_now.items()], now, guarded=False)
             uow.commit()
 
+        def resolve() -> dict[int, tuple[str, str, int, str]]:
+            # Credentials and tenants are immutable: read once, before the writes (retried like any unit of work).
+            return self.ctx.db.run(lambda uow: self._resolve_heartbeats(uow, caller, items, now, results))
+
+        known = self._known(caller, items, now)
+        resolved = known if known is not None else resolve()
+        beats = [(*resolved[i], items[i].heartbeat_seq) for i in sorted(resolved)]
         single = len({b[:3] for b in beats}) == len(beats)
         if beats and single and self.ctx.db.run(fast):
             for index, key in resolved.items():
                 results[index] = _accepted(key[3])
-        elif beats:
-            self.ctx.db.run(work)
+        else:
+            if known is not None:
+                resolved = resolve()  # what memory said may be gone (a purged task): read it afresh
+            if resolved:
+                self.ctx.db.run(work)
         # STALE -> HEALTHY goes through the full event transaction, exactly once (R6).
         for index, task_id, step_id, attempt, execution_id in recover:
             results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
@@ -100,6 +113,33 @@ class HealthCommands:
 
             self.ctx.db.run(mark)
         return {"results": results, "receivedAt": iso(now)}
+
+    def _known(
+        self, caller: ServicePrincipal, items: Sequence[c.Heartbeat], now: datetime
+    ) -> dict[int, tuple[str, str, int, str]] | None:
+        """Every beat's step attempt from the handles this process has read before, when each is
+        one the careful path would pass on to the write (the caller's, unexpired, in its tenant,
+        naming its own execution); None when any is not (``status.app.handle_cache``)."""
+        hashes: list[str] = []
+        for hb in items:
+            if not hb.execution_handle or hb.heartbeat_seq < 1:
+                return None
+            hashes.append(ids.handle_hash(hb.execution_handle))
+        known = self.ctx.handles.get_all(hashes)
+        if known is None:
+            return None
+        tenancy = (caller.tenant_id, caller.authority_scope)
+        resolved: dict[int, tuple[str, str, int, str]] = {}
+        for index, (hb, handle) in enumerate(zip(items, known, strict=True)):
+            if (
+                handle.producer_id != caller.producer_id
+                or handle.expires_at <= now
+                or (handle.tenant_id, handle.authority_scope) != tenancy
+                or (hb.execution_id is not None and hb.execution_id != handle.execution_id)
+            ):
+                return None
+            resolved[index] = handle.key
+        return resolved
 
     def _resolve_heartbeats(
         self,
@@ -155,6 +195,22 @@ class HealthCommands:
         # Only the caller's tenant and scope: any other task does not exist for it.
         task_ids = sorted({key[0] for key in resolved.values()})
         mine = stores.heartbeats.tasks_of(task_ids, caller.tenant_id, caller.authority_scope)
+        self.ctx.handles.put_many(
+            {
+                handle_hash: KnownHandle(
+                    row["task_id"],
+                    row["step_id"],
+                    row["step_attempt"],
+                    row["execution_id"],
+                    row["producer_id"],
+                    row["expires_at"],
+                    caller.tenant_id,
+                    caller.authority_scope,
+                )
+                for handle_hash, row in handles.items()
+                if row["task_id"] in mine
+            }
+        )
         for index, key in list(resolved.items()):
             if key[0] not in mine:
                 results[index] = {"executionId": key[3], "accepted": False, "health": None, "reason": "UNKNOWN_TASK"}

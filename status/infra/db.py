@@ -60,7 +60,7 @@ def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs
     kwargs.setdefault("max_overflow", 20)
     kwargs.setdefault("isolation_level", "READ COMMITTED")
     socket_limits: dict[str, Any] = {}
-    if statement_timeout > 0 and url.get_driver_name() == "pymysql":
+    if statement_timeout > 0 and url.get_driver_name() in ("pymysql", "mysqldb"):
         socket_limits = {
             "read_timeout": math.ceil(statement_timeout) + 5,
             "write_timeout": math.ceil(statement_timeout) + 5,
@@ -119,6 +119,14 @@ def json_text(value: Any) -> str:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:  # orjson.JSONEncodeError is one
         return json.dumps(value)
+
+
+def json_bytes(value: Any) -> bytes:
+    """An HTTP answer's JSON as Starlette writes it (compact, UTF-8, no NaN), by orjson where it can."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 # PyMySQL escapes every string it binds in Python, with ``str.translate`` over a table, one

@@ -175,3 +175,96 @@ def test_a_mixed_batch_is_decided_item_by_item_in_the_order_sent(
         worker, [c.Heartbeat(6, execution_handle=prepare), c.Heartbeat(5, execution_handle=parse)]
     )
     assert [r["accepted"] for r in again["results"]] == [True, True]
+
+
+def _beat_statements(service: StatusService, worker: ServicePrincipal, beats: list[c.Heartbeat]) -> list[str]:
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append(statement.split()[0].upper())
+
+    sa.event.listen(service.db.engine, "before_cursor_execute", record)
+    try:
+        results = service.record_heartbeats(worker, beats)["results"]
+    finally:
+        sa.event.remove(service.db.engine, "before_cursor_execute", record)
+    assert all(r["accepted"] and r["reason"] is None for r in results), results
+    return [s for s in seen if s not in ("BEGIN", "SELECT")] + [s for s in seen if s == "SELECT"]
+
+
+def test_a_usual_batch_of_known_handles_is_one_statement_and_what_memory_says_is_checked_again(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    """The handles a batch names are read once; later batches of them cost the one guarded write. What
+    the database no longer agrees with (an ended step, another producer, a purged task) is decided
+    from a fresh read, exactly as the first time."""
+    task_id = create_task(service, coordinator)
+    contexts = [
+        activate(service, coordinator, task_id, step, producer=worker.producer_id)
+        for step in ("01_prepare", "02_parse")
+    ]
+    for ctx in contexts:
+        service.report_event(service._tokens.verify(ctx.execution_token, service.now()), event("STEP_STARTED", 1))
+    handles = [ctx.execution_handle for ctx in contexts]
+    first = _beat_statements(service, worker, [c.Heartbeat(1, execution_handle=h) for h in handles])
+    assert "SELECT" in first  # the handles and their tasks' tenancy, read once
+    known = _beat_statements(service, worker, [c.Heartbeat(2, execution_handle=h) for h in handles])
+    # No read: one UPDATE for the batch on MySQL/MariaDB (SQLite, the dev default: one per beat).
+    assert known == ["UPDATE"] * (1 if service.db.engine.dialect.name == "mysql" else len(handles))
+    # Another producer's worker holding the same handles: refused as the careful path refuses it.
+    stranger = ServicePrincipal("someone-else", worker.tenant_id, worker.authority_scope, worker.roles)
+    refused = service.record_heartbeats(stranger, [c.Heartbeat(3, execution_handle=handles[0])])["results"]
+    assert refused[0]["reason"] == "PRODUCER_MISMATCH"
+    # The step ended: the guarded write takes nothing and the careful path says why.
+    service.report_event(service._tokens.verify(contexts[0].execution_token, service.now()), event("STEP_CANCELLED", 2))
+    ended = service.record_heartbeats(worker, [c.Heartbeat(3, execution_handle=h) for h in handles])["results"]
+    assert [(r["accepted"], r["reason"]) for r in ended] == [(False, "TERMINAL_STATE"), (True, None)]
+    # Retention purged the task with its steps and handles: memory still knows the handle, the
+    # database does not, and the answer is the database's.
+    with service.db.engine.begin() as conn:
+        conn.execute(sa.delete(t.task_execution_handle).where(t.task_execution_handle.c.task_id == task_id))
+        conn.execute(sa.delete(t.task_step).where(t.task_step.c.task_id == task_id))
+    purged = service.record_heartbeats(worker, [c.Heartbeat(4, execution_handle=handles[1])])["results"]
+    assert purged[0] == {"executionId": None, "accepted": False, "health": None, "reason": "TOKEN_REVOKED"}
+
+
+def test_the_indexed_deadline_moves_lazily_and_overdue_is_judged_on_the_last_beat(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    """A beat writes its seq and time; the indexed deadline only when it lags the true one (last beat
+    + timeout) by more than a quarter of the timeout. An attempt is overdue by its last beat, never
+    by the lagging column alone."""
+    task_id = create_task(service, coordinator)
+    ctx = activate(
+        service,
+        coordinator,
+        task_id,
+        producer=worker.producer_id,
+        heartbeat_interval_seconds=4,
+        heartbeat_timeout_seconds=20,
+    )
+    service.report_event(service._tokens.verify(ctx.execution_token, service.now()), event("STEP_STARTED", 1))
+    scope = (coordinator.tenant_id, coordinator.authority_scope)
+    stored = _step_row(service, task_id)["heartbeat_deadline_at"]
+    soon = _later(service, 4)  # the true deadline moves 4 s: within the quarter (5 s), not written
+    assert soon.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle)])["results"][0][
+        "accepted"
+    ]
+    row = _step_row(service, task_id)
+    assert row["last_heartbeat_seq"] == 1 and row["heartbeat_deadline_at"] == stored
+    true_deadline = row["last_heartbeat_at"] + timedelta(seconds=20)
+    assert true_deadline > stored
+    # Past the stored deadline, before the true one: not overdue.
+    assert _later(service, 22).mark_stale(tenant_scope=scope) == []
+    assert _step_row(service, task_id)["health"] == "HEALTHY"
+    # A beat 10 s on leaves the stored deadline 10 s behind: it is written.
+    moved = _later(service, 10)
+    assert moved.record_heartbeats(worker, [c.Heartbeat(2, execution_handle=ctx.execution_handle)])["results"][0][
+        "accepted"
+    ]
+    row = _step_row(service, task_id)
+    assert row["heartbeat_deadline_at"] == row["last_heartbeat_at"] + timedelta(seconds=20)
+    # Silent past the true deadline: STALE, once.
+    late = _later(service, 31)
+    assert [r["lifecycleStatus"] for r in late.mark_stale(tenant_scope=scope)] == ["RUNNING"]
+    assert _step_row(service, task_id)["health"] == "STALE"

@@ -1,0 +1,77 @@
+"""What an execution handle names, kept in memory for the heartbeat path (SPEC R6).
+
+A worker names each heartbeat's execution by its handle. Resolving a batch of 1,000 handles read
+1,000 handle rows and the tasks' tenancy — PyMySQL decodes every row in Python, about a third of
+the API's CPU per heartbeat batch — before the one statement that writes the beats.
+
+Why an entry read once stays exact: a handle row is written when its execution is bound and is
+never updated afterwards except for its revocation columns, which the heartbeat path does not read
+(what revocation protects — an ended, superseded or corrected attempt — the guarded write checks
+on the step row itself: current execution, RUNNING, HEALTHY, not superseded, newer seq). A task's
+tenant and authority scope never change either. So, for as long as the rows exist, an entry is
+what a read would return now. Rows do go away — retention purges an ended task with its steps
+and handles — and then the guarded write takes fewer beats than it was given; that answer is
+never used: the batch is decided again on the careful path from a fresh read
+(``HealthCommands.record_heartbeats``), so a cached entry can only ever let a batch be answered
+"accepted" when the database took every one of its beats.
+
+Entries are only added from committed reads (the careful path's), bounded in number (least
+recently used first out), and hold the handle's hash, never the handle itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class KnownHandle:
+    """A handle's immutable facts and its task's tenancy."""
+
+    task_id: str
+    step_id: str
+    attempt: int
+    execution_id: str
+    producer_id: str
+    expires_at: datetime
+    tenant_id: str
+    authority_scope: str
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        return (self.task_id, self.step_id, self.attempt, self.execution_id)
+
+
+class HandleCache:
+    def __init__(self, capacity: int = 65_536) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, KnownHandle] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_all(self, hashes: list[str]) -> list[KnownHandle] | None:
+        """Every one of these handles, in order, or None when any is not held."""
+        found: list[KnownHandle] = []
+        with self._lock:
+            entries = self._entries
+            for handle_hash in hashes:
+                known = entries.get(handle_hash)
+                if known is None:
+                    return None
+                found.append(known)
+            for handle_hash in hashes:
+                entries.move_to_end(handle_hash)
+        return found
+
+    def put_many(self, known: dict[str, KnownHandle]) -> None:
+        with self._lock:
+            self._entries.update(known)
+            for handle_hash in known:
+                self._entries.move_to_end(handle_hash)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
