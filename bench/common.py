@@ -64,6 +64,28 @@ def process_tree_cpu(pid: int) -> float:
     return total
 
 
+def wait_observer_settled(url: str, settle_seconds: float = 3.0) -> None:
+    """Until an observer has registered its relay on this database, then ``settle_seconds`` more:
+    its imports, first passes and lease rounds are start-up, not the work a bench measures."""
+    import time
+
+    from status.infra import tables as t
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                if conn.scalar(sa.select(sa.func.count()).select_from(t.outbox_relay)):
+                    break
+            time.sleep(0.2)
+        else:
+            raise SystemExit("the observer did not register")
+    finally:
+        engine.dispose()
+    time.sleep(settle_seconds)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values) or [0.0]
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

