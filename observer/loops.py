@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from observer import metrics
 from observer.activities import ActivityProbe
@@ -40,14 +40,38 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
 log = logs.get("observer")
+T = TypeVar("T")
 OVERDUE_GAUGE_LIMIT = 10_000  # the gauge counts at most this many (an alert needs no more)
 
 
 @dataclass
+class IdleBackoff:
+    """How long an idle consumer waits for a wake-up before it looks anyway (its safety poll).
+
+    ``base`` after a look that found work, then doubling with each look that found nothing, up to
+    ``limit``. A commit's wake-up ends any wait at once, so this only decides how late a lost
+    wake-up is noticed — ``base`` while there is work about, ``limit`` at most on a system that
+    has been idle a while — and lets an idle observer pay next to nothing per second (issue 30
+    item 5: fixed costs follow the load).
+    """
+
+    base: float
+    limit: float
+    _wait: float = 0.0
+
+    def after(self, found: bool) -> float:
+        """The wait after a look (``found``: it had work)."""
+        self._wait = self.base if found or not self._wait else min(self.limit, self._wait * 2)
+        return self._wait
+
+
+@dataclass
 class LoopConfig:
-    # Without a wake-up, an idle relay/projector looks again after this long (the safety poll).
+    # Without a wake-up, an idle relay/projector looks again after this long (the safety poll),
+    # doubling while looks find nothing, up to ``idle_backoff`` times as long (IdleBackoff).
     relay_idle_sleep: float = 1.0
     projector_idle_sleep: float = 1.0
+    idle_backoff: float = 8.0
     reconciler_interval: float = 5.0  # STALE is decided after a heartbeat timeout of tens of seconds
     reconciler_batch: int = 200
     heartbeat_grace_seconds: float = 30.0
@@ -235,10 +259,11 @@ class ObserverLoops:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for((wake or self._stop).wait(), seconds)
 
-    async def _guard(self, name: str, run_pass: Callable[[], Awaitable[object]]) -> bool:
-        """Run one pass; errors are counted and backed off (logged once per outage), never fatal to the loop."""
+    async def _guard(self, name: str, run_pass: Callable[[], Awaitable[T]]) -> T | None:
+        """Run one pass; errors are counted and backed off (logged once per outage), never fatal to
+        the loop. What the pass returned; None after an error."""
         try:
-            busy = bool(await run_pass())
+            result = await run_pass()
         except Exception as exc:
             metrics.LOOP_ERRORS.labels(loop=name).inc()
             if is_database_error(exc):
@@ -248,12 +273,13 @@ class ObserverLoops:
             else:
                 self._problems.failed(name, "observer pass failed; backing off", code=type(exc).__name__)
             await self._sleep(1.0)
-            return False
+            return None
         self._problems.cleared(name, "observer pass works again")
-        return busy
+        return result
 
     async def relay_loop(self) -> None:
         last_lease_check = 0.0
+        idle = IdleBackoff(self.config.relay_idle_sleep, self.config.relay_idle_sleep * self.config.idle_backoff)
         while not self._stop.is_set():
             if time.monotonic() - last_lease_check > self.config.lease_check_interval:
                 await self._guard("lease", lambda: asyncio.to_thread(self.relay.take_over_expired_leases))
@@ -263,26 +289,28 @@ class ObserverLoops:
                 last_lease_check = time.monotonic()
             # Cleared before the pass: a commit during the pass wakes the next one.
             self._relay_wake.clear()
-            busy = await self._guard("relay", self._relay_pass)
-            if not busy:
-                await self._sleep(self.config.relay_idle_sleep, self._relay_wake)
+            claimed = await self._guard("relay", self._relay_pass) or 0
+            # Another pass at once only after a full batch: a partial one took all there was, and
+            # rows committed since have woken the loop already (it clears its event before a pass).
+            if claimed < self.relay.config.batch_size:
+                await self._sleep(idle.after(claimed > 0), self._relay_wake)
 
-    async def _relay_pass(self) -> bool:
-        """Another pass at once only after a full batch: a partial one took all there was, and
-        rows committed since have woken the loop already (it clears its event before a pass)."""
+    async def _relay_pass(self) -> int:
         result = await self.relay.run_once(wait_for_mark=False)
-        return result.claimed >= self.relay.config.batch_size
+        return result.claimed
 
-    def _projector_pass(self) -> bool:
+    def _projector_pass(self) -> int:
         self.projector.run_once()
-        return self.projector.last_claimed >= self.projector.batch_size
+        return self.projector.last_claimed
 
     async def projector_loop(self) -> None:
+        base = self.config.projector_idle_sleep
+        idle = IdleBackoff(base, base * self.config.idle_backoff)
         while not self._stop.is_set():
             self._projector_wake.clear()
-            busy = await self._guard("projector", lambda: asyncio.to_thread(self._projector_pass))
-            if not busy:
-                await self._sleep(self.config.projector_idle_sleep, self._projector_wake)
+            claimed = await self._guard("projector", lambda: asyncio.to_thread(self._projector_pass)) or 0
+            if claimed < self.projector.batch_size:
+                await self._sleep(idle.after(claimed > 0), self._projector_wake)
 
     async def reconciler_loop(self) -> None:
         while not self._stop.is_set():

@@ -159,6 +159,7 @@ def observer_config(settings: Settings) -> LoopConfig:
     return LoopConfig(
         relay_idle_sleep=settings.relay_idle_ms / 1000,
         projector_idle_sleep=settings.relay_idle_ms / 1000,
+        idle_backoff=settings.relay_idle_backoff,
         heartbeat_grace_seconds=settings.heartbeat_grace_seconds,
         retention=settings.retention_policy(),
         archive_dir=settings.archive_dir,

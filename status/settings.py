@@ -155,6 +155,8 @@ class Settings:
     # The observer's safety poll: how long an idle relay or projector waits for a wake-up
     # before looking anyway (a lost wake-up delays a publication by at most this much).
     relay_idle_ms: int = 1000
+    # The safety poll doubles while looks find nothing, up to this many times RELAY_IDLE_MS.
+    relay_idle_backoff: float = 8.0
     # Where the observer takes wake-up datagrams from the API (port 0: any free port; the
     # address is advertised through the database), and the host to advertise if different.
     wakeup_host: str = "127.0.0.1"
@@ -301,6 +303,7 @@ class Settings:
             user_jwks_issuer=_env("USER_JWKS_ISSUER"),
             dashboard_dir=_dashboard_dir(),
             relay_idle_ms=max(1, _int("RELAY_IDLE_MS", 1000)),
+            relay_idle_backoff=max(1.0, _float("RELAY_IDLE_BACKOFF", 8.0)),
             wakeup_host=_env("WAKEUP_HOST", "127.0.0.1") or "127.0.0.1",
             wakeup_port=_int("WAKEUP_PORT", 0),
             wakeup_advertise_host=_env("WAKEUP_ADVERTISE_HOST"),

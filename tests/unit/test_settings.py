@@ -55,12 +55,13 @@ def test_relay_idle_interval_reaches_the_observer(clean_env: Path, monkeypatch: 
     from observer.runner import build_observer
 
     monkeypatch.setenv("TASK_OBSERVER_RELAY_IDLE_MS", "150")
+    monkeypatch.setenv("TASK_OBSERVER_RELAY_IDLE_BACKOFF", "4")
     monkeypatch.setenv("TASK_OBSERVER_OBSERVER_METRICS_PORT", "0")
     settings = Settings.from_env()
     assert settings.relay_idle_ms == 150
     observer = build_observer(settings)
     try:
-        assert observer.config.relay_idle_sleep == 0.15
+        assert observer.config.relay_idle_sleep == 0.15 and observer.config.idle_backoff == 4.0
     finally:
         asyncio.run(observer.close())
         observer.relay.engine.dispose()
@@ -88,3 +89,14 @@ def test_the_archive_directory_defaults_to_the_data_directory(clean_env: Path, m
     assert Settings.from_env().archive_dir == clean_env.resolve() / "archive"
     monkeypatch.setenv("TASK_OBSERVER_ARCHIVE_DIR", "")  # set and empty: no archive (nothing archived is purged)
     assert Settings.from_env().archive_dir is None
+
+
+def test_the_safety_poll_backs_off_while_idle_and_returns_with_work() -> None:
+    from observer.loops import IdleBackoff
+
+    idle = IdleBackoff(1.0, 8.0)
+    assert [idle.after(False) for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert idle.after(True) == 1.0  # a look that found work: the base again at once
+    assert idle.after(False) == 2.0
+    fixed = IdleBackoff(0.02, 0.02)  # RELAY_IDLE_BACKOFF=1: a fixed poll
+    assert {fixed.after(False) for _ in range(5)} == {0.02}
