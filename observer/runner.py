@@ -115,7 +115,7 @@ class Observer:
 
     def wake_events(self) -> dict[str, asyncio.Event]:
         """One wake-up event per component that has one (call after ``start``, on the running loop)."""
-        return {"relay": self.wake.event(), "projector": self.wake.event()}
+        return {"relay": self.wake.event(frozenset({"outbox"})), "projector": self.wake.event(frozenset({"feed"}))}
 
     def loops(self) -> ObserverLoops:
         events = self.wake_events()

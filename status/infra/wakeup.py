@@ -7,9 +7,11 @@ notifier the composition root injected: the process's :class:`OutboxSignal`, whi
 * every live relay through one UDP datagram to the address it advertises in
   ``outbox_relay`` (re-read every couple of seconds off the request path).
 
-A datagram carries no data and proves nothing; a lost or forged one costs one
-cheap look at the outbox.  Consumers also look on a slow safety poll, so a
-lost wake-up only delays a publication, never loses it.
+A datagram says only which kinds of rows the commit wrote (``o`` outbox, ``f`` projector feed:
+the relay needs no look after a commit that only fed the projector, nor the projector after one
+that only wrote messages) and proves nothing; a lost or forged one costs one cheap look, and a
+datagram that names no kind (an older sender's ``w``) wakes every consumer.  Consumers also look
+on a slow safety poll, so a lost wake-up only delays a publication, never loses it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,21 @@ from status.infra import tables as t
 log = logging.getLogger("status.wakeup")
 
 ADDRESS_REFRESH_SECONDS = 2.0
+# The kinds of rows whose commit wakes a consumer, and each one's letter in a datagram.
+WAKE_KINDS = frozenset({"outbox", "feed"})
+_LETTERS = {"outbox": "o", "feed": "f"}
+
+
+def datagram_for(kinds: frozenset[str]) -> bytes:
+    return "".join(sorted(_LETTERS[k] for k in kinds & WAKE_KINDS)).encode() or b"w"
+
+
+def kinds_of(datagram: bytes) -> frozenset[str]:
+    """The kinds a datagram names; every kind when it names none it knows (``w``, or anything else)."""
+    named = frozenset(kind for kind, letter in _LETTERS.items() if letter.encode() in datagram)
+    return named or WAKE_KINDS
+
+
 REFRESHER_IDLE_SECONDS = 60.0
 
 
@@ -46,7 +63,7 @@ class OutboxSignal:
     def __init__(self, engine: sa.Engine, sender_host: str = "127.0.0.1") -> None:
         self._engine = engine
         self._sender_host = sender_host  # the interface datagrams leave from (WAKEUP_HOST)
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[frozenset[str]], None]] = []
         self._lock = threading.Lock()
         self._addresses: list[tuple[str, int]] = []
         self._last_notify = float("-inf")
@@ -54,8 +71,9 @@ class OutboxSignal:
         self._resend = False
         self._socket: socket.socket | None = None
 
-    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call ``listener`` (from any thread, must not block) after each such commit; returns the unsubscriber."""
+    def subscribe(self, listener: Callable[[frozenset[str]], None]) -> Callable[[], None]:
+        """Call ``listener`` with the kinds written (from any thread, must not block) after each such
+        commit; returns the unsubscriber."""
         with self._lock:
             self._listeners = [*self._listeners, listener]
 
@@ -66,20 +84,22 @@ class OutboxSignal:
         return unsubscribe
 
     def committed(self, written: frozenset[str]) -> None:
-        """The unit of work's after-commit notifier: wake consumers for outbox and feed rows."""
-        if written & {"outbox", "feed"}:
-            self.notify()
+        """The unit of work's after-commit notifier: wake the consumers of the outbox and feed rows written."""
+        kinds = written & WAKE_KINDS
+        if kinds:
+            self.notify(kinds)
 
-    def notify(self) -> None:
+    def notify(self, kinds: frozenset[str] = WAKE_KINDS) -> None:
         """Never raises and never blocks on a consumer: the commit it follows has already happened."""
         for listener in self._listeners:
             try:
-                listener()
+                listener(kinds)
             except Exception:  # a consumer that went away must not fail a producer's request
                 log.debug("an in-process outbox listener failed", exc_info=True)
+        datagram = datagram_for(kinds)
         for address in self._remote_addresses():
             with contextlib.suppress(OSError):  # unreachable relay: its safety poll still finds the rows
-                self._udp().sendto(b"w", address)
+                self._udp().sendto(datagram, address)
 
     def _udp(self) -> socket.socket:
         if self._socket is None:
@@ -141,11 +161,11 @@ class OutboxSignal:
 
 
 class _Datagrams(asyncio.DatagramProtocol):
-    def __init__(self, fire: Callable[[], None]) -> None:
+    def __init__(self, fire: Callable[[frozenset[str]], None]) -> None:
         self._fire = fire
 
     def datagram_received(self, data: bytes, addr: object) -> None:
-        self._fire()
+        self._fire(kinds_of(data))
 
 
 class WakeReceiver:
@@ -154,28 +174,30 @@ class WakeReceiver:
     def __init__(self, signal: OutboxSignal | None, host: str = "127.0.0.1", port: int = 0) -> None:
         self._signal = signal  # this process's commits (None: datagrams only)
         self._host, self._port = host, port
-        self._events: list[asyncio.Event] = []
+        self._events: list[tuple[asyncio.Event, frozenset[str]]] = []
         self._transport: asyncio.DatagramTransport | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self.address: str | None = None
 
-    def event(self) -> asyncio.Event:
-        """A new event for one consumer; set on every wake-up, cleared by the consumer."""
+    def event(self, kinds: frozenset[str] = WAKE_KINDS) -> asyncio.Event:
+        """A new event for one consumer of these kinds of rows; set on every wake-up that names one
+        of them, cleared by the consumer."""
         event = asyncio.Event()
-        self._events.append(event)
+        self._events.append((event, kinds))
         return event
 
-    def _fire(self) -> None:
-        for event in self._events:
-            event.set()
+    def _fire(self, kinds: frozenset[str] = WAKE_KINDS) -> None:
+        for event, wanted in self._events:
+            if wanted & kinds:
+                event.set()
 
     async def start(self, *, listen: bool = True) -> str | None:
         """Subscribe in-process; with ``listen``, also take datagrams (returns the address to advertise)."""
         loop = asyncio.get_running_loop()
 
-        def from_any_thread() -> None:
+        def from_any_thread(kinds: frozenset[str]) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
-                loop.call_soon_threadsafe(self._fire)
+                loop.call_soon_threadsafe(self._fire, kinds)
 
         if self._signal is not None:
             self._unsubscribe = self._signal.subscribe(from_any_thread)

@@ -77,7 +77,7 @@ def test_a_rolled_back_write_wakes_nobody(e2e_engine: Any) -> None:
     woken: list[int] = []
     signal = OutboxSignal(e2e_engine)
     database = SqlDatabase(e2e_engine, [signal.committed])
-    unsubscribe = signal.subscribe(lambda: woken.append(1))
+    unsubscribe = signal.subscribe(lambda kinds: woken.append(1))
     try:
         now = utcnow()
         row = {
