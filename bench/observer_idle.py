@@ -19,10 +19,13 @@ import sys
 import tempfile
 import time
 
-import sqlalchemy as sa
-from common import REPO, centrifugo_node, process_tree_cpu, scratch_database  # type: ignore[import-not-found]
-
-from status.infra import tables as t
+from common import (  # type: ignore[import-not-found]
+    REPO,
+    centrifugo_node,
+    process_tree_cpu,
+    scratch_database,
+    wait_observer_settled,
+)
 
 
 def idle_cpu(url: str, node: object, seconds: float, poll_ms: int) -> float:
@@ -48,24 +51,14 @@ def idle_cpu(url: str, node: object, seconds: float, poll_ms: int) -> float:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    engine = sa.create_engine(url)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with engine.connect() as conn:
-                if conn.scalar(sa.select(sa.func.count()).select_from(t.outbox_relay)):
-                    break
-            time.sleep(0.2)
-        else:
-            raise SystemExit("the observer did not register")
-        time.sleep(5)  # imports, first passes and lease rounds are start-up, not idling
+        wait_observer_settled(url, 5)  # imports, first passes and lease rounds are start-up, not idling
         before = process_tree_cpu(observer.pid)
         time.sleep(seconds)
         return process_tree_cpu(observer.pid) - before
     finally:
         observer.terminate()
         observer.wait(15)
-        engine.dispose()
 
 
 def main() -> None:
