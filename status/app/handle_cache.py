@@ -72,6 +72,3 @@ class HandleCache:
                 self._entries.move_to_end(handle_hash)
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
