@@ -102,6 +102,11 @@ class Reporter:
         self.outbox = Outbox(config.outbox_path, on_persisted=self._signal)
         self._wake: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
+        # The writer thread counts its transactions and wakes the loop only when the sender waits
+        # for one: while it sends, it looks again anyway (see ``_send_loop``), and a wake-up per
+        # transaction would cost the worker's event loop a turn each for nothing.
+        self._persisted_count = 0
+        self._sender_waiting = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._http: HttpTransport | None = None
@@ -164,8 +169,11 @@ class Reporter:
         return self.outbox.pending_events()
 
     def _signal(self) -> None:
-        """From the writer thread: events reached the file (one wake-up of the loop for both flags)."""
-        if self._loop is not None:
+        """From the writer thread: events reached the file. The loop is woken only if the sender
+        waits: the count is written before the flag is read, and the sender sets the flag before it
+        reads the count, so one of the two always sees the other (no wake-up is lost)."""
+        self._persisted_count += 1
+        if self._sender_waiting and self._loop is not None:
             self._loop.call_soon_threadsafe(self._persisted)
 
     def _persisted(self) -> None:
@@ -224,9 +232,17 @@ class Reporter:
     # ------------------------------------------------------------ sending
     async def _send_loop(self) -> None:
         assert self._wake is not None
+        seen = -1  # the writer's transactions the last load could see (none yet: look at once)
         while True:
-            await self._wake.wait()
+            if not self._wake.is_set():
+                self._sender_waiting = True
+                if self._persisted_count == seen:
+                    await self._wake.wait()
+                self._sender_waiting = False
+            if self._persisted_count != seen and self._idle is not None:
+                self._idle.clear()  # events reached the file since the last look
             self._wake.clear()
+            seen = self._persisted_count
             try:
                 more = await self.send_once()
                 self._backoff = 0.0
@@ -241,7 +257,12 @@ class Reporter:
                 more = True
             if more:
                 self._wake.set()
-            elif self._idle is not None and not self._wake.is_set() and not self.outbox.queued_events:
+            elif (
+                self._idle is not None
+                and not self._wake.is_set()
+                and not self.outbox.queued_events
+                and self._persisted_count == seen
+            ):
                 # Nothing was left in the file at the last load and nothing is queued for it: idle.
                 # (Anything persisted since sets the wake-up and clears this; ``drained`` counts the
                 # file itself before it believes it.)
