@@ -127,3 +127,50 @@ def test_a_heartbeat_that_arrives_after_its_attempt_ended_beats_no_more(ending: 
     execution.heartbeat()
     assert sink.beats == [1]
     assert sink.forgotten == (1 if ending == "abandoned" else 0)  # the others end through their report
+
+
+class SlowService(OlderService):
+    """Holds its first events request until told to answer; sees every event it is sent."""
+
+    def __init__(self) -> None:
+        super().__init__(refuses=False)
+        self.release = asyncio.Event()
+        self.held = asyncio.Event()
+        self.event_ids: list[str] = []
+        self.got = asyncio.Event()
+        self.expect = 0
+
+    async def report_events(
+        self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        self.held.set()
+        await self.release.wait()
+        self.event_ids += [event["eventId"] for event in body]
+        if len(self.event_ids) >= self.expect:
+            self.got.set()
+        return await super().report_events(body, beats)
+
+
+async def test_events_that_reach_the_file_while_the_sender_is_busy_are_sent_without_another_wake_up(
+    tmp_path: Path,
+) -> None:
+    """The writer wakes the loop only when the sender waits; what it wrote while the sender was in
+    a request is found by the sender's next look (a lost wake-up would leave it in the file)."""
+    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
+    await reporter.start()
+    service = SlowService()
+    reporter._events = reporter._binds_over = service
+    try:
+        execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
+        execution.progress(1, 4, "page")  # goes in an events request (this service binds without STARTED)
+        await asyncio.wait_for(service.held.wait(), 10)  # the sender is in that request
+        execution.progress(3, 4, "page", phase_code="later")  # reaches the file meanwhile
+        await asyncio.to_thread(reporter.flush, 5)
+        assert reporter._persisted_count >= 2
+        service.expect = 3
+        service.release.set()
+        await asyncio.wait_for(service.got.wait(), 10)
+        assert service.event_ids == ["run/a/1:1:STEP_STARTED", "run/a/1:2:STEP_PROGRESS", "run/a/1:3:STEP_PROGRESS"]
+    finally:
+        service.release.set()
+        await reporter.stop()
