@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from status.domain.errors import ErrorCode, Forbidden, Invalid, LimitExceeded
@@ -161,16 +163,20 @@ class StatusDefinitionSet:
         return status
 
 
+@functools.cache
 def generic_statuses() -> StatusDefinitionSet:
-    """Unclassified tasks: the business status is the lifecycle name."""
+    """Unclassified tasks: the business status is the lifecycle name. Built once (it was built on
+    every event of such a task): frozen, and its mapping read-only, so the shared set cannot change."""
     severity = {Lifecycle.FAILED: Severity.ERROR, Lifecycle.TIMED_OUT: Severity.ERROR}
     return StatusDefinitionSet(
         task_type=None,
         version=None,
-        statuses={
-            lc.value: StatusDefinition(lc.value, lc.value.title(), lc, severity.get(lc, Severity.INFO))
-            for lc in Lifecycle
-        },
+        statuses=MappingProxyType(
+            {
+                lc.value: StatusDefinition(lc.value, lc.value.title(), lc, severity.get(lc, Severity.INFO))
+                for lc in Lifecycle
+            }
+        ),
     )
 
 
