@@ -1,7 +1,8 @@
 """Faults under load (SPEC AC27, AC29, AC31): one fault per run, steady producers, a live client.
 
     .venv/bin/python bench/faults.py [--fault all|api-kill|observer-kill|centrifugo-unreachable|mariadb-restart|
-                                              centrifugo-node-kill|redis-restart|rolling-restart] [--seconds 20]
+                                              centrifugo-node-kill|redis-restart|database-failover|
+                                              rolling-restart] [--seconds 20]
 
 Each run starts its own status API (``serve``) and observer (``observer --mode
 loops``) processes on a throwaway MariaDB database and a Centrifugo node of its
@@ -24,6 +25,10 @@ channel. Midway the fault is injected:
   kill -9 of node B (the client reconnects to A);
 * ``redis-restart``: the same two nodes; the Redis server is stopped and
   started again (``scripts/services``);
+* ``database-failover``: the database is a three-node MariaDB Galera cluster behind HAProxy
+  (``deploy/galera``, ``deploy/haproxy``); kill -9 of the node HAProxy writes to. Also printed:
+  how long until writes were acknowledged again (no process restarted), and until the killed
+  node rejoined the cluster (restarted 2 s after the kill, it catches up by IST or SST);
 * ``rolling-restart``: two API replicas, two Centrifugo nodes on Redis and two
   observers behind nginx (deploy/nginx), each restarted in turn with SIGTERM
   under load (``tests/support/rolling.py``, also run by the suite).
@@ -45,8 +50,11 @@ import concurrent.futures
 import contextlib
 import itertools
 import os
+import random
 import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -211,10 +219,64 @@ async def _restart_service(name: str) -> None:
     await asyncio.to_thread(subprocess.run, [services, "up", name], check=True, capture_output=True)
 
 
+@contextlib.contextmanager
+def galera_database() -> Iterator[tuple[Any, str]]:
+    """A Galera cluster of its own (three nodes and HAProxy, deploy/galera/cluster.py) and a migrated
+    database on it, reached through HAProxy; the cluster is removed afterwards."""
+    sys.path.insert(0, str(REPO / "deploy" / "galera"))
+    from cluster import Cluster  # type: ignore[import-not-found]
+
+    from status.infra import migrate
+
+    workdir = Path(tempfile.mkdtemp(prefix="galera-"))
+    cluster = Cluster(workdir, free_port_block(50))
+    try:
+        cluster.up()
+        name = f"tso_bench_{secrets.token_hex(3)}"
+        server = sa.create_engine(cluster.url(""), poolclass=sa.pool.NullPool)
+        with server.begin() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+        server.dispose()
+        url = cluster.url(name)
+        migrate.upgrade(url)
+        yield cluster, url
+    finally:
+        cluster.down()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def free_port_block(size: int) -> int:
+    """The first of ``size`` consecutive loopback ports that are all free now."""
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - size)
+        if all(_port_free(base + i) for i in range(size)):
+            return base
+    raise RuntimeError(f"no block of {size} free ports")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def fault_database(fault: str) -> Iterator[tuple[Any, str]]:
+    if fault == "database-failover":
+        with galera_database() as (cluster, url):
+            yield cluster, url
+    else:
+        with scratch_database() as url:
+            yield None, url
+
+
 async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[str, Any]:
     with (
         centrifugo_nodes(fault in ("centrifugo-node-kill", "redis-restart")) as (node, node_b),
-        scratch_database() as url,
+        fault_database(fault) as (cluster, url),
     ):
         proxy = await DroppingProxy(node.port).start()
         # The client's way in: node B first when there are two, failing over to A.
@@ -336,6 +398,7 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             stop = threading.Event()
             tally = Tally()
             acked = tally.acked
+            failover: dict[str, Any] = {}
             threads = [
                 threading.Thread(target=report_progress, args=(stack.base, executions[i::2], stop, tally))
                 for i in range(2)
@@ -366,9 +429,21 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                 proxy.cut(True)
                 await asyncio.sleep(20)
                 proxy.cut(False)
+            elif fault == "database-failover":
+                writer = await asyncio.to_thread(cluster.writer)
+                killed_at = time.monotonic()
+                await asyncio.to_thread(cluster.kill_node, writer)
+                await asyncio.sleep(2)
+                await asyncio.to_thread(cluster.start_node, writer)
+                await asyncio.to_thread(cluster.wait_synced, writer)
+                failover = {"killed_node": writer, "rejoined_s": time.monotonic() - killed_at}
             await asyncio.sleep(seconds / 2)
             stop.set()
             plugin_stop.set()
+            if fault == "database-failover":
+                after = [at for at in list(tally.acked_at) if at > killed_at]
+                failover["resumed_s"] = (min(after) - killed_at) if after else None
+                failover["writer_after"] = await asyncio.to_thread(cluster.writer)
             for th in threads:
                 await asyncio.to_thread(th.join)
             await asyncio.wait_for(plugin_task, 120)
@@ -430,6 +505,7 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             recoverer.cancel()
             await client.disconnect()
             return {
+                **failover,
                 "plugin_runs": len(runs),
                 "plugin_lost": (len(runs) - len(succeeded)) + plugin.reporter.dropped,
                 "fault": fault,
@@ -510,6 +586,7 @@ async def main() -> None:
         "mariadb-restart",
         "centrifugo-node-kill",
         "redis-restart",
+        "database-failover",
         "rolling-restart",
     ]
     parser.add_argument("--fault", default="all", choices=choices)
@@ -547,6 +624,14 @@ async def main() -> None:
         counts = f"{r['acked']:7d} {r['lost']:5d} {r['duplicated']:4d} {r['regressions']:9d} {plugin:>12s}"
         print(f"{r['fault']:24s} {counts} {converged:>10s}")
     print("target: 0 lost, 0 duplicated, 0 backwards, 0 plugin runs lost, converged < 10 s")
+    for r in rows:
+        if "killed_node" in r:
+            resumed = f"{r['resumed_s']:.1f} s" if r.get("resumed_s") is not None else "never"
+            print(
+                f"database-failover: node{r['killed_node']} (the writer) killed; writes acknowledged again after"
+                f" {resumed} through node{r['writer_after']}, no process restarted; node{r['killed_node']}"
+                f" rejoined and synced {r['rejoined_s']:.1f} s after the kill"
+            )
     if rolling:
         print_rolling(await run_rolling_restart(args.seconds))
 

@@ -68,6 +68,15 @@ def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs
     kwargs["connect_args"] = {**tls_args(url), **socket_limits, **kwargs.get("connect_args", {})}
     engine = sa.create_engine(url, **kwargs)
     POOLS.watch(engine)  # db_pool_connections on /metrics
+
+    @sa.event.listens_for(engine, "handle_error")
+    def _node_gone(context: sa.engine.ExceptionContext) -> None:
+        # A Galera node outside the primary component (or still joining) refuses every statement
+        # with 1047 while its connection stays open: the connection is dropped like a lost one,
+        # so the retry opens a new one, which the balancer sends to a node that takes writes.
+        if mysql_code(context.original_exception) in NODE_NOT_READY:
+            context.is_disconnect = True
+
     if url.get_driver_name() == "pymysql":
 
         @sa.event.listens_for(engine, "connect")
@@ -84,6 +93,17 @@ def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs
                 cursor.close()
 
     return engine
+
+
+# Galera (MariaDB): 1047 "WSREP has not yet prepared node for application use" (a node that lost
+# its quorum, or is joining).
+NODE_NOT_READY = frozenset({1047})
+
+
+def mysql_code(exc: BaseException | None) -> int | None:
+    """The server's error number of a DB-API exception (MySQL/MariaDB drivers), else None."""
+    args = getattr(exc, "args", None)
+    return args[0] if args and isinstance(args[0], int) else None
 
 
 def session_limits(dbapi_connection: Any, seconds: float) -> list[str]:

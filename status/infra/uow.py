@@ -40,9 +40,10 @@ T = TypeVar("T")
 # Called after a commit with the kinds of rows it wrote ("outbox", "feed"); must not block or raise.
 Notifier = Callable[[frozenset[str]], None]
 
-# MySQL/MariaDB: 1213 deadlock, 1205 lock wait timeout, 2006/2013 connection lost
-# (failover). SQLite: "database is locked".
-_RETRYABLE_MYSQL = {1213, 1205, 2006, 2013}
+# MySQL/MariaDB: 1213 deadlock (on Galera also a certification conflict with another node's
+# write), 1205 lock wait timeout, 2006/2013 connection lost (failover), 1047 a Galera node not
+# ready (its connection is dropped: status.infra.db). SQLite: "database is locked".
+_RETRYABLE_MYSQL = {1213, 1205, 2006, 2013, 1047}
 # A statement ended by the server's time limit (MariaDB 1969, MySQL 3024), or a server that sent
 # nothing within the driver's socket timeout: the same work again now would wait as long again.
 # The caller is answered at once (UNAVAILABLE, retryable: later may help).
@@ -59,9 +60,13 @@ def timed_out(exc: sa.exc.DBAPIError) -> bool:
 
 def _reason(exc: sa.exc.DBAPIError) -> str:
     code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
-    return {1213: "deadlock", 1205: "lock_wait_timeout", 2006: "connection_lost", 2013: "connection_lost"}.get(
-        code if isinstance(code, int) else -1, "busy"
-    )
+    return {
+        1213: "deadlock",
+        1205: "lock_wait_timeout",
+        2006: "connection_lost",
+        2013: "connection_lost",
+        1047: "node_not_ready",
+    }.get(code if isinstance(code, int) else -1, "busy")
 
 
 def is_retryable(exc: sa.exc.DBAPIError) -> bool:

@@ -79,6 +79,7 @@ class Process:
 @dataclass
 class Tally:
     acked: list[str] = field(default_factory=list)
+    acked_at: list[float] = field(default_factory=list)  # time.monotonic() of each acknowledgement
     retried: int = 0  # attempts that got no acknowledgement (connection refused, 502/503): sent again
     answers: dict[int, int] = field(default_factory=dict)  # status code -> count of non-200 answers
 
@@ -110,6 +111,7 @@ def _produce(client: httpx.Client, executions: list[dict[str, Any]], stop: threa
                 response = client.post("/internal/v1/task-events", json=body, headers=headers)
                 if response.status_code == 200:
                     tally.acked.append(str(body["eventId"]))
+                    tally.acked_at.append(time.monotonic())
                     break
                 tally.answers[response.status_code] = tally.answers.get(response.status_code, 0) + 1
                 if response.status_code < 500 and response.status_code != 429:
