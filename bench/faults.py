@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/faults.py [--fault all|api-kill|observer-kill|centrifugo-unreachable|mariadb-restart|
                                               centrifugo-node-kill|redis-restart|database-failover|
-                                              rolling-restart] [--seconds 20]
+                                              redis-failover|rolling-restart] [--seconds 20]
 
 Each run starts its own status API (``serve``) and observer (``observer --mode
 loops``) processes on a throwaway MariaDB database and a Centrifugo node of its
@@ -29,6 +29,9 @@ channel. Midway the fault is injected:
   (``deploy/galera``, ``deploy/haproxy``); kill -9 of the node HAProxy writes to. Also printed:
   how long until writes were acknowledged again (no process restarted), and until the killed
   node rejoined the cluster (restarted 2 s after the kill, it catches up by IST or SST);
+* ``redis-failover``: the two Centrifugo nodes on Redis behind three sentinels (``deploy/redis``);
+  kill -9 of the Redis primary: the sentinels promote the replica and both nodes follow it (the
+  killed one comes back as a replica). Also printed: how long until the promotion;
 * ``rolling-restart``: two API replicas, two Centrifugo nodes on Redis and two
   observers behind nginx (deploy/nginx), each restarted in turn with SIGTERM
   under load (``tests/support/rolling.py``, also run by the suite).
@@ -49,6 +52,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
+import json
 import os
 import random
 import secrets
@@ -194,21 +198,47 @@ class Stack:
 
 
 @contextlib.contextmanager
-def centrifugo_nodes(redis: bool) -> Iterator[tuple[CentrifugoNode, CentrifugoNode | None]]:
-    """One node, or two sharing the Redis engine (and one API key and token secret)."""
-    if not redis:
+def centrifugo_nodes(
+    engine: str | None, sentinels: list[str] | None = None
+) -> Iterator[tuple[CentrifugoNode, CentrifugoNode | None]]:
+    """One node, or two sharing the Redis engine (and one API key and token secret): the Redis
+    server this machine runs (``redis``), or Redis behind the given sentinels (``sentinel``)."""
+    if engine is None:
         with centrifugo_node() as node:
             yield node, None
         return
     workdir = Path(tempfile.mkdtemp())
-    shared = {"api_key": secrets.token_hex(16), "token_secret": secrets.token_hex(32)}
-    a = CentrifugoNode(workdir=workdir, redis_address="redis://127.0.0.1:6379", **shared).start()
-    b = CentrifugoNode(workdir=workdir, redis_address="redis://127.0.0.1:6379", **shared).start()
+    shared: dict[str, Any] = {"api_key": secrets.token_hex(16), "token_secret": secrets.token_hex(32)}
+    if engine == "sentinel":
+        shared["redis_sentinels"] = sentinels
+    else:
+        shared["redis_address"] = "redis://127.0.0.1:6379"
+    a = CentrifugoNode(workdir=workdir, **shared).start()
+    b = CentrifugoNode(workdir=workdir, **shared).start()
     try:
         yield a, b
     finally:
         a.stop()
         b.stop()
+
+
+@contextlib.contextmanager
+def sentinel_redis(wanted: bool) -> Iterator[Any]:
+    """Redis behind three sentinels of its own (deploy/redis/sentinel.py), removed afterwards."""
+    if not wanted:
+        yield None
+        return
+    sys.path.insert(0, str(REPO / "deploy" / "redis"))
+    from sentinel import SentinelRedis  # type: ignore[import-not-found]
+
+    workdir = Path(tempfile.mkdtemp(prefix="sentinel-"))
+    redis = SentinelRedis(workdir, free_port_block(20))
+    try:
+        redis.up()
+        yield redis
+    finally:
+        redis.down()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def _restart_service(name: str) -> None:
@@ -274,8 +304,10 @@ def fault_database(fault: str) -> Iterator[tuple[Any, str]]:
 
 
 async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[str, Any]:
+    engine = {"centrifugo-node-kill": "redis", "redis-restart": "redis", "redis-failover": "sentinel"}.get(fault)
     with (
-        centrifugo_nodes(fault in ("centrifugo-node-kill", "redis-restart")) as (node, node_b),
+        sentinel_redis(engine == "sentinel") as sentinels,
+        centrifugo_nodes(engine, sentinels.sentinel_addresses if sentinels else None) as (node, node_b),
         fault_database(fault) as (cluster, url),
     ):
         proxy = await DroppingProxy(node.port).start()
@@ -429,6 +461,14 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                 proxy.cut(True)
                 await asyncio.sleep(20)
                 proxy.cut(False)
+            elif fault == "redis-failover":
+                killed_at = time.monotonic()
+                primary = await asyncio.to_thread(sentinels.primary_port)
+                killed = await asyncio.to_thread(sentinels.kill_primary)
+                while await asyncio.to_thread(sentinels.primary_port) in (primary, None):
+                    await asyncio.sleep(0.1)
+                failover = {"killed_redis": killed, "promoted_s": time.monotonic() - killed_at}
+                await asyncio.to_thread(sentinels.restart_redis, killed)  # back as the new primary's replica
             elif fault == "database-failover":
                 writer = await asyncio.to_thread(cluster.writer)
                 killed_at = time.monotonic()
@@ -587,10 +627,12 @@ async def main() -> None:
         "centrifugo-node-kill",
         "redis-restart",
         "database-failover",
+        "redis-failover",
         "rolling-restart",
     ]
     parser.add_argument("--fault", default="all", choices=choices)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--json", type=Path, help="also write each fault's figures to this file (a JSON list)")
     args = parser.parse_args()
     faults = choices[1:] if args.fault == "all" else [args.fault]
     rolling = "rolling-restart" in faults
@@ -617,6 +659,8 @@ async def main() -> None:
     finally:
         temporal.terminate()
         temporal.wait(30)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows))
     print(f"{'fault':24s} {'acked':>7s} {'lost':>5s} {'dup':>4s} {'backwards':>9s} {'plugin':>12s} {'converged':>10s}")
     for r in rows:
         converged = f"{r['converged_s']:.1f} s" if r["converged_s"] is not None else "no (60 s)"
@@ -625,6 +669,11 @@ async def main() -> None:
         print(f"{r['fault']:24s} {counts} {converged:>10s}")
     print("target: 0 lost, 0 duplicated, 0 backwards, 0 plugin runs lost, converged < 10 s")
     for r in rows:
+        if "killed_redis" in r:
+            print(
+                f"redis-failover: the Redis primary (redis{r['killed_redis']}) killed; the sentinels promoted its"
+                f" replica after {r['promoted_s']:.1f} s; both Centrifugo nodes followed it, no process restarted"
+            )
         if "killed_node" in r:
             resumed = f"{r['resumed_s']:.1f} s" if r.get("resumed_s") is not None else "never"
             print(

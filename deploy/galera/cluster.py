@@ -98,15 +98,19 @@ class Cluster:
     # ------------------------------------------------------------ nodes
     def _config(self, node: int) -> Path:
         others = ",".join(f"127.0.0.1:{self.base_port + 10 + n}" for n in NODES)
-        text = (HERE / "node.cnf").read_text().format(
-            datadir=self.datadir(node),
-            socket=self.datadir(node) / "mysqld.sock",
-            port=self.port(node),
-            name=f"node{node}",
-            cluster_address=others,
-            gcomm_port=self.base_port + 10 + node,
-            ist_port=self.base_port + 20 + node,
-            sst_port=self.base_port + 30 + node,
+        text = (
+            (HERE / "node.cnf")
+            .read_text()
+            .format(
+                datadir=self.datadir(node),
+                socket=self.datadir(node) / "mysqld.sock",
+                port=self.port(node),
+                name=f"node{node}",
+                cluster_address=others,
+                gcomm_port=self.base_port + 10 + node,
+                ist_port=self.base_port + 20 + node,
+                sst_port=self.base_port + 30 + node,
+            )
         )
         path = self.dir / f"node{node}.cnf"
         path.write_text(text)
@@ -188,6 +192,8 @@ class Cluster:
             f"GRANT ALL PRIVILEGES ON `tso\\_%`.* TO {who}",
             f"GRANT ALL PRIVILEGES ON `task_observer`.* TO {who}",
             "CREATE DATABASE IF NOT EXISTS task_observer CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+            # Reading replication status (the observer's REPLICA_STATUS_URL), as on the single server.
+            f"GRANT SLAVE MONITOR ON *.* TO {who}",
         ]
         conn = pymysql.connect(unix_socket=str(self.datadir(1) / "mysqld.sock"), user="root", autocommit=True)
         try:

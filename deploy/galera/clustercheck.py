@@ -41,7 +41,7 @@ def writable(host: str, port: int, user: str, password: str) -> tuple[bool, str]
 
 def serve(listen: int, host: str, port: int, user: str, password: str) -> ThreadingHTTPServer:
     class Check(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        def do_GET(self) -> None:
             ok, why = writable(host, port, user, password)
             body = f"{'synced' if ok else 'not available'}: {why}\n".encode()
             self.send_response(200 if ok else 503)

@@ -76,6 +76,8 @@ class CentrifugoNode:
     api_key: str = field(default_factory=lambda: secrets.token_hex(16))
     token_secret: str = field(default_factory=lambda: secrets.token_hex(32))
     redis_address: str | None = None
+    # Redis behind Sentinel instead (deploy/redis/sentinel.py): the sentinels' host:port addresses.
+    redis_sentinels: list[str] | None = None
     # Browser origins allowed to connect (the dashboard's); None keeps the config file's list.
     allowed_origins: list[str] | None = None
     # The per-connection outgoing queue limit (bytes; None keeps the config file's), and /metrics.
@@ -95,6 +97,9 @@ class CentrifugoNode:
         config = json.loads(CENTRIFUGO_CONFIG.read_text())
         if self.redis_address:
             config["engine"] = {"type": "redis", "redis": {"address": self.redis_address}}
+        if self.redis_sentinels:
+            redis = {"sentinel_address": self.redis_sentinels, "sentinel_master_name": "task-observer"}
+            config["engine"] = {"type": "redis", "redis": redis}
         if self.allowed_origins is not None:
             config["client"]["allowed_origins"] = self.allowed_origins
         if self.client_queue_max_size is not None:
