@@ -1,0 +1,782 @@
+"""Capacity: the seed's model (§15) scaled to this machine, with the ratio printed.
+
+    .venv/bin/python bench/capacity.py [--connections 20000] [--tasks 2000] [--seconds 30]
+
+The model: 100,000 online connections, 20,000 active tasks each changing every 30 s
+(~667 commits/s, 2 publications each), 20,000 running steps heartbeating every 15 s
+(~1,333 items/s). Here: the given numbers of connections and tasks at the model's
+intervals, and every figure's ratio to the model.
+
+Real parts, each in its own process: MariaDB, Redis, Centrifugo nodes on the Redis engine
+(one per 15,000 connections: a process may hold 20,000 files here), the status API
+(``serve``), the observer (``observer --mode loops``), and load generators: processes that
+hold idle WebSocket connections (``--role idle``: the Centrifugo JSON protocol over
+``websockets``, a connect with the user's channel in its token, pongs to the server's
+pings, recovery on reconnect and the snapshot a UI loads when recovery fails), and this
+process, which creates the tasks and sends their changes and heartbeats in batches as
+plugin workers do. Every user has two connections (two tabs); the active tasks belong to the
+first users, ten each, so a change reaches two connections (the model's two deliveries).
+
+Phases, each printed with its figures:
+
+1. **idle connections**: how many are held, how long the ramp took, Centrifugo's and the
+   clients' memory per connection;
+2. **steady model load**: changes and heartbeats per second against the model's, commit ->
+   client p50/p99 (the producer's acknowledgement to a subscriber's arrival), commit ->
+   publish (the observer's histogram), publications delivered per second, CPU per
+   component per change, database commits per second, and what saturates first;
+3. **reconnect 10 % and 30 % at once** under that load: how long until every one is
+   connected again, how many recovered from history and how many loaded a snapshot;
+4. **history gone -> snapshot storm**: Centrifugo's history removed from Redis, 30 %
+   reconnect: none can recover, every one loads its snapshot (GET /api/me/tasks): how long
+   until all have, and the snapshot's p50/p99.
+
+The 100k outbox backlog is ``bench/relay.py``; the loss of a node of each kind is
+``bench/faults.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+MODEL = {"connections": 100_000, "tasks": 20_000, "change_interval": 30.0, "heartbeat_interval": 15.0}
+TENANT = "capacity"
+TASKS_PER_USER = 10
+# Every user has two tabs open; the active tasks belong to the first users, so each change reaches
+# two connections: the model's two deliveries per change. The other connections are users with
+# nothing running, who only hold their connection (most of the model's 100,000).
+TABS_PER_USER = 2
+CONNECTIONS_PER_NODE = 15_000
+CONNECTIONS_PER_CLIENT = 5_000
+
+
+# ------------------------------------------------------------------ the idle clients (own processes)
+class IdleConnection:
+    """One browser tab, as far as Centrifugo can tell: connected, subscribed, answering pings."""
+
+    def __init__(self, client: IdleClients, user: str, token: str) -> None:
+        self.client = client
+        self.user = user
+        self.channel = f"task_user:{TENANT}/{user}"
+        self.token = token
+        self.offset: int | None = None
+        self.epoch: str | None = None
+        self.ws: Any = None
+        self.connected = asyncio.Event()  # connected and current (recovered, or its snapshot loaded)
+        self.recovered: bool | None = None
+        self.loading: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        import websockets
+
+        while True:
+            try:
+                async with websockets.connect(
+                    self.client.url, compression=None, ping_interval=None, open_timeout=120, max_queue=4
+                ) as ws:
+                    self.ws = ws
+                    await self._session(ws)
+            except (OSError, websockets.ConnectionClosed, TimeoutError):
+                pass
+            self.ws = None
+            self.connected.clear()
+            await asyncio.sleep(random.uniform(0.05, 0.5))  # a client's reconnect jitter
+
+    async def _session(self, ws: Any) -> None:
+        connect: dict[str, Any] = {"token": self.token}
+        if self.offset is not None:
+            connect["subs"] = {self.channel: {"recover": True, "offset": self.offset, "epoch": self.epoch}}
+        await ws.send(json.dumps({"id": 1, "connect": connect}))
+        async for frame in ws:
+            for line in frame.splitlines():
+                if not line:
+                    continue
+                message = json.loads(line)
+                if not message:  # the server's ping
+                    await ws.send("{}")
+                elif "connect" in message:
+                    await self._connected(message["connect"])
+                elif "push" in message:
+                    self._push(message["push"], len(line))
+
+    async def _connected(self, reply: dict[str, Any]) -> None:
+        """Connected: current at once when recovered (or new), else once its snapshot is loaded
+        (what the UI does when history cannot fill the gap), which goes on beside the connection
+        (its pings are answered meanwhile)."""
+        sub = (reply.get("subs") or {}).get(self.channel, {})
+        was, recovered = self.offset is not None, bool(sub.get("recovered"))
+        self.epoch = sub.get("epoch", self.epoch)
+        offset = int(sub.get("offset", 0))
+        self.offset = max(self.offset or 0, offset) if recovered else offset
+        for pub in sub.get("publications") or []:
+            self._pub(pub, 0)
+        self.recovered = recovered if was else None
+        if was and not recovered:
+            self.loading = asyncio.create_task(self._current_after_snapshot())
+        else:
+            self.connected.set()
+
+    async def _current_after_snapshot(self) -> None:
+        await self.client.snapshot(self.user)
+        self.connected.set()
+
+    def _push(self, push: dict[str, Any], size: int) -> None:
+        if "pub" in push:
+            self._pub(push["pub"], size)
+
+    def _pub(self, pub: dict[str, Any], size: int) -> None:
+        if "offset" in pub:
+            self.offset = max(self.offset or 0, int(pub["offset"]))
+        data = pub.get("data") or {}
+        self.client.delivered(data.get("taskId"), data.get("taskVersion"), size)
+
+
+class IdleClients:
+    """``--role idle``: holds connections and answers the parent's commands on stdin."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from status.domain.auth import UserPrincipal
+        from status.infra.tokens import RealtimeTokens, UserTokens
+
+        self.url = args.url
+        self.api = args.api
+        realtime = RealtimeTokens(args.token_secret, 6 * 3600)
+        self.user_tokens = UserTokens(args.user_token_secret)
+        self.connections = []
+        for i in range(args.first, args.first + args.count):
+            user = f"u{i // TABS_PER_USER}"
+            token, _ = realtime.connection(UserPrincipal(TENANT, user), [f"task_user:{TENANT}/{user}"])
+            self.connections.append(IdleConnection(self, user, token))
+        self.arrivals: list[tuple[str, str, float]] = []
+        self.pushes = 0
+        self.bytes = 0
+        self.snapshots: list[float] = []  # seconds each snapshot took
+        self.snapshot_failures = 0
+        self._http: Any = None
+        self._slots: asyncio.Semaphore | None = None
+
+    def delivered(self, task_id: str | None, version: str | None, size: int) -> None:
+        self.pushes += 1
+        self.bytes += size
+        if task_id and version:
+            self.arrivals.append((task_id, str(version), time.time()))
+
+    async def snapshot(self, user: str) -> None:
+        import httpx
+
+        if self._http is None:
+            # Thousands of requests queued inside httpx's pool cost the generator more than the
+            # API (its pool scans its waiters): they wait here instead, fifty at a time.
+            self._http = httpx.AsyncClient(base_url=self.api, timeout=60, limits=httpx.Limits(max_connections=50))
+            self._slots = asyncio.Semaphore(50)
+        token = self.user_tokens.issue(TENANT, user)
+        started = time.perf_counter()
+        assert self._slots is not None
+        async with self._slots:
+            try:
+                response = await self._http.get("/api/me/tasks", headers={"Authorization": f"Bearer {token}"})
+                if response.status_code == 200:
+                    self.snapshots.append(time.perf_counter() - started)
+                    return
+            except httpx.HTTPError:
+                pass
+        self.snapshot_failures += 1
+
+    async def main(self) -> None:
+        tasks = []
+        for n, conn in enumerate(self.connections):
+            tasks.append(asyncio.create_task(conn.run()))
+            if n % 200 == 199:
+                await asyncio.sleep(0.05)  # a ramp, not a SYN flood
+        await asyncio.gather(*(c.connected.wait() for c in self.connections))
+        self._say({"ready": len(self.connections)})
+        reader = asyncio.StreamReader()
+        await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while line := (await reader.readline()).decode().strip():
+            command, *rest = line.split()
+            if command == "stats":
+                self._say(
+                    {
+                        "held": sum(c.connected.is_set() for c in self.connections),
+                        "pushes": self.pushes,
+                        "bytes": self.bytes,
+                        "rss": _rss(os.getpid()),
+                    }
+                )
+            elif command == "reconnect":
+                await self._reconnect(float(rest[0]))
+            elif command == "dump":
+                Path(rest[0]).write_text(json.dumps(self.arrivals))
+                self.arrivals = []
+                self._say({"dumped": True})
+        for task in tasks:
+            task.cancel()
+
+    async def _reconnect(self, fraction: float) -> None:
+        chosen = random.sample(self.connections, max(1, int(len(self.connections) * fraction)))
+        self.snapshots, self.snapshot_failures = [], 0
+        started = time.perf_counter()
+        for conn in chosen:
+            conn.recovered = None
+            conn.connected.clear()
+            if conn.ws is not None:
+                conn.ws.transport.abort()  # the network dropped it: no close handshake
+        await asyncio.gather(*(c.connected.wait() for c in chosen))
+        took = time.perf_counter() - started
+        self._say(
+            {
+                "reconnected": len(chosen),
+                "seconds": took,
+                "recovered": sum(c.recovered is True for c in chosen),
+                "not_recovered": sum(c.recovered is False for c in chosen),
+                "snapshots": self.snapshots,
+                "snapshot_failures": self.snapshot_failures,
+            }
+        )
+
+    @staticmethod
+    def _say(message: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+def _rss(pid: int) -> int:
+    """Resident memory of a process in bytes (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+# ------------------------------------------------------------------ the parent
+class Clients:
+    """The idle-connection processes, and commands to all of them at once."""
+
+    def __init__(self, specs: list[dict[str, Any]], common: list[str]) -> None:
+        self.procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--role",
+                    "idle",
+                    "--url",
+                    spec["url"],
+                    "--first",
+                    str(spec["first"]),
+                    "--count",
+                    str(spec["count"]),
+                    *common,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for spec in specs
+        ]
+
+    def read_all(self) -> list[dict[str, Any]]:
+        return [json.loads(proc.stdout.readline()) for proc in self.procs]  # type: ignore[union-attr]
+
+    def command(self, line: str) -> list[dict[str, Any]]:
+        for proc in self.procs:
+            proc.stdin.write(line + "\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+        return self.read_all()
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+class Producer:
+    """The active tasks' changes (every ``interval`` s each, batched as plugin workers send them) and
+    their steps' heartbeats; commit times kept for the sampled tasks."""
+
+    def __init__(self, base: str, worker_token: str, executions: list[dict[str, Any]], sampled: set[str]) -> None:
+        import httpx
+
+        self.base = base
+        self.headers = {"Authorization": f"Bearer {worker_token}"}
+        self.executions = executions
+        self.sampled = sampled
+        self.committed: dict[tuple[str, str], float] = {}
+        self.changes = 0
+        self.beats = 0
+        self.failures = 0
+        self.stop = threading.Event()
+        self._httpx = httpx
+
+    def run_changes(self, part: list[dict[str, Any]], interval: float) -> None:
+        client = self._httpx.Client(base_url=self.base, headers=self.headers, timeout=60)
+        now = time.monotonic()
+        due = {i: now + random.uniform(0, interval) for i in range(len(part))}  # spread, not in step
+        while not self.stop.is_set():
+            now = time.monotonic()
+            ready = [i for i, at in due.items() if at <= now]
+            for start in range(0, len(ready), 200):
+                batch = ready[start : start + 200]
+                events = []
+                for i in batch:
+                    ex = part[i]
+                    ex["seq"] += 1
+                    events.append(
+                        {
+                            "eventId": f"cap-{ex['executionId']}-{ex['seq']}",
+                            "eventType": "STEP_PROGRESS",
+                            "sourceSeq": ex["seq"],
+                            "occurredAt": _now_iso(),
+                            "progress": {"current": ex["seq"] % 1000, "total": 1000},
+                            "executionHandle": ex["executionHandle"],
+                        }
+                    )
+                try:
+                    response = client.post("/internal/v1/task-events:batch", json={"events": events})
+                    results = response.json()["results"] if response.status_code == 200 else []
+                except (self._httpx.HTTPError, ValueError):
+                    results = []
+                at = time.time()
+                if len(results) != len(batch):
+                    self.failures += len(batch)
+                for i, result in zip(batch, results, strict=False):
+                    if result.get("accepted"):
+                        self.changes += 1
+                        task_id = part[i]["taskId"]
+                        if task_id in self.sampled:
+                            self.committed[(task_id, str(result.get("taskVersion")))] = at
+                    else:
+                        self.failures += 1
+                        if os.environ.get("CAPACITY_DEBUG"):
+                            print("refused:", result, file=sys.stderr)
+            for i in ready:
+                due[i] += interval
+            self.stop.wait(0.05)
+
+    def run_heartbeats(self, interval: float) -> None:
+        client = self._httpx.Client(base_url=self.base, headers=self.headers, timeout=60)
+        now = time.monotonic()
+        due = {i: now + random.uniform(0, interval) for i in range(len(self.executions))}
+        seq = dict.fromkeys(due, 0)
+        while not self.stop.is_set():
+            now = time.monotonic()
+            ready = [i for i, at in due.items() if at <= now]
+            for start in range(0, len(ready), 2000):
+                items = []
+                for i in ready[start : start + 2000]:
+                    seq[i] += 1
+                    items.append({"executionHandle": self.executions[i]["executionHandle"], "heartbeatSeq": seq[i]})
+                with contextlib.suppress(self._httpx.HTTPError):
+                    if client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": items}).status_code == 200:
+                        self.beats += len(items)
+            for i in ready:
+                due[i] += interval
+            self.stop.wait(0.2)
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _histogram(url: str, name: str) -> dict[float, float]:
+    """Cumulative bucket counts of a Prometheus histogram (upper bound -> count)."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    buckets = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[math.inf if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def _bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> str:
+    """The histogram bucket the q-quantile of the observations between two scrapes falls in."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    if not counts or counts[-1] <= 0:
+        return "n/a"
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= q * counts[-1]:
+            return f"<= {bound * 1000:.0f} ms" if bound != math.inf else "> last bucket"
+    return "n/a"
+
+
+def _pid_of(name: str) -> int | None:
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            if comm.read_text().strip() == name:
+                return int(comm.parent.name)
+    return None
+
+
+def _commits(url: str) -> int:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        row = conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Com_commit'").fetchone()
+    engine.dispose()
+    return int(row[1]) if row else 0
+
+
+@contextlib.contextmanager
+def stack(connections: int) -> Iterator[dict[str, Any]]:
+    """Centrifugo nodes on Redis, the API and the observer, on a scratch database."""
+    from common import REPO, scratch_database  # type: ignore[import-not-found]
+
+    from tests.support.processes import CentrifugoNode, free_port
+
+    workdir = Path(tempfile.mkdtemp(prefix="capacity-"))
+    shared = {
+        "api_key": secrets.token_hex(16),
+        "token_secret": secrets.token_hex(32),
+        "redis_address": "redis://127.0.0.1:6379",
+    }
+    nodes = [
+        CentrifugoNode(workdir=workdir, **shared).start()
+        for _ in range(max(1, math.ceil(connections / CONNECTIONS_PER_NODE)))
+    ]
+    secrets_env = {
+        f"TASK_OBSERVER_{n}": secrets.token_hex(32)
+        for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
+    }
+    metrics_port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with scratch_database() as url:
+            env = {
+                **os.environ,
+                **secrets_env,
+                "TASK_OBSERVER_ENV": "test",
+                "TASK_OBSERVER_DATABASE_URL": url,
+                "TASK_OBSERVER_CENTRIFUGO_API_URL": nodes[0].api_url,
+                "TASK_OBSERVER_CENTRIFUGO_API_KEY": shared["api_key"],
+                "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": shared["token_secret"],
+                "TASK_OBSERVER_OBSERVER_METRICS_PORT": str(metrics_port),
+                "TASK_OBSERVER_DATA_DIR": str(workdir),
+                "TASK_OBSERVER_INTERNAL_RATE_PER_SECOND": "0",
+            }
+            port = free_port()
+            cli = str(REPO / ".venv" / "bin" / "task-observer")
+            procs.append(
+                subprocess.Popen(
+                    [cli, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+            )
+            procs.append(
+                subprocess.Popen(
+                    [cli, "observer", "--mode", "loops"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+            )
+            base = f"http://127.0.0.1:{port}"
+            _wait_ready(base)
+            yield {
+                "url": url,
+                "base": base,
+                "nodes": nodes,
+                "api": procs[0],
+                "observer": procs[1],
+                "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+                "secrets": secrets_env,
+                "token_secret": shared["token_secret"],
+            }
+    finally:
+        for proc in procs:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(15)
+        for node in nodes:
+            node.stop()
+
+
+def _wait_ready(base: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{base}/readyz", timeout=1) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError("the API did not start")
+
+
+def create_executions(base: str, coordinator: str, tasks: int) -> list[dict[str, Any]]:
+    """``tasks`` running steps: a workflow of ten one-step tasks per user, each step bound with its
+    STARTED (executions:bind, a hundred at a time, as the plugin binds a burst)."""
+    import httpx
+
+    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {coordinator}"}, timeout=120)
+    task_ids: list[str] = []
+    for user in range(math.ceil(tasks / TASKS_PER_USER)):
+        count = min(TASKS_PER_USER, tasks - len(task_ids))
+        created = client.post(
+            "/internal/v1/workflows",
+            json={
+                "clientWorkflowKey": uuid.uuid4().hex,
+                "ownerId": f"u{user}",
+                "title": f"capacity {user}",
+                "initialTasks": [
+                    {
+                        "clientTaskKey": f"t{n}",
+                        "title": f"task {n}",
+                        "knownSteps": [{"stepId": "s", "operationCode": "DOCUMENT.PARSE"}],
+                    }
+                    for n in range(count)
+                ],
+            },
+        )
+        created.raise_for_status()
+        task_ids += [t["taskId"] for t in created.json()["tasks"]]
+    executions: list[dict[str, Any]] = []
+    for start in range(0, len(task_ids), 100):
+        part = task_ids[start : start + 100]
+        items = [
+            {
+                "activate": {
+                    "taskId": task_id,
+                    "stepId": "s",
+                    "attempt": 1,
+                    "producerId": "capacity",
+                    "heartbeatIntervalSeconds": int(MODEL["heartbeat_interval"]),
+                    "heartbeatTimeoutSeconds": 3600,
+                    "startedEvent": {"eventId": f"cap-start-{task_id}", "occurredAt": _now_iso(), "sourceSeq": 1},
+                }
+            }
+            for task_id in part
+        ]
+        answer = client.post("/internal/v1/executions:bind", json={"items": items})
+        answer.raise_for_status()
+        for task_id, item in zip(part, answer.json()["results"], strict=True):
+            executions.append({**item, "taskId": task_id, "seq": 1})
+    return executions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--connections", type=int, default=20_000)
+    parser.add_argument("--tasks", type=int, default=2_000)
+    parser.add_argument("--seconds", type=float, default=30.0, help="of steady model load")
+    parser.add_argument("--role", default="parent", choices=["parent", "idle"])
+    # the idle clients' own arguments
+    parser.add_argument("--url")
+    parser.add_argument("--api")
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--token-secret")
+    parser.add_argument("--user-token-secret")
+    args = parser.parse_args()
+    if args.role == "idle":
+        asyncio.run(IdleClients(args).main())
+        return
+    run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    from common import process_tree_cpu  # type: ignore[import-not-found]
+
+    from status.domain.auth import Role
+    from status.infra.tokens import ServiceTokens
+
+    users = math.ceil(args.connections / TABS_PER_USER)
+    active = math.ceil(args.tasks / TASKS_PER_USER)
+    if active > users:
+        raise SystemExit(f"{args.tasks} tasks need {active} users, more than {args.connections} connections hold")
+    scale_c, scale_t = args.connections / MODEL["connections"], args.tasks / MODEL["tasks"]
+    print(
+        f"model (seed 15): {MODEL['connections']:,} connections, {MODEL['tasks']:,} tasks changing every"
+        f" {MODEL['change_interval']:.0f} s, heartbeats every {MODEL['heartbeat_interval']:.0f} s"
+    )
+    print(
+        f"this run: {args.connections:,} connections ({scale_c:.2f}x), {args.tasks:,} tasks ({scale_t:.2f}x),"
+        f" {users:,} users of {TABS_PER_USER} connections, {active:,} of them with {TASKS_PER_USER} active tasks"
+    )
+    with stack(args.connections) as s:
+        tokens = ServiceTokens(s["secrets"]["TASK_OBSERVER_SERVICE_TOKEN_SECRET"])
+        coordinator = tokens.issue("capacity", TENANT, "s", [Role.COORDINATOR, Role.WORKER])
+        executions = create_executions(s["base"], coordinator, args.tasks)
+        nodes = s["nodes"]
+        node_rss = sum(_rss(n.process.pid) for n in nodes)
+        specs, first = [], 0
+        per_client = min(CONNECTIONS_PER_CLIENT, math.ceil(args.connections / len(nodes)))
+        while first < args.connections:
+            count = min(per_client, args.connections - first)
+            specs.append({"url": nodes[len(specs) % len(nodes)].ws_url, "first": first, "count": count})
+            first += count
+        common = ["--api", s["base"], "--token-secret", s["token_secret"]]
+        common += ["--user-token-secret", s["secrets"]["TASK_OBSERVER_USER_TOKEN_SECRET"]]
+        # 1. idle connections
+        started = time.perf_counter()
+        clients = Clients(specs, common)
+        try:
+            clients.read_all()
+            ramp = time.perf_counter() - started
+            stats = clients.command("stats")
+            held = sum(x["held"] for x in stats)
+            node_mem = (sum(_rss(n.process.pid) for n in nodes) - node_rss) / max(1, held)
+            client_mem = sum(x["rss"] for x in stats) / max(1, held)
+            print(
+                f"\n1. idle connections: {held:,} held ({held / MODEL['connections']:.2f}x the model) on"
+                f" {len(nodes)} Centrifugo node(s), ramp {ramp:.1f} s; Centrifugo {node_mem / 1024:.1f} KiB per"
+                f" connection, the Python clients {client_mem / 1024:.1f} KiB"
+            )
+            steady(args, s, clients, executions, process_tree_cpu)
+        finally:
+            clients.stop()
+
+
+def steady(
+    args: argparse.Namespace, s: dict[str, Any], clients: Clients, executions: list[dict[str, Any]],
+    process_tree_cpu: Any,
+) -> None:  # fmt: skip
+    producer = Producer(s["base"], _worker_token(s), executions, {ex["taskId"] for ex in executions})
+    parts = [executions[i::2] for i in range(2)]
+    threads = [
+        threading.Thread(target=producer.run_changes, args=(part, MODEL["change_interval"]), daemon=True)
+        for part in parts
+    ]
+    threads.append(threading.Thread(target=producer.run_heartbeats, args=(MODEL["heartbeat_interval"],), daemon=True))
+    components = {
+        "API": s["api"].pid,
+        "observer": s["observer"].pid,
+        "MariaDB": _pid_of("mariadbd"),
+        "Redis": _pid_of("redis-server"),
+        **{f"Centrifugo {i + 1}": n.process.pid for i, n in enumerate(s["nodes"])},
+    }
+    for thread in threads:
+        thread.start()
+    time.sleep(min(10.0, args.seconds / 3))  # into the steady state: every task has changed at least once
+    # 2. steady model load
+    cpu = {name: process_tree_cpu(pid) for name, pid in components.items() if pid}
+    cpu["idle clients"] = sum(process_tree_cpu(p) for p in clients.pids())
+    cpu["producer"] = time.process_time()
+    histogram = _histogram(s["metrics"], "state_commit_to_publish_seconds")
+    commits = _commits(s["url"])
+    stats = clients.command("stats")
+    changes, beats, began = producer.changes, producer.beats, time.perf_counter()
+    time.sleep(args.seconds)
+    took = time.perf_counter() - began
+    changes, beats = producer.changes - changes, producer.beats - beats
+    after = clients.command("stats")
+    pushes = sum(a["pushes"] - b["pushes"] for a, b in zip(after, stats, strict=True))
+    push_bytes = sum(a["bytes"] - b["bytes"] for a, b in zip(after, stats, strict=True))
+    used = {name: process_tree_cpu(pid) - cpu[name] for name, pid in components.items() if pid}
+    used["idle clients"] = sum(process_tree_cpu(p) for p in clients.pids()) - cpu["idle clients"]
+    used["producer"] = time.process_time() - cpu["producer"]
+    commit_rate = (_commits(s["url"]) - commits) / took
+    target_changes = args.tasks / MODEL["change_interval"]
+    target_beats = args.tasks / MODEL["heartbeat_interval"]
+    publish = _histogram(s["metrics"], "state_commit_to_publish_seconds")
+    arrivals = []
+    for n in range(len(clients.procs)):
+        path = Path(tempfile.mkdtemp()) / f"arrivals-{n}.json"
+        clients.procs[n].stdin.write(f"dump {path}\n")  # type: ignore[union-attr]
+        clients.procs[n].stdin.flush()  # type: ignore[union-attr]
+        clients.procs[n].stdout.readline()  # type: ignore[union-attr]
+        arrivals += json.loads(path.read_text())
+    latencies = sorted(
+        at - producer.committed[(task_id, version)]
+        for task_id, version, at in arrivals
+        if (task_id, version) in producer.committed
+    )
+    print(
+        f"\n2. steady model load for {took:.0f} s: {changes / took:,.0f} changes/s (target {target_changes:,.0f}:"
+        f" {changes / took / target_changes:.2f}x; the model's {MODEL['tasks'] / MODEL['change_interval']:,.0f}/s is"
+        f" {changes / took / (MODEL['tasks'] / MODEL['change_interval']):.2f}x), heartbeats {beats / took:,.0f}/s"
+        f" (target {target_beats:,.0f}), producer failures {producer.failures}"
+    )
+    print(
+        f"   commit -> client p50 {_ms(latencies, 0.5)} p99 {_ms(latencies, 0.99)} ({len(latencies):,} arrivals timed);"
+        f" commit -> publish p50 {_bucket_quantile(histogram, publish, 0.5)},"
+        f" p99 {_bucket_quantile(histogram, publish, 0.99)} (observer histogram)"
+    )
+    print(
+        f"   delivered {pushes / took:,.0f} publications/s to clients, {push_bytes / max(1, pushes):.0f} bytes each"
+        f" (model: 800); database commits {commit_rate:,.0f}/s"
+    )
+    print("   CPU per component: cores used, and ms per change")
+    for name, seconds in sorted(used.items(), key=lambda kv: -kv[1]):
+        print(f"     {name:14s} {seconds / took:5.2f} cores  {1000 * seconds / max(1, changes):6.2f} ms/change")
+    system = {name: seconds for name, seconds in used.items() if name not in ("idle clients", "producer")}
+    busiest = max(system.items(), key=lambda kv: kv[1])
+    print(
+        f"   saturates first: {busiest[0]} ({busiest[1] / took:.2f} of one core, {os.cpu_count()} cores here;"
+        f" the load generators left aside); the machine: {sum(used.values()) / took:.2f} cores busy"
+    )
+    # 3. reconnects under that load
+    for fraction in (0.1, 0.3):
+        _reconnect(clients, fraction, f"3. reconnect {fraction:.0%} at once")
+    # 4. history gone: every reconnect must load its snapshot
+    _drop_history()
+    _reconnect(clients, 0.3, "4. history gone, reconnect 30 %")
+    producer.stop.set()
+    for thread in threads:
+        thread.join(30)
+
+
+def _drop_history() -> None:
+    """Centrifugo's history streams removed from Redis: no reconnect can recover."""
+    keys = subprocess.run(
+        ["redis-cli", "--scan", "--pattern", "centrifugo.stream*"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    for start in range(0, len(keys), 500):
+        subprocess.run(["redis-cli", "DEL", *keys[start : start + 500]], capture_output=True, check=False)
+
+
+def _reconnect(clients: Clients, fraction: float, title: str) -> None:
+    results = clients.command(f"reconnect {fraction}")
+    count = sum(r["reconnected"] for r in results)
+    slowest = max(r["seconds"] for r in results)
+    recovered = sum(r["recovered"] for r in results)
+    snapshots = sorted(x for r in results for x in r["snapshots"])
+    failures = sum(r["snapshot_failures"] for r in results)
+    print(
+        f"\n{title}: {count:,} connections back in {slowest:.1f} s; {recovered:,} recovered from history,"
+        f" {count - recovered:,} did not and loaded a snapshot ({len(snapshots):,} loaded, {failures} failed;"
+        f" p50 {_ms(snapshots, 0.5, 0)} p99 {_ms(snapshots, 0.99, 0)})"
+    )
+
+
+def _ms(values: list[float], q: float, base: float = 0.0) -> str:
+    if not values:
+        return "n/a"
+    return f"{1000 * (values[min(len(values) - 1, int(q * len(values)))] - base):.0f} ms"
+
+
+def _worker_token(s: dict[str, Any]) -> str:
+    from status.domain.auth import Role
+    from status.infra.tokens import ServiceTokens
+
+    return ServiceTokens(s["secrets"]["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
+        "capacity", TENANT, "s", [Role.WORKER]
+    )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    main()
