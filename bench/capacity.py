@@ -29,7 +29,10 @@ Phases, each printed with its figures:
    connected again, how many recovered from history and how many loaded a snapshot;
 4. **history gone -> snapshot storm**: Centrifugo's history removed from Redis, 30 %
    reconnect: none can recover, every one loads its snapshot (GET /api/me/tasks): how long
-   until all have, and the snapshot's p50/p99.
+   until all have, and the snapshot's p50/p99;
+5. **heartbeat renewal after a status-service outage**: the API killed for ``--outage``
+   seconds (60) while every step keeps beating, then started again: how long until every
+   running step's beat is accepted again, and how many steps went STALE.
 
 The 100k outbox backlog is ``bench/relay.py``; the loss of a node of each kind is
 ``bench/faults.py``.
@@ -63,6 +66,8 @@ TASKS_PER_USER = 10
 # two connections: the model's two deliveries per change. The other connections are users with
 # nothing running, who only hold their connection (most of the model's 100,000).
 TABS_PER_USER = 2
+# Three missed intervals make a step STALE (SPEC: a timeout of tens of seconds).
+HEARTBEAT_TIMEOUT = int(3 * MODEL["heartbeat_interval"])
 CONNECTIONS_PER_NODE = 15_000
 CONNECTIONS_PER_CLIENT = 5_000
 
@@ -330,6 +335,8 @@ class Producer:
         self.changes = 0
         self.beats = 0
         self.failures = 0
+        self.beat_at: dict[int, float] = {}  # execution index -> time.monotonic() of its last accepted beat
+        self.paused = threading.Event()  # changes held (an outage: a worker's reports wait in its outbox)
         self.stop = threading.Event()
         self._httpx = httpx
 
@@ -339,7 +346,7 @@ class Producer:
         due = {i: now + random.uniform(0, interval) for i in range(len(part))}  # spread, not in step
         while not self.stop.is_set():
             now = time.monotonic()
-            ready = [i for i, at in due.items() if at <= now]
+            ready = [i for i, at in due.items() if at <= now] if not self.paused.is_set() else []
             for start in range(0, len(ready), 200):
                 batch = ready[start : start + 200]
                 events = []
@@ -387,13 +394,19 @@ class Producer:
             now = time.monotonic()
             ready = [i for i, at in due.items() if at <= now]
             for start in range(0, len(ready), 2000):
+                chosen = ready[start : start + 2000]
                 items = []
-                for i in ready[start : start + 2000]:
+                for i in chosen:
                     seq[i] += 1
                     items.append({"executionHandle": self.executions[i]["executionHandle"], "heartbeatSeq": seq[i]})
                 with contextlib.suppress(self._httpx.HTTPError):
-                    if client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": items}).status_code == 200:
-                        self.beats += len(items)
+                    response = client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": items})
+                    if response.status_code == 200:
+                        at = time.monotonic()
+                        for i, result in zip(chosen, response.json()["results"], strict=True):
+                            if result.get("accepted"):
+                                self.beats += 1
+                                self.beat_at[i] = at
             for i in ready:
                 due[i] += interval
             self.stop.wait(0.2)
@@ -496,7 +509,16 @@ def stack(connections: int) -> Iterator[dict[str, Any]]:
             )
             base = f"http://127.0.0.1:{port}"
             _wait_ready(base)
+
+            def restart_api() -> subprocess.Popen[bytes]:
+                procs[0] = subprocess.Popen(
+                    [cli, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+                _wait_ready(base)
+                return procs[0]
+
             yield {
+                "restart_api": restart_api,
                 "url": url,
                 "base": base,
                 "nodes": nodes,
@@ -563,7 +585,7 @@ def create_executions(base: str, coordinator: str, tasks: int) -> list[dict[str,
                     "attempt": 1,
                     "producerId": "capacity",
                     "heartbeatIntervalSeconds": int(MODEL["heartbeat_interval"]),
-                    "heartbeatTimeoutSeconds": 3600,
+                    "heartbeatTimeoutSeconds": HEARTBEAT_TIMEOUT,
                     "startedEvent": {"eventId": f"cap-start-{task_id}", "occurredAt": _now_iso(), "sourceSeq": 1},
                 }
             }
@@ -581,6 +603,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=20_000)
     parser.add_argument("--tasks", type=int, default=2_000)
     parser.add_argument("--seconds", type=float, default=30.0, help="of steady model load")
+    parser.add_argument("--steady-only", action="store_true", help="phases 1 and 2 only (no reconnects)")
+    parser.add_argument("--outage", type=float, default=60.0, help="seconds the API is down in phase 5")
     parser.add_argument("--role", default="parent", choices=["parent", "idle"])
     # the idle clients' own arguments
     parser.add_argument("--url")
@@ -727,15 +751,66 @@ def steady(
         f"   saturates first: {busiest[0]} ({busiest[1] / took:.2f} of one core, {os.cpu_count()} cores here;"
         f" the load generators left aside); the machine: {sum(used.values()) / took:.2f} cores busy"
     )
+    if args.steady_only:
+        producer.stop.set()
+        return
     # 3. reconnects under that load
     for fraction in (0.1, 0.3):
         _reconnect(clients, fraction, f"3. reconnect {fraction:.0%} at once")
     # 4. history gone: every reconnect must load its snapshot
     _drop_history()
     _reconnect(clients, 0.3, "4. history gone, reconnect 30 %")
+    # 5. the status service down for a while: every executor's heartbeats come back at once
+    outage(args, s, producer)
     producer.stop.set()
     for thread in threads:
         thread.join(30)
+
+
+def outage(args: argparse.Namespace, s: dict[str, Any], producer: Producer) -> None:
+    """kill -9 of the API for ``--outage`` seconds while every step keeps beating (the beats fail,
+    as a worker's do); then the API is started again: how long until every running step's beat is
+    accepted again, what the API spends on the renewal, and how many steps went STALE."""
+    import signal
+
+    import sqlalchemy as sa
+
+    from status.infra import tables as t
+
+    producer.paused.set()
+    s["api"].send_signal(signal.SIGKILL)
+    s["api"].wait()
+    time.sleep(args.outage)
+    back = time.monotonic()
+    s["api"] = s["restart_api"]()
+    cpu = _cpu_of(s["api"].pid)
+    deadline = back + 4 * MODEL["heartbeat_interval"]
+    while time.monotonic() < deadline:
+        if all(producer.beat_at.get(i, 0.0) >= back for i in range(len(producer.executions))):
+            break
+        time.sleep(0.1)
+    renewed = sum(1 for i in range(len(producer.executions)) if producer.beat_at.get(i, 0.0) >= back)
+    took = max((producer.beat_at.get(i, 0.0) for i in range(len(producer.executions))), default=back) - back
+    api_cpu = _cpu_of(s["api"].pid) - cpu
+    producer.paused.clear()
+    engine = sa.create_engine(s["url"], poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        stale = conn.execute(
+            sa.select(sa.func.count()).select_from(t.task_step).where(t.task_step.c.health == "STALE")
+        ).scalar_one()
+    engine.dispose()
+    print(
+        f"\n5. API down {args.outage:.0f} s (kill -9, then started again): {renewed:,} of"
+        f" {len(producer.executions):,} running steps' heartbeats accepted again within {took:.1f} s of its return"
+        f" (they beat every {MODEL['heartbeat_interval']:.0f} s); the API's CPU meanwhile {api_cpu:.1f} s;"
+        f" steps STALE now: {stale} (timeout {HEARTBEAT_TIMEOUT} s: an outage of every executor suspends STALE)"
+    )
+
+
+def _cpu_of(pid: int) -> float:
+    from common import process_tree_cpu  # type: ignore[import-not-found]
+
+    return float(process_tree_cpu(pid))
 
 
 def _drop_history() -> None:
