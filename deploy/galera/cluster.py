@@ -18,7 +18,6 @@ databases, as ``scripts/services`` grants on the single server.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import shutil
@@ -33,6 +32,9 @@ from pathlib import Path
 import pymysql
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from detached import Detached  # noqa: E402 (deploy/detached.py, beside this folder)
+
 NODES = (1, 2, 3)
 UP_TIMEOUT = 120.0  # a node's start, SST included
 
@@ -62,38 +64,9 @@ class Cluster:
         return f"mysql+{driver}://{self.user}:{self.password}@127.0.0.1:{self.writer_port}/{database}?charset=utf8mb4"
 
     # ------------------------------------------------------------ processes
-    def _pidfile(self, name: str) -> Path:
-        return self.dir / f"{name}.pid"
-
-    def _spawn(self, name: str, command: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
-        proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-        self._pidfile(name).write_text(str(proc.pid))
-
-    def _pid(self, name: str) -> int | None:
-        try:
-            pid = int(self._pidfile(name).read_text())
-            os.kill(pid, 0)
-            return pid
-        except (OSError, ValueError):
-            return None
-
-    def _signal(self, name: str, sig: signal.Signals, wait: float = 30.0) -> None:
-        pid = self._pid(name)
-        if pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.05)
-        self._pidfile(name).unlink(missing_ok=True)
+    @property
+    def _procs(self) -> Detached:
+        return Detached(self.dir)
 
     # ------------------------------------------------------------ nodes
     def _config(self, node: int) -> Path:
@@ -130,7 +103,7 @@ class Cluster:
 
     def start_node(self, node: int, *, bootstrap: bool = False) -> None:
         self._initialise(node)
-        if self._pid(f"node{node}") is not None:
+        if self._procs.pid(f"node{node}") is not None:
             return
         command = ["mariadbd", f"--defaults-file={self._config(node)}", "--user=mysql"]
         if bootstrap:
@@ -138,13 +111,13 @@ class Cluster:
             if grastate.exists():  # the cluster is started again from this node: it is the one to trust
                 grastate.write_text(re.sub(r"safe_to_bootstrap: 0", "safe_to_bootstrap: 1", grastate.read_text()))
             command.append("--wsrep-new-cluster")
-        self._spawn(f"node{node}", command)
+        self._procs.spawn(f"node{node}", command)
 
     def kill_node(self, node: int) -> None:
-        self._signal(f"node{node}", signal.SIGKILL)
+        self._procs.stop(f"node{node}", signal.SIGKILL)
 
     def stop_node(self, node: int) -> None:
-        self._signal(f"node{node}", signal.SIGTERM, wait=60)
+        self._procs.stop(f"node{node}", signal.SIGTERM, wait=60)
 
     def node_state(self, node: int) -> tuple[str | None, str | None]:
         """(wsrep_ready, wsrep_local_state) of a node, or (None, None) when it does not answer."""
@@ -169,7 +142,7 @@ class Cluster:
         while time.monotonic() < deadline:
             if self.node_state(node) == ("ON", "4"):
                 return
-            if self._pid(f"node{node}") is None:
+            if self._procs.pid(f"node{node}") is None:
                 raise RuntimeError(f"node{node} exited; see {self.datadir(node) / 'error.log'}")
             time.sleep(0.2)
         raise TimeoutError(f"node{node} not synced within {timeout:.0f} s; see {self.datadir(node) / 'error.log'}")
@@ -205,9 +178,9 @@ class Cluster:
 
     # ------------------------------------------------------------ the balancer and its checks
     def _start_balancer(self) -> None:
-        if self._pid("clustercheck") is None:
+        if self._procs.pid("clustercheck") is None:
             nodes = [f"{self.check_port(n)}=127.0.0.1:{self.port(n)}" for n in NODES]
-            self._spawn(
+            self._procs.spawn(
                 "clustercheck",
                 [
                     sys.executable,
@@ -220,12 +193,12 @@ class Cluster:
                 ],
             )
         self._wait_checks()
-        if self._pid("haproxy") is None:
+        if self._procs.pid("haproxy") is None:
             config = (HERE.parent / "haproxy" / "galera.cfg").read_text()
             ports = {f"port{n}": self.port(n) for n in NODES} | {f"check{n}": self.check_port(n) for n in NODES}
             path = self.dir / "haproxy.cfg"
             path.write_text(config.format(listen_port=self.writer_port, **ports))
-            self._spawn("haproxy", [shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", str(path)])
+            self._procs.spawn("haproxy", [shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", str(path)])
 
     def _wait_checks(self, timeout: float = 30.0) -> None:
         """Until every node's check answers 200: a balancer started earlier would mark a node down
@@ -268,7 +241,7 @@ class Cluster:
     def up(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o755)
-        running = [n for n in NODES if self._pid(f"node{n}") is not None]
+        running = [n for n in NODES if self._procs.pid(f"node{n}") is not None]
         if not running:
             self.start_node(1, bootstrap=True)
             self.wait_synced(1)
@@ -281,7 +254,7 @@ class Cluster:
 
     def down(self) -> None:
         for name in ("haproxy", "clustercheck"):
-            self._signal(name, signal.SIGTERM)
+            self._procs.stop(name, signal.SIGTERM)
         for node in reversed(NODES):  # the last to stop is the one safe to bootstrap from
             self.stop_node(node)
 

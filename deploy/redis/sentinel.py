@@ -13,16 +13,18 @@ failover. Processes are detached and recorded in DIR.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from detached import Detached  # noqa: E402 (deploy/detached.py, beside this folder)
+
 MASTER_NAME = "task-observer"
 SENTINELS = (1, 2, 3)
 
@@ -47,37 +49,12 @@ class SentinelRedis:
         return self.base_port + n
 
     # ------------------------------------------------------------ processes
-    def _spawn(self, name: str, command: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
-        proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-        (self.dir / f"{name}.pid").write_text(str(proc.pid))
-
-    def _pid(self, name: str) -> int | None:
-        try:
-            pid = int((self.dir / f"{name}.pid").read_text())
-            os.kill(pid, 0)
-            return pid
-        except (OSError, ValueError):
-            return None
-
-    def _signal(self, name: str, sig: signal.Signals) -> None:
-        pid = self._pid(name)
-        if pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        for _ in range(300):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.05)
-        (self.dir / f"{name}.pid").unlink(missing_ok=True)
+    @property
+    def _procs(self) -> Detached:
+        return Detached(self.dir)
 
     def start_redis(self, n: int, replica_of: int | None = None) -> None:
-        if self._pid(f"redis{n}") is not None:
+        if self._procs.pid(f"redis{n}") is not None:
             return
         command = [
             shutil.which("redis-server") or "/usr/bin/redis-server",
@@ -86,11 +63,11 @@ class SentinelRedis:
         ]  # fmt: skip
         if replica_of is not None:
             command += ["--replicaof", "127.0.0.1", str(replica_of)]
-        self._spawn(f"redis{n}", command)
+        self._procs.spawn(f"redis{n}", command)
         self._wait(lambda: redis_cli(self.redis_port(n), "ping") == "PONG", f"redis{n}")
 
     def start_sentinel(self, n: int) -> None:
-        if self._pid(f"sentinel{n}") is not None:
+        if self._procs.pid(f"sentinel{n}") is not None:
             return
         config = self.dir / f"sentinel{n}.conf"
         if not config.exists():  # a sentinel keeps what it learned in its file: not overwritten
@@ -100,7 +77,7 @@ class SentinelRedis:
                 .format(port=self.base_port + 10 + n, dir=self.dir, primary_port=self.redis_port(1))
             )
         server = shutil.which("redis-sentinel") or shutil.which("redis-server") or "/usr/bin/redis-server"
-        self._spawn(f"sentinel{n}", [server, str(config), "--sentinel"])
+        self._procs.spawn(f"sentinel{n}", [server, str(config), "--sentinel"])
 
     def _wait(self, ready: object, what: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -142,7 +119,7 @@ class SentinelRedis:
         """kill -9 of the current primary; returns its number (1 or 2)."""
         port = self.primary_port()
         n = 1 if port == self.redis_port(1) else 2
-        self._signal(f"redis{n}", signal.SIGKILL)
+        self._procs.stop(f"redis{n}", signal.SIGKILL)
         return n
 
     def restart_redis(self, n: int) -> None:
@@ -152,9 +129,9 @@ class SentinelRedis:
 
     def down(self) -> None:
         for n in SENTINELS:
-            self._signal(f"sentinel{n}", signal.SIGTERM)
+            self._procs.stop(f"sentinel{n}", signal.SIGTERM)
         for n in (1, 2):
-            self._signal(f"redis{n}", signal.SIGTERM)
+            self._procs.stop(f"redis{n}", signal.SIGTERM)
 
 
 def main() -> None:
