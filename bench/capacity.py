@@ -27,14 +27,20 @@ Phases, each printed with its figures:
    component per change, database commits per second, and what saturates first;
 3. **reconnect 10 % and 30 % at once** under that load: how long until every one is
    connected again, how many recovered from history and how many loaded a snapshot;
-4. **history gone -> snapshot storm**: Centrifugo's history removed from Redis, 30 %
+4. **a hot project**: ten tasks granted to one project whose members hold a quarter of the
+   connections, changed ``--hot-rate`` times a second: deliveries/s, commit -> member p50/p99,
+   the API's and Centrifugo's CPU per hot change;
+5. **an outbox backlog**: ``--backlog`` messages (100,000) pile up while the observer is stopped,
+   the steady load going on; then it goes on: how long until the outbox is empty, and how long
+   live changes take to reach their clients meanwhile;
+6. **history gone -> snapshot storm**: Centrifugo's history removed from Redis, 30 %
    reconnect: none can recover, every one loads its snapshot (GET /api/me/tasks): how long
    until all have, and the snapshot's p50/p99;
-5. **heartbeat renewal after a status-service outage**: the API killed for ``--outage``
+7. **heartbeat renewal after a status-service outage**: the API killed for ``--outage``
    seconds (60) while every step keeps beating, then started again: how long until every
    running step's beat is accepted again, and how many steps went STALE.
 
-The 100k outbox backlog is ``bench/relay.py``; the loss of a node of each kind is
+The relay's drain alone is ``bench/relay.py``; the loss of a node of each kind is
 ``bench/faults.py``.
 """
 
@@ -68,21 +74,26 @@ TASKS_PER_USER = 10
 TABS_PER_USER = 2
 # Three missed intervals make a step STALE (SPEC: a timeout of tens of seconds).
 HEARTBEAT_TIMEOUT = int(3 * MODEL["heartbeat_interval"])
+# The hot project: its members' connections hold its shared channel; a few tasks granted to it
+# change often, and each change goes to every member.
+HOT_PROJECT = "hot"
+HOT_CHANNEL = f"task_shared:{TENANT}/project.{HOT_PROJECT}"
+HOT_TASKS = 10
 CONNECTIONS_PER_NODE = 15_000
 CONNECTIONS_PER_CLIENT = 5_000
 
 
 # ------------------------------------------------------------------ the idle clients (own processes)
 class IdleConnection:
-    """One browser tab, as far as Centrifugo can tell: connected, subscribed, answering pings."""
+    """One browser tab, as far as Centrifugo can tell: connected, subscribed (to the channels in its
+    token: the user's own, and its project's when it is a member of the hot one), answering pings."""
 
-    def __init__(self, client: IdleClients, user: str, token: str) -> None:
+    def __init__(self, client: IdleClients, user: str, channels: list[str], token: str) -> None:
         self.client = client
         self.user = user
-        self.channel = f"task_user:{TENANT}/{user}"
+        self.channels = channels
         self.token = token
-        self.offset: int | None = None
-        self.epoch: str | None = None
+        self.positions: dict[str, tuple[int, str | None]] = {}  # channel -> (offset, epoch) seen
         self.ws: Any = None
         self.connected = asyncio.Event()  # connected and current (recovered, or its snapshot loaded)
         self.recovered: bool | None = None
@@ -106,8 +117,11 @@ class IdleConnection:
 
     async def _session(self, ws: Any) -> None:
         connect: dict[str, Any] = {"token": self.token}
-        if self.offset is not None:
-            connect["subs"] = {self.channel: {"recover": True, "offset": self.offset, "epoch": self.epoch}}
+        if self.positions:
+            connect["subs"] = {
+                channel: {"recover": True, "offset": offset, "epoch": epoch}
+                for channel, (offset, epoch) in self.positions.items()
+            }
         await ws.send(json.dumps({"id": 1, "connect": connect}))
         async for frame in ws:
             for line in frame.splitlines():
@@ -122,16 +136,18 @@ class IdleConnection:
                     self._push(message["push"], len(line))
 
     async def _connected(self, reply: dict[str, Any]) -> None:
-        """Connected: current at once when recovered (or new), else once its snapshot is loaded
-        (what the UI does when history cannot fill the gap), which goes on beside the connection
-        (its pings are answered meanwhile)."""
-        sub = (reply.get("subs") or {}).get(self.channel, {})
-        was, recovered = self.offset is not None, bool(sub.get("recovered"))
-        self.epoch = sub.get("epoch", self.epoch)
-        offset = int(sub.get("offset", 0))
-        self.offset = max(self.offset or 0, offset) if recovered else offset
-        for pub in sub.get("publications") or []:
-            self._pub(pub, 0)
+        """Connected: current at once when every channel recovered (or is new), else once its
+        snapshot is loaded (what the UI does when history cannot fill the gap), which goes on
+        beside the connection (its pings are answered meanwhile)."""
+        was, recovered = bool(self.positions), True
+        for channel, sub in (reply.get("subs") or {}).items():
+            ok = bool(sub.get("recovered"))
+            recovered = recovered and ok
+            offset, epoch = self.positions.get(channel, (0, None))
+            top = int(sub.get("offset", 0))
+            self.positions[channel] = (max(offset, top) if ok else top, sub.get("epoch", epoch))
+            for pub in sub.get("publications") or []:
+                self._pub(channel, pub, 0)
         self.recovered = recovered if was else None
         if was and not recovered:
             self.loading = asyncio.create_task(self._current_after_snapshot())
@@ -144,11 +160,12 @@ class IdleConnection:
 
     def _push(self, push: dict[str, Any], size: int) -> None:
         if "pub" in push:
-            self._pub(push["pub"], size)
+            self._pub(push.get("channel", ""), push["pub"], size)
 
-    def _pub(self, pub: dict[str, Any], size: int) -> None:
-        if "offset" in pub:
-            self.offset = max(self.offset or 0, int(pub["offset"]))
+    def _pub(self, channel: str, pub: dict[str, Any], size: int) -> None:
+        if "offset" in pub and channel in self.positions:
+            offset, epoch = self.positions[channel]
+            self.positions[channel] = (max(offset, int(pub["offset"])), epoch)
         data = pub.get("data") or {}
         self.client.delivered(data.get("taskId"), data.get("taskVersion"), size)
 
@@ -167,8 +184,11 @@ class IdleClients:
         self.connections = []
         for i in range(args.first, args.first + args.count):
             user = f"u{i // TABS_PER_USER}"
-            token, _ = realtime.connection(UserPrincipal(TENANT, user), [f"task_user:{TENANT}/{user}"])
-            self.connections.append(IdleConnection(self, user, token))
+            channels = [f"task_user:{TENANT}/{user}"]
+            if i < args.hot_members:
+                channels.append(HOT_CHANNEL)
+            token, _ = realtime.connection(UserPrincipal(TENANT, user), channels)
+            self.connections.append(IdleConnection(self, user, channels, token))
         self.arrivals: list[tuple[str, str, float]] = []
         self.pushes = 0
         self.bytes = 0
@@ -604,7 +624,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2_000)
     parser.add_argument("--seconds", type=float, default=30.0, help="of steady model load")
     parser.add_argument("--steady-only", action="store_true", help="phases 1 and 2 only (no reconnects)")
-    parser.add_argument("--outage", type=float, default=60.0, help="seconds the API is down in phase 5")
+    parser.add_argument("--outage", type=float, default=60.0, help="seconds the API is down in phase 7")
+    parser.add_argument("--hot-members", type=int, help="connections in the hot project (default: a quarter)")
+    parser.add_argument("--hot-rate", type=float, default=10.0, help="changes/s to the hot project's tasks")
+    parser.add_argument("--backlog", type=int, default=100_000, help="outbox messages piled up in phase 5")
     parser.add_argument("--role", default="parent", choices=["parent", "idle"])
     # the idle clients' own arguments
     parser.add_argument("--url")
@@ -614,6 +637,8 @@ def main() -> None:
     parser.add_argument("--token-secret")
     parser.add_argument("--user-token-secret")
     args = parser.parse_args()
+    if args.hot_members is None:
+        args.hot_members = args.connections // 4
     if args.role == "idle":
         asyncio.run(IdleClients(args).main())
         return
@@ -642,6 +667,7 @@ def run(args: argparse.Namespace) -> None:
     with stack(args.connections) as s:
         tokens = ServiceTokens(s["secrets"]["TASK_OBSERVER_SERVICE_TOKEN_SECRET"])
         coordinator = tokens.issue("capacity", TENANT, "s", [Role.COORDINATOR, Role.WORKER])
+        s["coordinator"] = coordinator
         executions = create_executions(s["base"], coordinator, args.tasks)
         nodes = s["nodes"]
         node_rss = sum(_rss(n.process.pid) for n in nodes)
@@ -651,7 +677,7 @@ def run(args: argparse.Namespace) -> None:
             count = min(per_client, args.connections - first)
             specs.append({"url": nodes[len(specs) % len(nodes)].ws_url, "first": first, "count": count})
             first += count
-        common = ["--api", s["base"], "--token-secret", s["token_secret"]]
+        common = ["--api", s["base"], "--token-secret", s["token_secret"], "--hot-members", str(args.hot_members)]
         common += ["--user-token-secret", s["secrets"]["TASK_OBSERVER_USER_TOKEN_SECRET"]]
         # 1. idle connections
         started = time.perf_counter()
@@ -715,13 +741,7 @@ def steady(
     target_changes = args.tasks / MODEL["change_interval"]
     target_beats = args.tasks / MODEL["heartbeat_interval"]
     publish = _histogram(s["metrics"], "state_commit_to_publish_seconds")
-    arrivals = []
-    for n in range(len(clients.procs)):
-        path = Path(tempfile.mkdtemp()) / f"arrivals-{n}.json"
-        clients.procs[n].stdin.write(f"dump {path}\n")  # type: ignore[union-attr]
-        clients.procs[n].stdin.flush()  # type: ignore[union-attr]
-        clients.procs[n].stdout.readline()  # type: ignore[union-attr]
-        arrivals += json.loads(path.read_text())
+    arrivals = _dump_arrivals(clients)
     latencies = sorted(
         at - producer.committed[(task_id, version)]
         for task_id, version, at in arrivals
@@ -758,13 +778,177 @@ def steady(
     for fraction in (0.1, 0.3):
         _reconnect(clients, fraction, f"3. reconnect {fraction:.0%} at once")
     # 4. history gone: every reconnect must load its snapshot
+    hot_project(args, s, clients, producer)
+    backlog(args, s, clients, producer)
     _drop_history()
-    _reconnect(clients, 0.3, "4. history gone, reconnect 30 %")
-    # 5. the status service down for a while: every executor's heartbeats come back at once
+    _reconnect(clients, 0.3, "6. history gone, reconnect 30 %")
+    # 7. the status service down for a while: every executor's heartbeats come back at once
     outage(args, s, producer)
     producer.stop.set()
     for thread in threads:
         thread.join(30)
+
+
+def hot_project(args: argparse.Namespace, s: dict[str, Any], clients: Clients, producer: Producer) -> None:
+    """Ten tasks granted to one project whose members hold a quarter of the connections, changed
+    ``--hot-rate`` times a second beside the steady load: deliveries per second, commit -> member
+    p50/p99, and the cost of the fan-out."""
+    import httpx
+
+    executions = producer.executions[:HOT_TASKS]
+    admin = httpx.Client(base_url=s["base"], headers={"Authorization": f"Bearer {s['coordinator']}"}, timeout=60)
+    for ex in executions:
+        admin.put(f"/internal/v1/tasks/{ex['taskId']}/acl/PROJECT/{HOT_PROJECT}", json={}).raise_for_status()
+    components = {"API": s["api"].pid, **{f"Centrifugo {i + 1}": n.process.pid for i, n in enumerate(s["nodes"])}}
+    cpu = {name: _cpu_of(pid) for name, pid in components.items()}
+    before = clients.command("stats")
+    _dump_arrivals(clients)  # the steady phase's arrivals are not this phase's
+    seconds = max(3.0, args.seconds / 2)
+    # A change of each hot task per tick, in one request (as a worker's burst): ticks at the rate
+    # that makes --hot-rate changes a second in all.
+    tick = len(executions) / args.hot_rate
+    sent, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        events = []
+        for ex in executions:
+            ex["seq"] += 1
+            events.append(
+                {
+                    "eventId": f"cap-{ex['executionId']}-{ex['seq']}",
+                    "eventType": "STEP_PROGRESS",
+                    "sourceSeq": ex["seq"],
+                    "occurredAt": _now_iso(),
+                    "progress": {"current": ex["seq"] % 1000, "total": 1000},
+                    "executionHandle": ex["executionHandle"],
+                }
+            )
+        results = admin.post("/internal/v1/task-events:batch", json={"events": events}).json()["results"]
+        at = time.time()
+        for ex, result in zip(executions, results, strict=True):
+            if result.get("accepted"):
+                producer.committed[(ex["taskId"], str(result.get("taskVersion")))] = at
+                sent += 1
+        time.sleep(max(0.0, (sent / len(executions)) * tick - (time.perf_counter() - began)))
+    took = time.perf_counter() - began
+    time.sleep(2)  # the last deliveries
+    after = clients.command("stats")
+    pushes = sum(a["pushes"] - b["pushes"] for a, b in zip(after, before, strict=True))
+    hot = {ex["taskId"] for ex in executions}
+    latencies = sorted(
+        at - producer.committed[(task_id, version)]
+        for task_id, version, at in _dump_arrivals(clients)
+        if task_id in hot and (task_id, version) in producer.committed
+    )
+    used = {name: _cpu_of(pid) - cpu[name] for name, pid in components.items()}
+    print(
+        f"\n4. hot project: {args.hot_members:,} member connections, {HOT_TASKS} tasks granted to it changed"
+        f" {sent / took:.1f} times/s: {pushes / took:,.0f} publications/s delivered in all,"
+        f" {len(latencies):,} hot arrivals timed: commit -> member p50 {_ms(latencies, 0.5)}"
+        f" p99 {_ms(latencies, 0.99)};"
+        f" CPU per hot change: "
+        + ", ".join(f"{name} {1000 * value / max(1, sent):.1f} ms" for name, value in used.items())
+    )
+
+
+def backlog(args: argparse.Namespace, s: dict[str, Any], clients: Clients, producer: Producer) -> None:
+    """The observer stopped while ``--backlog`` messages pile up in the outbox (copies of the active
+    tasks' own summary and detail rows, as a long relay outage leaves them), the steady load going
+    on; then the observer goes on: how long until the outbox is empty and a live change committed
+    now reaches its client, and the catch-up's publications per second."""
+    import signal
+
+    import sqlalchemy as sa
+
+    from status.domain.clock import utcnow
+    from status.infra import repository as repo
+    from status.infra import tables as t
+
+    ot = t.task_outbox
+    engine = sa.create_engine(s["url"], poolclass=sa.pool.NullPool)
+    task_ids = [ex["taskId"] for ex in producer.executions[:500]]
+    with engine.connect() as conn:
+        templates = [
+            dict(r._mapping)
+            for r in conn.execute(
+                sa.select(ot.c.aggregate_type, ot.c.aggregate_id, ot.c.channel, ot.c.projection, ot.c.payload)
+                .where(
+                    ot.c.aggregate_id.in_(task_ids),
+                    ot.c.projection.in_(["USER_SUMMARY", "TASK_DETAIL"]),
+                    sa.or_(ot.c.channel.like("task_user:%"), ot.c.channel.like("task_detail:%")),
+                )
+                .order_by(ot.c.id.desc())
+                .limit(1000)
+            )
+        ]
+    s["observer"].send_signal(signal.SIGSTOP)
+    try:
+        now = utcnow()
+        with engine.begin() as conn:
+            for start in range(0, args.backlog, 5000):
+                repo.insert_outbox(
+                    conn,
+                    [
+                        {
+                            **templates[i % len(templates)],
+                            # Its own aggregate: the relay coalesces a backlog per aggregate and
+                            # channel, and these must neither swallow nor be swallowed by live rows.
+                            "aggregate_id": f"backlog-{i}",
+                            "aggregate_version": i,
+                            "must_deliver": False,
+                            "status": "PENDING",
+                            "available_at": now,
+                            "created_at": now,
+                        }
+                        for i in range(start, min(args.backlog, start + 5000))
+                    ],
+                )
+        before = clients.command("stats")
+        _dump_arrivals(clients)
+    finally:
+        s["observer"].send_signal(signal.SIGCONT)
+    resumed = time.perf_counter()
+    changes_at_resume = time.time()
+
+    def pending() -> int:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(ot)
+                    .where(ot.c.status.in_(["PENDING", "PROCESSING"]), ot.c.aggregate_id.like("backlog-%"))
+                ).scalar_one()
+            )
+
+    while pending() > 0 and time.perf_counter() - resumed < 600:
+        time.sleep(0.5)
+    drained = time.perf_counter() - resumed
+    after = clients.command("stats")
+    pushes = sum(a["pushes"] - b["pushes"] for a, b in zip(after, before, strict=True))
+    live = sorted(
+        at - producer.committed[(task_id, version)]
+        for task_id, version, at in _dump_arrivals(clients)
+        if (task_id, version) in producer.committed and producer.committed[(task_id, version)] >= changes_at_resume
+    )
+    engine.dispose()
+    print(
+        f"\n5. outbox backlog: {args.backlog:,} messages written while the observer was stopped, then it went on:"
+        f" the outbox empty after {drained:.1f} s ({args.backlog / max(drained, 1e-9):,.0f} messages/s with the"
+        f" steady load beside), {pushes:,} deliveries to"
+        f" clients; live changes committed meanwhile reached their"
+        f" clients p50 {_ms(live, 0.5)} p99 {_ms(live, 0.99)} ({len(live):,} timed)"
+    )
+
+
+def _dump_arrivals(clients: Clients) -> list[tuple[str, str, float]]:
+    """Every arrival the idle clients recorded since the last dump."""
+    arrivals: list[tuple[str, str, float]] = []
+    for n, proc in enumerate(clients.procs):
+        path = Path(tempfile.mkdtemp()) / f"arrivals-{n}.json"
+        proc.stdin.write(f"dump {path}\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        proc.stdout.readline()  # type: ignore[union-attr]
+        arrivals += [tuple(a) for a in json.loads(path.read_text())]  # type: ignore[misc]
+    return arrivals
 
 
 def outage(args: argparse.Namespace, s: dict[str, Any], producer: Producer) -> None:
@@ -800,7 +984,7 @@ def outage(args: argparse.Namespace, s: dict[str, Any], producer: Producer) -> N
         ).scalar_one()
     engine.dispose()
     print(
-        f"\n5. API down {args.outage:.0f} s (kill -9, then started again): {renewed:,} of"
+        f"\n7. API down {args.outage:.0f} s (kill -9, then started again): {renewed:,} of"
         f" {len(producer.executions):,} running steps' heartbeats accepted again within {took:.1f} s of its return"
         f" (they beat every {MODEL['heartbeat_interval']:.0f} s); the API's CPU meanwhile {api_cpu:.1f} s;"
         f" steps STALE now: {stale} (timeout {HEARTBEAT_TIMEOUT} s: an outage of every executor suspends STALE)"

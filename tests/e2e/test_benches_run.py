@@ -31,7 +31,11 @@ BENCHES = [
     ("run_verdicts.py", ["--seconds", "3", "--rate", "2", "--idle", "10"], "RPCs per minute"),
     ("push_vs_poll.py", ["--workflows", "2", "--steps", "1", "--step-seconds", "1"], "ratios (poll / push)"),
     ("faults.py", ["--fault", "api-kill", "--seconds", "2"], "api-kill"),
-    ("capacity.py", ["--connections", "200", "--tasks", "40", "--seconds", "3", "--outage", "2"], "5. API down"),
+    (
+        "capacity.py",
+        ["--connections", "200", "--tasks", "40", "--seconds", "3", "--outage", "2", "--backlog", "2000"],
+        "7. API down",
+    ),
 ]
 
 
