@@ -831,6 +831,8 @@ def hot_project(args: argparse.Namespace, s: dict[str, Any], clients: Clients, p
                 sent += 1
         time.sleep(max(0.0, (sent / len(executions)) * tick - (time.perf_counter() - began)))
     took = time.perf_counter() - began
+    for ex in executions:  # the project cools down: its members get no more of these tasks' changes
+        admin.delete(f"/internal/v1/tasks/{ex['taskId']}/acl/PROJECT/{HOT_PROJECT}").raise_for_status()
     time.sleep(2)  # the last deliveries
     after = clients.command("stats")
     pushes = sum(a["pushes"] - b["pushes"] for a, b in zip(after, before, strict=True))
