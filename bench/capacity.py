@@ -369,20 +369,7 @@ class Producer:
             ready = [i for i, at in due.items() if at <= now] if not self.paused.is_set() else []
             for start in range(0, len(ready), 200):
                 batch = ready[start : start + 200]
-                events = []
-                for i in batch:
-                    ex = part[i]
-                    ex["seq"] += 1
-                    events.append(
-                        {
-                            "eventId": f"cap-{ex['executionId']}-{ex['seq']}",
-                            "eventType": "STEP_PROGRESS",
-                            "sourceSeq": ex["seq"],
-                            "occurredAt": _now_iso(),
-                            "progress": {"current": ex["seq"] % 1000, "total": 1000},
-                            "executionHandle": ex["executionHandle"],
-                        }
-                    )
+                events = [next_progress(part[i]) for i in batch]
                 try:
                     response = client.post("/internal/v1/task-events:batch", json={"events": events})
                     results = response.json()["results"] if response.status_code == 200 else []
@@ -430,6 +417,19 @@ class Producer:
             for i in ready:
                 due[i] += interval
             self.stop.wait(0.2)
+
+
+def next_progress(ex: dict[str, Any]) -> dict[str, Any]:
+    """The execution's next STEP_PROGRESS, with its handle (the events batch's shape)."""
+    ex["seq"] += 1
+    return {
+        "eventId": f"cap-{ex['executionId']}-{ex['seq']}",
+        "eventType": "STEP_PROGRESS",
+        "sourceSeq": ex["seq"],
+        "occurredAt": _now_iso(),
+        "progress": {"current": ex["seq"] % 1000, "total": 1000},
+        "executionHandle": ex["executionHandle"],
+    }
 
 
 def _now_iso() -> str:
@@ -810,19 +810,7 @@ def hot_project(args: argparse.Namespace, s: dict[str, Any], clients: Clients, p
     tick = len(executions) / args.hot_rate
     sent, began = 0, time.perf_counter()
     while time.perf_counter() - began < seconds:
-        events = []
-        for ex in executions:
-            ex["seq"] += 1
-            events.append(
-                {
-                    "eventId": f"cap-{ex['executionId']}-{ex['seq']}",
-                    "eventType": "STEP_PROGRESS",
-                    "sourceSeq": ex["seq"],
-                    "occurredAt": _now_iso(),
-                    "progress": {"current": ex["seq"] % 1000, "total": 1000},
-                    "executionHandle": ex["executionHandle"],
-                }
-            )
+        events = [next_progress(ex) for ex in executions]
         results = admin.post("/internal/v1/task-events:batch", json={"events": events}).json()["results"]
         at = time.time()
         for ex, result in zip(executions, results, strict=True):

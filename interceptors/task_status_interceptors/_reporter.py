@@ -28,39 +28,10 @@ from task_status_interceptors._context import StepBinding
 from task_status_interceptors._execution import ExecutionReporter, ProgressPolicy
 from task_status_interceptors._heartbeats import HeartbeatBook
 from task_status_interceptors._outbox import Outbox
+from task_status_interceptors._rejections import FINAL_REJECTIONS, SUPERSEDED_REJECTIONS, code_of
 from task_status_interceptors._transport import BatchRefused, HttpTransport, Transport, TransportError
 
 log = logging.getLogger("task_status_interceptors.reporter")
-
-# Rejections that resending can never fix: the event is dropped (and logged).
-FINAL_REJECTIONS = frozenset(
-    {
-        "EVENT_ID_CONFLICT",
-        "STALE_EXECUTION",
-        "STALE_ATTEMPT",
-        "SOURCE_SEQ_REGRESSION",
-        "INVALID_TRANSITION",
-        "TERMINAL_STATE",
-        "SCHEMA_REJECTED",
-        "UNKNOWN_BUSINESS_STATUS",
-        "VALIDATION_FAILED",
-        "EVENT_TYPE_NOT_ALLOWED",
-        "OPERATION_MISMATCH",
-        "PRODUCER_MISMATCH",
-        "TOKEN_REVOKED",
-        "UNKNOWN_TASK",
-        "UNKNOWN_STEP",
-        "PAYLOAD_TOO_LARGE",
-    }
-)
-
-
-# Refusals that only say the status has already moved past this report: the task or step ended
-# (its run closed, Temporal's verdict ended it, the workflow ended the task), or a newer attempt
-# or execution took over. Routine after a cancel, a terminate, a timeout or an abandoned attempt:
-# absorbed with a debug line, not kept as undeliverable and not logged as a problem.
-SUPERSEDED_REJECTIONS = frozenset({"TERMINAL_STATE", "STALE_ATTEMPT", "STALE_EXECUTION", "TOKEN_REVOKED"})
-
 
 # Executions bound at once (activations/registrations in flight) where they go one per request;
 # the rest of a burst queues. Where the service takes a batch, a wave goes BIND_BATCH at a time.
@@ -470,7 +441,7 @@ class Reporter:
                 text[:200],
             )
             raise _Retry(f"HTTP {status} (credential)")
-        if status == 409 and _code_of(answer) in SUPERSEDED_REJECTIONS:
+        if status == 409 and code_of(answer) in SUPERSEDED_REJECTIONS:
             # A newer attempt of the step took over (this one was skipped or abandoned): its reports
             # have nothing left to say.
             log.debug("attempt %s was superseded before it was bound; its reports are dropped", execution["key"])
@@ -574,15 +545,6 @@ class _Settlement:
 
     def __bool__(self) -> bool:
         return bool(self.bound or self.delivered)
-
-
-def _code_of(answer: Any) -> str | None:
-    """The error code of a binding's refusal (an HTTP response, or a batch item's body)."""
-    try:
-        body = answer.json() if hasattr(answer, "json") else answer
-        return str(body["error"]["code"])
-    except Exception:
-        return None
 
 
 def execution_key(workflow_run_id: str | None, activity_id: str, attempt: int, task_queue: str) -> str:
