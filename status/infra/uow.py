@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from status.app.ports import DuplicateKey
 from status.domain.errors import Unavailable
+from status.infra.db import mysql_code
 from status.infra.metrics import DB_GIVE_UPS, DB_POOL_WAIT_SECONDS, DB_RETRIES, DB_TRANSACTION_SECONDS
 from status.infra.stores.access import SqlAccessStore
 from status.infra.stores.corrections import SqlCorrectionStore
@@ -51,38 +52,33 @@ _TIMED_OUT_MYSQL = {1969, 3024}
 
 
 def timed_out(exc: sa.exc.DBAPIError) -> bool:
-    orig = exc.orig
-    code = orig.args[0] if orig is not None and orig.args else None
-    if isinstance(code, int) and code in _TIMED_OUT_MYSQL:
+    code = mysql_code(exc.orig)
+    if code in _TIMED_OUT_MYSQL:
         return True
-    return code == 2013 and "timed out" in str(orig)
+    return code == 2013 and "timed out" in str(exc.orig)
 
 
 def _reason(exc: sa.exc.DBAPIError) -> str:
-    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
     return {
         1213: "deadlock",
         1205: "lock_wait_timeout",
         2006: "connection_lost",
         2013: "connection_lost",
         1047: "node_not_ready",
-    }.get(code if isinstance(code, int) else -1, "busy")
+    }.get(mysql_code(exc.orig) or -1, "busy")
 
 
 def is_retryable(exc: sa.exc.DBAPIError) -> bool:
-    orig = exc.orig
-    code = orig.args[0] if orig is not None and orig.args else None
-    if isinstance(code, int) and code in _RETRYABLE_MYSQL:
+    if mysql_code(exc.orig) in _RETRYABLE_MYSQL:
         return True
-    return "database is locked" in str(orig) or exc.connection_invalidated
+    return "database is locked" in str(exc.orig) or exc.connection_invalidated
 
 
 def is_duplicate_key(exc: sa.exc.DBAPIError) -> bool:
     """A unique key taken (MySQL/MariaDB 1062; SQLite's UNIQUE/PRIMARY KEY constraint)."""
     if not isinstance(exc, sa.exc.IntegrityError):
         return False
-    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
-    return code == 1062 or "UNIQUE constraint failed" in str(exc.orig)
+    return mysql_code(exc.orig) == 1062 or "UNIQUE constraint failed" in str(exc.orig)
 
 
 class SqlStores:
