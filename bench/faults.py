@@ -31,7 +31,9 @@ channel. Midway the fault is injected:
   node rejoined the cluster (restarted 2 s after the kill, it catches up by IST or SST);
 * ``redis-failover``: the two Centrifugo nodes on Redis behind three sentinels (``deploy/redis``);
   kill -9 of the Redis primary: the sentinels promote the replica and both nodes follow it (the
-  killed one comes back as a replica). Also printed: how long until the promotion;
+  killed one comes back as a replica; the sentinels' reconfig script starts the streams' new
+  epochs, deploy/redis/new-epochs.sh). Also printed: how long until the promotion, and the
+  client's stream epochs;
 * ``rolling-restart``: two API replicas, two Centrifugo nodes on Redis and two
   observers behind nginx (deploy/nginx), each restarted in turn with SIGTERM
   under load (``tests/support/rolling.py``, also run by the suite).
@@ -360,13 +362,18 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             )
             client, recorder = recording_client(f"ws://127.0.0.1:{balancer.port}/connection/websocket", conn_token)
             await client.connect()
-            await recorder.next_subscribed(30)
+            first = await recorder.next_subscribed(30)
+            epochs = [first.stream_position.epoch if first.stream_position else ""]  # the user channel's, in order
             seen: dict[str, list[int]] = {}  # publications, in arrival order
             snapshots: dict[str, int] = {}  # versions loaded after a resubscribe that could not recover
 
+            offsets: list[int] = []  # the user channel's positions, in arrival order (for the report)
+            resubscribes: list[tuple[bool, bool, str]] = []  # (was_recovering, recovered, epoch:offset)
+
             async def watch() -> None:
                 while True:
-                    _, _, data = await recorder.publications.get()
+                    _, offset, data = await recorder.publications.get()
+                    offsets.append(offset)
                     if data.get("kind") == "task.summary":
                         seen.setdefault(data["taskId"], []).append(int(data["taskVersion"]))
 
@@ -390,6 +397,11 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             async def resubscribed() -> None:
                 while True:
                     context = await recorder.subscribed.get()
+                    position = context.stream_position
+                    at = f"{position.epoch}:{position.offset}" if position else ""
+                    resubscribes.append((context.was_recovering, context.recovered, at))
+                    if position and position.epoch != epochs[-1]:
+                        epochs.append(position.epoch)
                     if context.was_recovering and not context.recovered:
                         with contextlib.suppress(httpx.HTTPError, ValueError):
                             for task_id, version in (await asyncio.to_thread(snapshot_versions)).items():
@@ -490,10 +502,10 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             await plugin.reporter.drained(120)
             load_ended = time.monotonic()
 
-            engine = sa.create_engine(url)
+            database = sa.create_engine(url)
 
             def database_versions() -> dict[str, int]:
-                with engine.connect() as conn:
+                with database.connect() as conn:
                     return {
                         r.id: int(r.version)
                         for r in conn.execute(
@@ -502,15 +514,17 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                     }
 
             converged = None
+            behind: dict[str, tuple[int, int]] = {}
             while time.monotonic() - load_ended < 60:
                 versions = database_versions()
                 # What the client shows: the newest version it has, by publication or snapshot.
                 shown = {task_id: max([*seen.get(task_id, [0]), snapshots.get(task_id, 0)]) for task_id in versions}
-                if all(shown[task_id] == v for task_id, v in versions.items()):
+                behind = {task_id: (shown[task_id], v) for task_id, v in versions.items() if shown[task_id] != v}
+                if not behind:
                     converged = time.monotonic() - load_ended
                     break
                 await asyncio.sleep(0.1)
-            with engine.connect() as conn:
+            with database.connect() as conn:
                 logged = set(
                     conn.scalars(sa.select(t.task_event_log.c.event_id).where(t.task_event_log.c.tenant_id == TENANT))
                 )
@@ -528,7 +542,7 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             for run in runs:
                 with contextlib.suppress(Exception):
                     plugin_tasks.append((await run.result())["taskId"])
-            with engine.connect() as conn:
+            with database.connect() as conn:
                 succeeded = set(
                     conn.scalars(
                         sa.select(t.task.c.id).where(
@@ -536,7 +550,7 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                         )
                     )
                 )
-            engine.dispose()
+            database.dispose()
             worker_run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker_run
@@ -554,6 +568,12 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                 "duplicated": int(duplicated),
                 "regressions": regressions,
                 "converged_s": converged,
+                # When it did not converge: what the client showed against the database, and
+                # how its subscription went (positions seen, resubscriptions) — to tell why.
+                "behind": {task_id: list(pair) for task_id, pair in behind.items()},
+                "resubscribes": resubscribes,
+                "epochs": epochs,
+                "offsets_tail": offsets[-40:] if behind else [],
             }
         finally:
             stack.stop()
@@ -565,7 +585,7 @@ async def run_rolling_restart(seconds: float) -> dict[str, Any]:
     """Every process behind nginx restarted in turn under load (tests/support/rolling.py)."""
     from tests.support.rolling import rolling_restart
 
-    with centrifugo_nodes(True) as (node_a, node_b), scratch_database() as url:
+    with centrifugo_nodes("redis") as (node_a, node_b), scratch_database() as url:
         assert node_b is not None
         secrets_env = {
             f"TASK_OBSERVER_{n}": secrets.token_hex(32)
@@ -672,7 +692,9 @@ async def main() -> None:
         if "killed_redis" in r:
             print(
                 f"redis-failover: the Redis primary (redis{r['killed_redis']}) killed; the sentinels promoted its"
-                f" replica after {r['promoted_s']:.1f} s; both Centrifugo nodes followed it, no process restarted"
+                f" replica after {r['promoted_s']:.1f} s; both Centrifugo nodes followed it, no process restarted;"
+                f" the client's stream epochs {' -> '.join(r['epochs'])} (new-epochs.sh: history after a promotion"
+                " is not trusted, the client loads a snapshot)"
             )
         if "killed_node" in r:
             resumed = f"{r['resumed_s']:.1f} s" if r.get("resumed_s") is not None else "never"

@@ -74,7 +74,12 @@ class SentinelRedis:
             config.write_text(
                 (HERE / "sentinel.conf")
                 .read_text()
-                .format(port=self.base_port + 10 + n, dir=self.dir, primary_port=self.redis_port(1))
+                .format(
+                    port=self.base_port + 10 + n,
+                    dir=self.dir,
+                    primary_port=self.redis_port(1),
+                    reconfig_script=HERE / "new-epochs.sh",
+                )
             )
         server = shutil.which("redis-sentinel") or shutil.which("redis-server") or "/usr/bin/redis-server"
         self._procs.spawn(f"sentinel{n}", [server, str(config), "--sentinel"])
