@@ -31,7 +31,7 @@ from observer.runs import RunFollower
 from status import logs
 from status.app.service import StatusService
 from status.domain.retention import RetentionPolicy, cutoff
-from status.domain.silence import ingest_silent
+from status.domain.silence import ingest_silent, stale_cutoff
 from status.infra import retention
 from status.infra.archive import ArchiveError, ArchiveWriter
 from status.infra.outbox_store import is_database_error
@@ -164,6 +164,9 @@ class Retention:
 class Reconciler:
     """R7: overdue executions become STALE through the event transaction, with a grace period.
 
+    In a fleet, a step goes STALE only when others were heard after its deadline
+    (``status.domain.silence.stale_cutoff``): at the start of an ingest outage nobody is, and
+    the steps that beat a little before the newest beat wait instead of expiring first.
     The grace covers the reconciler's own start and database errors it sees, and an ingest outage
     it infers: when no running executor anywhere has been heard for several heartbeat intervals
     (``status.domain.silence``), the silence is the reporting path's, not the workers' — STALE
@@ -189,13 +192,17 @@ class Reconciler:
         self._count_overdue(now)
         if now < self.quiet_until:
             return 0
-        if ingest_silent(self.service.heartbeat_census(), now):
+        census = self.service.heartbeat_census()
+        # A step goes STALE when others were heard after its deadline (its silence is its own).
+        due_by = stale_cutoff(census, now)
+        if ingest_silent(census, now):
             if self.silent_since is None:
                 self.silent_since = now
                 log.warning("no executor has been heard for several heartbeat intervals; STALE is suspended")
             metrics.STALE_SUSPENDED.set(1)
             if (now - self.silent_since).total_seconds() < self.config.stale_suspension_limit_seconds:
                 return 0
+            due_by = now  # silent past the limit: the fleet died together, every overdue step is STALE
         elif self.silent_since is not None:
             self.silent_since = None
             metrics.STALE_SUSPENDED.set(0)
@@ -203,7 +210,7 @@ class Reconciler:
             log.info("heartbeats arrive again; STALE resumes after the grace period")
             return 0
         ask = self.probe.ask if self.probe is not None else None
-        changed = self.service.mark_stale(limit=self.config.reconciler_batch, ask=ask)
+        changed = self.service.mark_stale(limit=self.config.reconciler_batch, ask=ask, due_by=due_by)
         metrics.RECONCILER_TRANSITIONS.labels(to="STALE").inc(len(changed))
         return len(changed)
 

@@ -319,8 +319,12 @@ class HealthCommands:
         tenant_scope: tuple[str, str] | None = None,
         limit: int = 100,
         ask: AskTemporal | None = None,
+        due_by: datetime | None = None,
     ) -> list[dict[str, Any]]:
         """R7: overdue RUNNING+HEALTHY executions become STALE through the event transaction.
+
+        Overdue means a heartbeat deadline at or before ``due_by`` (default: now); the reconciler
+        passes the newest beat of a fleet (``status.domain.silence.stale_cutoff``).
 
         Candidates are read without locks; each is re-checked under the task
         lock taken with SKIP LOCKED, so several reconcilers never collide and a
@@ -329,8 +333,9 @@ class HealthCommands:
         its run's history, ends that way instead (its report was lost); the others go STALE.
         """
         now = self.ctx.now()
+        due = now if due_by is None else min(now, due_by)
         with self.ctx.db.reading() as stores:
-            candidates = stores.heartbeats.overdue_executions(now, limit, tenant_scope)
+            candidates = stores.heartbeats.overdue_executions(due, limit, tenant_scope)
         outcomes: Mapping[str, ActivityOutcome] = {}
         refs = {
             row.execution_id: ActivityRef(row.namespace, row.workflow_id, row.run_id, row.activity_id)
@@ -375,7 +380,7 @@ class HealthCommands:
             ) -> tuple[dict[str, Any], Group] | None:
                 if not uow.heartbeats.try_lock_task(task_id):
                     return None  # another reconciler or a reporter has it; next pass re-checks
-                if not uow.heartbeats.still_overdue(task_id, step_id, attempt, self.ctx.now()):
+                if not uow.heartbeats.still_overdue(task_id, step_id, attempt, due):
                     return None
                 return self.events.apply_locked(uow, caller, cmd)
 
