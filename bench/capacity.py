@@ -80,10 +80,18 @@ HOT_PROJECT = "hot"
 HOT_CHANNEL = f"task_shared:{TENANT}/project.{HOT_PROJECT}"
 HOT_TASKS = 10
 CONNECTIONS_PER_NODE = 15_000
-CONNECTIONS_PER_CLIENT = 5_000
+CONNECTIONS_PER_CLIENT = {"python": 5_000, "go": 15_000}  # a process may hold 20,000 files here
+GO_CLIENTS = Path(__file__).resolve().parent / "idle-clients"  # bench/idle-clients (--client go)
 
 
 # ------------------------------------------------------------------ the idle clients (own processes)
+def _connection_channels(i: int, hot_members: int) -> tuple[str, list[str]]:
+    """Connection ``i``: its user (two tabs each) and the channels in its token (the user's own,
+    and the hot project's for the first ``hot_members``)."""
+    user = f"u{i // TABS_PER_USER}"
+    return user, [f"task_user:{TENANT}/{user}", *([HOT_CHANNEL] if i < hot_members else [])]
+
+
 class IdleConnection:
     """One browser tab, as far as Centrifugo can tell: connected, subscribed (to the channels in its
     token: the user's own, and its project's when it is a member of the hot one), answering pings."""
@@ -183,10 +191,7 @@ class IdleClients:
         self.user_tokens = UserTokens(args.user_token_secret)
         self.connections = []
         for i in range(args.first, args.first + args.count):
-            user = f"u{i // TABS_PER_USER}"
-            channels = [f"task_user:{TENANT}/{user}"]
-            if i < args.hot_members:
-                channels.append(HOT_CHANNEL)
+            user, channels = _connection_channels(i, args.hot_members)
             token, _ = realtime.connection(UserPrincipal(TENANT, user), channels)
             self.connections.append(IdleConnection(self, user, channels, token))
         self.arrivals: list[tuple[str, str, float]] = []
@@ -292,30 +297,49 @@ def _rss(pid: int) -> int:
 
 # ------------------------------------------------------------------ the parent
 class Clients:
-    """The idle-connection processes, and commands to all of them at once."""
+    """The idle-connection processes, and commands to all of them at once: this file's
+    ``--role idle`` (Python), or ``bench/idle-clients`` (Go, for more connections than Python
+    holds here), which answer the same commands."""
 
-    def __init__(self, specs: list[dict[str, Any]], common: list[str]) -> None:
+    def __init__(self, specs: list[dict[str, Any]], common: list[str], go_binary: Path | None = None) -> None:
         self.procs = [
             subprocess.Popen(
-                [
-                    sys.executable,
-                    __file__,
-                    "--role",
-                    "idle",
-                    "--url",
-                    spec["url"],
-                    "--first",
-                    str(spec["first"]),
-                    "--count",
-                    str(spec["count"]),
-                    *common,
-                ],
+                self._go_command(go_binary, spec, common) if go_binary else self._python_command(spec, common),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
             )
             for spec in specs
         ]
+
+    @staticmethod
+    def _python_command(spec: dict[str, Any], common: list[str]) -> list[str]:
+        return [
+            sys.executable,
+            __file__,
+            *("--role", "idle", "--url", spec["url"]),
+            *("--first", str(spec["first"]), "--count", str(spec["count"])),
+            *common,
+        ]
+
+    @staticmethod
+    def _go_command(binary: Path, spec: dict[str, Any], common: list[str]) -> list[str]:
+        """The Go clients take their connections from a file: the user, the connection token
+        (the channels the Python clients would put in it) and a user token for snapshots."""
+        from status.domain.auth import UserPrincipal
+        from status.infra.tokens import RealtimeTokens, UserTokens
+
+        given = dict(zip(common[::2], common[1::2], strict=True))
+        realtime = RealtimeTokens(given["--token-secret"], 6 * 3600)
+        user_tokens = UserTokens(given["--user-token-secret"])
+        lines = []
+        for i in range(spec["first"], spec["first"] + spec["count"]):
+            user, channels = _connection_channels(i, int(given["--hot-members"]))
+            token, _ = realtime.connection(UserPrincipal(TENANT, user), channels)
+            lines.append(f"{user}\t{token}\t{user_tokens.issue(TENANT, user, ttl_seconds=6 * 3600)}")
+        path = Path(tempfile.mkdtemp(prefix="idle-clients-")) / "connections.tsv"
+        path.write_text("\n".join(lines) + "\n")
+        return [str(binary), "-url", spec["url"], "-api", given["--api"], "-connections", str(path)]
 
     def read_all(self) -> list[dict[str, Any]]:
         return [json.loads(proc.stdout.readline()) for proc in self.procs]  # type: ignore[union-attr]
@@ -628,6 +652,12 @@ def main() -> None:
     parser.add_argument("--hot-members", type=int, help="connections in the hot project (default: a quarter)")
     parser.add_argument("--hot-rate", type=float, default=10.0, help="changes/s to the hot project's tasks")
     parser.add_argument("--backlog", type=int, default=100_000, help="outbox messages piled up in phase 5")
+    parser.add_argument(
+        "--client",
+        default="python",
+        choices=["python", "go"],
+        help="the idle connections' processes: Python (asyncio), or Go (bench/idle-clients) past ~40,000",
+    )
     parser.add_argument("--role", default="parent", choices=["parent", "idle"])
     # the idle clients' own arguments
     parser.add_argument("--url")
@@ -643,6 +673,13 @@ def main() -> None:
         asyncio.run(IdleClients(args).main())
         return
     run(args)
+
+
+def _build_go_clients() -> Path:
+    """bench/idle-clients built with the machine's Go (its one module comes from the module proxy)."""
+    binary = Path(tempfile.mkdtemp(prefix="idle-clients-")) / "idle-clients"
+    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=GO_CLIENTS, check=True)
+    return binary
 
 
 def run(args: argparse.Namespace) -> None:
@@ -672,7 +709,7 @@ def run(args: argparse.Namespace) -> None:
         nodes = s["nodes"]
         node_rss = sum(_rss(n.process.pid) for n in nodes)
         specs, first = [], 0
-        per_client = min(CONNECTIONS_PER_CLIENT, math.ceil(args.connections / len(nodes)))
+        per_client = min(CONNECTIONS_PER_CLIENT[args.client], math.ceil(args.connections / len(nodes)))
         while first < args.connections:
             count = min(per_client, args.connections - first)
             specs.append({"url": nodes[len(specs) % len(nodes)].ws_url, "first": first, "count": count})
@@ -681,7 +718,7 @@ def run(args: argparse.Namespace) -> None:
         common += ["--user-token-secret", s["secrets"]["TASK_OBSERVER_USER_TOKEN_SECRET"]]
         # 1. idle connections
         started = time.perf_counter()
-        clients = Clients(specs, common)
+        clients = Clients(specs, common, _build_go_clients() if args.client == "go" else None)
         try:
             clients.read_all()
             ramp = time.perf_counter() - started
@@ -692,7 +729,7 @@ def run(args: argparse.Namespace) -> None:
             print(
                 f"\n1. idle connections: {held:,} held ({held / MODEL['connections']:.2f}x the model) on"
                 f" {len(nodes)} Centrifugo node(s), ramp {ramp:.1f} s; Centrifugo {node_mem / 1024:.1f} KiB per"
-                f" connection, the Python clients {client_mem / 1024:.1f} KiB"
+                f" connection, the {'Go' if args.client == 'go' else 'Python'} clients {client_mem / 1024:.1f} KiB"
             )
             steady(args, s, clients, executions, process_tree_cpu)
         finally:

@@ -14,6 +14,7 @@ from tests.support.processes import REPO_ROOT
 
 pytestmark = [pytest.mark.centrifugo, pytest.mark.temporal]
 
+TINY_OUTAGE_AND_BACKLOG = ["--outage", "2", "--backlog", "2000"]
 # bench file, tiny arguments, a line its report always prints
 BENCHES = [
     ("detail_bytes.py", ["--steps", "5", "--changes", "5"], "ratio full / delta"),
@@ -33,14 +34,25 @@ BENCHES = [
     ("faults.py", ["--fault", "api-kill", "--seconds", "2"], "api-kill"),
     (
         "capacity.py",
-        ["--connections", "200", "--tasks", "40", "--seconds", "3", "--outage", "2", "--backlog", "2000"],
+        ["--connections", "200", "--tasks", "40", "--seconds", "3", *TINY_OUTAGE_AND_BACKLOG],
         "7. API down",
+    ),
+    # The Go idle clients (bench/idle-clients, built here): connections, stats, arrivals, and the
+    # reconnects that recover or load snapshots.
+    (
+        "capacity.py",
+        ["--client", "go", "--connections", "200", "--tasks", "40", "--seconds", "3", *TINY_OUTAGE_AND_BACKLOG],
+        "the Go clients",
     ),
 ]
 
 
+def _id(bench: str, args: list[str], _: str) -> str:
+    return f"{bench} {' '.join(args[:2])}" if "--client" in args else bench
+
+
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize(("bench", "args", "expected"), BENCHES, ids=[b[0] for b in BENCHES])
+@pytest.mark.parametrize(("bench", "args", "expected"), BENCHES, ids=[_id(*b) for b in BENCHES])
 def test_the_bench_runs(bench: str, args: list[str], expected: str) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "bench" / bench), *args],
