@@ -124,6 +124,7 @@ task = sa.Table(
     sa.UniqueConstraint("workflow_id", "client_task_key", name="task_workflow_client_key_uk"),
     sa.Index("task_workflow_updated_idx", "workflow_id", "updated_at", "id"),
     sa.Index("task_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),
+    sa.Index("task_owner_created_idx", "tenant_id", "owner_id", "created_at", "id"),  # the user's list
     sa.Index("task_batch_idx", "tenant_id", "batch_id", "created_at", "id"),
     sa.Index("task_parent_idx", "tenant_id", "parent_task_id", "created_at", "id"),
     sa.Index("task_lifecycle_updated_idx", "lifecycle_status", "updated_at"),

@@ -3,6 +3,9 @@ the dashboard shows (added steps, needs action)."""
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
+from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
 
@@ -62,3 +65,56 @@ def test_added_steps_are_counted_beside_the_known_ones(http: Http) -> None:
     snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     assert snap["progress"]["totalSteps"] == 3 and snap["progress"]["addedSteps"] == 2
     assert snap["silentSince"] is None and snap["needsAction"] is False
+
+
+def _page(http: Http, user: str, limit: int, cursor: str | None = None, **claims: list[str]) -> tuple[list[str], str]:
+    query = f"?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+    response = http.client.get(f"/api/me/tasks{query}", headers=http.user(user, **claims))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return [t["taskId"] for t in body["tasks"]], body["nextCursor"]
+
+
+def _newest_first(engine: sa.Engine, task_ids: list[str]) -> list[str]:
+    """The list's order (created_at, then id, descending), as the database holds them."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(t.task.c.id, t.task.c.created_at).where(t.task.c.id.in_(task_ids))).all()
+    return [row.id for row in sorted(rows, key=lambda row: (row.created_at, row.id), reverse=True)]
+
+
+def test_a_task_seen_several_ways_is_listed_once_and_paging_goes_through_all(http: Http, engine: sa.Engine) -> None:
+    """Owned, granted to the user, to their projects, to their role: each way is read on its own
+    and merged (reads.page_of_tasks). A task seen several ways appears once and takes one place on
+    its page — also within one way (granted to each of the user's projects), where it must not
+    push an older task of that way off the page — and the pages hold every task once, newest first."""
+    user = "seen-many-ways"
+
+    def task(owner: str = "someone-else", *grants: tuple[str, str]) -> str:
+        task_id = str(create_workflow(http, owner=owner)["tasks"][0]["taskId"])
+        for kind, principal in grants:
+            path = f"/internal/v1/tasks/{task_id}/acl/{kind}/{principal}"
+            assert http.client.put(path, json={}, headers=http.coordinator).status_code == 200
+        return task_id
+
+    # Oldest first; pages of two, newest first: [f, e], [c, b], [a, d].
+    d = task("someone-else", ("USER", user), ("PROJECT", "p-one"))
+    a = task(user)
+    b = task("someone-else", ("PROJECT", "p-two"))
+    # Granted to all three of the user's projects: three rows of that way for one task (a page
+    # of two reads three of each way, to know whether a next page exists).
+    c = task("someone-else", ("PROJECT", "p-one"), ("PROJECT", "p-two"), ("PROJECT", "p-three"))
+    e = task("someone-else", ("ROLE", "reviewer"))
+    f = task(user, ("USER", user), ("ROLE", "reviewer"))
+    unseen = task("someone-else", ("PROJECT", "not-theirs"))
+    claims = {"projects": ["p-one", "p-two", "p-three"], "roles": ["reviewer"]}
+    pages, cursor = [], None
+    while True:
+        page, cursor = _page(http, user, 2, cursor, **claims)
+        pages.append(page)
+        if cursor is None:
+            break
+    assert [task_id for page in pages for task_id in page] == _newest_first(engine, [a, b, c, d, e, f])
+    assert all(len(page) == 2 for page in pages) and unseen not in pages[0] + pages[1] + pages[2]
+    # Without the groups' claims: what the user owns or was granted by name.
+    alone, _ = _page(http, user, 50)
+    assert alone == _newest_first(engine, [a, d, f])

@@ -90,18 +90,51 @@ class SqlReadStore:
         title: str | None = None,
     ) -> list[TaskState]:
         """The user's visible tasks, newest first, after the keyset position ``before``; ``title``:
-        only those whose title contains it (case-insensitive, taken literally: no wildcards)."""
-        query = sa.select(t.task).where(_visible(user))
+        only those whose title contains it (case-insensitive, taken literally: no wildcards).
+
+        Read as one branch per way of seeing a task — owned (``task_owner_created_idx``), granted
+        to the user, to one of their projects, to one of their roles (``task_acl_principal_idx``)
+        — each taking at most ``limit`` in list order, merged without duplicates: the page's first
+        ``limit`` are among them. One condition with OR over all of them made the database scan
+        the tenant's tasks for every list, a snapshot storm's cost growing with the tenant."""
+        task, acl = t.task, t.task_acl
+        narrowing = []
         if status is not None:
-            query = query.where(_status_filter(status))
+            narrowing.append(_status_filter(status))
         if title:
-            query = query.where(t.task.c.title.icontains(title, autoescape=True))
+            narrowing.append(task.c.title.icontains(title, autoescape=True))
         if before is not None:
             created, task_id = before
-            query = query.where(
-                sa.or_(t.task.c.created_at < created, sa.and_(t.task.c.created_at == created, t.task.c.id < task_id))
+            narrowing.append(
+                sa.or_(task.c.created_at < created, sa.and_(task.c.created_at == created, task.c.id < task_id))
             )
-        query = query.order_by(t.task.c.created_at.desc(), t.task.c.id.desc()).limit(limit)
+        order = (task.c.created_at.desc(), task.c.id.desc())
+        owned = sa.select(task.c.id, task.c.created_at).where(
+            task.c.tenant_id == user.tenant_id, task.c.owner_id == user.user_id, *narrowing
+        )
+        branches = [owned.order_by(*order).limit(limit)]
+        for principal_type, principals in (
+            ("USER", [user.user_id]),
+            ("PROJECT", list(user.project_ids)),
+            ("ROLE", list(user.role_ids)),
+        ):
+            if principals:
+                granted = (
+                    sa.select(task.c.id, task.c.created_at)
+                    .join(acl, acl.c.task_id == task.c.id)
+                    .where(
+                        acl.c.tenant_id == user.tenant_id,
+                        acl.c.principal_type == principal_type,
+                        acl.c.principal_id.in_(principals),
+                        acl.c.revoked_at.is_(None),
+                        task.c.tenant_id == user.tenant_id,
+                        *narrowing,
+                    )
+                    .distinct()  # one task granted to two of the user's projects counts once
+                )
+                branches.append(granted.order_by(*order).limit(limit))
+        seen = sa.union(*(sa.select(branch.subquery()) for branch in branches)).subquery()
+        query = sa.select(task).join(seen, seen.c.id == task.c.id).order_by(*order).limit(limit)
         return [repo.task_from_row(r) for r in self._conn.execute(query).mappings()]
 
     def workflow(self, workflow_id: str) -> WorkflowState | None:
