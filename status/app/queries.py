@@ -7,13 +7,12 @@ A task the user can't see answers exactly like a task that does not exist
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
 from status.app.ports import Stores
-from status.domain.aggregate import fold
+from status.domain.aggregate import trimmed
 from status.domain.auth import UserPrincipal
 from status.domain.errors import ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType
@@ -150,12 +149,7 @@ class Queries:
         if not owner and not tasks:
             return None
         if not owner:
-            # Someone who sees some of the tasks sees an aggregate over those only: the
-            # workflow's own aggregate would tell them about tasks they cannot see.
-            lifecycle, health, aggregate = fold(
-                [{"lifecycle_status": x.lifecycle.value, "health": x.health.value} for x in tasks]
-            )
-            workflow = replace(workflow, lifecycle=lifecycle, health=health, aggregate=aggregate, task_count=len(tasks))
+            workflow = trimmed(workflow, tasks)
         return workflow, tasks
 
     def workflow_summaries(self, user: UserPrincipal, workflow_ids: Sequence[str]) -> dict[str, Any]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from status.domain.lifecycle import Health, Lifecycle
-from status.domain.model import TaskState
+from status.domain.model import TaskState, WorkflowState
 
 
 def fold(tasks: Sequence[Mapping[str, Any]]) -> tuple[Lifecycle, Health, dict[str, Any]]:
@@ -59,3 +60,33 @@ def affects_workflow(before: TaskState, after: TaskState) -> bool:
     Progress, business status and step changes never do, so they need no projector work.
     """
     return before.lifecycle != after.lifecycle or before.health != after.health
+
+
+def trimmed(workflow: WorkflowState, visible: Sequence[TaskState]) -> WorkflowState:
+    """The workflow as seen by someone who sees only ``visible`` of its tasks (a grantee).
+
+    Every fact a task contributes is folded again from the visible tasks alone:
+    lifecycle, health and counts, but also ``startedAt``, ``finishedAt`` and the
+    version.  The trap is the fields that are not the aggregate: the workflow's
+    own ``started_at`` dates a hidden task's start, and its version counts every
+    hidden task's change (a grantee could watch it move and learn that
+    something they cannot see is running).  The trimmed version is the sum of
+    the visible tasks' versions: it grows with every change they can see and
+    with every task they are granted, and with nothing else.
+    """
+    lifecycle, health, aggregate = fold(
+        [{"lifecycle_status": x.lifecycle.value, "health": x.health.value} for x in visible]
+    )
+    starts = [x.started_at for x in visible if x.started_at is not None]
+    ends = [x.finished_at for x in visible if x.finished_at is not None]
+    return replace(
+        workflow,
+        lifecycle=lifecycle,
+        health=health,
+        aggregate=aggregate,
+        task_count=len(visible),
+        version=sum(x.version for x in visible),
+        started_at=min(starts) if starts else None,
+        finished_at=max(ends) if lifecycle.terminal and ends else None,
+        updated_at=max((x.updated_at for x in visible), default=workflow.updated_at),
+    )

@@ -82,6 +82,62 @@ def _decode(token: str, secret: str, typ: str, *, check_exp: bool = True) -> dic
     return claims
 
 
+class _Claims:
+    """A verified token's claims, read by type: a claim of the wrong type is refused, never coerced.
+
+    The trap is Python's generosity: ``frozenset(claims["projects"])`` turns
+    ``"abc"`` into the groups ``a``, ``b`` and ``c`` and ``{"a": 1}`` into
+    ``a``, and ``str(5)`` makes a tenant of a number.  An identity provider
+    that sends one group as a bare string would silently widen what its user
+    sees, so every claim is checked against the one JSON type it may have.
+    """
+
+    def __init__(self, claims: dict[str, Any], kind: str) -> None:
+        self._claims = claims
+        self._kind = kind
+
+    def _refuse(self, name: str, what: str) -> Unauthenticated:
+        return Unauthenticated(f"the {self._kind} token's {name!r} claim must be {what}")
+
+    def text(self, name: str) -> str:
+        value = self._claims.get(name)
+        if not isinstance(value, str) or not value:
+            raise self._refuse(name, "a non-empty string")
+        return value
+
+    def optional_text(self, name: str) -> str | None:
+        value = self._claims.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self._refuse(name, "a string")
+        return value
+
+    def texts(self, name: str) -> frozenset[str]:
+        """A list of strings; absent or null is the empty set (a bare string is refused, not split)."""
+        value = self._claims.get(name)
+        if value is None:
+            return frozenset()
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self._refuse(name, "a list of strings")
+        return frozenset(value)
+
+    def integer(self, name: str) -> int:
+        value = self._claims.get(name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._refuse(name, "an integer")
+        return value
+
+    def times(self) -> int | None:
+        """Checks ``exp``, ``iat`` and ``nbf`` are JSON numbers (PyJWT accepts ``"123"``); the expiry, if any."""
+        for name in ("exp", "iat", "nbf"):
+            value = self._claims.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise self._refuse(name, "a number (seconds since the epoch)")
+        exp = self._claims.get("exp")
+        return int(exp) if exp is not None else None
+
+
 class _InBackground:
     """Runs ``work`` on a daemon thread, one run at a time; a call while one runs is dropped."""
 
@@ -182,18 +238,18 @@ class ServiceTokens:
         if not isinstance(jti, str) or not jti:
             raise Unauthenticated("the credential has no jti, so it could not be revoked")
         self._check_revoked(jti)
+        read = _Claims(claims, "service")
+        tenant = read.text("tnt")
+        if not is_principal_id(tenant):
+            raise Unauthenticated("the service token's tenant id has characters channel names cannot carry")
         try:
-            if not is_principal_id(claims["tnt"]):
-                raise ValueError("the tenant id has characters channel names cannot carry")
-            principal = ServicePrincipal(
-                producer_id=str(claims["sub"]),
-                tenant_id=str(claims["tnt"]),
-                authority_scope=str(claims["scp"]),
-                roles=frozenset(Role(r) for r in claims.get("roles", [])),
-            )
-            expires = int(claims["exp"]) if "exp" in claims else None
-        except (KeyError, ValueError, TypeError) as exc:
-            raise Unauthenticated("the credential is missing required claims") from exc
+            roles = frozenset(Role(r) for r in read.texts("roles"))
+        except ValueError as exc:
+            raise Unauthenticated("the service token names a role this service does not know") from exc
+        principal = ServicePrincipal(
+            producer_id=read.text("sub"), tenant_id=tenant, authority_scope=read.text("scp"), roles=roles
+        )
+        expires = read.times()
         self._verified.put(token, (principal, expires, jti))
         return principal
 
@@ -244,24 +300,24 @@ class ExecutionTokens:
 
     def _parse(self, token: str) -> ExecutionClaims:
         claims = _decode(token, self._secret, "exe", check_exp=False)
-        try:
-            expires_at = datetime.fromtimestamp(int(claims["exp"]), UTC).replace(tzinfo=None)
-            parsed = ExecutionClaims(
-                workflow_id=str(claims["wf"]),
-                task_id=str(claims["tsk"]),
-                step_id=str(claims["stp"]),
-                step_attempt=int(claims["att"]),
-                execution_id=str(claims["exe"]),
-                operation_code=str(claims["op"]),
-                producer_id=str(claims["prd"]),
-                tenant_id=str(claims["tnt"]),
-                authority_scope=str(claims["scp"]),
-                bucket_id=int(claims["bkt"]),
-                expires_at=expires_at,
-                allowed_event_types=frozenset(str(e) for e in claims.get("evt", [])),
-            )
-        except (KeyError, ValueError, TypeError) as exc:
-            raise Unauthenticated("the execution token is missing required claims") from exc
+        read = _Claims(claims, "execution")
+        expires = read.times()
+        if expires is None:
+            raise Unauthenticated("the execution token has no expiry")
+        parsed = ExecutionClaims(
+            workflow_id=read.text("wf"),
+            task_id=read.text("tsk"),
+            step_id=read.text("stp"),
+            step_attempt=read.integer("att"),
+            execution_id=read.text("exe"),
+            operation_code=read.text("op"),
+            producer_id=read.text("prd"),
+            tenant_id=read.text("tnt"),
+            authority_scope=read.text("scp"),
+            bucket_id=read.integer("bkt"),
+            expires_at=datetime.fromtimestamp(expires, UTC).replace(tzinfo=None),
+            allowed_event_types=read.texts("evt"),
+        )
         return parsed
 
 
@@ -352,18 +408,20 @@ class UserTokens:
                     raise Unauthenticated("the credential is not a user token")
         except jwt.PyJWTError as exc:
             raise Unauthenticated("the user token is not valid") from exc
-        tenant = claims.get("tnt") or claims.get("tenant_id")
-        if not tenant or not isinstance(claims.get("sub"), str):
-            raise Unauthenticated("the user token names no tenant or user")
-        if not is_principal_id(str(tenant)) or not is_principal_id(claims["sub"]):
+        read = _Claims(claims, "user")
+        read.times()
+        read.optional_text("iss")  # checked against the configured issuer in JWKS mode; typed always
+        user_id = read.text("sub")
+        tenant = read.text("tnt" if claims.get("tnt") is not None else "tenant_id")
+        if not is_principal_id(tenant) or not is_principal_id(user_id):
             # Both become parts of channel names: "a/b" must never read as tenant a, user b.
             raise Unauthenticated("the user token's tenant or user id has characters channel names cannot carry")
         return UserPrincipal(
-            tenant_id=str(tenant),
-            user_id=str(claims["sub"]),
-            project_ids=frozenset(str(p) for p in claims.get("projects", []) or []),
-            role_ids=frozenset(str(r) for r in claims.get("roles", []) or []),
-            session_id=str(claims["sid"]) if claims.get("sid") else None,
+            tenant_id=tenant,
+            user_id=user_id,
+            project_ids=read.texts("projects"),
+            role_ids=read.texts("roles"),
+            session_id=read.optional_text("sid") or None,
         )
 
 

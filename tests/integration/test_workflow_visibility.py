@@ -3,27 +3,35 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import sqlalchemy as sa
 
 from tests.integration.conftest import Http
+from tests.support.flows import activate, report
 from tests.support.wiring import projector_for
 
+STEPS = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"}]
 
-def _two_owner_workflow(http: Http) -> tuple[str, str]:
+
+def _created(http: Http) -> dict[str, Any]:
     body = {
         "clientWorkflowKey": f"wf-{uuid.uuid4().hex}",
         "ownerId": "owner",
         "title": "Quarterly close",
         "initialTasks": [
-            {"clientTaskKey": "mine", "title": "Owner's task"},
+            {"clientTaskKey": "mine", "title": "Owner's task", "knownSteps": STEPS},
             {"clientTaskKey": "also-mine", "title": "Owner's other task"},
-            {"clientTaskKey": "theirs", "title": "Guest's task", "ownerId": "guest"},
+            {"clientTaskKey": "theirs", "title": "Guest's task", "ownerId": "guest", "knownSteps": STEPS},
         ],
     }
     response = http.client.post("/internal/v1/workflows", json=body, headers=http.coordinator)
     assert response.status_code == 201, response.text
-    created = response.json()
+    return dict(response.json())
+
+
+def _two_owner_workflow(http: Http) -> tuple[str, str]:
+    created = _created(http)
     return created["workflowId"], next(t["taskId"] for t in created["tasks"] if t["clientTaskKey"] == "theirs")
 
 
@@ -34,9 +42,43 @@ def test_a_user_who_sees_some_tasks_gets_an_aggregate_over_those_only(http: Http
     guest = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("guest")).json()
     assert owner["taskCount"] == 3 and owner["aggregate"]["taskCount"] == 3
     assert guest["taskCount"] == 1 and guest["aggregate"]["taskCount"] == 1
-    assert guest["workflowVersion"] == owner["workflowVersion"]
     nobody = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("stranger"))
     assert nobody.status_code == 404
+
+
+def test_a_trimmed_summary_neither_dates_nor_counts_the_hidden_tasks(http: Http, engine: sa.Engine) -> None:
+    """startedAt, finishedAt and workflowVersion come from the visible tasks alone: the owner's task
+    starting and changing moves the owner's summary, never the guest's."""
+    created = _created(http)
+    workflow_id = created["workflowId"]
+    task_of = {t["clientTaskKey"]: t["taskId"] for t in created["tasks"]}
+
+    def summaries() -> tuple[dict[str, Any], dict[str, Any]]:
+        projector_for(engine).run_once()
+        owner = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("owner")).json()
+        batch = http.client.post(
+            "/api/workflows:batchGet", json={"workflowIds": [workflow_id]}, headers=http.user("guest")
+        ).json()["workflows"][0]
+        guest = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("guest")).json()
+        assert {k: v for k, v in batch.items() if k != "asOf"} == {k: v for k, v in guest.items() if k != "asOf"}
+        return owner, guest
+
+    _, before = summaries()
+    hidden = activate(http, task_of["mine"])
+    assert report(http, hidden, "STEP_STARTED", 1).status_code == 200
+    assert report(http, hidden, "STEP_PROGRESS", 2, progress={"current": 1, "total": 4}).status_code == 200
+    owner, guest = summaries()
+    assert owner["startedAt"] is not None and owner["lifecycleStatus"] == "RUNNING"
+    assert guest["startedAt"] is None and guest["lifecycleStatus"] == "PENDING"
+    assert guest["workflowVersion"] == before["workflowVersion"]  # the hidden task's changes are not counted
+    assert guest["finishedAt"] is None
+
+    theirs = activate(http, task_of["theirs"])
+    assert report(http, theirs, "STEP_STARTED", 1).status_code == 200
+    _, seen = summaries()
+    assert int(seen["workflowVersion"]) > int(guest["workflowVersion"])  # a change the guest sees moves it
+    assert seen["startedAt"] is not None and seen["lifecycleStatus"] == "RUNNING"
+    assert seen["startedAt"] > owner["startedAt"]  # their task's start, not the workflow's first
 
 
 def test_only_the_owner_may_follow_the_workflow_channel(http: Http) -> None:
