@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError, TimeoutError, TimeoutType
 
 from task_status_interceptors._context import current_ownership
 
@@ -260,19 +260,41 @@ def work_continues_predecessor(info: workflow.Info) -> bool:
 def will_be_retried(info: workflow.Info, err: BaseException) -> bool | None:
     """Whether Temporal retries this run after ``err`` fails it: False when it certainly does not,
     None when it may (the workflow's RetryPolicy allows another attempt: only the close event, which
-    names the retry, can tell — an execution timeout or the server's own limits may still end it)."""
+    names the retry, can tell — an execution timeout or the server's own limits may still end it).
+
+    The trap is the cause: Temporal judges the run's own failure only.  A workflow that fails
+    because an activity raised a non-retryable ``ApplicationError`` fails with an
+    ``ActivityError``, which is retryable; the activity's flag governed the activity's own
+    retries, not the workflow's.  Likewise a child's failure.  What stops a workflow retry is
+    the run's failure itself being a non-retryable ``ApplicationError`` (or one whose type the
+    policy names), a timeout other than start-to-close or heartbeat (or one whose
+    ``TemporalTimeout:`` type the policy names), a cancellation or a termination.
+    """
     policy = info.retry_policy
     if policy is None:
         return False
     if policy.maximum_attempts and info.attempt >= policy.maximum_attempts:
         return False
-    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
-    for failure in (err, cause):
-        if isinstance(failure, ApplicationError) and (
-            failure.non_retryable or (failure.type or "") in (policy.non_retryable_error_types or ())
-        ):
+    never = policy.non_retryable_error_types or ()
+    if isinstance(err, ApplicationError):
+        if err.non_retryable or (err.type or "") in never:
             return False
+    elif isinstance(err, TimeoutError):
+        if err.type not in (TimeoutType.START_TO_CLOSE, TimeoutType.HEARTBEAT):
+            return False
+        if err.type is not None and {f"TemporalTimeout:{name}" for name in _TIMEOUT_NAMES[err.type]} & set(never):
+            return False
+    elif isinstance(err, CancelledError | TerminatedError):
+        return False
     return None
+
+
+# The names Temporal's server matches against ``non_retryable_error_types`` for a timeout (the enum's
+# short name; its full name as older servers printed it).
+_TIMEOUT_NAMES = {
+    TimeoutType.START_TO_CLOSE: ("StartToClose", "TIMEOUT_TYPE_START_TO_CLOSE"),
+    TimeoutType.HEARTBEAT: ("Heartbeat", "TIMEOUT_TYPE_HEARTBEAT"),
+}
 
 
 def _this_run() -> dict[str, Any]:

@@ -11,7 +11,16 @@ import pytest
 from task_status_interceptors._coordinator import will_be_retried, work_continues_predecessor, work_key
 from temporalio.api.enums.v1 import RetryState
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    TerminatedError,
+    TimeoutError,
+    TimeoutType,
+)
+from temporalio.exceptions import RetryState as FailureRetryState
 
 from observer.runs import _retried_by
 from status.domain.attempts import MAX_LOST_ROWS, place_activation
@@ -59,6 +68,46 @@ def test_a_key_the_service_would_refuse_is_hashed() -> None:
     assert work_key(_info(workflow_id="order 42")) == spaced  # deterministic
 
 
+HEARTBEAT_NEVER = "TemporalTimeout:Heartbeat"
+
+
+def _bad() -> ApplicationError:
+    return ApplicationError("x", type="BAD")
+
+
+def _activity_error(cause: BaseException) -> ActivityError:
+    err = ActivityError(
+        "activity failed",
+        scheduled_event_id=5,
+        started_event_id=6,
+        identity="worker",
+        activity_type="store",
+        activity_id="1",
+        retry_state=FailureRetryState.NON_RETRYABLE_FAILURE,
+    )
+    err.__cause__ = cause
+    return err
+
+
+def _child_error(cause: BaseException) -> ChildWorkflowError:
+    err = ChildWorkflowError(
+        "child failed",
+        namespace="default",
+        workflow_id="child",
+        run_id="r",
+        workflow_type="Child",
+        initiated_event_id=5,
+        started_event_id=6,
+        retry_state=FailureRetryState.NON_RETRYABLE_FAILURE,
+    )
+    err.__cause__ = cause
+    return err
+
+
+def _timeout(kind: TimeoutType) -> TimeoutError:
+    return TimeoutError("timed out", type=kind, last_heartbeat_details=())
+
+
 @pytest.mark.parametrize(
     ("info", "err", "expected"),
     [
@@ -68,6 +117,25 @@ def test_a_key_the_service_would_refuse_is_hashed() -> None:
         (_info(retry_policy=RetryPolicy(non_retryable_error_types=["BAD"])), ApplicationError("x", type="BAD"), False),
         (_info(), ApplicationError("x", type="DEPENDENCY_DOWN"), None),  # may: the close event says
         (_info(retry_policy=RetryPolicy()), ApplicationError("x"), None),  # unlimited attempts
+        # Temporal judges the run's own failure, never its cause: an activity's non-retryable error
+        # governs the activity's retries; the workflow failing with it is retried by its policy.
+        (_info(), _activity_error(ApplicationError("x", non_retryable=True)), None),
+        (_info(retry_policy=RetryPolicy(non_retryable_error_types=["BAD"])), _activity_error(_bad()), None),
+        (_info(), _child_error(ApplicationError("x", non_retryable=True)), None),
+        (_info(attempt=3), _activity_error(ApplicationError("x")), False),  # the last attempt still is
+        (_info(), _timeout(TimeoutType.START_TO_CLOSE), None),
+        (_info(), _timeout(TimeoutType.HEARTBEAT), None),
+        (_info(), _timeout(TimeoutType.SCHEDULE_TO_CLOSE), False),
+        (_info(), _timeout(TimeoutType.SCHEDULE_TO_START), False),
+        (
+            _info(
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["TemporalTimeout:Heartbeat"])
+            ),
+            _timeout(TimeoutType.HEARTBEAT),
+            False,
+        ),
+        (_info(), CancelledError("cancelled"), False),
+        (_info(), TerminatedError("terminated", ()), False),
     ],
 )
 def test_a_failed_run_ends_its_tasks_only_when_temporal_certainly_does_not_retry_it(
