@@ -248,7 +248,8 @@ class ExecutionCommands:
         notice = None
         if existing is None:
             # A newer attempt supersedes the previous one: its late events become STALE_ATTEMPT.
-            changed.append(superseded_attempt(current, statuses, now))
+            retried = activity is not None and current.temporal_activity == activity
+            changed.append(superseded_attempt(current, statuses, now, retried_by_temporal=retried))
             # Attempts Temporal ran that never reported (a worker died under them): closed as lost.
             lost = [lost_attempt(current, number, statuses, now) for number in placed.lost]
             step = next_attempt(current, placed.attempt, Lifecycle.PENDING, statuses, now)

@@ -98,23 +98,42 @@ def _stale(step_id: str, temporal_attempt: int, current: StepState) -> Conflict:
 
 # ---------------------------------------------------------------- the rows an activation writes
 NEVER_REPORTED = StepError("TIMEOUT", "NEVER_REPORTED", "This attempt never reported.", retryable=True)
+RESULT_AFTER_TIMEOUT = StepError(
+    "TIMEOUT",
+    "RESULT_AFTER_TIMEOUT",
+    "This attempt finished after Temporal had timed it out; its result was discarded.",
+    retryable=True,
+)
 
 
-def superseded_attempt(previous: StepState, statuses: StatusDefinitionSet, now: datetime) -> StepState:
+def superseded_attempt(
+    previous: StepState, statuses: StatusDefinitionSet, now: datetime, *, retried_by_temporal: bool = False
+) -> StepState:
     """An attempt a newer one replaced: marked superseded, and TIMED_OUT unless it had finished
-    (one that was never bound never reported: it says so)."""
+    (one that was never bound never reported: it says so).
+
+    ``retried_by_temporal``: the newer attempt is a later Temporal attempt of the same activity.
+    The trap is an attempt that reported success: Temporal runs an activity again only after an
+    attempt failed or timed out, so a success followed by Temporal's retry is a result Temporal had
+    already refused (the worker returned after the heartbeat or start-to-close timeout; the SDK
+    logs "Activity not found on completion"). Temporal's verdict on an attempt is final: it is
+    shown TIMED_OUT, as Temporal recorded it, not SUCCEEDED.
+    """
     previous = replace(previous, superseded=True)
-    if previous.lifecycle.terminal:
+    refused = retried_by_temporal and previous.lifecycle is Lifecycle.SUCCEEDED
+    if previous.lifecycle.terminal and not refused:
         return previous
     return replace(
         previous,
         lifecycle=Lifecycle.TIMED_OUT,
         business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
         health=Health.HEALTHY,
-        finished_at=now,
+        finished_at=previous.finished_at if refused else now,
         version=previous.version + 1,
         updated_at=now,
-        error=previous.error or (NEVER_REPORTED if previous.execution_id is None else None),
+        error=RESULT_AFTER_TIMEOUT
+        if refused
+        else previous.error or (NEVER_REPORTED if previous.execution_id is None else None),
     )
 
 

@@ -58,6 +58,32 @@ def test_a_new_run_of_the_same_work_runs_the_step_as_its_next_attempt(http: Http
     assert retried.status_code == 201, retried.text
     assert retried.json()["stepAttempt"] == 2
     assert report(http, retried.json(), "STEP_STARTED", 1).status_code == 200
+    # Another activity (the workflow's retry) ran the step again: run 1's success stands.
+    assert _attempts(_snapshot(http, task_id))[1]["lifecycleStatus"] == "SUCCEEDED"
+
+
+def test_a_success_temporal_then_retried_is_shown_as_the_timeout_temporal_recorded(http: Http) -> None:
+    """Attempt 1 returned after its heartbeat timeout: the plugin reported STEP_COMPLETED, Temporal
+    refused the result ("Activity not found on completion") and started attempt 2 of the same
+    activity. That attempt 2 exists proves attempt 1 did not succeed: it is TIMED_OUT, in the
+    activation's version."""
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    first = _activate(http, task_id, 1)
+    assert report(http, first.json(), "STEP_STARTED", 1).status_code == 200
+    assert report(http, first.json(), "STEP_COMPLETED", 2, durationMs=3100).status_code == 200
+    assert _attempts(_snapshot(http, task_id))[1]["lifecycleStatus"] == "SUCCEEDED"
+    second = _activate(http, task_id, 2)
+    assert second.status_code == 201, second.text
+    snap = _snapshot(http, task_id)
+    assert snap["taskVersion"] == second.json()["taskVersion"]
+    attempts = _attempts(snap)
+    assert attempts[1]["lifecycleStatus"] == "TIMED_OUT"
+    assert attempts[1]["error"]["code"] == "RESULT_AFTER_TIMEOUT"
+    assert attempts[2]["lifecycleStatus"] == "PENDING"
+    assert report(http, second.json(), "STEP_STARTED", 1).status_code == 200
+    assert report(http, second.json(), "STEP_COMPLETED", 2, durationMs=5).status_code == 200
+    final = _attempts(_snapshot(http, task_id))
+    assert (final[1]["lifecycleStatus"], final[2]["lifecycleStatus"]) == ("TIMED_OUT", "SUCCEEDED")
 
 
 def test_the_runs_last_word_ends_its_steps_with_the_task_in_one_version(http: Http) -> None:
