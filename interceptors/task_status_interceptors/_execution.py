@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from task_status_interceptors._context import StepBinding
+from task_status_interceptors._deadlines import Beats
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class ExecutionReporter:
         self.binding = binding
         self.started_at = time.monotonic()
         self.heartbeat_seq = 0
+        self.beats = Beats(self.started_at)
         self._progress = _Progress()
         self._lock = threading.Lock()
         # Set once the attempt has ended (or let go): a heartbeat still on its way from the
@@ -71,6 +73,7 @@ class ExecutionReporter:
                 return
             self.heartbeat_seq += 1
             seq = self.heartbeat_seq
+            self.beats = Beats(self.started_at, self.beats.count + 1, time.monotonic())
         self.sink.beat(self.key, seq)
 
     def _end(self) -> None:

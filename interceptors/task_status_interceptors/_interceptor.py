@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Awaitable, Mapping
 from contextvars import ContextVar
 from datetime import timedelta
@@ -42,6 +43,7 @@ from task_status_interceptors._context import (
     owning_run,
 )
 from task_status_interceptors._coordinator import TaskEventRequest, TaskStatus, will_be_retried
+from task_status_interceptors._deadlines import past_temporal_deadline
 from task_status_interceptors._execution import ExecutionReporter
 from task_status_interceptors._reporter import Reporter, execution_key, never_raises
 
@@ -261,13 +263,29 @@ def _settle(inbound: _ActivityInbound, execution: ExecutionReporter, done: async
         return
     err = done.exception()
     if err is None:
-        never_raises(execution.completed)()
+        never_raises(_returned)(execution)
     elif isinstance(err, temporalio.activity._CompleteAsyncError):  # raise_complete_async(): not a failure
         never_raises(execution.completes_elsewhere)()
     elif _is_cancellation(err):
         never_raises(_cancelled)(execution)
     else:
         never_raises(inbound._failed)(execution, err)
+
+
+def _returned(execution: ExecutionReporter) -> None:
+    """The activity returned: SUCCEEDED, unless Temporal has certainly timed the attempt out
+    already (its result is refused: reporting it would show a success Temporal never recorded)."""
+    info = temporalio.activity.info()
+    late = not info.is_local and past_temporal_deadline(
+        time.monotonic(),
+        execution.beats,
+        heartbeat_timeout=info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else None,
+        start_to_close=info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else None,
+    )
+    if late:
+        execution.timed_out()
+    else:
+        execution.completed()
 
 
 def _is_cancellation(err: BaseException) -> bool:
