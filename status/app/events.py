@@ -371,13 +371,9 @@ class EventCommands:
             statuses=defs.status_set(task.task_type, task.status_definition_version),
             now=received_at,
             failed_operation_code=_operation_of(view, cmd.failed_step_id),
-            # The run has closed: nothing of it runs any more (a timed-out run's steps timed out with it).
-            open_steps=_open_steps(view, outcomes) if verdict or outcomes is not None else (),
-            open_steps_become=(
-                (Lifecycle.TIMED_OUT if event_type is EventType.TASK_TIMED_OUT else Lifecycle.CANCELLED)
-                if verdict or outcomes is not None
-                else None
-            ),
+            # The task has ended: nothing of it runs any more (a timed-out task's steps timed out with it).
+            open_steps=_open_steps(view),
+            open_steps_become=Lifecycle.TIMED_OUT if event_type is EventType.TASK_TIMED_OUT else Lifecycle.CANCELLED,
             step_outcomes=outcomes,
         )
         # Execution handles stay valid: a worker's outbox may still deliver the
@@ -541,18 +537,7 @@ def _operation_of(view: TaskView, step_id: str | None) -> str | None:
     return attempts[-1].operation_code if attempts else None
 
 
-def _open_steps(view: TaskView, outcomes: dict[str, Lifecycle] | None) -> list[StepState]:
-    """What a closed run leaves unfinished: its RUNNING attempts, and a step it saw end whose
-    activity never got to report (a local activity's activation still on its way)."""
-    running = view.steps.running()
-    if not outcomes:
-        return running
-    seen = {s.step_id for s in running}
-    waiting = [
-        step
-        for step_id in outcomes
-        if step_id not in seen
-        and (step := view.steps.latest.get(step_id)) is not None
-        and step.lifecycle is Lifecycle.PENDING
-    ]
-    return [*running, *waiting]
+def _open_steps(view: TaskView) -> list[StepState]:
+    """What an ending task leaves unfinished: the latest attempt of every step that is RUNNING or
+    still PENDING (not reached, or a local activity's activation still on its way)."""
+    return [s for s in view.steps.latest.values() if not s.lifecycle.terminal and not s.superseded]

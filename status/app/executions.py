@@ -233,10 +233,10 @@ class ExecutionCommands:
             if existing.producer_id != cmd.producer_id:
                 raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
             return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow, group=group), None
-        if task.lifecycle.terminal and existing is None:
-            # The task has ended, and its run's end ended the step's attempt: a newer attempt (an
-            # abandoned activity's retry, a late one) would show the step running after the work
-            # stopped. A step's waiting attempt still takes late reports of work that ran before.
+        if task.lifecycle.terminal:
+            # The task has ended, and its end ended the step's attempts: binding one (a late
+            # activation, an abandoned activity's retry) would show the step running after the
+            # work stopped. The same activation again, of an attempt bound before, was answered above.
             raise Conflict(f"task {task.task_id} has ended; it takes no new attempts", ErrorCode.TERMINAL_STATE)
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         op = operation(defs, current.operation_code, task.task_type, current.operation_definition_version)

@@ -115,16 +115,19 @@ def _as_set(steps: Steps) -> StepSet:
     return steps if isinstance(steps, StepSet) else StepSet.of(steps)
 
 
-def task_progress(steps: Steps) -> dict[str, Any]:
+def task_progress(steps: Steps, lifecycle: Lifecycle | None = None) -> dict[str, Any]:
     """Progress over the KNOWN steps (their count is fixed up front, so it never goes backwards);
     ``addedSteps`` counts the steps registered while running and ``addedCompletedSteps`` those of
-    them that succeeded, shown beside it."""
+    them that succeeded, shown beside it. A SUCCEEDED task is done: 100 %, though a known step it
+    never needed did not run (``completedSteps`` still counts what ran)."""
     step_set = _as_set(steps)
     done = step_set.known_done[0]
     running = [s for s in step_set.active_current() if s.lifecycle is Lifecycle.RUNNING and s.step_kind == "KNOWN"]
     partial = sum((s.progress.percent or 0) / 100 for s in running if s.progress)
     total = len(step_set.known)
     percent = round(100 * (done + partial) / total, 2) if total else None
+    if lifecycle is Lifecycle.SUCCEEDED:
+        percent = 100.0
     return {
         "completedSteps": done,
         "totalSteps": total,
@@ -250,7 +253,7 @@ def _state(
         **(overall.to_json() if overall else {}),
         "silentSince": _silent_since(task, steps),
         "needsAction": _needs_action(task, steps),
-        "progress": task_progress(steps),
+        "progress": task_progress(steps, task.lifecycle),
         "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
         "steps": [_step_detail(s, _step_eta(task, s, history, now)) for s in shown],
     }
@@ -270,7 +273,7 @@ def user_summary(
         **(overall.to_json() if overall else {}),
         "silentSince": _silent_since(task, step_set),
         "needsAction": _needs_action(task, step_set),
-        "progress": task_progress(step_set),
+        "progress": task_progress(step_set, task.lifecycle),
         "currentStep": {
             "stepId": current.step_id,
             "operationCode": current.operation_code,
@@ -324,7 +327,7 @@ def project_broadcast(task: TaskState, steps: Steps, now: datetime) -> dict[str,
         "taskType": task.task_type,
         "lifecycleStatus": task.lifecycle.value,
         "health": task.health.value,
-        "progress": task_progress(steps),
+        "progress": task_progress(steps, task.lifecycle),
         "asOf": iso(now),
     }
 

@@ -231,6 +231,10 @@ def apply_step_event(
     """
     if event.event_type not in STEP_EVENT_TYPES:
         raise Conflict(f"{event.event_type} is not a step event", ErrorCode.INVALID_TRANSITION)
+    if task.lifecycle.terminal:
+        # The task's end ended its steps (``apply_task_event``): a late report of work that ran
+        # before it is history, not a change; only an audited correction changes them now.
+        raise Conflict(f"task is {task.lifecycle}; its steps no longer change", ErrorCode.TERMINAL_STATE)
     health_event = event.event_type is EventType.STEP_HEALTH_CHANGED
     # Health changes come from the health role on a stream of their own: they
     # must not advance the producer's sourceSeq (its next event would regress).
@@ -398,11 +402,13 @@ def apply_task_event(
 ) -> Outcome:
     """Decide a Coordinator event (R4): task attempt, coordinator sequence, state machine.
 
-    With ``open_steps_become`` (the run that did the work has closed: Temporal's verdict, or the
-    run's own last word), the unfinished attempts in ``open_steps`` end with the task, so no step
-    claims to run after its run ended: as ``step_outcomes`` says for a step (how the run saw its
-    activity end — a local activity or an asynchronously completed one whose own report is still
-    on its way), else as ``open_steps_become``.
+    A task's end ends its steps: the unfinished attempts in ``open_steps`` end with the task, in
+    its version, so no step claims to run, or to be still to come, after the work stopped. Each
+    ends as ``step_outcomes`` says for it (how the run saw its activity end — a local activity or
+    an asynchronously completed one whose own report is still on its way), else as
+    ``open_steps_become`` (CANCELLED; TIMED_OUT with a timed-out task); a step that never started
+    is CANCELLED with ``NOT_REACHED``: the task ended before it ran. From then on a step changes
+    only by an audited correction.
     """
     if event.task_attempt != task.attempt:
         raise Conflict(
@@ -470,25 +476,47 @@ def apply_task_event(
     if open_steps_become is not None:
         outcomes = step_outcomes or {}
         ended = tuple(
-            replace(
-                step,
-                lifecycle=(becomes := outcomes.get(step.step_id, open_steps_become)),
-                # The step that failed the run says why, though its own report has not come (yet).
-                error=error
-                if becomes is Lifecycle.FAILED and step.step_id == event.failed_step_id and step.error is None
-                else step.error,
-                business_status=statuses.resolve(None, becomes, step.business_status).code,
-                health=Health.HEALTHY if step.health is Health.STALE else step.health,
-                stale_since=None,
-                version=step.version + 1,
-                started_at=step.started_at or now,
-                finished_at=now,
-                updated_at=now,
-            )
+            _ended_with_task(step, outcomes.get(step.step_id), open_steps_become, error, event, statuses, now)
             for step in open_steps
             if not step.lifecycle.terminal and not step.superseded
         )
     return Outcome(new_task, None, notice, must_deliver=True, ended_steps=ended)
+
+
+NOT_REACHED = StepError("CANCELLED", "NOT_REACHED", "Not run: the task ended before this step started.", False)
+
+
+def _ended_with_task(
+    step: StepState,
+    outcome: Lifecycle | None,
+    otherwise: Lifecycle,
+    error: StepError | None,
+    event: TaskEvent,
+    statuses: StatusDefinitionSet,
+    now: datetime,
+) -> StepState:
+    """An unfinished attempt as its task's end leaves it (see ``apply_task_event``)."""
+    never_started = outcome is None and step.lifecycle is Lifecycle.PENDING and step.started_at is None
+    becomes = Lifecycle.CANCELLED if never_started else outcome or otherwise
+    why: StepError | None
+    if never_started:
+        why = step.error or NOT_REACHED
+    elif becomes is Lifecycle.FAILED and step.step_id == event.failed_step_id and step.error is None:
+        why = error  # the step that failed the run says why, though its own report has not come (yet)
+    else:
+        why = step.error
+    return replace(
+        step,
+        lifecycle=becomes,
+        error=why,
+        business_status=statuses.resolve(None, becomes, step.business_status).code,
+        health=Health.HEALTHY if step.health is Health.STALE else step.health,
+        stale_since=None,
+        version=step.version + 1,
+        started_at=None if never_started else step.started_at or now,
+        finished_at=now,
+        updated_at=now,
+    )
 
 
 STUCK_MESSAGE = "The workflow is stuck; operators are told."

@@ -539,8 +539,13 @@ def test_workflow_read_endpoints_are_acl_trimmed(http: Http) -> None:
     assert http.client.get(f"/api/workflows/{wf}", headers=http.user("user-2")).status_code == 404
 
 
-def test_late_reports_after_the_task_finished_never_change_its_lifecycle(http: Http) -> None:
+def test_late_reports_after_the_task_finished_change_nothing(http: Http) -> None:
+    """A task's end ends its steps (a step not reached: CANCELLED, NOT_REACHED); a worker's outbox
+    delivering the last step's events after the coordinator's completion changes nothing. A
+    coordinator that knows how a step ended says so with the ending (stepOutcomes)."""
     task_id, _ = _task(http)
+    running = activate(http, task_id, "02_parse")
+    assert report(http, running, "STEP_STARTED", 1).status_code == 200
     assert (
         http.client.post(
             "/internal/v1/task-events",
@@ -549,12 +554,21 @@ def test_late_reports_after_the_task_finished_never_change_its_lifecycle(http: H
         ).status_code
         == 200
     )
-    # A worker's outbox delivers the last step's events after the coordinator's completion.
-    late = activate(http, task_id, "03_store", producer="store-service")
-    assert report(http, late, "STEP_STARTED", 1).status_code == 200
-    assert report(http, late, "STEP_COMPLETED", 2, durationMs=12).status_code == 200
-    snap = _snapshot(http, task_id)
-    assert snap["lifecycleStatus"] == "SUCCEEDED" and _step(snap, "03_store")["lifecycleStatus"] == "SUCCEEDED"
+    ended = _snapshot(http, task_id)
+    assert ended["lifecycleStatus"] == "SUCCEEDED" and ended["progress"]["percent"] == 100
+    assert _step(ended, "02_parse")["lifecycleStatus"] == "CANCELLED"  # it ran; it runs no more
+    assert _step(ended, "03_store")["lifecycleStatus"] == "CANCELLED"
+    assert _step(ended, "03_store")["error"]["code"] == "NOT_REACHED"
+    late = report(http, running, "STEP_COMPLETED", 2, durationMs=12)
+    assert late.status_code == 409 and late.json()["error"]["code"] == "TERMINAL_STATE"
+    refused = http.client.post(
+        f"/internal/v1/tasks/{task_id}/steps/03_store:activate",
+        json={"attempt": 1, "producerId": "store-service"},
+        headers=http.coordinator,
+    )
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "TERMINAL_STATE"
+    after = _snapshot(http, task_id)
+    assert after["taskVersion"] == ended["taskVersion"] and after["steps"] == ended["steps"]
 
 
 def test_a_superseded_attempt_never_reads_as_running(http: Http) -> None:

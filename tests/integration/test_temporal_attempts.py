@@ -104,7 +104,10 @@ def test_the_runs_last_word_ends_its_steps_with_the_task_in_one_version(http: Ht
     snap = _snapshot(http, task_id)
     assert snap["lifecycleStatus"] == "SUCCEEDED"
     lifecycles = {s["stepId"]: s["lifecycleStatus"] for s in snap["steps"]}
-    assert lifecycles == {"01_prepare": "PENDING", "02_parse": "SUCCEEDED", "03_store": "SUCCEEDED"}
+    # 01_prepare never ran: the task's end ends it too (CANCELLED, not reached), in the same version.
+    assert lifecycles == {"01_prepare": "CANCELLED", "02_parse": "SUCCEEDED", "03_store": "SUCCEEDED"}
+    assert next(s for s in snap["steps"] if s["stepId"] == "01_prepare")["error"]["code"] == "NOT_REACHED"
+    assert snap["progress"]["percent"] == 100
     # The late reports change nothing: the step's own completion, a new attempt of the local activity.
     late = report(http, running.json(), "STEP_COMPLETED", 2, durationMs=5)
     assert late.status_code == 409 and late.json()["error"]["code"] in ("TERMINAL_STATE", "TOKEN_REVOKED")
