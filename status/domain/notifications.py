@@ -164,4 +164,10 @@ def notifications_for(before: TaskState, after: TaskState, notice: Notice | None
             )
     if notice is not None and notice.requires_action:
         found.append(_from_notice(after, notice, "ACTION_REQUIRED"))
+    if notice is not None and notice.type in RUN_HEALTH_TYPES:
+        # A stuck run's task shows STALE with stuckSince after a reload too: its words are kept.
+        found.append(_from_notice(after, notice))
     return found
+
+
+RUN_HEALTH_TYPES = frozenset({"WORKFLOW_STUCK", "WORKFLOW_RECOVERED"})

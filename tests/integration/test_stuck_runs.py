@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
+from status.domain.rules import STUCK_MESSAGE
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.factories import document_workflow
@@ -73,6 +74,16 @@ def test_a_stuck_task_says_so_in_its_snapshot_and_its_users_are_warned(
         ).one()
     assert summary["notice"]["type"] == "WORKFLOW_STUCK" and summary["notice"]["level"] == "WARNING"
     assert summary["stuckSince"] == snap["stuckSince"]
+
+    # After a reload (or on another device) the promised words are there: stored, as is the recovery.
+    def stored() -> list[dict[str, Any]]:
+        listed = http.client.get("/api/me/notifications", headers=http.user("user-1")).json()["notifications"]
+        return [n for n in listed if n["taskId"] == task_id]
+
+    warned = stored()
+    assert [(n["type"], n["level"], n["message"]) for n in warned] == [("WORKFLOW_STUCK", "WARNING", STUCK_MESSAGE)]
+    service.runs.reflect_stuck("default", set())
+    assert [n["type"] for n in stored()] == ["WORKFLOW_RECOVERED", "WORKFLOW_STUCK"]  # newest first
 
 
 def test_a_task_that_ended_is_shown_stuck_no_more_and_not_again(
