@@ -157,8 +157,9 @@ def int_param(request: Request, name: str, default: int, *, low: int = 0, high: 
     """A whole-number query parameter, parsed the same way everywhere: ASCII digits only, at most
     18 of them (``int()`` is never handed thousands of digits), from ``low`` to ``high``."""
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
+    # ``?limit=`` is a malformed number like ``?limit=x``, not an absent one.
     if not is_ascii_digits(raw) or len(raw) > 18 or not low <= int(raw) <= high:
         raise Invalid(f"{name} must be a whole number from {low} to {high}")
     return int(raw)

@@ -45,7 +45,10 @@ def test_an_operator_overrides_a_terminal_task_state_with_an_audit_a_version_and
     before = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     # The coordinator's own path can't move a terminal task (that is the state machine).
     again = complete_task(http, task_id, seq=2)
-    assert again.status_code == 409
+    assert again.status_code == 409 and again.json()["error"]["code"] == "TERMINAL_STATE"
+    assert http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json() | {"asOf": None} == before | {
+        "asOf": None
+    }
     body = {"correctionId": "fix-1", "lifecycleStatus": "SUCCEEDED", "reason": "the output was verified by hand"}
     fixed = _correct(http, task_id, **body)
     assert fixed.status_code == 201, fixed.text
@@ -92,31 +95,46 @@ def test_a_step_attempt_is_corrected_and_its_executor_can_no_longer_overwrite_it
     assert step["lifecycleStatus"] == "CANCELLED" and step["finishedAt"] is not None
     assert snap["lifecycleStatus"] == "RUNNING"  # only what was corrected moves
     late = report(http, ctx, "STEP_COMPLETED", 2)
-    assert late.status_code in (403, 409), late.text
+    assert (late.status_code, late.json()["error"]["code"]) == (409, "TERMINAL_STATE"), late.text
     after = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     assert next(s for s in after["steps"] if s["stepId"] == "02_parse")["lifecycleStatus"] == "CANCELLED"
 
 
 def test_corrections_are_refused_clearly(http: Http) -> None:
+    """Each refusal has its stable code and changes nothing: the task, its timeline and the audit
+    read the same after it."""
     task_id = create_workflow(http)["tasks"][0]["taskId"]
-    denied = _correct(http, task_id, headers=http.coordinator, lifecycleStatus="CANCELLED")
-    assert denied.status_code == 403 and denied.json()["error"]["code"] == "PERMISSION_DENIED"
+
+    def state() -> tuple[Any, Any, Any]:
+        user = http.user("user-1")
+        return (
+            http.client.get(f"/api/tasks/{task_id}", headers=user).json(),
+            http.client.get(f"/api/tasks/{task_id}/events", headers=user).json()["events"],
+            http.client.get(f"/internal/v1/tasks/{task_id}/corrections", headers=_admin(http)).json(),
+        )
+
+    def refused(response: Any, status: int, code: str) -> None:
+        assert (response.status_code, response.json()["error"]["code"]) == (status, code), response.text
+        now = state()  # every change moves the version; the timeline and audit are compared whole
+        assert now[0]["taskVersion"] == before[0]["taskVersion"] and now[1:] == before[1:]
+
+    before = state()
+    refused(_correct(http, task_id, headers=http.coordinator, lifecycleStatus="CANCELLED"), 403, "PERMISSION_DENIED")
     other = http.auth(http.service_token("ops", "ADMIN", tenant="other-tenant"))
-    assert _correct(http, task_id, headers=other, lifecycleStatus="CANCELLED").status_code == 404
-    nothing = _correct(http, task_id, lifecycleStatus="PENDING")
-    assert nothing.status_code == 422 and nothing.json()["error"]["code"] == "VALIDATION_FAILED"
-    unknown = _correct(http, task_id, businessStatus="NO_SUCH_STATUS")
-    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "UNKNOWN_BUSINESS_STATUS"
-    stale = _correct(http, task_id, lifecycleStatus="CANCELLED", expectedTaskVersion="99")
-    assert stale.status_code == 409 and stale.json()["error"]["code"] == "VERSION_PRECONDITION_FAILED"
-    no_step = _correct(http, task_id, stepId="99_none", lifecycleStatus="CANCELLED")
-    assert no_step.status_code == 404 and no_step.json()["error"]["code"] == "UNKNOWN_STEP"
-    no_reason = _correct(http, task_id, lifecycleStatus="CANCELLED", reason="")
-    assert no_reason.status_code == 422
+    refused(_correct(http, task_id, headers=other, lifecycleStatus="CANCELLED"), 404, "UNKNOWN_TASK")
+    refused(_correct(http, task_id, lifecycleStatus="PENDING"), 422, "VALIDATION_FAILED")
+    refused(_correct(http, task_id, businessStatus="NO_SUCH_STATUS"), 422, "UNKNOWN_BUSINESS_STATUS")
+    refused(
+        _correct(http, task_id, lifecycleStatus="CANCELLED", expectedTaskVersion="99"),
+        409,
+        "VERSION_PRECONDITION_FAILED",
+    )
+    refused(_correct(http, task_id, stepId="99_none", lifecycleStatus="CANCELLED"), 404, "UNKNOWN_STEP")
+    refused(_correct(http, task_id, lifecycleStatus="CANCELLED", reason=""), 422, "VALIDATION_FAILED")
     # A producer can't pass a report off as a correction.
     ctx = activate(http, task_id)
-    forged = report(http, ctx, "ADMIN_CORRECTION", 1)
-    assert forged.status_code == 422 and forged.json()["error"]["code"] == "VALIDATION_FAILED"
+    before = state()
+    refused(report(http, ctx, "ADMIN_CORRECTION", 1), 422, "VALIDATION_FAILED")
 
 
 def test_the_cli_corrects_through_the_same_command(

@@ -46,9 +46,7 @@ def _reads(http: Http, user: str, groups: dict[str, Any], task_id: str) -> dict[
         "batchGet": http.client.post("/api/tasks/status:batchGet", json={"taskIds": [task_id]}, headers=headers),
         "my tasks": http.client.get("/api/me/tasks", headers=headers),
         "notifications": http.client.get("/api/me/notifications", headers=headers),
-        "subscription": http.client.post(
-            "/api/realtime/subscription-token", json={"taskId": task_id}, headers=headers
-        ),
+        "subscription": http.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=headers),
     }
 
 

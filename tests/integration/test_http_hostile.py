@@ -157,16 +157,34 @@ def test_heartbeat_items_are_rejected_one_by_one(http: Http, ctx: dict) -> None:
 @pytest.mark.parametrize(
     "path",
     [
-        "/api/tasks/x/events?afterTaskVersion=-1",
-        "/api/tasks/x/events?limit=abc",
+        "/api/tasks/{task}/events?afterTaskVersion=-1",
+        "/api/tasks/{task}/events?limit=abc",
+        "/api/tasks/{task}/events?limit=",
         "/api/me/tasks?cursor=%%%",
         "/api/me/tasks?cursor=eyJ4IjoxfQ",
         "/api/me/tasks?limit=99999999999999999999999",
+        "/api/me/tasks?limit=",
     ],
 )
 def test_public_reads_reject_bad_parameters(http: Http, path: str) -> None:
-    response = http.client.get(path, headers=http.user("user-1"))
-    assert response.status_code in (404, 422), response.text
+    """On a task the user sees, so the parameter is what is refused (not the task: 404)."""
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    response = http.client.get(path.format(task=task_id), headers=http.user("user-1"))
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == {
+        "code": "VALIDATION_FAILED",
+        "message": response.json()["error"]["message"],
+        "retryable": False,
+    }
+
+
+@pytest.mark.parametrize("query", ["limit=", "limit=x", "limit=-1"])
+def test_an_empty_or_malformed_number_on_the_internal_api_is_422(http: Http, query: str) -> None:
+    response = http.client.get(
+        f"/internal/v1/tasks:overdue?{query}", headers=http.auth(http.service_token("r", "HEALTH"))
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "VALIDATION_FAILED"
 
 
 def test_openapi_served_matches_the_checked_in_file(http: Http) -> None:

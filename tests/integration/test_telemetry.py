@@ -70,17 +70,20 @@ def test_hostile_reports_are_refused_with_a_clear_code(http: Http, body: Any) ->
 
 def test_non_finite_numbers_are_refused(http: Http) -> None:
     raw = b'{"commitToVisibleSeconds": [NaN], "counters": {}}'
+    before = _metric(http, "state_commit_to_visible_seconds_count")
     refused = http.client.post(
         "/api/me/telemetry", content=raw, headers={**http.user("user-1"), "Content-Type": "application/json"}
     )
-    assert refused.status_code == 422
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "VALIDATION_FAILED", refused.text
+    assert _metric(http, "state_commit_to_visible_seconds_count") == before
 
 
 def test_only_a_logged_in_user_reports_and_only_a_few_times_a_minute(
     http: Http, settings: Settings, engine: Any, service: Any
 ) -> None:
-    assert http.client.post("/api/me/telemetry", json=_report()).status_code == 401
-    assert http.client.post("/api/me/telemetry", json=_report(), headers=http.worker).status_code == 401
+    for headers in ({}, http.worker):
+        refused = http.client.post("/api/me/telemetry", json=_report(), headers=headers)
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHENTICATED"
     with TestClient(create_app(settings, engine, service)) as fresh:  # its own limiter
         headers = http.user("chatty")
         answers = [fresh.post("/api/me/telemetry", json=_report(), headers=headers) for _ in range(8)]
