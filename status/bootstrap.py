@@ -79,7 +79,12 @@ class Components:
         s = self.settings
         return RealtimeService(
             self.service,
-            RealtimeTokens(s.centrifugo_token_secret, s.realtime_token_ttl_seconds),
+            RealtimeTokens(
+                s.centrifugo_token_secret,
+                s.realtime_token_ttl_seconds,
+                s.realtime_token_audience,
+                s.realtime_token_issuer,
+            ),
             RealtimeEndpoints.from_websocket_url(s.centrifugo_public_url),
             s.detail_subscription_limit,
             s.realtime_token_ttl_seconds,

@@ -147,6 +147,11 @@ class Settings:
     # Public API requests per second per user and API process (0: no limit).
     public_rate_per_second: float = 0.0
     public_rate_burst: int = 0
+    # The audience and issuer of the Centrifugo connection and subscription tokens the API issues
+    # (Centrifugo's client.token.audience / issuer check them: deploy/centrifugo/config.json).
+    # None: RealtimeTokens' own (the values the shipped Centrifugo configuration names).
+    realtime_token_audience: str | None = None
+    realtime_token_issuer: str | None = None
     # JWKS mode: the audience and issuer user tokens must carry (both required in production).
     user_jwks_audience: str | None = None
     user_jwks_issuer: str | None = None
@@ -287,6 +292,8 @@ class Settings:
             detail_subscription_limit=_int("DETAIL_SUBSCRIPTION_LIMIT", 20),
             execution_token_ttl_seconds=_int("EXECUTION_TOKEN_TTL_SECONDS", 24 * 3600),
             realtime_token_ttl_seconds=_int("REALTIME_TOKEN_TTL_SECONDS", 300),
+            realtime_token_audience=_env("REALTIME_TOKEN_AUDIENCE"),
+            realtime_token_issuer=_env("REALTIME_TOKEN_ISSUER"),
             heartbeat_grace_seconds=_int("HEARTBEAT_GRACE_SECONDS", 30),
             max_body_bytes=_int("MAX_BODY_BYTES", 1024 * 1024),
             max_data_bytes=_int("MAX_DATA_BYTES", 16 * 1024),

@@ -426,16 +426,26 @@ class UserTokens:
 
 
 class RealtimeTokens:
-    """Centrifugo connection and subscription JWTs (SPEC §3, seed §7)."""
+    """Centrifugo connection and subscription JWTs (SPEC §3, seed §7), with an audience and an
+    issuer Centrifugo checks (``client.token.audience`` / ``issuer``): a token minted for another
+    purpose with the same secret is not a connection."""
 
-    def __init__(self, secret: str, ttl_seconds: int) -> None:
+    AUDIENCE = "task-status-observer:realtime"
+    ISSUER = "task-status-observer"
+
+    def __init__(self, secret: str, ttl_seconds: int, audience: str | None = None, issuer: str | None = None) -> None:
         self._secret = secret
         self._ttl = ttl_seconds
+        self._audience = audience or self.AUDIENCE
+        self._issuer = issuer or self.ISSUER
+
+    def _sign(self, user: UserPrincipal, **claims: Any) -> tuple[str, int]:
+        exp = int(time.time()) + self._ttl
+        body = {"sub": user.subject, **claims, "aud": self._audience, "iss": self._issuer, "exp": exp}
+        return jwt.encode(body, self._secret, ALGORITHM), exp
 
     def connection(self, user: UserPrincipal, channels: list[str]) -> tuple[str, int]:
-        exp = int(time.time()) + self._ttl
-        return jwt.encode({"sub": user.subject, "channels": channels, "exp": exp}, self._secret, ALGORITHM), exp
+        return self._sign(user, channels=channels)
 
     def subscription(self, user: UserPrincipal, channel: str) -> tuple[str, int]:
-        exp = int(time.time()) + self._ttl
-        return jwt.encode({"sub": user.subject, "channel": channel, "exp": exp}, self._secret, ALGORITHM), exp
+        return self._sign(user, channel=channel)

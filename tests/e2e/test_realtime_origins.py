@@ -13,15 +13,12 @@ import functools
 import http.server
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import jwt
-
 from tests.support.browser import chromium
 from tests.support.processes import REPO_ROOT, CentrifugoNode, free_port
-
+from tests.support.realtime import connection_token
 
 TRANSPORTS = {"websocket": "/connection/websocket", "http_stream": "/connection/http_stream", "sse": "/connection/sse"}
 
@@ -74,7 +71,7 @@ def test_only_an_allowed_origin_connects_over_websocket_http_streaming_and_sse(t
         node = CentrifugoNode(workdir=tmp_path, allowed_origins=[allowed]).start()
         try:
             base = node.ws_url.removesuffix("/connection/websocket")
-            token = jwt.encode({"sub": "acme/alice", "exp": int(time.time()) + 600}, node.token_secret, "HS256")
+            token = connection_token(node.token_secret, "acme/alice", [])
             seen: dict[str, dict[str, str]] = {}
             with chromium() as (_, browser):
                 for origin in (allowed, refused):

@@ -8,16 +8,20 @@ shared Centrifugo engine, and Alembic migrations that really round-trip.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime
 
+import jwt
 import pytest
 import sqlalchemy as sa
 from cent import AsyncClient, PublishRequest
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from status.domain.auth import UserPrincipal
 from status.infra import migrate, tables
+from status.infra.tokens import RealtimeTokens
 from tests.support.processes import CentrifugoNode
 from tests.support.realtime import connection_token, recording_client
 from tests.support.smoke_workflows import ShoutWorkflow, shout
@@ -48,6 +52,35 @@ async def test_centrifugo_delivers_and_recovers_missed_publications(
         assert again.was_recovering and again.recovered
         got = [await recorder.next_publication(), await recorder.next_publication()]
         assert [data for _, _, data in got] == [{"n": 2}, {"n": 3}]
+        await client.disconnect()
+
+
+@pytest.mark.centrifugo
+async def test_centrifugo_takes_only_connection_tokens_with_the_services_audience_and_issuer(
+    centrifugo: CentrifugoNode,
+) -> None:
+    """The shipped configuration names the audience and issuer the API's RealtimeTokens put in
+    every connection token: a token signed with the same secret for anything else is refused."""
+    channel = f"task_user:t-{uuid.uuid4().hex[:8]}/u1"
+    issued, _ = RealtimeTokens(centrifugo.token_secret, 60).connection(UserPrincipal("t", "u1"), [channel])
+    claims = jwt.decode(issued, options={"verify_signature": False})
+    assert (claims["aud"], claims["iss"]) == (RealtimeTokens.AUDIENCE, RealtimeTokens.ISSUER)
+    client, recorder = recording_client(centrifugo.ws_url, issued)
+    await client.connect()
+    assert (await recorder.next_subscribed()).channel == channel
+    await client.disconnect()
+    base = {"sub": "t/u1", "channels": [channel], "exp": int(time.time()) + 60}
+    for wrong in (
+        base,
+        base | {"iss": RealtimeTokens.ISSUER},
+        base | {"aud": "someone-else", "iss": RealtimeTokens.ISSUER},
+        base | {"aud": RealtimeTokens.AUDIENCE, "iss": "someone-else"},
+    ):
+        client, recorder = recording_client(centrifugo.ws_url, jwt.encode(wrong, centrifugo.token_secret, "HS256"))
+        await client.connect()
+        refused = await recorder.next_disconnect()
+        assert refused.code == 3500, (wrong, refused)  # Centrifugo's "invalid token": not retried
+        assert recorder.subscribed.empty()
         await client.disconnect()
 
 

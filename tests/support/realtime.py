@@ -17,9 +17,14 @@ from centrifuge import (
     ServerSubscribedContext,
 )
 
+from status.infra.tokens import RealtimeTokens
+
+# What deploy/centrifugo/config.json makes Centrifugo require (the service's RealtimeTokens defaults).
+AUDIENCE, ISSUER = RealtimeTokens.AUDIENCE, RealtimeTokens.ISSUER
+
 
 def connection_token(secret: str, sub: str, channels: list[str], ttl: int = 300) -> str:
-    claims: dict[str, Any] = {"sub": sub, "exp": int(time.time()) + ttl}
+    claims: dict[str, Any] = {"sub": sub, "exp": int(time.time()) + ttl, "aud": AUDIENCE, "iss": ISSUER}
     if channels:
         claims["channels"] = channels
     return jwt.encode(claims, secret, algorithm="HS256")
