@@ -33,6 +33,7 @@ from observer.activities import ActivityProbe
 from observer.loops import LoopConfig, Reconciler
 from observer.runs import RunFollower
 from status.app.service import StatusService
+from status.infra import tables as t
 from tests.e2e.conftest import Backend
 from tests.e2e.test_run_verdicts import OWNER, _ended, _events, _eventually, _snapshot
 from tests.integration.conftest import Http
@@ -48,6 +49,7 @@ ACTIVITIES = [
     fw.completed_later,
     fw.silent_first_attempt,
     fw.refuses,
+    fw.returns_after_timeout,
 ]
 WORKFLOWS = [fw.FeatureWorkflow, fw.ParentWorkflow, fw.AdoptingWorkflow]
 
@@ -274,6 +276,33 @@ async def test_a_workflow_that_fails_every_attempt_fails_its_task_once_the_last_
     assert snap["lifecycleStatus"] == "FAILED" and snap["failure"]["code"] == "DEPENDENCY_DOWN"
     assert _step(snap)["attempt"] == 2 and _step(snap)["lifecycleStatus"] == "SUCCEEDED"
     # Ended once, by the last attempt (the first attempt's failure ended nothing).
+    stack.nothing_ran_after_the_end(task_id)
+
+
+async def test_a_workflow_retried_after_a_non_retryable_activity_error_is_not_ended_by_that_error(
+    stack: Stack,
+) -> None:
+    """Temporal judges the run's own failure: an activity's non-retryable error fails the run with
+    an ActivityError, which the workflow's RetryPolicy retries. Its task is not FAILED (no TASK_FAILED
+    notice), and the second run's completion ends it SUCCEEDED."""
+    title = _title()
+    handle = await stack.start(
+        fw.Plan(OWNER, title, "refuses_first"),
+        retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=2),
+    )
+    task_id = await handle.result()
+    snap = await stack.ended(task_id)
+    await stack.clean()
+    assert snap["lifecycleStatus"] == "SUCCEEDED", snap
+    assert _attempts(snap) == [(1, "FAILED"), (2, "SUCCEEDED")]
+    assert "TASK_FAILED" not in stack.event_kinds(task_id)
+    with stack.engine.connect() as conn:
+        summaries = conn.scalars(
+            sa.select(t.task_outbox.c.payload).where(
+                t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY"
+            )
+        ).all()
+    assert [s["lifecycleStatus"] for s in summaries if s["lifecycleStatus"] == "FAILED"] == []
     stack.nothing_ran_after_the_end(task_id)
 
 
@@ -510,6 +539,28 @@ async def test_an_attempt_timed_out_on_its_heartbeat_is_followed_by_the_attempt_
     assert snap["lifecycleStatus"] == "SUCCEEDED"
     attempts = _attempts(stack.snapshot(task_id))
     assert attempts == [(1, "TIMED_OUT"), (2, "SUCCEEDED")], attempts
+    stack.nothing_ran_after_the_end(task_id)
+
+
+async def test_an_attempt_that_returns_after_temporal_timed_it_out_is_never_shown_succeeded(stack: Stack) -> None:
+    """Attempt 1 heartbeats once, then works past its 2 s heartbeat timeout and returns 3 s later,
+    before attempt 2 starts: Temporal has timed it out and refuses its result. The step shows the
+    timeout Temporal recorded, at no moment SUCCEEDED; attempt 2 succeeds."""
+    title = _title()
+    handle = await stack.start(fw.Plan(OWNER, title, "returns_late", seconds=3.5))
+    task_id = await handle.result()
+    snap = await stack.ended(task_id)
+    await stack.plugin.reporter.drained()
+    assert snap["lifecycleStatus"] == "SUCCEEDED"
+    assert _attempts(stack.snapshot(task_id)) == [(1, "TIMED_OUT"), (2, "SUCCEEDED")]
+    with stack.engine.connect() as conn:
+        details = conn.scalars(
+            sa.select(t.task_outbox.c.payload).where(
+                t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "TASK_DETAIL"
+            )
+        ).all()
+    shown = [(s["attempt"], s["lifecycleStatus"]) for d in details for s in d["state"]["steps"]]
+    assert (1, "TIMED_OUT") in shown and (1, "SUCCEEDED") not in shown, shown
     stack.nothing_ran_after_the_end(task_id)
 
 

@@ -73,6 +73,17 @@ async def silent_first_attempt(seconds: float) -> str:
 
 
 @activity.defn
+def returns_after_timeout(seconds: float) -> str:
+    """A thread-pool attempt 1 that heartbeats once and then works past its heartbeat timeout
+    without a word (it never hears that Temporal timed it out) and returns; later attempts return
+    at once. Temporal refuses attempt 1's result ("Activity not found on completion")."""
+    if activity.info().attempt == 1:
+        activity.heartbeat()
+        time.sleep(seconds)
+    return "done"
+
+
+@activity.defn
 async def completed_later() -> str:
     """Hands its task token to the test, which completes it through the client."""
     assert async_tokens is not None
@@ -88,7 +99,7 @@ class Plan:
     owner: str
     title: str
     # fail_first | fail_always | plain | sync_wait | async_wait | quiet_wait | local | async_complete | hold |
-    # async_then_hold | continue | heartbeat_lost | stuck
+    # async_then_hold | continue | heartbeat_lost | returns_late | refuses_first | stuck
     how: str
     seconds: float = 60.0
     cancellation: str = "TRY_CANCEL"  # how the workflow cancels its activity (ActivityCancellationType)
@@ -172,6 +183,17 @@ class FeatureWorkflow:
                     heartbeat_timeout=timedelta(seconds=1),
                     retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
                 )
+            elif plan.how == "returns_late":
+                await workflow.execute_activity(
+                    returns_after_timeout,
+                    plan.seconds,
+                    start_to_close_timeout=timedelta(minutes=1),
+                    heartbeat_timeout=timedelta(seconds=2),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=3), maximum_attempts=3),
+                )
+            elif plan.how == "refuses_first" and workflow.info().attempt == 1:
+                # A non-retryable activity error fails this run; the workflow's own policy retries it.
+                await workflow.execute_activity(refuses, start_to_close_timeout=timedelta(seconds=10))
             else:
                 await workflow.execute_activity(quick, start_to_close_timeout=timedelta(seconds=10))
         if plan.how == "stuck" and stuck_switch.broken:
