@@ -290,7 +290,7 @@ class Settings:
             temporal_address=_env("TEMPORAL_ADDRESS", "127.0.0.1:7233") or "",
             temporal_namespace=_env("TEMPORAL_NAMESPACE", "default") or "default",
             detail_subscription_limit=_int("DETAIL_SUBSCRIPTION_LIMIT", 20),
-            execution_token_ttl_seconds=_int("EXECUTION_TOKEN_TTL_SECONDS", 24 * 3600),
+            execution_token_ttl_seconds=_int("EXECUTION_TOKEN_TTL_SECONDS", 3600),
             realtime_token_ttl_seconds=_int("REALTIME_TOKEN_TTL_SECONDS", 300),
             realtime_token_audience=_env("REALTIME_TOKEN_AUDIENCE"),
             realtime_token_issuer=_env("REALTIME_TOKEN_ISSUER"),

@@ -177,6 +177,10 @@ def heartbeat_result_to_proto(result: dict[str, Any]) -> pb.HeartbeatResult:
     )
     if result.get("reason") is not None:
         msg.reason = result["reason"]
+    if result.get("expiresAt") is not None:
+        msg.expires_at = result["expiresAt"]
+    if result.get("executionToken") is not None:
+        msg.execution_token = result["executionToken"]
     return msg
 
 
@@ -186,6 +190,10 @@ def heartbeat_result_to_json(msg: pb.HeartbeatResult) -> dict[str, Any]:
         "accepted": msg.accepted,
         "health": msg.health,
         "reason": msg.reason if msg.HasField("reason") else None,
+    } | {
+        name: getattr(msg, field)
+        for name, field in (("expiresAt", "expires_at"), ("executionToken", "execution_token"))
+        if msg.HasField(field)
     }
 
 

@@ -161,16 +161,20 @@ class Heartbeat(_message.Message):
     def __init__(self, heartbeat_seq: _Optional[int] = ..., observed_at: _Optional[str] = ..., execution_handle: _Optional[str] = ..., execution_token: _Optional[str] = ..., execution_id: _Optional[str] = ..., completes_elsewhere: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResult(_message.Message):
-    __slots__ = ("execution_id", "accepted", "health", "reason")
+    __slots__ = ("execution_id", "accepted", "health", "reason", "expires_at", "execution_token")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     accepted: bool
     health: str
     reason: str
-    def __init__(self, execution_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., health: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    expires_at: str
+    execution_token: str
+    def __init__(self, execution_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., health: _Optional[str] = ..., reason: _Optional[str] = ..., expires_at: _Optional[str] = ..., execution_token: _Optional[str] = ...) -> None: ...
 
 class HeartbeatBatch(_message.Message):
     __slots__ = ("heartbeats",)

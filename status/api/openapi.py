@@ -146,7 +146,15 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "execution",
         "200",
     ),
-    ("post", "/internal/v1/task-heartbeats:batch", "Record execution heartbeats", m.HeartbeatBatchIn, "service", "200"),
+    (
+        "post",
+        "/internal/v1/task-heartbeats:batch",
+        "Record execution heartbeats; each accepted beat past its credential's half-life renews it"
+        " (its result carries expiresAt, and a new executionToken when the beat named one)",
+        m.HeartbeatBatchIn,
+        "service",
+        "200",
+    ),
     (
         "patch",
         "/internal/v1/tasks/{taskId}/classification",

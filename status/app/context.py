@@ -44,7 +44,7 @@ class AppContext:
     tokens: ExecutionTokens
     validator: SchemaValidator
     clock: Callable[[], datetime] = utcnow
-    token_ttl: timedelta = timedelta(hours=24)
+    token_ttl: timedelta = timedelta(hours=1)
     max_data_bytes: int = 16 * 1024
     # Events that occurred longer ago are refused (EVENT_TOO_OLD): their dedup entries may be
     # purged (status.domain.retention). None: any age, for a service that never purges dedup.

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
 class KnownHandle:
-    """A handle's immutable facts and its task's tenancy."""
+    """A handle's facts and its task's tenancy: immutable but for the expiry, which heartbeats
+    renew (a held expiry older than the row's only sends a beat to the careful path)."""
 
     task_id: str
     step_id: str
@@ -64,6 +65,14 @@ class HandleCache:
             for handle_hash in hashes:
                 entries.move_to_end(handle_hash)
         return found
+
+    def extend(self, hashes: list[str], expires_at: datetime) -> None:
+        """A heartbeat renewed these handles (their only fact that moves, and only later)."""
+        with self._lock:
+            for handle_hash in hashes:
+                known = self._entries.get(handle_hash)
+                if known is not None and known.expires_at < expires_at:
+                    self._entries[handle_hash] = replace(known, expires_at=expires_at)
 
     def put_many(self, known: dict[str, KnownHandle]) -> None:
         with self._lock:

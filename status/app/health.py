@@ -9,6 +9,7 @@ passed, change health through the full event transaction exactly once.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from status.app.group import Group
 from status.app.handle_cache import KnownHandle
 from status.app.ports import Stores, UnitOfWork
 from status.domain import ids
-from status.domain.auth import Role, ServicePrincipal
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, renewed_expiry
 from status.domain.errors import DomainError, ErrorCode
 from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import StepError
@@ -39,6 +40,15 @@ AskTemporal = Callable[[Mapping[str, ActivityRef]], Mapping[str, ActivityOutcome
 log = logs.get("status.health")
 
 
+@dataclass(frozen=True)
+class Credential:
+    """How a heartbeat's execution was named: a handle (its hash) or a token (its claims), and until when."""
+
+    expires_at: datetime
+    handle_hash: str | None
+    claims: ExecutionClaims | None = None
+
+
 class HealthCommands:
     def __init__(self, ctx: AppContext, events: EventCommands) -> None:
         self.ctx = ctx
@@ -55,6 +65,7 @@ class HealthCommands:
         now = self.ctx.now()
         results: list[dict[str, Any] | None] = [None] * len(items)
         recover: list[tuple[int, str, str, int, str]] = []
+        credentials: dict[int, Credential] = {}
 
         def fast(uow: UnitOfWork) -> bool:
             # Each beat written only where its attempt is current, RUNNING, HEALTHY and older.
@@ -83,9 +94,10 @@ class HealthCommands:
 
         def resolve() -> dict[int, tuple[str, str, int, str]]:
             # Credentials and tenants are immutable: read once, before the writes (retried like any unit of work).
-            return self.ctx.db.run(lambda uow: self._resolve_heartbeats(uow, caller, items, now, results))
+            credentials.clear()
+            return self.ctx.db.run(lambda uow: self._resolve_heartbeats(uow, caller, items, now, results, credentials))
 
-        known = self._known(caller, items, now)
+        known = self._known(caller, items, now, credentials)
         resolved = known if known is not None else resolve()
         beats = [(*resolved[i], items[i].heartbeat_seq) for i in sorted(resolved)]
         single = len({b[:3] for b in beats}) == len(beats)
@@ -112,10 +124,42 @@ class HealthCommands:
                 uow.commit()
 
             self.ctx.db.run(mark)
+        self._renew(results, credentials, now)
         return {"results": results, "receivedAt": iso(now)}
 
+    def _renew(
+        self, results: list[dict[str, Any] | None], credentials: Mapping[int, Credential], now: datetime
+    ) -> None:
+        """Accepted beats renew their execution's credential past its half-life (``renewed_expiry``):
+        a handle's expiry moves (one statement for the batch), a token is issued again; the result
+        says until when, with the new token."""
+        due = {
+            index: until
+            for index, credential in credentials.items()
+            if (results[index] or {}).get("accepted")
+            and (until := renewed_expiry(credential.expires_at, now, self.ctx.token_ttl)) is not None
+        }
+        if not due:
+            return
+        hashes = [h for i in due if (h := credentials[i].handle_hash) is not None]
+        until = max(due.values())
+        if hashes:
+
+            def extend(uow: UnitOfWork) -> None:
+                uow.heartbeats.extend_handles(hashes, until)
+                uow.commit()
+
+            self.ctx.db.run(extend)
+            self.ctx.handles.extend(hashes, until)
+        for index in due:
+            renewed = {**(results[index] or {}), "expiresAt": iso(until)}
+            claims = credentials[index].claims
+            if claims is not None:
+                renewed["executionToken"] = self.ctx.tokens.issue(replace(claims, expires_at=until))
+            results[index] = renewed
+
     def _known(
-        self, caller: ServicePrincipal, items: Sequence[c.Heartbeat], now: datetime
+        self, caller: ServicePrincipal, items: Sequence[c.Heartbeat], now: datetime, credentials: dict[int, Credential]
     ) -> dict[int, tuple[str, str, int, str]] | None:
         """Every beat's step attempt from the handles this process has read before, when each is
         one the careful path would pass on to the write (the caller's, unexpired, in its tenant,
@@ -137,8 +181,10 @@ class HealthCommands:
                 or (handle.tenant_id, handle.authority_scope) != tenancy
                 or (hb.execution_id is not None and hb.execution_id != handle.execution_id)
             ):
+                credentials.clear()
                 return None
             resolved[index] = handle.key
+            credentials[index] = Credential(handle.expires_at, hashes[index])
         return resolved
 
     def _resolve_heartbeats(
@@ -148,6 +194,7 @@ class HealthCommands:
         items: Sequence[c.Heartbeat],
         now: datetime,
         results: list[dict[str, Any] | None],
+        credentials: dict[int, Credential],
     ) -> dict[int, tuple[str, str, int, str]]:
         resolved: dict[int, tuple[str, str, int, str]] = {}
         hashes = {ids.handle_hash(h.execution_handle) for h in items if h.execution_handle}
@@ -172,6 +219,7 @@ class HealthCommands:
                     reject(ErrorCode.TOKEN_EXPIRED, handle["execution_id"])
                     continue
                 key = (handle["task_id"], handle["step_id"], handle["step_attempt"], handle["execution_id"])
+                credentials[index] = Credential(handle["expires_at"], ids.handle_hash(hb.execution_handle))
             elif hb.execution_token:
                 try:
                     claims = self.ctx.tokens.verify(hb.execution_token, now)
@@ -185,6 +233,7 @@ class HealthCommands:
                     reject(ErrorCode.UNKNOWN_TASK, claims.execution_id)
                     continue
                 key = (claims.task_id, claims.step_id, claims.step_attempt, claims.execution_id)
+                credentials[index] = Credential(claims.expires_at, None, claims)
             else:
                 reject(ErrorCode.UNAUTHENTICATED)
                 continue

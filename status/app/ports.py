@@ -207,6 +207,10 @@ class HeartbeatStore(Protocol):
         """The heartbeat that recovered a STALE execution, once its recovery event committed."""
         ...
 
+    def extend_handles(self, hashes: Sequence[str], expires_at: datetime) -> None:
+        """Move these execution handles' expiry to ``expires_at`` (never back: only later ones move)."""
+        ...
+
     def census(self) -> tuple[int, int, datetime | None, int | None]:
         """(running executions with a deadline, their producers, newest heartbeat, shortest interval)."""
         ...

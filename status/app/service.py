@@ -46,7 +46,7 @@ class StatusService:
         *,
         execution_tokens: ExecutionTokens,
         validator: SchemaValidator,
-        execution_token_ttl_seconds: int = 24 * 3600,
+        execution_token_ttl_seconds: int = 3600,
         max_data_bytes: int = 16 * 1024,
         default_heartbeat_interval_seconds: int = 15,
         default_heartbeat_timeout_seconds: int = 60,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 
@@ -59,3 +59,18 @@ class ExecutionClaims:
     bucket_id: int
     expires_at: datetime
     allowed_event_types: frozenset[str] = field(default_factory=frozenset)
+
+
+def renewed_expiry(expires_at: datetime, now: datetime, ttl: timedelta) -> datetime | None:
+    """An execution credential's new expiry when a heartbeat has just proved its execution alive:
+    ``now + ttl`` once less than half its life is left, else None (it stays as it is).
+
+    Execution tokens and handles are short-lived (a leaked one is good for at most ``ttl``), while
+    an activity may run for days: each accepted heartbeat past half-life renews it. Renewing at
+    every beat would put a write on the heartbeat light path at every beat; past half-life it is
+    one write per execution per ``ttl / 2``, and an execution that stops beating keeps at most
+    ``ttl`` of its credential.
+    """
+    if expires_at <= now or expires_at - now >= ttl / 2:
+        return None
+    return now + ttl

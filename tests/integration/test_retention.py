@@ -35,7 +35,7 @@ from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, create_task, event
-from tests.support.wiring import projector_for
+from tests.support.wiring import fold_all
 
 TENANT = "tenant-retention"
 COORDINATOR = ServicePrincipal("coordinator-1", TENANT, "content", frozenset({Role.COORDINATOR}))
@@ -155,7 +155,7 @@ def test_the_event_log_is_archived_and_verified_before_it_is_purged(engine: sa.E
 
     # 100 days on: the failed task goes with its steps, handles and ACL rows; running tasks stay
     # whatever their age (they have not ended); corrections are archived first, notifications purged.
-    projector_for(engine).run_once()
+    fold_all(engine)
     purged = _retention(engine, 100, directory).run_once()
     assert purged["task"] == 1 and purged["task_correction"] == 1 and purged["user_notification"] >= 1
     failed = tasks["failed"]

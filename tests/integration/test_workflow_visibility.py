@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from tests.integration.conftest import Http
 from tests.support.flows import activate, report
-from tests.support.wiring import projector_for
+from tests.support.wiring import fold_all
 
 STEPS = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"}]
 
@@ -37,7 +37,7 @@ def _two_owner_workflow(http: Http) -> tuple[str, str]:
 
 def test_a_user_who_sees_some_tasks_gets_an_aggregate_over_those_only(http: Http, engine: sa.Engine) -> None:
     workflow_id, _ = _two_owner_workflow(http)
-    projector_for(engine).run_once()  # the owner's aggregate, as the observer folds it
+    fold_all(engine)  # the owner's aggregate, as the observer folds it
     owner = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("owner")).json()
     guest = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("guest")).json()
     assert owner["taskCount"] == 3 and owner["aggregate"]["taskCount"] == 3
@@ -54,7 +54,7 @@ def test_a_trimmed_summary_neither_dates_nor_counts_the_hidden_tasks(http: Http,
     task_of = {t["clientTaskKey"]: t["taskId"] for t in created["tasks"]}
 
     def summaries() -> tuple[dict[str, Any], dict[str, Any]]:
-        projector_for(engine).run_once()
+        fold_all(engine)
         owner = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("owner")).json()
         batch = http.client.post(
             "/api/workflows:batchGet", json={"workflowIds": [workflow_id]}, headers=http.user("guest")
@@ -98,7 +98,7 @@ def test_many_workflows_in_one_read_answer_as_one_get_each(http: Http, engine: s
     answers it for that user (a guest's aggregate trimmed), those not seen in notFound."""
     first, _ = _two_owner_workflow(http)
     second, _ = _two_owner_workflow(http)
-    projector_for(engine).run_once()
+    fold_all(engine)
     ids = [first, second, "wf_never_there", first]
     for user in ("owner", "guest", "stranger"):
         batch = http.client.post("/api/workflows:batchGet", json={"workflowIds": ids}, headers=http.user(user))

@@ -12,3 +12,13 @@ from status.infra.uow import SqlDatabase
 
 def projector_for(engine: sa.Engine) -> WorkflowProjector:
     return WorkflowProjector(WorkflowProjection(SqlDatabase(engine)), RowProbe(engine, WorkflowProjector.PROBE))
+
+
+def fold_all(engine: sa.Engine) -> None:
+    """Every pending workflow change folded, however many other tests left behind (one
+    ``run_once`` folds a batch: in a shared database this test's workflow may be past it)."""
+    projector = projector_for(engine)
+    while True:
+        projector.run_once()
+        if projector.last_claimed == 0:
+            return

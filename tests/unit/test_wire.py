@@ -72,3 +72,17 @@ def test_events_round_trip_between_json_and_protobuf() -> None:
     assert convert.result_to_json(convert.result_to_proto(result)) == result
     rejected = {"eventId": "e", "accepted": False, "error": {"code": "X", "message": "m", "retryable": True}}
     assert convert.result_to_json(convert.result_to_proto(rejected)) == rejected
+
+
+def test_a_heartbeat_result_crosses_grpc_with_its_renewal_and_without_one() -> None:
+    renewed = {
+        "executionId": "exe_1",
+        "accepted": True,
+        "health": "HEALTHY",
+        "reason": None,
+        "expiresAt": "2026-12-02T21:00:00Z",
+        "executionToken": "eyJ.new.token",
+    }
+    assert convert.heartbeat_result_to_json(convert.heartbeat_result_to_proto(renewed)) == renewed
+    plain = {"executionId": "exe_1", "accepted": False, "health": "", "reason": "TOKEN_EXPIRED"}
+    assert convert.heartbeat_result_to_json(convert.heartbeat_result_to_proto(plain)) == plain

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -220,6 +220,15 @@ class SqlHeartbeatStore:
             ts.c.heartbeat_deadline_at <= now,
             sa.or_(ts.c.last_heartbeat_at.is_(None), self._deadline_expr(ts.c.last_heartbeat_at) <= now),
         )
+
+    def extend_handles(self, hashes: Sequence[str], expires_at: datetime) -> None:
+        h = t.task_execution_handle
+        for chunk in range(0, len(hashes), 500):
+            self._conn.execute(
+                sa.update(h)
+                .where(h.c.handle_hash.in_(sorted(hashes[chunk : chunk + 500])), h.c.expires_at < expires_at)
+                .values(expires_at=expires_at)
+            )
 
     def write_recovered_beat(self, task_id: str, step_id: str, attempt: int, seq: int, now: datetime) -> None:
         """The heartbeat that recovered a STALE execution, once its recovery event committed."""
