@@ -14,9 +14,8 @@ from status.app import commands as c
 from status.app.context import HEALTH_PRODUCER, RUN_PRODUCER, EventCaller
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
-from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid
+from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid
 from status.domain.lifecycle import EventType
-from status.domain.model import StepState, TaskState
 from status.domain.rules import bound_fields_match
 
 # The endings Temporal's record can tell of an attempt: completed, failed, timed out, cancelled.
@@ -161,26 +160,3 @@ def _match(bound: dict[str, Any], claimed: dict[str, Any]) -> None:
     if claimed.get("stepId") is not None and claimed["stepId"] != bound.get("stepId"):
         raise Forbidden("stepId does not match the execution context", ErrorCode.PERMISSION_DENIED)
     bound_fields_match(bound, {k: v for k, v in claimed.items() if k not in ("taskId", "stepId")})
-
-
-def check_envelope(cmd: c.ReportEvent, task: TaskState, step: StepState) -> None:
-    """What the body says of its task and step must be what they are (seed §3.3.2, §17): a compact
-    handle binds the execution, and the envelope's other fields may not claim something else.
-
-    Checked before the eventId's dedup entry is consulted: these name facts that never change
-    (the task's workflow and type, the step's operation), so a retry of an accepted event names
-    the same ones or is refused; a body that claims another task's facts is never answered as a
-    duplicate of this one's event."""
-    if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
-        raise Forbidden("workflowId does not match the execution's task", ErrorCode.PERMISSION_DENIED)
-    if cmd.operation_code is not None and cmd.operation_code != step.operation_code:
-        raise Forbidden("operationCode does not match the step", ErrorCode.OPERATION_MISMATCH)
-    if cmd.task_type is not None and cmd.task_type != task.task_type:
-        raise Forbidden("taskType does not match the task", ErrorCode.PERMISSION_DENIED)
-
-
-def check_task_attempt(cmd: c.ReportEvent, task: TaskState) -> None:
-    """The task attempt a body names is the task's (after dedup: it moves, and it is in the
-    fingerprint, so a retry of an event from an earlier attempt is answered from its entry)."""
-    if cmd.task_attempt is not None and cmd.task_attempt != task.attempt:
-        raise Conflict(f"taskAttempt {cmd.task_attempt} is not the task's attempt", ErrorCode.STALE_ATTEMPT)

@@ -21,6 +21,7 @@ from status.app.durations import DurationHistory
 from status.app.handle_cache import HandleCache
 from status.app.ports import Database, ExecutionTokens, Stores
 from status.app.step_cache import StepCache
+from status.domain.admission import TEMPORAL_VERDICT
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.clock import now_ms, utcnow
 from status.domain.definitions import OperationDefinition, SchemaValidator, find_operation
@@ -29,7 +30,7 @@ from status.domain.model import TaskState
 
 HEALTH_PRODUCER = "task-status/health"
 # Temporal's verdict (the RECONCILER role): what ended a task or an attempt from Temporal's record.
-RUN_PRODUCER = "temporal/verdict"
+RUN_PRODUCER = TEMPORAL_VERDICT
 _SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f]")
 MAX_TITLE = 255
 KEY_LIMIT = 128

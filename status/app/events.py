@@ -24,14 +24,15 @@ from typing import Any
 from status import logs
 from status.app import commands as c
 from status.app import outbox
-from status.app.binding import check_envelope, check_task_attempt, resolve_binding
-from status.app.context import RUN_PRODUCER, AppContext, EventCaller, check_key, content_hash, operation
+from status.app.binding import resolve_binding
+from status.app.context import AppContext, EventCaller, check_key, content_hash, operation
 from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.staging import stage
 from status.app.step_cache import TaskView, view_of
 from status.app.views import locked_view
 from status.domain import ids
+from status.domain.admission import Binding, Limits, admit_step_event, check_envelope, task_event_speaker
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.definitions import FailurePolicy
 from status.domain.errors import (
@@ -237,7 +238,10 @@ class EventCommands:
         step = view.steps.get(bound.step_id, bound.step_attempt)
         if step is None:
             raise NotFound(f"step {bound.step_id} attempt {bound.step_attempt} does not exist", ErrorCode.UNKNOWN_STEP)
-        check_envelope(cmd, task, step)  # before dedup: it names facts that never change
+        # Before dedup: it names facts that never change.
+        check_envelope(
+            task, step, workflow_id=cmd.workflow_id, operation_code=cmd.operation_code, task_type=cmd.task_type
+        )
         fingerprint = content_hash(
             {"task": task.task_id, "step": step.step_id, "attempt": step.attempt, "execution": bound.execution_id}
             | cmd.content()
@@ -245,41 +249,20 @@ class EventCommands:
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
-        if bound.credential_problem is not None:
-            raise bound.credential_problem
-        check_task_attempt(cmd, task)
-        # Execution and attempt must be current (R2: old attempts never change anything).
-        if step.execution_id != bound.execution_id:
-            raise Conflict("the execution is not the current one for this step", ErrorCode.STALE_EXECUTION)
-        if step.superseded:
-            raise Conflict("a newer attempt of this step exists", ErrorCode.STALE_ATTEMPT)
-        from_temporal = bound.producer_id == RUN_PRODUCER
-        if event_type is not EventType.STEP_HEALTH_CHANGED and not from_temporal:
-            if step.producer_id != bound.producer_id:
-                raise Forbidden("the producer does not own this execution", ErrorCode.PRODUCER_MISMATCH)
-            if bound.operation_code is not None and step.operation_code != bound.operation_code:
-                raise Forbidden("the operation does not match the step", ErrorCode.OPERATION_MISMATCH)
-            if bound.allowed_event_types is not None and event_type.value not in bound.allowed_event_types:
-                raise Forbidden(f"{event_type} is not allowed by the execution token", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
-        defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
-        op = operation(defs, step.operation_code, task.task_type, step.operation_definition_version)
-        others_stale = view.steps.stale_besides(step.step_id, step.attempt)
-        if event_type is EventType.STEP_HEALTH_CHANGED:
-            source_seq = step.version + 1
-        elif from_temporal:  # after whatever the producer sent; its own later reports meet a terminal step
-            source_seq = step.source_seq + 1
-        else:
-            source_seq = cmd.source_seq
-        if not from_temporal:  # Temporal's verdict is the truth however late it is read
-            # Last of the checks: only an event that would be applied is refused for its age.
-            check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age, self.ctx.max_clock_skew)
-        outcome = apply_step_event(
+        admitted = admit_step_event(
             task,
             step,
+            Binding(
+                bound.execution_id,
+                bound.producer_id,
+                bound.operation_code,
+                bound.allowed_event_types,
+                bound.credential_problem,
+            ),
             StepEvent(
                 event_id=cmd.event_id,
                 event_type=event_type,
-                source_seq=source_seq,
+                source_seq=cmd.source_seq,
                 producer_id=bound.producer_id,
                 occurred_at=cmd.occurred_at,
                 business_status=cmd.business_status,
@@ -291,14 +274,24 @@ class EventCommands:
                 error=cmd.error,
                 health=Health(cmd.health) if cmd.health in {h.value for h in Health} else None,
                 reason=cmd.reason,
-                from_temporal=from_temporal,
             ),
+            task_attempt=cmd.task_attempt,
+            now=received_at,
+            limits=Limits(self.ctx.max_event_age, self.ctx.max_clock_skew),
+        )
+        defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
+        op = operation(defs, step.operation_code, task.task_type, step.operation_definition_version)
+        outcome = apply_step_event(
+            task,
+            step,
+            admitted,
             operation=op,
             statuses=defs.status_set(task.task_type, task.status_definition_version),
             validator=self.ctx.validator,
-            other_steps_stale=others_stale,
+            other_steps_stale=view.steps.stale_besides(step.step_id, step.attempt),
             now=received_at,
         )
+        source_seq = admitted.source_seq
         return stage(
             self.ctx,
             uow,
@@ -328,16 +321,10 @@ class EventCommands:
         # R4: only the Coordinator submits task-level events, with its service token; Temporal's
         # verdict (RECONCILER: the run that owned the task has closed) ends tasks too, and is the
         # only one that sees a run time out.
-        verdict = isinstance(caller, ServicePrincipal) and caller.has(Role.RECONCILER)
-        coordinator = isinstance(caller, ServicePrincipal) and caller.has(Role.COORDINATOR)
-        if not (verdict or coordinator) or (event_type is EventType.TASK_TIMED_OUT and not verdict):
-            needed = "RECONCILER" if event_type is EventType.TASK_TIMED_OUT else "COORDINATOR"
-            raise Forbidden(f"{event_type} needs the {needed} role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
+        verdict = task_event_speaker(caller, event_type, producer_id=cmd.producer_id)
         assert isinstance(caller, ServicePrincipal)
         if cmd.task_id is None or cmd.task_attempt is None:
             raise Invalid("task events need taskId and taskAttempt")
-        if cmd.producer_id is not None and cmd.producer_id != caller.producer_id:
-            raise Forbidden("producerId does not match the credential", ErrorCode.PRODUCER_MISMATCH)
         view, stored = self._lock(uow, group, cmd.task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
         task = view.task
         if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
