@@ -27,7 +27,7 @@ from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView
 from status.app.views import locked_view
 from status.domain import ids
-from status.domain.attempts import lost_attempt, next_attempt, place_activation, superseded_attempt
+from status.domain.attempts import decide_activation, lost_attempt, next_attempt, superseded_attempt
 from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound
@@ -223,21 +223,12 @@ class ExecutionCommands:
         attempts = sorted(
             (s for s in view.steps.attempts.values() if s.step_id == cmd.step_id), key=lambda s: s.attempt
         )
-        if not attempts or attempts[0].step_kind != "KNOWN":
-            raise NotFound(f"step {cmd.step_id} is not a known step of this task", ErrorCode.UNKNOWN_STEP)
-        current = attempts[-1]
         activity = _activity_key(cmd.temporal_activity)
-        placed = place_activation(attempts, activity, cmd.attempt, cmd.step_id)
-        existing = placed.existing
-        if existing is not None and existing.execution_id is not None:
-            if existing.producer_id != cmd.producer_id:
-                raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
+        decided = decide_activation(task, attempts, activity, cmd.attempt, cmd.step_id, cmd.producer_id)
+        placed, existing, current = decided.placement, decided.placement.existing, attempts[-1]
+        if decided.rebind:
+            assert existing is not None
             return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow, group=group), None
-        if task.lifecycle.terminal:
-            # The task has ended, and its end ended the step's attempts: binding one (a late
-            # activation, an abandoned activity's retry) would show the step running after the
-            # work stopped. The same activation again, of an attempt bound before, was answered above.
-            raise Conflict(f"task {task.task_id} has ended; it takes no new attempts", ErrorCode.TERMINAL_STATE)
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         op = operation(defs, current.operation_code, task.task_type, current.operation_definition_version)
         op.check_producer(cmd.producer_id)

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from status.domain.definitions import StatusDefinitionSet
-from status.domain.errors import Conflict, ErrorCode
+from status.domain.errors import Conflict, ErrorCode, Forbidden, NotFound
 from status.domain.lifecycle import Health, Lifecycle
-from status.domain.model import StepError, StepState
+from status.domain.model import StepError, StepState, TaskState
 
 # Attempts closed as lost are written as rows of their own; past this many only the newest are
 # (an activity at attempt 500 whose reports never arrived must not write 500 rows in one event).
@@ -82,6 +82,49 @@ def place_activation(
         return Placement(number, None, _lost(current, number))
     number = current.attempt + temporal_attempt
     return Placement(number, None, _lost(current, number))
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation decided: the same bound attempt again (``rebind``: answered as it was), or
+    where a new binding goes (``placement``), and whether it supersedes the current attempt."""
+
+    placement: Placement
+    rebind: bool
+
+    @property
+    def supersedes(self) -> bool:
+        return self.placement.existing is None
+
+
+def decide_activation(
+    task: TaskState,
+    attempts: Sequence[StepState],
+    activity: str | None,
+    temporal_attempt: int,
+    step_id: str,
+    producer_id: str,
+) -> Activation:
+    """Whether and where attempt ``temporal_attempt`` of a known step is activated (``attempts``:
+    the step's stored attempts, oldest first; none when the task has no such step).
+
+    Refused: a step the task does not know (UNKNOWN_STEP), an attempt bound to another producer
+    (PRODUCER_MISMATCH), an older attempt than the step's current one (STALE_ATTEMPT), and any
+    new binding once the task has ended (TERMINAL_STATE: its end ended the step's attempts, and a
+    late activation or an abandoned activity's retry would show the step running after the work
+    stopped). The same activation of an attempt bound before is answered again, ended task or not.
+    """
+    if not attempts or attempts[0].step_kind != "KNOWN":
+        raise NotFound(f"step {step_id} is not a known step of this task", ErrorCode.UNKNOWN_STEP)
+    placed = place_activation(attempts, activity, temporal_attempt, step_id)
+    existing = placed.existing
+    if existing is not None and existing.execution_id is not None:
+        if existing.producer_id != producer_id:
+            raise Forbidden("this attempt is bound to another producer", ErrorCode.PRODUCER_MISMATCH)
+        return Activation(placed, rebind=True)
+    if task.lifecycle.terminal:
+        raise Conflict(f"task {task.task_id} has ended; it takes no new attempts", ErrorCode.TERMINAL_STATE)
+    return Activation(placed, rebind=False)
 
 
 def _lost(current: StepState, number: int) -> tuple[int, ...]:

@@ -23,10 +23,10 @@ from temporalio.exceptions import (
 from temporalio.exceptions import RetryState as FailureRetryState
 
 from observer.runs import _retried_by
-from status.domain.attempts import MAX_LOST_ROWS, place_activation
-from status.domain.errors import Conflict, ErrorCode
+from status.domain.attempts import MAX_LOST_ROWS, decide_activation, place_activation
+from status.domain.errors import Conflict, DomainError, ErrorCode
 from status.domain.lifecycle import Lifecycle
-from status.domain.model import StepState
+from status.domain.model import StepState, TaskState
 from status.domain.verdicts import ClosedRun, RunStatus, continuation
 
 
@@ -258,3 +258,39 @@ def test_the_outbox_file_is_created_on_first_use_and_an_earlier_one_is_resumed(t
     again = Outbox(path)  # the next process
     assert again.pending_events() == 1 and not again.begin("run/1/1", StepBinding("tsk", "s1"), 1)
     again.close()
+
+
+# ---------------------------------------------------------------- whether an activation binds
+def _task(lifecycle: Lifecycle = Lifecycle.RUNNING) -> TaskState:
+    now = datetime(2026, 12, 2)
+    return TaskState("t", "wf", "k", "acme", "u", "s", 1, "Doc", lifecycle, lifecycle.value, 3, now, now)
+
+
+def test_an_activation_binds_rebinds_or_is_refused_with_its_code() -> None:
+    bound = _step(execution_id="exe_1", producer_id="parser", temporal_activity="act", temporal_attempt=1)
+    fresh = decide_activation(_task(), [_step()], "act", 1, "02_parse", "parser")
+    assert not fresh.rebind and fresh.placement.attempt == 1
+    again = decide_activation(_task(Lifecycle.SUCCEEDED), [bound], "act", 1, "02_parse", "parser")
+    assert again.rebind and again.placement.existing is bound  # answered as before, ended task or not
+    retry = decide_activation(_task(), [bound], "act", 2, "02_parse", "parser")
+    assert retry.supersedes and retry.placement.attempt == 2
+    refusals = [
+        (lambda: decide_activation(_task(), [], None, 1, "99_none", "parser"), ErrorCode.UNKNOWN_STEP),
+        (
+            lambda: decide_activation(_task(), [_step(step_kind="DYNAMIC")], None, 1, "02_parse", "parser"),
+            ErrorCode.UNKNOWN_STEP,
+        ),
+        (lambda: decide_activation(_task(), [bound], "act", 1, "02_parse", "intruder"), ErrorCode.PRODUCER_MISMATCH),
+        (
+            lambda: decide_activation(_task(Lifecycle.FAILED), [bound], "act", 2, "02_parse", "parser"),
+            ErrorCode.TERMINAL_STATE,
+        ),
+        (
+            lambda: decide_activation(_task(Lifecycle.CANCELLED), [_step()], None, 1, "02_parse", "parser"),
+            ErrorCode.TERMINAL_STATE,
+        ),
+    ]
+    for decide, code in refusals:
+        with pytest.raises(DomainError) as refused:
+            decide()
+        assert refused.value.code is code
