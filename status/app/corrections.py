@@ -10,17 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from status.app import outbox
+from status.app.change import Change, Entry, write_change
 from status.app.context import AppContext, check_key, content_hash, require
+from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.views import locked_view
-from status.domain.aggregate import affects_workflow
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.corrections import Correction, apply_correction
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepError
-from status.domain.notifications import notifications_for
 from status.domain.projections import iso
 
 
@@ -103,32 +102,45 @@ class CorrectionCommands:
                 now=now,
             )
             new_task, new_step = outcome.task, outcome.step
-            if new_step is not None:
-                uow.tasks.update_step(new_step, step)
-                if new_step.lifecycle.terminal and new_step.execution_id:
-                    # The executor's late reports must not overwrite what the operator settled.
-                    uow.tasks.revoke_handles(new_step.execution_id, "ADMIN_CORRECTION", now)
-            uow.tasks.update(new_task, task)
-            view = view.changed(new_task, new_step)
             audit = {"operatorId": cmd.operator_id, "reason": cmd.reason, "changes": outcome.changes}
-            uow.log.insert_events(
-                [
-                    outbox.event_row(
-                        event_id=event_id,
-                        task=new_task,
-                        step=new_step,
-                        event_type=EventType.ADMIN_CORRECTION.value,
-                        producer_id=f"admin:{cmd.operator_id}",
-                        # Unique per task, so repeated corrections of one step never collide.
-                        source_seq=new_task.version,
-                        occurred_at=now,
-                        received_at=now,
-                        committed_at=now,
-                        error_code=new_step.error.code if new_step and new_step.error else None,
-                        payload=audit,
-                    )
-                ],
+            entry = Entry(
+                event_id=event_id,
+                event_type=EventType.ADMIN_CORRECTION,
+                producer_id=f"admin:{cmd.operator_id}",
+                # Unique per task, so repeated corrections of one step never collide.
+                source_seq=new_task.version,
+                occurred_at=now,
+                received_at=now,
+                error_code=new_step.error.code if new_step and new_step.error else None,
+                payload=audit,
+                reported=False,
             )
+            change = Change(
+                before=task,
+                after=new_task,
+                view=view,
+                entry=entry,
+                fingerprint=fingerprint,
+                step=new_step,
+                before_step=step,
+                # The executor's late reports must not overwrite what the operator settled.
+                revoke="ADMIN_CORRECTION",
+                notice=outcome.notice,
+                must_deliver=True,
+                broadcast=True,
+                answer={
+                    "correctionId": cmd.correction_id,
+                    "accepted": True,
+                    "duplicate": False,
+                    "taskId": task.task_id,
+                    "stepId": new_step.step_id if new_step else None,
+                    "attempt": new_step.attempt if new_step else None,
+                    "changes": outcome.changes,
+                },
+            )
+            group = Group()
+            result = write_change(self.ctx, uow, group, change)
+            group.flush(uow)
             uow.corrections.insert(
                 {
                     "tenant_id": task.tenant_id,
@@ -144,59 +156,6 @@ class CorrectionCommands:
                     "created_at": now,
                 }
             )
-            result = {
-                "correctionId": cmd.correction_id,
-                "accepted": True,
-                "duplicate": False,
-                "taskId": task.task_id,
-                "stepId": new_step.step_id if new_step else None,
-                "attempt": new_step.attempt if new_step else None,
-                "taskVersion": str(new_task.version),
-                "stepVersion": str(new_step.version) if new_step else None,
-                "changes": outcome.changes,
-                "committedAt": iso(now),
-            }
-            uow.log.insert_dedups(
-                [
-                    {
-                        "tenant_id": task.tenant_id,
-                        "event_id": event_id,
-                        "task_id": task.task_id,
-                        "payload_hash": fingerprint,
-                        "result": result,
-                        "created_at": now,
-                    }
-                ],
-            )
-            if affects_workflow(task, new_task):
-                uow.log.insert_changes([outbox.change_row(new_task, now)])
-            trigger = {
-                "eventId": event_id,
-                "eventType": EventType.ADMIN_CORRECTION.value,
-                "stepId": new_step.step_id if new_step else None,
-                "operationCode": new_step.operation_code if new_step else None,
-                "committedAt": iso(now),
-            }
-            uow.log.insert_outbox(
-                outbox.task_rows(
-                    new_task,
-                    view.steps,
-                    view.viewers,
-                    notice=outcome.notice,
-                    trigger=trigger,
-                    must_deliver=True,
-                    event_id=event_id,
-                    broadcast=True,
-                    now=now,
-                    history=self.ctx.durations.for_task(uow, new_task, view.steps),
-                    groups=view.groups,
-                ),
-            )
-            found = notifications_for(task, new_task, outcome.notice)
-            if found:
-                records, hints = outbox.notification_rows(new_task, view.viewers, found, event_id, now)
-                uow.log.insert_notifications(records)
-                uow.log.insert_outbox(hints)
             uow.commit()
             return result
 

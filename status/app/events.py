@@ -25,10 +25,10 @@ from status import logs
 from status.app import commands as c
 from status.app import outbox
 from status.app.binding import resolve_binding
+from status.app.change import Change, Entry, write_change
 from status.app.context import AppContext, EventCaller, check_key, content_hash, operation
 from status.app.group import Group
 from status.app.ports import UnitOfWork
-from status.app.staging import stage
 from status.app.step_cache import TaskView, view_of
 from status.app.views import locked_view
 from status.domain import ids
@@ -49,6 +49,7 @@ from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventT
 from status.domain.model import StepState
 from status.domain.retention import check_event_age
 from status.domain.rules import (
+    Outcome,
     StepEvent,
     TaskEvent,
     apply_run_health,
@@ -242,9 +243,10 @@ class EventCommands:
         check_envelope(
             task, step, workflow_id=cmd.workflow_id, operation_code=cmd.operation_code, task_type=cmd.task_type
         )
+        content = cmd.content()
         fingerprint = content_hash(
             {"task": task.task_id, "step": step.step_id, "attempt": step.attempt, "execution": bound.execution_id}
-            | cmd.content()
+            | content
         )
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
@@ -291,23 +293,21 @@ class EventCommands:
             other_steps_stale=view.steps.stale_besides(step.step_id, step.attempt),
             now=received_at,
         )
-        source_seq = admitted.source_seq
-        return stage(
-            self.ctx,
-            uow,
-            group,
-            task,
-            step,
-            view,
-            outcome,
-            event_type,
-            cmd,
-            bound.producer_id,
-            source_seq,
-            fingerprint,
-            received_at,
-            lifecycle_changed=outcome.task.lifecycle is not task.lifecycle,
+        change = Change(
+            before=task,
+            after=outcome.task,
+            view=view,
+            entry=_entry(cmd, content, event_type, bound.producer_id, admitted.source_seq, received_at),
+            fingerprint=fingerprint,
+            step=outcome.step,
+            before_step=step,
+            revoke="STEP_TERMINAL",
+            notice=outcome.notice,
+            must_deliver=outcome.must_deliver,
+            broadcast=outcome.task.lifecycle is not task.lifecycle or outcome.must_deliver,
+            answer=_answer(cmd.event_id, outcome),
         )
+        return write_change(self.ctx, uow, group, change)
 
     def _task_event(
         self,
@@ -329,7 +329,8 @@ class EventCommands:
         task = view.task
         if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
             raise NotFound(f"task {cmd.task_id} is not in workflow {cmd.workflow_id}", ErrorCode.UNKNOWN_TASK)
-        fingerprint = content_hash({"task": task.task_id} | cmd.content())
+        content = cmd.content()
+        fingerprint = content_hash({"task": task.task_id} | content)
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
@@ -363,24 +364,19 @@ class EventCommands:
             open_steps_become=Lifecycle.TIMED_OUT if event_type is EventType.TASK_TIMED_OUT else Lifecycle.CANCELLED,
             step_outcomes=outcomes,
         )
-        # Execution handles stay valid: a worker's outbox may still deliver the
-        # steps' own late events; the task's lifecycle is final either way.
-        return stage(
-            self.ctx,
-            uow,
-            group,
-            task,
-            None,
-            view,
-            outcome,
-            event_type,
-            cmd,
-            caller.producer_id,
-            cmd.source_seq,
-            fingerprint,
-            received_at,
-            lifecycle_changed=True,
+        change = Change(
+            before=task,
+            after=outcome.task,
+            view=view,
+            entry=_entry(cmd, content, event_type, caller.producer_id, cmd.source_seq, received_at),
+            fingerprint=fingerprint,
+            ended_steps=outcome.ended_steps,
+            notice=outcome.notice,
+            must_deliver=outcome.must_deliver,
+            broadcast=True,
+            answer=_answer(cmd.event_id, outcome),
         )
+        return write_change(self.ctx, uow, group, change)
 
     def _run_health_event(
         self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent, received_at: datetime
@@ -393,7 +389,8 @@ class EventCommands:
             raise Invalid("TASK_HEALTH_CHANGED needs taskId and health STALE or HEALTHY")
         view, stored = self._lock(uow, group, cmd.task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
         task = view.task
-        fingerprint = content_hash({"task": task.task_id} | cmd.content())
+        content = cmd.content()
+        fingerprint = content_hash({"task": task.task_id} | content)
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
@@ -408,22 +405,21 @@ class EventCommands:
             ),
             now=received_at,
         )
-        return stage(
-            self.ctx,
-            uow,
-            group,
-            task,
-            None,
-            view,
-            outcome,
-            EventType.TASK_HEALTH_CHANGED,
-            cmd,
-            caller.producer_id,
-            task.coordinator_source_seq,
-            fingerprint,
-            received_at,
-            lifecycle_changed=False,
+        entry = _entry(
+            cmd, content, EventType.TASK_HEALTH_CHANGED, caller.producer_id, task.coordinator_source_seq, received_at
         )
+        change = Change(
+            before=task,
+            after=outcome.task,
+            view=view,
+            entry=entry,
+            fingerprint=fingerprint,
+            notice=outcome.notice,
+            must_deliver=outcome.must_deliver,
+            broadcast=outcome.must_deliver,
+            answer=_answer(cmd.event_id, outcome),
+        )
+        return write_change(self.ctx, uow, group, change)
 
     # ------------------------------------------------------------ helpers
     def _prepare(
@@ -528,3 +524,43 @@ def _open_steps(view: TaskView) -> list[StepState]:
     """What an ending task leaves unfinished: the latest attempt of every step that is RUNNING or
     still PENDING (not reached, or a local activity's activation still on its way)."""
     return [s for s in view.steps.latest.values() if not s.lifecycle.terminal and not s.superseded]
+
+
+def _entry(
+    cmd: c.ReportEvent,
+    content: dict[str, Any],
+    event_type: EventType,
+    producer_id: str,
+    source_seq: int,
+    received_at: datetime,
+) -> Entry:
+    """A report's event-log entry (``content``: the report's own, as its fingerprint read it)."""
+    return Entry(
+        event_id=cmd.event_id,
+        event_type=event_type,
+        producer_id=producer_id,
+        source_seq=source_seq,
+        occurred_at=cmd.occurred_at,
+        received_at=received_at,
+        duration_ms=cmd.duration_ms,
+        data_schema=cmd.data.schema if cmd.data else None,
+        error_code=cmd.error.code if cmd.error else None,
+        payload={k: v for k, v in content.items() if v is not None},
+    )
+
+
+def _answer(event_id: str, outcome: Outcome) -> dict[str, Any]:
+    """What an accepted report is answered (and a retry of it, from its dedup entry)."""
+    task, step = outcome.task, outcome.step
+    return {
+        "eventId": event_id,
+        "accepted": True,
+        "duplicate": False,
+        "stale": False,
+        "taskId": task.task_id,
+        "stepId": step.step_id if step else None,
+        "operationCode": step.operation_code if step else None,
+        "lifecycleStatus": (step or task).lifecycle.value,
+        "businessStatus": (step or task).business_status,
+        "taskLifecycleStatus": task.lifecycle.value,
+    }
