@@ -62,8 +62,9 @@ class RunOwnership:
 
     open: dict[str, None] = field(default_factory=dict)  # task ids, in the order they were owned
     last_step: dict[str, str] = field(default_factory=dict)  # task id -> the step last scheduled for it
-    # task id -> step id -> how the run saw that step's activity end (the result Temporal recorded):
-    # sent with the run's end, so a step whose own report is late still ends before its task.
+    # task id -> step id (a dynamic step's clientStepKey) -> how the run saw that step's activity
+    # end (the result Temporal recorded): sent with the task's ending, so a step whose own report
+    # is late still ends as it did, with its task.
     step_outcomes: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def own(self, task_ids: Iterable[str]) -> None:
@@ -73,8 +74,9 @@ class RunOwnership:
     def release(self, task_id: str) -> None:
         self.open.pop(task_id, None)
 
-    def step_ended(self, task_id: str, step_id: str, lifecycle: str) -> None:
-        self.step_outcomes.setdefault(task_id, {})[step_id] = lifecycle
+    def step_ended(self, task_id: str, step_key: str, lifecycle: str) -> None:
+        """``step_key``: a known step's id, or a dynamic step's clientStepKey (its id is the service's)."""
+        self.step_outcomes.setdefault(task_id, {})[step_key] = lifecycle
 
 
 _ownership: ContextVar[RunOwnership | None] = ContextVar("task_status_ownership", default=None)

@@ -39,8 +39,10 @@ class TaskEventRequest:
     failed_step_id: str | None = None
     failure_category: str = "UNKNOWN"
     failure_retryable: bool | None = None
-    # Sent as the run closes: how the run saw each step's activity end (stepId -> lifecycle);
-    # the service then ends every unfinished attempt of the task with it.
+    # Sent with every ending (the run's close, or the workflow's own complete/fail/cancel): how the
+    # run saw each step's activity end (stepId -> lifecycle). The service ends every unfinished
+    # attempt of the task with the task, each as the run saw it: a step's own report still on its
+    # way when its task ends arrives too late to change it.
     step_outcomes: dict[str, str] | None = None
 
 
@@ -166,7 +168,11 @@ class TaskStatus:
     @staticmethod
     async def complete_task(task_id: str, *, duration_ms: int | None = None, task_attempt: int = 1) -> dict[str, Any]:
         """Submit TASK_COMPLETED (only the coordinator ends a task, R4)."""
-        return await TaskStatus._submit(TaskEventRequest(task_id, "TASK_COMPLETED", "", 0, task_attempt, duration_ms))
+        return await TaskStatus._submit(
+            TaskEventRequest(
+                task_id, "TASK_COMPLETED", "", 0, task_attempt, duration_ms, step_outcomes=_seen_endings(task_id)
+            )
+        )
 
     @staticmethod
     async def fail_task(
@@ -174,13 +180,26 @@ class TaskStatus:
     ) -> dict[str, Any]:
         """Submit TASK_FAILED with a stable code and a user-safe message."""
         return await TaskStatus._submit(
-            TaskEventRequest(task_id, "TASK_FAILED", "", 0, task_attempt, None, code, message, failed_step_id)
+            TaskEventRequest(
+                task_id,
+                "TASK_FAILED",
+                "",
+                0,
+                task_attempt,
+                None,
+                code,
+                message,
+                failed_step_id,
+                step_outcomes=_seen_endings(task_id),
+            )
         )
 
     @staticmethod
     async def cancel_task(task_id: str, *, task_attempt: int = 1) -> dict[str, Any]:
         """Submit TASK_CANCELLED."""
-        return await TaskStatus._submit(TaskEventRequest(task_id, "TASK_CANCELLED", "", 0, task_attempt))
+        return await TaskStatus._submit(
+            TaskEventRequest(task_id, "TASK_CANCELLED", "", 0, task_attempt, step_outcomes=_seen_endings(task_id))
+        )
 
     @staticmethod
     async def hand_over(task_id: str, workflow_id: str, *, run_id: str | None = None) -> dict[str, Any]:
@@ -295,6 +314,12 @@ _TIMEOUT_NAMES = {
     TimeoutType.START_TO_CLOSE: ("StartToClose", "TIMEOUT_TYPE_START_TO_CLOSE"),
     TimeoutType.HEARTBEAT: ("Heartbeat", "TIMEOUT_TYPE_HEARTBEAT"),
 }
+
+
+def _seen_endings(task_id: str) -> dict[str, str] | None:
+    """How this run saw the task's steps end so far (workflow memory: deterministic), for its ending."""
+    ownership = current_ownership()
+    return dict(ownership.step_outcomes.get(task_id, {})) if ownership is not None else None
 
 
 def _this_run() -> dict[str, Any]:

@@ -167,9 +167,11 @@ def _followed(handle: temporalio.workflow.ActivityHandle[Any]) -> temporalio.wor
     follows the history). The run's end sends it, so a step whose own report is late or never
     comes (a local activity, an activity completed asynchronously) still ends as Temporal recorded."""
     binding, ownership = current_binding(), current_ownership()
-    if binding is not None and binding.step_id is not None and ownership is not None:
-        task_id, step_id = binding.task_id, binding.step_id
-        handle.add_done_callback(lambda done: ownership.step_ended(task_id, step_id, _activity_outcome(done)))
+    # A known step by its id, a dynamic one by its clientStepKey (the service's stepOutcomes key).
+    key = None if binding is None else binding.step_id or binding.client_step_key
+    if binding is not None and key is not None and ownership is not None:
+        task_id = binding.task_id
+        handle.add_done_callback(lambda done: ownership.step_ended(task_id, key, _activity_outcome(done)))
     return handle
 
 

@@ -343,9 +343,10 @@ class EventIn(Strict):
     ) = Field(
         default=None,
         description=(
-            "Task events sent as the Temporal run closed: how the run saw each step's activity end"
-            " (stepId to lifecycle). When present, every unfinished step attempt of the task ends with"
-            " it, in the same version: as listed, else CANCELLED."
+            "How the run saw each step's activity end (a known step by stepId, a dynamic one by its"
+            " clientStepKey, to a lifecycle). Every unfinished step attempt of the task ends with the task,"
+            " in the same version: as listed, else CANCELLED (TIMED_OUT with TASK_TIMED_OUT); a step that"
+            " never started and is not listed is CANCELLED with the error code NOT_REACHED."
         ),
     )
 

@@ -404,7 +404,7 @@ def apply_task_event(
 
     A task's end ends its steps: the unfinished attempts in ``open_steps`` end with the task, in
     its version, so no step claims to run, or to be still to come, after the work stopped. Each
-    ends as ``step_outcomes`` says for it (how the run saw its activity end — a local activity or
+    ends as ``step_outcomes`` says for it (``outcome_key``: how the run saw its activity end — a local activity or
     an asynchronously completed one whose own report is still on its way), else as
     ``open_steps_become`` (CANCELLED; TIMED_OUT with a timed-out task); a step that never started
     is CANCELLED with ``NOT_REACHED``: the task ended before it ran. From then on a step changes
@@ -476,11 +476,17 @@ def apply_task_event(
     if open_steps_become is not None:
         outcomes = step_outcomes or {}
         ended = tuple(
-            _ended_with_task(step, outcomes.get(step.step_id), open_steps_become, error, event, statuses, now)
+            _ended_with_task(step, outcomes.get(outcome_key(step)), open_steps_become, error, event, statuses, now)
             for step in open_steps
             if not step.lifecycle.terminal and not step.superseded
         )
     return Outcome(new_task, None, notice, must_deliver=True, ended_steps=ended)
+
+
+def outcome_key(step: StepState) -> str:
+    """How a run's ``stepOutcomes`` name a step: a known step by its id, a dynamic one by the
+    clientStepKey it was registered with (the run never learns the id the service gave it)."""
+    return step.step_id if step.step_kind == "KNOWN" else step.client_step_key
 
 
 NOT_REACHED = StepError("CANCELLED", "NOT_REACHED", "Not run: the task ended before this step started.", False)

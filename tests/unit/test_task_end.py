@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
@@ -128,3 +129,11 @@ def test_a_terminal_task_refuses_every_step_event() -> None:
             now=NOW,
         )
     assert refused.value.code is ErrorCode.TERMINAL_STATE
+
+
+def test_a_dynamic_step_is_named_in_the_runs_outcomes_by_its_client_step_key() -> None:
+    dynamic = replace(_step("dyn_search-1", Lifecycle.RUNNING, 3), step_kind="DYNAMIC", client_step_key="search-1")
+    _, ended = _end(EventType.TASK_COMPLETED, [dynamic], **{"search-1": "SUCCEEDED"})
+    assert ended["dyn_search-1"].lifecycle is Lifecycle.SUCCEEDED
+    _, unnamed = _end(EventType.TASK_COMPLETED, [dynamic], **{"dyn_search-1": "SUCCEEDED"})
+    assert unnamed["dyn_search-1"].lifecycle is Lifecycle.CANCELLED  # its id is the service's, not the run's
