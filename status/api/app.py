@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -483,6 +484,23 @@ def dashboard_routes(settings: Settings) -> list[BaseRoute]:
     return [Route("/", to_dashboard), Mount("/dashboard", static, name="dashboard")]
 
 
+class _ContractCORS(CORSMiddleware):
+    """Starlette's CORS, with a refused preflight answered as every refusal is: the contract's
+    error object (403 PERMISSION_DENIED, saying what was refused), not a text/plain 400."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        answer = super().preflight_response(request_headers)
+        if answer.status_code < 400:
+            return answer
+        refused = bytes(answer.body).decode("utf-8", "replace").removeprefix("Disallowed CORS ")
+        headers = {k: v for k, v in answer.headers.items() if k.lower() not in ("content-length", "content-type")}
+        return JSONResponse(
+            error_body("PERMISSION_DENIED", f"this cross-origin request is not allowed ({refused})"),
+            status_code=403,
+            headers=headers,
+        )
+
+
 def cross_origin(settings: Settings) -> list[Middleware]:
     """CORS for pages on the configured other origins only (none: same origin, behind a proxy, and
     a preflight is the 405 any unknown method gets). Credentials are bearer headers, never cookies,
@@ -491,7 +509,7 @@ def cross_origin(settings: Settings) -> list[Middleware]:
         return []
     return [
         Middleware(
-            CORSMiddleware,
+            _ContractCORS,
             allow_origins=list(settings.cors_allowed_origins),
             allow_methods=["GET", "POST", "PUT", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "If-Match", "traceparent"],

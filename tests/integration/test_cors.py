@@ -52,9 +52,35 @@ def test_a_configured_origin_gets_its_preflight_and_its_answers(cross_origin: Ht
     assert refused.json()["error"]["code"] == "UNAUTHENTICATED"
 
 
+@pytest.mark.parametrize(
+    ("origin", "method", "headers"),
+    [
+        ("http://evil.example", "GET", "authorization"),
+        ("null", "GET", "authorization"),
+        (APP, "TRACE", "authorization"),
+        (APP, "PATCH", "authorization"),
+        (APP, "GET", "x-evil"),
+        (APP, "GET", "cookie"),
+    ],
+)
+def test_a_refused_preflight_is_the_contracts_error_object(
+    cross_origin: Http, origin: str, method: str, headers: str
+) -> None:
+    preflight = cross_origin.client.options(
+        "/api/me/tasks",
+        headers={"Origin": origin, "Access-Control-Request-Method": method, "Access-Control-Request-Headers": headers},
+    )
+    assert preflight.status_code == 403, preflight.text
+    assert preflight.headers["content-type"].startswith("application/json")
+    error = preflight.json()["error"]
+    assert error["code"] == "PERMISSION_DENIED" and error["retryable"] is False and error["message"]
+    if origin != APP:
+        assert "access-control-allow-origin" not in preflight.headers
+
+
 def test_another_origin_is_not_let_in(cross_origin: Http) -> None:
     preflight = _preflight(cross_origin, "http://evil.example")
-    assert preflight.status_code == 400  # type: ignore[attr-defined]
+    assert preflight.status_code == 403  # type: ignore[attr-defined]
     assert "access-control-allow-origin" not in preflight.headers  # type: ignore[attr-defined]
     listed = cross_origin.client.get(
         "/api/me/tasks", headers={**cross_origin.user("user-1"), "Origin": "http://evil.example"}
