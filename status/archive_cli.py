@@ -97,6 +97,8 @@ def _archive_export(args: argparse.Namespace) -> int:
 def _archive_restore(args: argparse.Namespace) -> int:
     import json
 
+    import sqlalchemy as sa
+
     from status.domain.clock import utcnow
     from status.infra.archive import ArchiveError, archived_rows
     from status.infra.db import create_engine
@@ -109,7 +111,11 @@ def _archive_restore(args: argparse.Namespace) -> int:
     if since is not None and until is not None and until <= since:
         print("task-observer: --until must be after --from", file=sys.stderr)
         return 2
-    engine = create_engine(args.database_url or Settings.from_env().database_url)
+    try:
+        engine = create_engine(args.database_url or Settings.from_env().database_url)
+    except (sa.exc.ArgumentError, ValueError, ImportError) as exc:  # not a URL, or no driver for it
+        print(f"task-observer: --database-url is not a usable database URL: {exc}", file=sys.stderr)
+        return 2
     try:
         rows = archived_rows(directory, args.table, since, until) if directory.is_dir() else iter(())
         restored, present = restore_rows(engine, args.table, rows, utcnow())

@@ -185,19 +185,26 @@ def archived_rows(
     export or a restore never hands on rows it cannot vouch for).  Files whose manifest's span
     lies outside the range are not opened."""
     for manifest_path in sorted((directory / table).rglob("*" + MANIFEST_SUFFIX)):
-        manifest = json.loads(manifest_path.read_bytes())
-        dated_by = str(manifest["datedBy"])
-        first, last = (
-            _as_datetime(str(manifest["from"]).removesuffix("Z")),
-            _as_datetime(str(manifest["to"]).removesuffix("Z")),
-        )
+        where = manifest_path.relative_to(directory)
+        try:
+            manifest = json.loads(manifest_path.read_bytes())
+            dated_by = str(manifest["datedBy"])
+            first, last = (
+                _as_datetime(str(manifest["from"]).removesuffix("Z")),
+                _as_datetime(str(manifest["to"]).removesuffix("Z")),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # not JSON, not an object, no dates
+            raise ArchiveError(f"{where}: unreadable manifest ({type(exc).__name__}: {exc})") from exc
         if (until is not None and first >= until) or (since is not None and last < since):
             continue
         verdict = verify_manifest(manifest_path)
         if not verdict.ok:
-            raise ArchiveError(f"{manifest_path.relative_to(directory)}: {verdict.problem}")
+            raise ArchiveError(f"{where}: {verdict.problem}")
         for row in read_rows(manifest_path):
-            moment = _as_datetime(str(row[dated_by]).removesuffix("Z"))
+            try:
+                moment = _as_datetime(str(row[dated_by]).removesuffix("Z"))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ArchiveError(f"{where}: a row has no {dated_by} date ({type(exc).__name__}: {exc})") from exc
             if (since is None or moment >= since) and (until is None or moment < until):
                 yield row
 

@@ -85,3 +85,44 @@ def test_exit_codes_say_usage_and_unexpected_failures_apart(
     assert main(["trace", "evt-1"]) == 3
     err = capsys.readouterr().err
     assert "Traceback" in err and "unexpected failure" in err
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        b"not json at all",
+        b"[1, 2, 3]",
+        b'{"file": "x.jsonl.gz"}',
+        b'{"file": "x.jsonl.gz", "datedBy": "received_at", "from": "not a date", "to": "2026-12-01T00:00:00Z"}',
+    ],
+    ids=["not JSON", "a list", "keys missing", "from no date"],
+)
+def test_a_damaged_archive_is_a_clear_message_and_exit_1_on_every_action(
+    manifest: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TASK_OBSERVER_SERVICE_TOKEN_SECRET", "s" * 40)
+    monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
+    archive = tmp_path / "archive"
+    (archive / "task_event_log" / "2026-12-01").mkdir(parents=True)
+    (archive / "task_event_log" / "2026-12-01" / "part-1.manifest.json").write_bytes(manifest)
+    database = f"sqlite:///{tmp_path / 'restore.sqlite3'}"
+    for action in (
+        ["archive", "show", "evt-1", "--dir", str(archive)],
+        ["archive", "export", "--dir", str(archive)],
+        ["archive", "restore", "--dir", str(archive), "--database-url", database],
+        ["archive", "verify", "--dir", str(archive)],
+    ):
+        assert main(action) == 1, action
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, (action, err)
+        assert "part-1.manifest.json" in err or "FAIL" in err or "0 of 1" in err, (action, err)
+
+
+def test_restore_into_something_that_is_no_database_url_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TASK_OBSERVER_SERVICE_TOKEN_SECRET", "s" * 40)
+    monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
+    assert main(["archive", "restore", "--dir", str(tmp_path), "--database-url", "not a database url"]) == 2
+    err = capsys.readouterr().err
+    assert "not a usable database URL" in err and "Traceback" not in err
