@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from task_status_interceptors._outbox import Outbox, read_undeliverable
+from task_status_interceptors._outbox import Outbox, UnreadableOutbox, read_undeliverable
 from task_status_interceptors._reporter import Reporter, ReporterConfig
 
 
@@ -30,10 +31,20 @@ def _list(args: argparse.Namespace) -> int:
     if not Path(args.outbox).is_file():
         print(f"no outbox file at {args.outbox}", file=sys.stderr)
         return 2
-    rows = read_undeliverable(args.outbox)
+    try:
+        rows = read_undeliverable(args.outbox)
+    except UnreadableOutbox as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
     for row in rows:
         print(json.dumps(row, sort_keys=True))
+    damaged = [row["eventId"] for row in rows if row.get("problem")]
     print(f"{len(rows)} undeliverable reports", file=sys.stderr)
+    if damaged:
+        print(
+            f"{len(damaged)} of them cannot be read (listed with their problem): {', '.join(damaged)}", file=sys.stderr
+        )
+        return 1
     return 0
 
 
@@ -60,11 +71,15 @@ def _resend(args: argparse.Namespace) -> int:
     if not args.queue_only and not (args.url and args.token):
         print("resend needs --url and --token (the worker's), or --queue-only", file=sys.stderr)
         return 2
-    outbox = Outbox(path)
     try:
-        requeued, kept = outbox.requeue(args.event_id or None)
-    finally:
-        outbox.close()
+        outbox = Outbox(path)  # an existing file is opened (and checked) at once
+        try:
+            requeued, kept = outbox.requeue(args.event_id or None)
+        finally:
+            outbox.close()
+    except sqlite3.DatabaseError as exc:
+        print(f"{path} is not a readable outbox file: {exc}", file=sys.stderr)
+        return 1
     for event_id in kept:
         print(f"{event_id}: kept from before the file recorded executions; it cannot be bound again", file=sys.stderr)
     print(f"{len(requeued)} reports queued again", file=sys.stderr)

@@ -417,18 +417,37 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE undeliverable ADD COLUMN {name} {kind}")
 
 
+class UnreadableOutbox(Exception):
+    """The file is not an outbox this plugin can read (not an SQLite database, damaged)."""
+
+
 def read_undeliverable(path: str | Path) -> list[dict[str, Any]]:
-    """What a worker's outbox file holds as refused for good, oldest first (for operators)."""
+    """What a worker's outbox file holds as refused for good, oldest first (for operators).
+
+    ``path`` is a file's path, never an SQLite URI: it is opened read-only through a URI built from
+    it (``%``, ``#`` and ``?`` in a name are the name's). A row whose body is not JSON is listed with
+    ``event`` None and its ``problem``; a file that is no database raises ``UnreadableOutbox``."""
     if not Path(path).exists():
         return []  # nothing was ever recorded
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            try:
+                rows = db.execute(
+                    "SELECT execution_key, event_id, reason, refused_at, body FROM undeliverable ORDER BY id"
+                ).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return []  # a file from before the table existed
+                raise
+    except sqlite3.DatabaseError as exc:
+        raise UnreadableOutbox(f"{path} is not a readable outbox file: {exc}") from exc
+    listed = []
+    for key, event_id, reason, at, body in rows:
+        row: dict[str, Any] = {"executionKey": key, "eventId": event_id, "reason": reason, "refusedAt": at}
         try:
-            rows = db.execute(
-                "SELECT execution_key, event_id, reason, refused_at, body FROM undeliverable ORDER BY id"
-            ).fetchall()
-        except sqlite3.OperationalError:  # a file from before the table existed
-            return []
-    return [
-        {"executionKey": key, "eventId": event_id, "reason": reason, "refusedAt": at, "event": json.loads(body)}
-        for key, event_id, reason, at, body in rows
-    ]
+            row["event"] = json.loads(body)
+        except (TypeError, ValueError) as exc:
+            row |= {"event": None, "problem": f"its body is not JSON: {exc}"}
+        listed.append(row)
+    return listed
