@@ -333,7 +333,14 @@ class Dashboard {
     el.dataset.refreshedAt = refreshed === null ? '' : new Date(refreshed).toISOString();
     const asOf = refreshed === null ? 'showing last known state' : `refreshed ${new Date(refreshed).toLocaleTimeString()}`;
     const label = el.querySelector('.label');
-    if (label) label.textContent = state === 'LIVE' ? `live${transport ? ` (${transport})` : ''}` : state === 'RECOVERING' ? `reconnecting… (${asOf})` : `offline — ${asOf}`;
+    const labels: Record<ConnectionState, string> = {
+      CONNECTING: 'connecting…',
+      LIVE: `live${transport ? ` (${transport})` : ''}`,
+      RECOVERING: `reconnecting… (${asOf})`,
+      STALE: `offline — ${asOf}`,
+      UNAUTHORIZED: 'signed out — log in again to see live updates',
+    };
+    if (label) label.textContent = labels[state];
   }
 
   /**

@@ -15,8 +15,11 @@
  * - While live delivery is down (STALE), what is shown is read again over
  *   HTTP on a jittered timer that slows down while nothing changes (seed §13:
  *   polling is the fallback, not a frozen page); it stops once LIVE again.
- * - The connection state is `LIVE`, `RECOVERING` or `STALE`; the task list is
- *   never cleared on a disconnect, only marked as possibly out of date.
+ * - The connection state is `CONNECTING` (before the first live connection),
+ *   `LIVE`, `RECOVERING` (live delivery lost, reconnecting), `STALE` (down for
+ *   longer: what is shown is read over HTTP) or `UNAUTHORIZED` (the login was
+ *   refused: every request stops until the page calls `start()` again with a
+ *   new token); the task list is never cleared, only marked as possibly out of date.
  */
 
 import {
@@ -35,7 +38,7 @@ import { TaskStore } from './store.js';
 import { ClientTelemetry } from './telemetry.js';
 import type { RealtimeSession, TaskSnapshot } from './types.js';
 
-export type ConnectionState = 'LIVE' | 'RECOVERING' | 'STALE';
+export type ConnectionState = 'CONNECTING' | 'LIVE' | 'RECOVERING' | 'STALE' | 'UNAUTHORIZED';
 export type TransportName = 'websocket' | 'http_stream' | 'sse';
 
 export interface TaskStatusClientOptions {
@@ -47,7 +50,7 @@ export interface TaskStatusClientOptions {
   transports?: TransportName[];
   store?: TaskStore;
   fetch?: FetchLike;
-  /** RECOVERING for longer than this becomes STALE (ms). */
+  /** CONNECTING or RECOVERING for longer than this becomes STALE (ms). */
   staleAfterMs?: number;
   /** Period of the background snapshot check of running tasks (ms, jittered ±25%); 0 turns it off. */
   consistencyCheckMs?: number;
@@ -100,7 +103,9 @@ export class TaskStatusClient {
   readonly telemetry = new ClientTelemetry();
   private centrifuge: Centrifuge | null = null;
   private session: RealtimeSession | null = null;
-  private stateValue: ConnectionState = 'RECOVERING';
+  private stateValue: ConnectionState = 'CONNECTING';
+  /** Whether the client has been LIVE since start(): a lost connection then reads RECOVERING, not CONNECTING. */
+  private wasLive = false;
   private readonly stateListeners = new Set<(state: ConnectionState) => void>();
   private staleTimer: ReturnType<typeof setTimeout> | null = null;
   private checkTimer: ReturnType<typeof setTimeout> | null = null;
@@ -149,7 +154,7 @@ export class TaskStatusClient {
     return this.stateValue;
   }
 
-  /** Listen to LIVE / RECOVERING / STALE changes; returns the unsubscribe function. */
+  /** Listen to CONNECTING / LIVE / RECOVERING / STALE / UNAUTHORIZED changes; returns the unsubscribe function. */
   onState(listener: (state: ConnectionState) => void): () => void {
     this.stateListeners.add(listener);
     return () => this.stateListeners.delete(listener);
@@ -178,14 +183,23 @@ export class TaskStatusClient {
    * Fetch the realtime session and connect. Resolves once connecting has begun. The service being
    * unreachable (or answering 5xx, 429) is not final: the session is asked again with jittered
    * back-off (0.5 s doubling to 30 s), each failure reported through `onError` while the state
-   * says RECOVERING, then STALE, until it answers or `stop()`. Only a refused login (401, 403) is
-   * final: `start()` rejects with it (ask the user to log in again).
+   * says CONNECTING, then STALE, until it answers or `stop()`. Only a refused login (401, 403) is
+   * final: `start()` rejects with it and the state is UNAUTHORIZED — nothing more is requested with
+   * that token (ask the user to log in again, then call `start()` again). A token refused later
+   * (401 on any request, the session refused on a reconnect) ends the same way.
    */
   async start(): Promise<void> {
     this.stopped = false;
-    this.setState('RECOVERING');
+    this.wasLive = false;
+    this.setState('CONNECTING');
     this.armStaleTimer();
-    const session = await this.firstSession();
+    let session: RealtimeSession | null;
+    try {
+      session = await this.firstSession();
+    } catch (error) {
+      this.refuse();
+      throw error;
+    }
     if (session === null) return; // stopped while waiting
     this.session = session;
     const limit = Math.min(this.options.detailLimit ?? session.detailSubscriptionLimit, session.detailSubscriptionLimit);
@@ -222,7 +236,7 @@ export class TaskStatusClient {
     centrifuge.on('connecting', () => {
       this.transportName = null;
       this.summaryReady = false;
-      this.setState(this.stateValue === 'STALE' ? 'STALE' : 'RECOVERING');
+      this.setState(this.stateValue === 'STALE' ? 'STALE' : this.reconnecting());
       this.armStaleTimer();
     });
     centrifuge.on('connected', (ctx) => {
@@ -237,7 +251,7 @@ export class TaskStatusClient {
     centrifuge.on('subscribing', (ctx) => {
       if (summaryChannels.has(ctx.channel)) {
         this.summaryReady = false;
-        this.setState('RECOVERING');
+        this.setState(this.reconnecting());
         this.armStaleTimer();
       }
     });
@@ -328,6 +342,11 @@ export class TaskStatusClient {
 
   /** Disconnect and stop every timer. The store keeps its contents. */
   stop(): void {
+    this.halt();
+    void this.reportTelemetry();
+  }
+
+  private halt(): void {
     this.stopped = true;
     for (const taskId of [...this.details.keys()]) this.closeDetail(taskId);
     this.options.visibility?.removeEventListener('visibilitychange', this.onVisibility);
@@ -341,7 +360,6 @@ export class TaskStatusClient {
     this.wakeSession?.();
     this.staleTimer = this.checkTimer = this.telemetryTimer = this.pollTimer = this.sessionRetry = null;
     this.pendingDetails.clear();
-    void this.reportTelemetry();
     for (const timer of this.catchUps.values()) clearTimeout(timer);
     this.catchUps.clear();
     this.unsubscribeStore?.();
@@ -704,8 +722,21 @@ export class TaskStatusClient {
     }
   }
 
+  /** Not live (yet): CONNECTING until the first live connection, RECOVERING after one was lost. */
+  private reconnecting(): ConnectionState {
+    return this.wasLive ? 'RECOVERING' : 'CONNECTING';
+  }
+
+  /** The login was refused: stop every request and timer, keep what is shown, say UNAUTHORIZED. */
+  private refuse(): void {
+    if (this.stopped || this.stateValue === 'UNAUTHORIZED') return; // stopped by the page: its word stands
+    this.halt();
+    this.setState('UNAUTHORIZED');
+  }
+
   private markLive(): void {
     if (this.centrifuge?.state !== 'connected') return;
+    this.wasLive = true;
     this.summaryReady = true;
     if (this.staleTimer) clearTimeout(this.staleTimer);
     this.staleTimer = null;
@@ -716,7 +747,7 @@ export class TaskStatusClient {
     if (this.staleTimer) clearTimeout(this.staleTimer);
     this.staleTimer = setTimeout(() => {
       this.staleTimer = null;
-      if (!this.summaryReady) this.setState('STALE');
+      if (!this.summaryReady && !this.stopped) this.setState('STALE');
     }, this.options.staleAfterMs ?? 10000);
   }
 
@@ -747,11 +778,16 @@ export class TaskStatusClient {
    */
   private tokenError(error: unknown, context: string): unknown {
     this.report(error, context);
+    // A connection token refused by the session endpoint is the login refused.
+    if (context === 'connection token' && error instanceof ApiError && error.status === 403) this.refuse();
     if (error instanceof ApiError && [401, 403, 404].includes(error.status)) return new UnauthorizedError(error.code);
     return error;
   }
 
   private report(error: unknown, context: string): void {
     this.options.onError?.(error, context);
+    // 401 on any request: the user's token is refused (expired, revoked). Asking again with it
+    // cannot help; the page must log the user in again and call start().
+    if (error instanceof ApiError && error.status === 401) this.refuse();
   }
 }

@@ -4,7 +4,7 @@
  * ```ts
  * const client = new TaskStatusClient({ getUserToken: () => login.token });
  * client.store.subscribe((change) => render(client.store));
- * client.onState((state) => showConnection(state)); // LIVE | RECOVERING | STALE
+ * client.onState((state) => showConnection(state)); // CONNECTING | LIVE | RECOVERING | STALE | UNAUTHORIZED
  * await client.start();
  * await client.openDetail(taskId); // step timeline for one task
  * ```

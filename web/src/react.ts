@@ -8,7 +8,7 @@
  *
  * function TaskCard({ taskId }) {
  *   const task = useTask(taskId);           // live summary + detail (opens the detail channel)
- *   const state = useConnectionState();     // LIVE | RECOVERING | STALE
+ *   const state = useConnectionState();     // CONNECTING | LIVE | RECOVERING | STALE | UNAUTHORIZED
  *   ...
  * }
  * const running = useMyTasks('running');    // newest first, re-rendered on change
@@ -122,7 +122,8 @@ function listOf(store: TaskStore, filter: MyTasksFilter): TaskView[] {
   return store.allTasks().filter((view) => matches(view, filter));
 }
 
-/** LIVE, RECOVERING or STALE (showing the last known state), as the client sees its connection. */
+/** CONNECTING (before the first live connection), LIVE, RECOVERING, STALE (showing the last known
+ * state) or UNAUTHORIZED (the login was refused: nothing is requested until `start()` again). */
 export function useConnectionState(): ConnectionState {
   const client = useTaskStatusClient();
   return useSyncExternalStore(

@@ -157,7 +157,7 @@ describe('TaskStatusClient', () => {
     h.centrifuge.emit('publication', { channel: SESSION.channels.summary, data: summary('t1', 6, { businessStatus: 'live-6' }) });
     h.centrifuge.emit('publication', { channel: SESSION.channels.summary, data: summary('t2', 1, { businessStatus: 'live-1' }) });
     expect(h.client.store.task('t1')).toBeUndefined(); // buffered, not applied yet
-    expect(h.client.state).toBe('RECOVERING');
+    expect(h.client.state).toBe('CONNECTING'); // not live yet since start()
     page.resolve({ tasks: [summary('t1', 5, { businessStatus: 'snap-5' }), summary('t2', 3, { businessStatus: 'snap-3' })], nextCursor: null });
     await flush();
     await flush();
@@ -465,7 +465,7 @@ describe('TaskStatusClient', () => {
       await vi.advanceTimersByTimeAsync(1);
       expect(started).toBe(false);
       expect(errors).toEqual(['session (retrying)']);
-      expect(h.client.state).toBe('RECOVERING');
+      expect(h.client.state).toBe('CONNECTING'); // never live yet: connecting, not reconnecting
       await vi.advanceTimersByTimeAsync(500); // 0.5 s × (0.5 + 0.5)
       expect(errors).toEqual(['session (retrying)', 'session (retrying)']);
       await vi.advanceTimersByTimeAsync(1000); // then 1 s
@@ -486,6 +486,7 @@ describe('TaskStatusClient', () => {
       'GET /api/realtime/session': () => new Response(JSON.stringify({ error: { code: 'UNAUTHENTICATED', message: 'no', retryable: false } }), { status: 401 }),
     });
     await expect(refused.client.start()).rejects.toMatchObject({ status: 401, code: 'UNAUTHENTICATED' });
+    expect(refused.client.state).toBe('UNAUTHORIZED');
     vi.useFakeTimers();
     try {
       const down = harness({ 'GET /api/realtime/session': () => new Response('{}', { status: 502 }) });
@@ -625,6 +626,85 @@ describe('TaskStatusClient', () => {
       h.client.stop();
       await vi.advanceTimersByTimeAsync(200_000);
       expect(batches).toHaveLength(2); // stopped means stopped
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('is CONNECTING before its first live connection and RECOVERING only once it was LIVE', async () => {
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => ({ tasks: [], nextCursor: null }),
+    });
+    expect(h.client.state).toBe('CONNECTING');
+    await h.client.start();
+    h.centrifuge.emit('connecting', { code: 0, reason: 'connect called' });
+    expect(h.client.state).toBe('CONNECTING');
+    h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+    await flush();
+    expect(h.client.state).toBe('LIVE');
+    h.centrifuge.emit('connecting', { code: 3, reason: 'transport closed' });
+    expect(h.client.state).toBe('RECOVERING');
+    expect(h.states).toEqual(['LIVE', 'RECOVERING']); // CONNECTING was the state it began in
+    h.client.stop();
+  });
+
+  it('a refused login is final: UNAUTHORIZED, and not one more request until start() is called again', async () => {
+    vi.useFakeTimers();
+    try {
+      let token = 'expired-jwt';
+      const refusal = () =>
+        new Response(JSON.stringify({ error: { code: 'UNAUTHENTICATED', message: 'expired', retryable: false } }), { status: 401 });
+      const h = harness(
+        {
+          'GET /api/realtime/session': () => (token === 'expired-jwt' ? refusal() : SESSION),
+          'GET /api/me/tasks': () => (token === 'expired-jwt' ? refusal() : { tasks: [summary('t1', 1)], nextCursor: null }),
+        },
+        { getUserToken: () => token, staleAfterMs: 1000, offlinePollMs: 500 },
+      );
+      await expect(h.client.start()).rejects.toMatchObject({ status: 401 });
+      expect(h.client.state).toBe('UNAUTHORIZED');
+      const asked = h.calls.length;
+      await vi.advanceTimersByTimeAsync(60_000); // no stale timer, no offline poll, no list read
+      expect(h.calls.length).toBe(asked);
+      expect(h.states).toEqual(['UNAUTHORIZED']);
+      token = 'fresh-jwt'; // the page logged the user in again
+      await h.client.start();
+      expect(h.client.state).toBe('CONNECTING');
+      h.centrifuge.serverSubscribed(SESSION.channels.summary, { wasRecovering: false, recovered: false });
+      await vi.advanceTimersByTimeAsync(1);
+      expect(h.client.state).toBe('LIVE');
+      expect(h.client.store.task('t1')).toBeDefined();
+      h.client.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('a token refused later (401 while reading over HTTP) stops everything too', async () => {
+    vi.useFakeTimers();
+    try {
+      let expired = false;
+      const h = harness(
+        {
+          'GET /api/realtime/session': () => SESSION,
+          'GET /api/me/tasks': () =>
+            expired
+              ? new Response(JSON.stringify({ error: { code: 'UNAUTHENTICATED', message: 'expired', retryable: false } }), { status: 401 })
+              : { tasks: [summary('t1', 1)], nextCursor: null },
+        },
+        { staleAfterMs: 1000, offlinePollMs: 500 },
+      );
+      await h.client.start();
+      await vi.advanceTimersByTimeAsync(1500); // never live: STALE, reading over HTTP
+      expect(h.client.state).toBe('STALE');
+      expired = true;
+      await vi.advanceTimersByTimeAsync(2000);
+      expect(h.client.state).toBe('UNAUTHORIZED');
+      const asked = h.calls.length;
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(h.calls.length).toBe(asked);
+      expect(h.client.store.task('t1')).toBeDefined(); // what was shown stays
     } finally {
       vi.useRealTimers();
     }
