@@ -5,8 +5,8 @@
  * const client = new TaskStatusClient({ getUserToken: () => login.token });
  * client.store.subscribe((change) => render(client.store));
  * client.onState((state) => showConnection(state)); // CONNECTING | LIVE | RECOVERING | STALE | UNAUTHORIZED
- * await client.start();
- * await client.openDetail(taskId); // step timeline for one task
+ * client.start().catch(() => login.redirect()); // pending while the service is down; rejects on a refused login
+ * await client.openDetail(taskId); // step timeline for one task (fine before start() resolved)
  * ```
  */
 

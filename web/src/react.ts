@@ -3,7 +3,9 @@
  *
  * ```tsx
  * const client = new TaskStatusClient({ getUserToken });
- * await client.start();
+ * // Render at once: start() stays pending while the service is down (it keeps trying); it
+ * // rejects only when the login is refused.
+ * client.start().catch(() => login.redirect());
  * root.render(<TaskStatusProvider client={client}><App /></TaskStatusProvider>);
  *
  * function TaskCard({ taskId }) {
