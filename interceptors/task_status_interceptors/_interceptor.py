@@ -352,7 +352,9 @@ def classify(err: BaseException, info: temporalio.activity.Info) -> tuple[str, s
         code = err.type or "APPLICATION_ERROR"
         category = "BUSINESS_INPUT" if non_retryable else "DEPENDENCY"
         retryable = bool(attempts_left and not non_retryable)
-        message = "The step failed and will be retried." if retryable else "The step failed."
+        # No promise in the words: whether it is retried is ``retryable`` and the next attempt, and a
+        # stored message outlives the promise (a task cancelled meanwhile retries nothing).
+        message = "The step failed."
         return category, _safe_code(code), message, retryable
     if isinstance(err, TimeoutError | asyncio.TimeoutError):
         return "TIMEOUT", "TIMEOUT", "The step timed out.", bool(attempts_left)

@@ -28,3 +28,19 @@ def test_only_a_deadline_certainly_passed_counts(
     now: float, beats: Beats, heartbeat: float | None, start_to_close: float | None, expected: bool
 ) -> None:
     assert past_temporal_deadline(now, beats, heartbeat_timeout=heartbeat, start_to_close=start_to_close) is expected
+
+
+def test_a_failed_activitys_stored_words_promise_nothing() -> None:
+    """The message is stored with the attempt and shown after the task ended too: whether Temporal
+    retries is the ``retryable`` flag (and the next attempt), never the text."""
+    from types import SimpleNamespace
+
+    from task_status_interceptors._interceptor import classify
+    from temporalio.common import RetryPolicy
+    from temporalio.exceptions import ApplicationError
+
+    info = SimpleNamespace(retry_policy=RetryPolicy(maximum_attempts=3), attempt=1)
+    category, code, message, retryable = classify(ApplicationError("ocr busy", type="OCR_BUSY"), info)  # type: ignore[arg-type]
+    assert (code, retryable, message) == ("OCR_BUSY", True, "The step failed.")
+    last = SimpleNamespace(retry_policy=RetryPolicy(maximum_attempts=3), attempt=3)
+    assert classify(ApplicationError("ocr busy", type="OCR_BUSY"), last)[2:] == ("The step failed.", False)  # type: ignore[arg-type]
