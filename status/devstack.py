@@ -298,10 +298,14 @@ class DevStack:
             f"  status API    http://127.0.0.1:{self.ports.api}  (OpenAPI: /openapi.json;"
             f" this process, pid {os.getpid()}, with the observer and the demo worker)"
         )
-        print(
-            f"  centrifugo    ws://127.0.0.1:{self.ports.centrifugo}/connection/websocket"
-            f"  ({self._pid_text('centrifugo')})"
-        )
+        internal = f"ws://127.0.0.1:{self.ports.centrifugo}/connection/websocket"
+        if settings.centrifugo_public_url != internal:  # --centrifugo-public-url: what browsers are told
+            print(
+                f"  centrifugo    {settings.centrifugo_public_url}  (for browsers; the server: {internal},"
+                f" {self._pid_text('centrifugo')})"
+            )
+        else:
+            print(f"  centrifugo    {internal}  ({self._pid_text('centrifugo')})")
         print(
             f"  temporal      {settings.temporal_address}  (web UI: http://127.0.0.1:{self.ports.temporal_ui};"
             f" {self._pid_text('temporal')})"
