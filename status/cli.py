@@ -90,7 +90,9 @@ def _observer(args: argparse.Namespace) -> int:
 
 def _dev(args: argparse.Namespace) -> int:
     import asyncio
+    import logging
 
+    from status import logs
     from status.devstack import DemoPace, DevPorts, FrontEnd, run_dev
 
     settings = Settings.from_env()
@@ -106,7 +108,15 @@ def _dev(args: argparse.Namespace) -> int:
             raise UsageError(f"--allowed-origin {origin!r} is not an origin (scheme://host[:port])")
     front = FrontEnd(tuple(o.rstrip("/") for o in args.allowed_origin), args.centrifugo_public_url)
     pace = DemoPace(args.demo_runs, max(0.0, args.demo_interval))
-    return asyncio.run(run_dev(settings, ports, pace, front))
+    # The terminal shows the banner and what needs a person; the API's, observer's and worker's
+    # routine lines (every refused report of a cancelled demo run, say) go to a file of their own.
+    log_path = None if args.verbose else settings.data_dir / "dev.log"
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        logs.configure(logging.INFO, stream=log_path.open("a", encoding="utf-8", buffering=1))
+    else:
+        logs.configure(logging.INFO)
+    return asyncio.run(run_dev(settings, ports, pace, front, log_path))
 
 
 # Exit codes (README "Command line"): 0 done; 1 what was asked for is not there or not right (an
@@ -404,6 +414,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="another origin whose pages use the stack (your app's dev server, e.g. http://localhost:5173):"
         " Centrifugo accepts its connections and the API answers its cross-origin calls; repeat",
+    )
+    dev.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the API's, observer's and demo worker's log lines here too (default: <data dir>/dev.log)",
     )
     dev.add_argument(
         "--centrifugo-public-url",

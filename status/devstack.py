@@ -111,6 +111,7 @@ class DevStack:
         self, settings: Settings, ports: DevPorts, pace: DemoPace | None = None, front: FrontEnd | None = None
     ) -> None:
         self.ports = ports
+        self.log_path: Path | None = None
         self.pace = pace or DemoPace()
         self.front = front or FrontEnd()
         self.settings = replace(
@@ -312,6 +313,8 @@ class DevStack:
         )
         if self.children:
             print(f"  logs          {self.data_dir}/{{{','.join(c.name for c in self.children)}}}.log")
+        if self.log_path is not None:
+            print(f"  this process  logs to {self.log_path} (API, observer, demo worker; --verbose: here)")
         if settings.observer_metrics_port:
             print(f"  metrics       http://127.0.0.1:{settings.observer_metrics_port}/metrics  (observer)")
         else:
@@ -386,10 +389,16 @@ def _health(url: str) -> bool:
 
 
 async def run_dev(
-    settings: Settings, ports: DevPorts, pace: DemoPace | None = None, front: FrontEnd | None = None
+    settings: Settings,
+    ports: DevPorts,
+    pace: DemoPace | None = None,
+    front: FrontEnd | None = None,
+    log_path: Path | None = None,
 ) -> int:
-    """Run the stack until Ctrl-C (0) or until a child keeps dying (1, with the message already printed)."""
+    """Run the stack until Ctrl-C (0) or until a child keeps dying (1, with the message already printed).
+    ``log_path``: where this process's own log lines go (None: the terminal)."""
     stack = DevStack(settings, ports, pace, front)
+    stack.log_path = log_path
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

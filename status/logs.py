@@ -7,7 +7,7 @@ import re
 import sys
 import zlib
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -49,9 +49,10 @@ def _whitelist(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mapping
     return {k: v for k, v in event_dict.items() if k in keep}
 
 
-def configure(level: int = logging.INFO) -> None:
-    """JSON logs on stdout for ``serve`` and ``observer``."""
-    logging.basicConfig(level=level, stream=sys.stdout, format="%(message)s")
+def configure(level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """JSON logs on stdout for ``serve`` and ``observer`` (``stream``: elsewhere, as ``dev``'s log file)."""
+    out = stream or sys.stdout
+    logging.basicConfig(level=level, stream=out, format="%(message)s", force=stream is not None)
     # HTTP clients log one INFO line per request; a problem is worth a line, a request is not.
     for chatty in ("httpx", "httpcore", "aiohttp.access"):
         logging.getLogger(chatty).setLevel(max(level, logging.WARNING))
@@ -63,7 +64,7 @@ def configure(level: int = logging.INFO) -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=True,
     )
 
