@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from status import logs
-from status.api import metrics
+from status.api import metrics, stream_positions
 from status.api.changes import ChangeLog
 from status.api.corrections import CorrectionEndpoints
 from status.api.deadline import RequestDeadline
@@ -329,17 +329,25 @@ class Api:
     async def task_stream(self, request: Request) -> Response:
         """``text/event-stream`` of the user's summaries (and watched details), over Centrifugo's uni-SSE."""
         user = self.stream_user(request)
-        token, channel = self.realtime.stream_channels(user)
+        token, channel, followed = self.realtime.stream_channels(user)
         upstream_url = self.settings.centrifugo_api_url.removesuffix("/api") + "/connection/uni_sse"
         limit = self.settings.detail_subscription_limit
+        # EventSource sends the last event's id back when it reconnects; a client that reconnects
+        # by hand may pass it as lastEventId. It names where the stream stood in each channel.
+        resume = request.headers.get("last-event-id") or request.query_params.get("lastEventId")
+        positions = stream_positions.decode(resume, followed)
+        connect: dict[str, Any] = {"token": token}
+        if positions:
+            connect["subs"] = stream_positions.recovery_request(positions)
 
         async def events() -> AsyncIterator[str]:
             client_id = None
             expiry: asyncio.Task[None] | None = None
+            at = dict(positions)  # where the stream stands in each followed channel
             try:
                 async with (
                     httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None)) as http,
-                    http.stream("POST", upstream_url, json={"token": token}) as upstream,
+                    http.stream("POST", upstream_url, json=connect) as upstream,
                 ):
                     if upstream.status_code != 200:
                         yield _sse("error", {"code": "UNAVAILABLE", "message": "realtime delivery is unavailable"})
@@ -351,13 +359,36 @@ class Api:
                         if "connect" in message:
                             client_id = message["connect"]["client"]
                             expiry = asyncio.create_task(self._end_expired_watches(user, client_id))
+                            subs = message["connect"].get("subs") or {}
+                            lost = [c for c in positions if not subs.get(c, {}).get("recovered")]
                             yield _sse(
-                                "session", {"sessionId": client_id, "summaryChannel": channel, "watchLimit": limit}
+                                "session",
+                                {
+                                    "sessionId": client_id,
+                                    "summaryChannel": channel,
+                                    "watchLimit": limit,
+                                    # Resumed: everything since Last-Event-ID follows; channels in
+                                    # `resync` could not be (history too short, a new epoch): load
+                                    # their snapshot (GET /api/me/tasks) as at a first connection.
+                                    "resumed": bool(positions) and not lost,
+                                    "resync": lost,
+                                },
                             )
+                            for name, sub in subs.items():
+                                if name in positions and name not in lost:
+                                    at[name] = (str(sub.get("epoch") or positions[name][0]), at[name][1])
+                                else:
+                                    at[name] = (str(sub.get("epoch") or ""), int(sub.get("offset") or 0))
+                                for pub in sub.get("publications") or ():
+                                    at[name] = (at[name][0], int(pub.get("offset", at[name][1])))
+                                    yield _sse("message", pub["data"], event_id=stream_positions.encode(at))
                         elif "pub" in message:
-                            yield _sse(
-                                "message", message["pub"]["data"], event_id=str(message["pub"].get("offset", ""))
-                            )
+                            pub, name = message["pub"], message.get("channel")
+                            event_id = None
+                            if name in at:  # a followed channel: its position moves (a watched detail's does not)
+                                at[name] = (str(pub.get("epoch") or at[name][0]), int(pub.get("offset", at[name][1])))
+                                event_id = stream_positions.encode(at)
+                            yield _sse("message", pub["data"], event_id=event_id)
                         elif "unsubscribe" in message:
                             yield _sse("unwatched", {"channel": message.get("channel")})
                         else:

@@ -152,11 +152,13 @@ class RealtimeService:
         return {"channel": channel, "token": token, "expiresAt": exp, "grantExpiresAt": iso(expires)}
 
     # ------------------------------------------------------------ native SSE (seed §6.7.2)
-    def stream_channels(self, user: UserPrincipal) -> tuple[str, str]:
-        """The connection token for an SSE session: the user's summary channel and their groups' shared channels."""
+    def stream_channels(self, user: UserPrincipal) -> tuple[str, str, list[str]]:
+        """The connection token for an SSE session, its summary channel, and every channel the token
+        follows (that one and their groups' shared channels)."""
         summary = user_channel(user.tenant_id, user.user_id)
-        token, _ = self.tokens.connection(user, [summary, *shared_channels(user)])
-        return token, summary
+        followed = [summary, *shared_channels(user)]
+        token, _ = self.tokens.connection(user, followed)
+        return token, summary, followed
 
     def watch_set(self, user: UserPrincipal, client_id: str, task_ids: list[str]) -> dict[str, Any]:
         """Replace the detail channels of one SSE session: bounded, ACL-checked per task, expiring.

@@ -114,3 +114,64 @@ async def test_an_expired_watch_ends_its_live_detail_stream(
             # Not renewed: within a few seconds of expiresAt the server ends the detail subscription.
             unwatched = await next_event(stream, "unwatched", timeout=20)
             assert unwatched["channel"].endswith(f"/{mine}")
+
+
+async def sse_events_with_ids(response: httpx.Response) -> AsyncIterator[tuple[str, str | None, Any]]:
+    """(event, id, data) of each event (``sse_events`` drops the ids)."""
+    event, event_id = "message", None
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("id: "):
+            event_id = line[4:]
+        elif line.startswith("data: "):
+            yield event, event_id, json.loads(line[6:])
+            event, event_id = "message", None
+
+
+async def _next_with_id(stream: AsyncIterator[tuple[str, str | None, Any]], kind: str) -> tuple[str | None, Any]:
+    async def find() -> tuple[str | None, Any]:
+        async for event, event_id, data in stream:
+            if event == kind:
+                return event_id, data
+        raise AssertionError("stream ended")
+
+    return await asyncio.wait_for(find(), 10)
+
+
+async def test_a_stream_resumes_from_its_last_event_id_with_what_it_missed(
+    api: Http, live_api: str, relay: OutboxRelay
+) -> None:
+    """EventSource sends the last event's id back when it reconnects: the stream then starts with
+    the summaries published meanwhile (Centrifugo's history, from the positions the id names) and
+    says it resumed; an id that names nothing is a fresh start."""
+    task_id = create_workflow(api)["tasks"][0]["taskId"]
+    await drain(relay)
+    login = api.user_tokens.issue(api.tenant, "user-1")
+    params = {"access_token": login}
+    async with httpx.AsyncClient(base_url=live_api, timeout=httpx.Timeout(10, read=30)) as http:
+        async with http.stream("GET", "/api/v1/me/task-stream", params=params) as response:
+            events = sse_events_with_ids(response)
+            _, first = await _next_with_id(events, "session")
+            assert first["resumed"] is False and first["resync"] == []
+            ctx = activate(api, task_id)  # a change while connected: its event carries the position
+            await drain(relay)
+            last_id, seen = await _next_with_id(events, "message")
+            assert last_id and seen["taskId"] == task_id
+        # Disconnected: two more changes.
+        assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
+        assert report(api, ctx, "STEP_PROGRESS", 2, progress={"current": 1, "total": 2}).status_code == 200
+        await drain(relay)
+        headers = {"Last-Event-ID": last_id}
+        async with http.stream("GET", "/api/v1/me/task-stream", params=params, headers=headers) as response:
+            stream = sse_events(response)
+            session = await next_event(stream, "session")
+            assert session["resumed"] is True and session["resync"] == []
+            missed = [await next_event(stream, "message"), await next_event(stream, "message")]
+            versions = [int(m["taskVersion"]) for m in missed if m.get("taskId") == task_id]
+            assert versions == sorted(versions) and versions[-1] > int(seen["taskVersion"])
+        garbage = {"Last-Event-ID": "not-a-position"}
+        async with http.stream("GET", "/api/v1/me/task-stream", params=params, headers=garbage) as response:
+            assert response.status_code == 200
+            fresh = await next_event(sse_events(response), "session")
+            assert fresh["resumed"] is False and fresh["resync"] == []
