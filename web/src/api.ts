@@ -14,8 +14,19 @@ import type { TelemetryReport } from './telemetry.js';
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
+/**
+ * Every error the client reports is one of these (all `Error`s: `String(e)` and `e.message` read
+ * well): {@link ApiError} (the service answered with an error), {@link NetworkError} (no answer:
+ * offline, DNS, CORS refused, a proxy dropped it), {@link RealtimeError} (Centrifugo refused or
+ * dropped something: its `code`).
+ */
+export abstract class TaskStatusError extends Error {
+  /** Whether asking again later may succeed. */
+  abstract readonly retryable: boolean;
+}
+
 /** An error answer of the status service: its stable `code` (SPEC §6) and HTTP status. */
-export class ApiError extends Error {
+export class ApiError extends TaskStatusError {
   constructor(
     readonly status: number,
     readonly code: string,
@@ -24,6 +35,36 @@ export class ApiError extends Error {
   ) {
     super(message);
     this.name = 'ApiError';
+  }
+}
+
+/** The service could not be reached (the request never got an answer). Always retryable. */
+export class NetworkError extends TaskStatusError {
+  readonly retryable = true;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'NetworkError';
+  }
+}
+
+/** Centrifugo refused or ended something (a connection, a subscription): its numeric `code`. */
+export class RealtimeError extends TaskStatusError {
+  constructor(
+    readonly code: number,
+    message: string,
+    readonly retryable: boolean,
+  ) {
+    super(message);
+    this.name = 'RealtimeError';
+  }
+
+  /** Centrifugo's own error objects (`{code, message, temporary}`) and anything else the SDK hands over. */
+  static from(raw: unknown): RealtimeError {
+    if (raw instanceof RealtimeError) return raw;
+    const value = (raw ?? {}) as { code?: unknown; message?: unknown; temporary?: unknown };
+    const code = typeof value.code === 'number' ? value.code : 0;
+    const message = typeof value.message === 'string' && value.message ? value.message : String(raw);
+    return new RealtimeError(code, message, value.temporary !== false);
   }
 }
 
@@ -106,13 +147,19 @@ export class StatusApi {
     const token = await this.options.getUserToken();
     const headers: Record<string, string> = { Authorization: `Bearer ${token}`, Accept: 'application/json' };
     if (body !== undefined) headers['Content-Type'] = 'application/json';
-    const response = await this.fetchImpl(`${this.baseUrl}${path}`, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-      credentials: 'same-origin',
-    });
-    const text = await response.text();
+    let response: Response;
+    let text: string;
+    try {
+      response = await this.fetchImpl(`${this.baseUrl}${path}`, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        credentials: 'same-origin',
+      });
+      text = await response.text();
+    } catch (error) {
+      throw new NetworkError(`${method} ${path}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    }
     let parsed: unknown = null;
     try {
       parsed = text ? JSON.parse(text) : null;

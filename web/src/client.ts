@@ -32,7 +32,7 @@ import {
   type TransportEndpoint,
 } from 'centrifuge';
 
-import { ApiError, StatusApi, type FetchLike } from './api.js';
+import { ApiError, RealtimeError, StatusApi, TaskStatusError, type FetchLike } from './api.js';
 import { LruSet } from './lru.js';
 import { TaskStore } from './store.js';
 import { ClientTelemetry } from './telemetry.js';
@@ -40,6 +40,27 @@ import type { RealtimeSession, TaskSnapshot } from './types.js';
 
 export type ConnectionState = 'CONNECTING' | 'LIVE' | 'RECOVERING' | 'STALE' | 'UNAUTHORIZED';
 export type TransportName = 'websocket' | 'http_stream' | 'sse';
+
+/**
+ * What the client was doing when an error was reported: `session` (asking for the realtime session;
+ * retried), `connection` (Centrifugo's connection), `connection token` / `detail token` (refreshing
+ * a token), `detail` (a task's detail subscription), `detail snapshot`, `snapshot` (reading the
+ * list), `consistency check`, `offline poll` (reading what is shown while not live), `workflows`,
+ * `release` (giving a detail grant back), `telemetry`.
+ */
+export type ErrorContext =
+  | 'session'
+  | 'connection'
+  | 'connection token'
+  | 'detail'
+  | 'detail token'
+  | 'detail snapshot'
+  | 'snapshot'
+  | 'consistency check'
+  | 'offline poll'
+  | 'workflows'
+  | 'release'
+  | 'telemetry';
 
 export interface TaskStatusClientOptions {
   /** Base URL of the status service; '' (default) is the page's origin. */
@@ -77,7 +98,12 @@ export interface TaskStatusClientOptions {
   /** Page visibility source; defaults to `document` when there is one. */
   visibility?: { readonly visibilityState: string; addEventListener(type: 'visibilitychange', fn: () => void): void; removeEventListener(type: 'visibilitychange', fn: () => void): void } | null;
   random?: () => number;
-  onError?: (error: unknown, context: string) => void;
+  /**
+   * Told of every failure, for logging (the client itself retries what can be retried): the error
+   * is an {@link ApiError}, a {@link NetworkError} or a {@link RealtimeError}; `context` says what
+   * was being done ({@link ErrorContext}), `taskId` for which task when it was one task's.
+   */
+  onError?: (error: TaskStatusError, context: ErrorContext, taskId?: string) => void;
   /**
    * How often the page reports its realtime telemetry to the service (ms, jittered ±25%): reconnects,
    * failed recoveries, snapshot times, commit → visible latencies. 0 turns it off.
@@ -305,7 +331,7 @@ export class TaskStatusClient {
     // snapshot), once; only past it, or on a failed connect, does the list come without it.
     this.graceTimer = setTimeout(() => this.loadWithoutRealtime(), REALTIME_GRACE_MS);
     // Details asked for before the client was ready (a deep link's hook mounted first).
-    for (const taskId of wanted) this.openDetail(taskId).catch((error: unknown) => this.report(error, `detail ${taskId}`));
+    for (const taskId of wanted) this.openDetail(taskId).catch((error: unknown) => this.report(error, 'detail', taskId));
   }
 
   /** The first list read when realtime has not brought one (not connected yet, or failing). */
@@ -326,7 +352,7 @@ export class TaskStatusClient {
         if (error instanceof ApiError && (error.status === 401 || error.status === 403)) {
           throw error; // a refused login is final: start() rejects with it
         }
-        this.report(error, 'session (retrying)');
+        this.report(error, 'session');
       }
       if (this.stopped) return null;
       await new Promise<void>((resolve) => {
@@ -427,7 +453,7 @@ export class TaskStatusClient {
         try {
           return (await this.api.subscriptionToken({ taskId })).token;
         } catch (error) {
-          throw this.tokenError(error, `detail token ${taskId}`);
+          throw this.tokenError(error, 'detail token', taskId);
         }
       },
     });
@@ -439,12 +465,12 @@ export class TaskStatusClient {
     subscription.on('publication', (ctx) => {
       this.applyLive(ctx.data);
     });
-    subscription.on('error', (ctx) => this.report(ctx.error, `detail ${taskId}`));
+    subscription.on('error', (ctx) => this.report(ctx.error, 'detail', taskId));
     subscription.on('unsubscribed', (ctx) => {
       // Ended by anything but our own unsubscribe() (token refused, ACL revoked, server-side
       // unsubscribe): drop the detail and give its grant back; the summary stays.
       if (ctx.code !== unsubscribedCodes.unsubscribeCalled && this.details.get(taskId)?.subscription === subscription) {
-        this.report(new Error(`detail subscription ended: ${ctx.reason} (${ctx.code})`), `detail ${taskId}`);
+        this.report(new RealtimeError(ctx.code, `detail subscription ended: ${ctx.reason}`, false), 'detail', taskId);
         this.closeDetail(taskId);
       }
     });
@@ -478,7 +504,7 @@ export class TaskStatusClient {
     try {
       await this.api.releaseSubscription(entry.channel);
     } catch (error) {
-      this.report(error, `release ${taskId}`);
+      this.report(error, 'release', taskId);
     }
   }
 
@@ -493,7 +519,7 @@ export class TaskStatusClient {
       await this.readSnapshots(taskIds);
       this.refreshed();
     } catch (error) {
-      this.report(error, `consistency check (${reason})`);
+      this.report(error, 'consistency check');
     }
   }
 
@@ -610,7 +636,7 @@ export class TaskStatusClient {
           this.refreshed();
           return;
         } catch (error) {
-          this.report(error, `snapshot (${reason})`);
+          this.report(error, 'snapshot');
           await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + this.random())));
           delay = Math.min(delay * 2, 15000);
         }
@@ -674,7 +700,7 @@ export class TaskStatusClient {
         this.closeDetail(taskId);
         this.store.applyNotFound(taskId);
       }
-      this.report(error, `detail snapshot ${taskId}`);
+      this.report(error, 'detail snapshot', taskId);
     }
   }
 
@@ -776,16 +802,19 @@ export class TaskStatusClient {
    * A refused login or ACL (401/403/404) is final: the SDK must stop retrying with it, which it does
    * for UnauthorizedError. Anything else (network, 5xx) is retried with back-off.
    */
-  private tokenError(error: unknown, context: string): unknown {
-    this.report(error, context);
+  private tokenError(error: unknown, context: 'connection token' | 'detail token', taskId?: string): unknown {
+    this.report(error, context, taskId);
     // A connection token refused by the session endpoint is the login refused.
     if (context === 'connection token' && error instanceof ApiError && error.status === 403) this.refuse();
     if (error instanceof ApiError && [401, 403, 404].includes(error.status)) return new UnauthorizedError(error.code);
     return error;
   }
 
-  private report(error: unknown, context: string): void {
-    this.options.onError?.(error, context);
+  private report(error: unknown, context: ErrorContext, taskId?: string): void {
+    // The API's errors are typed where they arise; the rest came from centrifuge-js (its plain
+    // {code, message} objects, or its own Errors).
+    const typed = error instanceof TaskStatusError ? error : RealtimeError.from(error);
+    this.options.onError?.(typed, context, taskId);
     // 401 on any request: the user's token is refused (expired, revoked). Asking again with it
     // cannot help; the page must log the user in again and call start().
     if (error instanceof ApiError && error.status === 401) this.refuse();

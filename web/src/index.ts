@@ -10,8 +10,22 @@
  * ```
  */
 
-export { ApiError, StatusApi, type FetchLike, type StatusApiOptions } from './api.js';
-export { TaskStatusClient, type ConnectionState, type TaskStatusClientOptions, type TransportName } from './client.js';
+export {
+  ApiError,
+  NetworkError,
+  RealtimeError,
+  StatusApi,
+  TaskStatusError,
+  type FetchLike,
+  type StatusApiOptions,
+} from './api.js';
+export {
+  TaskStatusClient,
+  type ConnectionState,
+  type ErrorContext,
+  type TaskStatusClientOptions,
+  type TransportName,
+} from './client.js';
 export { LruSet } from './lru.js';
 export { ClientTelemetry, KNOWN_KINDS, SCHEMA_VERSION, type TelemetryCounters, type TelemetryReport } from './telemetry.js';
 export {

@@ -6,7 +6,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { UnauthorizedError, type Centrifuge } from 'centrifuge';
 
-import { ApiError } from '../src/api.js';
+import { ApiError, NetworkError, RealtimeError, TaskStatusError } from '../src/api.js';
 import { TaskStatusClient, type ConnectionState } from '../src/client.js';
 import type { RealtimeSession } from '../src/types.js';
 import { detail, snapshot, summary } from './fixtures.js';
@@ -464,10 +464,10 @@ describe('TaskStatusClient', () => {
       const starting = h.client.start().then(() => (started = true));
       await vi.advanceTimersByTimeAsync(1);
       expect(started).toBe(false);
-      expect(errors).toEqual(['session (retrying)']);
+      expect(errors).toEqual(['session']);
       expect(h.client.state).toBe('CONNECTING'); // never live yet: connecting, not reconnecting
       await vi.advanceTimersByTimeAsync(500); // 0.5 s × (0.5 + 0.5)
-      expect(errors).toEqual(['session (retrying)', 'session (retrying)']);
+      expect(errors).toEqual(['session', 'session']);
       await vi.advanceTimersByTimeAsync(1000); // then 1 s
       await starting;
       expect(started).toBe(true);
@@ -708,6 +708,42 @@ describe('TaskStatusClient', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+
+  it('reports every failure as a typed Error with a known context: network, realtime', async () => {
+    let reachable = false;
+    const reported: Array<{ error: unknown; context: string; taskId?: string }> = [];
+    const h = harness(
+      {
+        'GET /api/realtime/session': () => {
+          if (!reachable) throw new TypeError('Failed to fetch');
+          return SESSION;
+        },
+        'GET /api/me/tasks': () => ({ tasks: [], nextCursor: null }),
+      },
+      { onError: (error, context, taskId) => reported.push({ error, context, taskId }), random: () => 0.5 },
+    );
+    vi.useFakeTimers();
+    try {
+      const starting = h.client.start();
+      await vi.advanceTimersByTimeAsync(1);
+      reachable = true;
+      await vi.advanceTimersByTimeAsync(1000);
+      await starting;
+    } finally {
+      vi.useRealTimers();
+    }
+    const offline = reported.find((r) => r.context === 'session')!.error;
+    expect(offline).toBeInstanceOf(NetworkError);
+    expect(offline).toBeInstanceOf(TaskStatusError);
+    expect(String(offline)).toContain('Failed to fetch');
+    h.centrifuge.emit('error', { type: 'transport', error: { code: 2, message: 'transport closed' } });
+    const realtime = reported.at(-1)!;
+    expect(realtime.context).toBe('connection');
+    expect(realtime.error).toBeInstanceOf(RealtimeError);
+    expect((realtime.error as RealtimeError).code).toBe(2);
+    expect(String(realtime.error)).toBe('RealtimeError: transport closed'); // never "[object Object]"
+    h.client.stop();
   });
 
   it('stops retrying when the login is refused while refreshing the connection token', async () => {
