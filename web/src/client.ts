@@ -151,6 +151,11 @@ export class TaskStatusClient {
   private polling: Promise<void> | null = null;
   private refreshedAt: number | null = null;
   private readonly refreshListeners = new Set<(at: number) => void>();
+  private lastErrorValue: { error: TaskStatusError; context: ErrorContext; at: number } | null = null;
+  private readonly errorListeners = new Set<() => void>();
+  /** Whether a list read has succeeded since start(): the task list is what the service holds. */
+  private listLoaded = false;
+  private listFailed = false;
   private summaryReady = false;
   private buffering = true;
   private buffer: unknown[] = [];
@@ -198,6 +203,27 @@ export class TaskStatusClient {
   onRefreshed(listener: (at: number) => void): () => void {
     this.refreshListeners.add(listener);
     return () => this.refreshListeners.delete(listener);
+  }
+
+  /** The last failure reported through `onError` (null: none since the client was made). */
+  get lastError(): { error: TaskStatusError; context: ErrorContext; at: number } | null {
+    return this.lastErrorValue;
+  }
+
+  /** Listen to failures (read {@link lastError}) and to the list's first read; returns the unsubscribe function. */
+  onErrorReported(listener: () => void): () => void {
+    this.errorListeners.add(listener);
+    return () => this.errorListeners.delete(listener);
+  }
+
+  /**
+   * The task list's status: `loading` until a list read succeeded since start(), then `ready`;
+   * `error` while nothing was read and the last read failed; `forbidden` once the login was refused.
+   */
+  get listStatus(): 'loading' | 'ready' | 'error' | 'forbidden' {
+    if (this.stateValue === 'UNAUTHORIZED') return 'forbidden';
+    if (this.listLoaded) return 'ready';
+    return this.listFailed ? 'error' : 'loading';
   }
 
   /** The transport the SDK connected with (`websocket`, `http_stream`, `sse`), while connected. */
@@ -434,6 +460,8 @@ export class TaskStatusClient {
         this.detailOrder.delete(taskId);
         this.store.releaseDetail(taskId);
         if (error instanceof ApiError && error.status === 404) this.store.applyNotFound(taskId);
+        else if (error instanceof ApiError && error.status === 403) this.store.markProblem(taskId, 'forbidden');
+        else if (!this.store.task(taskId)) this.store.markProblem(taskId, 'error');
         throw error;
       }
     }
@@ -562,7 +590,11 @@ export class TaskStatusClient {
 
   private refreshed(): void {
     this.refreshedAt = Date.now();
+    const first = !this.listLoaded;
+    this.listLoaded = true;
+    this.listFailed = false;
     for (const listener of [...this.refreshListeners]) listener(this.refreshedAt);
+    if (first) for (const listener of [...this.errorListeners]) listener(); // the list's status moved
   }
 
   /** STALE: read what is shown now, then again on a jittered, slowing timer until LIVE (through reconnect attempts). */
@@ -699,6 +731,10 @@ export class TaskStatusClient {
       if (error instanceof ApiError && error.status === 404) {
         this.closeDetail(taskId);
         this.store.applyNotFound(taskId);
+      } else if (error instanceof ApiError && error.status === 403) {
+        this.store.markProblem(taskId, 'forbidden');
+      } else if (!this.store.task(taskId)) {
+        this.store.markProblem(taskId, 'error');
       }
       this.report(error, 'detail snapshot', taskId);
     }
@@ -814,7 +850,10 @@ export class TaskStatusClient {
     // The API's errors are typed where they arise; the rest came from centrifuge-js (its plain
     // {code, message} objects, or its own Errors).
     const typed = error instanceof TaskStatusError ? error : RealtimeError.from(error);
+    this.lastErrorValue = { error: typed, context, at: Date.now() };
+    if (context === 'snapshot' && !this.listLoaded) this.listFailed = true;
     this.options.onError?.(typed, context, taskId);
+    for (const listener of [...this.errorListeners]) listener();
     // 401 on any request: the user's token is refused (expired, revoked). Asking again with it
     // cannot help; the page must log the user in again and call start().
     if (error instanceof ApiError && error.status === 401) this.refuse();

@@ -45,6 +45,7 @@ export {
   type StoreChange,
   type StoreListener,
   type StoreOptions,
+  type TaskProblem,
   type TaskSummaryState,
   type TaskView,
 } from './store.js';

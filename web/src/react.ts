@@ -27,7 +27,17 @@ import type { TaskStore, TaskView } from './store.js';
 import type { TaskFilter } from './types.js';
 
 /** What the hooks need from a client (a `TaskStatusClient`, or a stand-in in tests). */
-export type TaskStatusSource = Pick<TaskStatusClient, 'store' | 'state' | 'onState' | 'openDetail' | 'closeDetail'>;
+export type TaskStatusSource = Pick<TaskStatusClient, 'store' | 'state' | 'onState' | 'openDetail' | 'closeDetail'> &
+  Partial<
+    Pick<TaskStatusClient, 'transport' | 'lastRefreshedAt' | 'onRefreshed' | 'lastError' | 'onErrorReported' | 'listStatus'>
+  >;
+
+/**
+ * What a hook knows of what it shows: `loading` (nothing yet), `ready` (shown), `not found` (the
+ * service says it does not exist, or the user may not see it), `forbidden` (refused: a login
+ * refused, an access denied), `error` (the read failed; the client tries again as it can).
+ */
+export type LoadStatus = 'loading' | 'ready' | 'not found' | 'forbidden' | 'error';
 
 const ClientContext = createContext<TaskStatusSource | null>(null);
 
@@ -44,6 +54,8 @@ export function useTaskStatusClient(): TaskStatusSource {
 /** A snapshot of one task, re-created only when one of its versions changed. */
 export interface TaskState {
   readonly taskId: string;
+  /** `ready` once the task is shown; why it is not otherwise (see {@link LoadStatus}). */
+  readonly status: LoadStatus;
   readonly view: TaskView | undefined;
   readonly summary: TaskView['summary'] | undefined;
   readonly detail: TaskView['detail'];
@@ -73,11 +85,19 @@ export function useTask(taskId: string, options: { detail?: boolean } = {}): Tas
     });
   const snapshot = (): TaskState => {
     const view = client.store.task(taskId);
-    const key = `${taskId}|${taskKey(view)}`;
+    const status: LoadStatus = view ? 'ready' : (client.store.problem(taskId) ?? 'loading');
+    const key = `${taskId}|${taskKey(view)}|${status}`;
     if (cache.current?.key !== key) {
       cache.current = {
         key,
-        state: { taskId, view, summary: view?.summary, detail: view?.detail ?? null, version: view?.summaryVersion ?? null },
+        state: {
+          taskId,
+          status,
+          view,
+          summary: view?.summary,
+          detail: view?.detail ?? null,
+          version: view?.summaryVersion ?? null,
+        },
       };
     }
     return cache.current.state;
@@ -118,6 +138,71 @@ export function useMyTasks(filter: MyTasksFilter = 'all'): readonly TaskView[] {
     return cache.current.tasks;
   };
   return useSyncExternalStore(subscribe, snapshot, snapshot);
+}
+
+/** The user's tasks and what the client knows of the list: `loading` until it was read, `ready`,
+ * `error` (nothing read, the last read failed), `forbidden` (the login was refused). */
+export function useMyTaskList(filter: MyTasksFilter = 'all'): { readonly tasks: readonly TaskView[]; readonly status: LoadStatus } {
+  const client = useTaskStatusClient();
+  const tasks = useMyTasks(filter);
+  const status = useSyncExternalStore(
+    (notify) => {
+      const offs = [client.onState(() => notify()), client.onErrorReported?.(() => notify())];
+      return () => offs.forEach((off) => off?.());
+    },
+    () => client.listStatus ?? (client.state === 'LIVE' ? 'ready' : 'loading'),
+    () => client.listStatus ?? 'loading',
+  );
+  const cache = useRef<{ tasks: readonly TaskView[]; status: LoadStatus } | null>(null);
+  if (cache.current?.tasks !== tasks || cache.current.status !== status) cache.current = { tasks, status };
+  return cache.current;
+}
+
+/** What the client knows of its connection, in one place (no need to reach for the client instance). */
+export interface ConnectionInfo {
+  readonly state: ConnectionState;
+  /** `websocket`, `http_stream` or `sse` while connected. */
+  readonly transport: string | null;
+  /** When what is shown was last read over HTTP (epoch ms), null before the first read. */
+  readonly lastRefreshedAt: number | null;
+  /** The login was refused (the state is UNAUTHORIZED): log the user in again, then `start()`. */
+  readonly loginRefused: boolean;
+  /** The last failure the client reported (its context and when), null if none. */
+  readonly lastError: TaskStatusClient['lastError'];
+}
+
+export function useConnection(): ConnectionInfo {
+  const client = useTaskStatusClient();
+  const cache = useRef<ConnectionInfo | null>(null);
+  const read = (): ConnectionInfo => {
+    const next: ConnectionInfo = {
+      state: client.state,
+      transport: client.transport ?? null,
+      lastRefreshedAt: client.lastRefreshedAt ?? null,
+      loginRefused: client.state === 'UNAUTHORIZED',
+      lastError: client.lastError ?? null,
+    };
+    const held = cache.current;
+    if (
+      held &&
+      held.state === next.state &&
+      held.transport === next.transport &&
+      held.lastRefreshedAt === next.lastRefreshedAt &&
+      held.lastError === next.lastError
+    ) {
+      return held;
+    }
+    cache.current = next;
+    return next;
+  };
+  return useSyncExternalStore(
+    (notify) => {
+      const offs = [client.onState(() => notify()), client.onRefreshed?.(() => notify()), client.onErrorReported?.(() => notify())];
+      return () => offs.forEach((off) => off?.());
+    },
+    read,
+    read,
+  );
 }
 
 function listOf(store: TaskStore, filter: MyTasksFilter): TaskView[] {

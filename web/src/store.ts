@@ -55,6 +55,9 @@ export type NoticeSource =
   | { kind: 'task'; taskId: string; workflowId: string; notice: Notice }
   | { kind: 'system'; message: SystemNoticeMessage };
 
+/** Why a task asked for is not shown (see {@link TaskStore.problem}). */
+export type TaskProblem = 'not found' | 'forbidden' | 'error';
+
 export type StoreChange =
   | { type: 'task'; taskId: string; summaryChanged: boolean; detailChanged: boolean }
   | { type: 'removed'; taskId: string }
@@ -114,6 +117,8 @@ export class TaskStore {
   private readonly workflowGate = new VersionGate();
   /** taskId → version of its removal; older states of a removed task never come back. */
   private readonly tombstones = new Map<string, bigint>();
+  /** Why a task asked for is not shown: the service said it does not exist (or is not visible), refused it, or failed. */
+  private readonly problems = new Map<string, TaskProblem>();
   private readonly seenNotices = new Map<string, true>();
   private readonly detailWanted = new Set<string>();
   private readonly listeners = new Set<StoreListener>();
@@ -265,7 +270,26 @@ export class TaskStore {
   applyNotFound(taskId: string): boolean {
     const known = this.summaryGate.current(taskId);
     if (known !== undefined) this.tombstones.set(taskId, known);
-    return this.drop(taskId);
+    const dropped = this.drop(taskId);
+    if (!dropped) this.markProblem(taskId, 'not found');
+    else this.problems.set(taskId, 'not found');
+    return dropped;
+  }
+
+  /**
+   * Why `taskId` is not shown, when the service said (hooks read it as their status): `not found`,
+   * `forbidden` or `error`; undefined while it is shown or nothing was said.
+   */
+  problem(taskId: string): TaskProblem | undefined {
+    return this.tasks.has(taskId) ? undefined : this.problems.get(taskId);
+  }
+
+  /** Record why a task asked for could not be read (its listeners are told). */
+  markProblem(taskId: string, problem: TaskProblem): void {
+    if (this.problems.get(taskId) === problem) return;
+    this.problems.set(taskId, problem);
+    if (this.problems.size > 1000) this.problems.delete(this.problems.keys().next().value as string);
+    this.emit({ type: 'removed', taskId });
   }
 
   /** Fold a `workflow.summary` (its own version space). */

@@ -4,7 +4,15 @@ import { createElement, type ReactNode } from 'react';
 import { afterEach, describe, expect, it } from 'vitest';
 
 import type { ConnectionState } from '../src/client.js';
-import { TaskStatusProvider, useConnectionState, useMyTasks, useTask, type TaskStatusSource } from '../src/react.js';
+import {
+  TaskStatusProvider,
+  useConnection,
+  useConnectionState,
+  useMyTaskList,
+  useMyTasks,
+  useTask,
+  type TaskStatusSource,
+} from '../src/react.js';
 import { TaskStore } from '../src/store.js';
 import { snapshot, step, summary } from './fixtures.js';
 
@@ -101,6 +109,52 @@ describe('React hooks', () => {
       client.store.applySummary(summary('a', 2, { lifecycleStatus: 'SUCCEEDED' }));
     });
     expect(screen.queryAllByRole('listitem')).toEqual([]);
+  });
+
+  it('useTask says loading, then not found or forbidden as the service answered, then ready', () => {
+    const client = fakeClient();
+    function Status({ taskId }: { taskId: string }): ReactNode {
+      return createElement('span', { 'data-testid': taskId }, useTask(taskId, { detail: false }).status);
+    }
+    render(wrap(client, createElement('div', {}, createElement(Status, { taskId: 'gone' }), createElement(Status, { taskId: 'theirs' }))));
+    expect(screen.getByTestId('gone').textContent).toBe('loading');
+    act(() => {
+      client.store.applyNotFound('gone');
+      client.store.markProblem('theirs', 'forbidden');
+    });
+    expect(screen.getByTestId('gone').textContent).toBe('not found');
+    expect(screen.getByTestId('theirs').textContent).toBe('forbidden');
+    act(() => {
+      client.store.applySummary(summary('theirs', 1)); // granted since: shown
+    });
+    expect(screen.getByTestId('theirs').textContent).toBe('ready');
+  });
+
+  it('useMyTaskList tells an empty list from one not read yet; useConnection says it all', () => {
+    const client = fakeClient() as ReturnType<typeof fakeClient> & { listStatus: string; lastRefreshedAt: number | null };
+    let listStatus = 'loading';
+    Object.defineProperty(client, 'listStatus', { get: () => listStatus });
+    function Both(): ReactNode {
+      const list = useMyTaskList();
+      const connection = useConnection();
+      return createElement(
+        'span',
+        { 'data-testid': 'both' },
+        `${list.status}:${list.tasks.length} ${connection.state} refused=${connection.loginRefused}`,
+      );
+    }
+    render(wrap(client, createElement(Both)));
+    expect(screen.getByTestId('both').textContent).toBe('loading:0 RECOVERING refused=false');
+    act(() => {
+      listStatus = 'ready'; // read: this user has no tasks
+      client.setState('LIVE');
+    });
+    expect(screen.getByTestId('both').textContent).toBe('ready:0 LIVE refused=false');
+    act(() => {
+      listStatus = 'forbidden';
+      client.setState('UNAUTHORIZED');
+    });
+    expect(screen.getByTestId('both').textContent).toBe('forbidden:0 UNAUTHORIZED refused=true');
   });
 
   it('refuses to run outside a provider', () => {
