@@ -62,6 +62,15 @@ class Process:
         except httpx.HTTPError:
             return False
 
+    def kill(self) -> float:
+        """kill -9: no draining, whatever it was doing is cut off (AC27)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        began = time.monotonic()
+        self.proc.kill()
+        self.proc.wait(10)
+        return time.monotonic() - began
+
     def stop(self, timeout: float = 60) -> float:
         """SIGTERM and wait: how long it took to exit (a replica drains first)."""
         if self.proc is None or self.proc.poll() is not None:
@@ -136,6 +145,7 @@ async def rolling_restart(
     tasks: int = 6,
     producers: int = 2,
     settle_seconds: float = 2.0,
+    kill_apis: bool = False,
 ) -> dict[str, Any]:
     """Run the scenario; returns what was measured (see the module's docstring)."""
     node_a, node_b = nodes
@@ -240,7 +250,8 @@ async def rolling_restart(
             await asyncio.sleep(settle_seconds)
 
         for i, replica in enumerate(replicas):
-            await restart(f"api-{i + 1}", replica.stop, replica.start)
+            # kill_apis: each replica killed with -9 under load (AC27) instead of drained.
+            await restart(f"api-{i + 1}", replica.kill if kill_apis else replica.stop, replica.start)
         for name, node in (("centrifugo-a", node_a), ("centrifugo-b", node_b)):
             await restart(name, node.stop, node.start)
         for i, observer in enumerate(observers):
