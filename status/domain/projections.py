@@ -188,6 +188,8 @@ def _step_shown(step: StepState) -> dict[str, Any]:
         "durationMs": step.duration_ms
         if step.duration_ms is not None or step.finished_at is None
         else ms_between(step.started_at, step.finished_at),
+        # As a task says it: the producer's monotonic measure, or the service's wall-clock estimate.
+        "durationSource": "PRODUCER_MONOTONIC" if step.duration_ms is not None else "WALL_CLOCK_ESTIMATE",
         "progress": _progress(step.progress),
         "phaseCode": step.phase_code,
         "phaseLabel": step.phase_label,

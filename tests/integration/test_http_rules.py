@@ -557,6 +557,7 @@ def test_late_reports_after_the_task_finished_change_nothing(http: Http) -> None
     ended = _snapshot(http, task_id)
     assert ended["lifecycleStatus"] == "SUCCEEDED" and ended["progress"]["percent"] == 100
     assert _step(ended, "02_parse")["lifecycleStatus"] == "CANCELLED"  # it ran; it runs no more
+    assert _step(ended, "02_parse")["durationSource"] == "WALL_CLOCK_ESTIMATE"  # nobody measured it
     assert _step(ended, "03_store")["lifecycleStatus"] == "CANCELLED"
     assert _step(ended, "03_store")["error"]["code"] == "NOT_REACHED"
     late = report(http, running, "STEP_COMPLETED", 2, durationMs=12)

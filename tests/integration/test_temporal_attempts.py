@@ -84,6 +84,7 @@ def test_a_success_temporal_then_retried_is_shown_as_the_timeout_temporal_record
     assert report(http, second.json(), "STEP_COMPLETED", 2, durationMs=5).status_code == 200
     final = _attempts(_snapshot(http, task_id))
     assert (final[1]["lifecycleStatus"], final[2]["lifecycleStatus"]) == ("TIMED_OUT", "SUCCEEDED")
+    assert (final[2]["durationMs"], final[2]["durationSource"]) == (5, "PRODUCER_MONOTONIC")  # as a task says it
 
 
 def test_the_runs_last_word_ends_its_steps_with_the_task_in_one_version(http: Http) -> None:

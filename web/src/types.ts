@@ -137,6 +137,8 @@ export interface StepDetail {
   startedAt: string | null;
   finishedAt: string | null;
   durationMs: number | null;
+  /** `PRODUCER_MONOTONIC` (the producer measured it) or `WALL_CLOCK_ESTIMATE` (the service's clock). */
+  durationSource?: 'PRODUCER_MONOTONIC' | 'WALL_CLOCK_ESTIMATE';
   progress: Progress | null;
   phaseCode: string | null;
   phaseLabel: string | null;
