@@ -6,7 +6,7 @@ and an execution that stops beating loses its credential when it runs out. Time 
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import sqlalchemy as sa
 
@@ -18,17 +18,9 @@ from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, event, wide_task
+from tests.support.states import Clock
 
 TTL = 3600
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.base = datetime.now().replace(microsecond=0)
-        self.seconds = 0.0
-
-    def __call__(self) -> datetime:
-        return self.base + timedelta(seconds=self.seconds)
 
 
 def _service(engine: sa.Engine, clock: Clock) -> StatusService:

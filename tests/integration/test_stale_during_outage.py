@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -31,6 +30,7 @@ from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, event, wide_task
+from tests.support.states import Clock
 
 INTERVAL, TIMEOUT = 5, 10
 SUSPENSION_LIMIT = 60.0
@@ -50,15 +50,6 @@ def own_database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     engine = create_engine(url)
     yield engine
     engine.dispose()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.base = datetime.now().replace(microsecond=0)
-        self.seconds = 0.0
-
-    def __call__(self) -> datetime:
-        return self.base + timedelta(seconds=self.seconds)
 
 
 class Fleet:

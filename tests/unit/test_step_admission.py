@@ -5,7 +5,7 @@ as properties over random event sequences."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -26,8 +26,8 @@ from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
 from status.domain.model import Progress, StepError, StepState, TaskState
 from status.domain.rules import StepEvent, apply_step_event
+from tests.support.states import NOW, step_state, task_state
 
-NOW = datetime(2026, 12, 2, 12, 0, 0)
 LIMITS = Limits(max_age=timedelta(days=6), max_skew=timedelta(minutes=5))
 OPERATION = OperationDefinition("*", 1, "Any operation")
 
@@ -40,42 +40,8 @@ class _NoSchemas:
         return None
 
 
-def _task(**kw: Any) -> TaskState:
-    base = TaskState(
-        task_id="tsk_1",
-        workflow_id="wf_1",
-        client_task_key="k",
-        tenant_id="t",
-        owner_id="u",
-        authority_scope="s",
-        bucket_id=1,
-        title="Contract.pdf",
-        lifecycle=Lifecycle.RUNNING,
-        business_status="RUNNING",
-        version=5,
-        created_at=NOW,
-        updated_at=NOW,
-        started_at=NOW,
-    )
-    return replace(base, **kw)
-
-
-def _step(**kw: Any) -> StepState:
-    base = StepState(
-        task_id="tsk_1",
-        step_id="02_parse",
-        attempt=1,
-        client_step_key="02_parse",
-        operation_code="DOCUMENT.PARSE",
-        operation_definition_version=1,
-        service_name="parser",
-        lifecycle=Lifecycle.PENDING,
-        business_status="PENDING",
-        version=1,
-        execution_id="exe_1",
-        producer_id="parser",
-    )
-    return replace(base, **kw)
+_task = task_state
+_step = step_state
 
 
 BINDING = Binding("exe_1", "parser", "DOCUMENT.PARSE", frozenset(e.value for e in WORKER_EVENT_TYPES))

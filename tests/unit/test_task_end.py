@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 
 import pytest
 
@@ -13,42 +12,23 @@ from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepState, TaskState
 from status.domain.projections import task_progress
 from status.domain.rules import StepEvent, TaskEvent, apply_step_event, apply_task_event
-
-NOW = datetime(2026, 12, 2, 12, 0, 0)
+from tests.support.states import NOW, step_state, task_state
 
 
 def _task(lifecycle: Lifecycle = Lifecycle.RUNNING) -> TaskState:
-    return TaskState(
-        task_id="tsk_1",
-        workflow_id="wf_1",
-        client_task_key="k",
-        tenant_id="t",
-        owner_id="u",
-        authority_scope="s",
-        bucket_id=1,
-        title="Contract.pdf",
-        lifecycle=lifecycle,
-        business_status=lifecycle.value,
-        version=4,
-        created_at=NOW,
-        updated_at=NOW,
-        started_at=NOW,
-    )
+    return task_state(lifecycle=lifecycle, version=4)
 
 
 def _step(step_id: str, lifecycle: Lifecycle, order: int) -> StepState:
-    return StepState(
-        task_id="tsk_1",
+    return step_state(
         step_id=step_id,
-        attempt=1,
         client_step_key=step_id,
-        operation_code="DOCUMENT.PARSE",
-        operation_definition_version=1,
-        service_name="svc",
         lifecycle=lifecycle,
-        business_status=lifecycle.value,
         version=2,
         step_order=order,
+        execution_id=None,
+        producer_id=None,
+        service_name="svc",
         started_at=None if lifecycle is Lifecycle.PENDING else NOW,
     )
 
