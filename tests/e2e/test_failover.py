@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.centrifugo, pytest.mark.temporal]
 
 
 def _run(fault: str, tmp_path: Path) -> dict[str, Any]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     figures = tmp_path / "faults.json"
     done = subprocess.run(
         [
@@ -63,12 +64,18 @@ def test_killing_the_writing_database_node_loses_nothing_and_writes_resume_on_an
     assert run["rejoined_s"] > 0
 
 
+# A failover's convergence is bounded in every run, not most: the bench's own target.
+CONVERGED_WITHIN_S = 10.0
+
+
 @pytest.mark.redis
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_killing_the_redis_primary_loses_nothing_and_centrifugo_follows_the_promoted_replica(tmp_path: Path) -> None:
-    run = _run("redis-failover", tmp_path)
-    assert run["promoted_s"] > 0  # the sentinels named a new primary; the load went on through it
-    # The promoted replica may lack what the old primary acknowledged last, under the same
-    # epoch; the sentinels' reconfig script (deploy/redis/new-epochs.sh) starts new epochs so
-    # that clients load snapshots rather than trust that history.
-    assert len(run["epochs"]) > 1, f"the user channel kept its epoch across the failover: {run['resubscribes']}"
+    for attempt in range(3):  # the same failover three times: each run's convergence is bounded
+        run = _run("redis-failover", tmp_path / f"run-{attempt}")
+        assert run["promoted_s"] > 0  # the sentinels named a new primary; the load went on through it
+        # The promoted replica may lack what the old primary acknowledged last, under the same
+        # epoch; the sentinels' reconfig script (deploy/redis/new-epochs.sh) starts new epochs so
+        # that clients load snapshots rather than trust that history.
+        assert len(run["epochs"]) > 1, f"the user channel kept its epoch across the failover: {run['resubscribes']}"
+        assert run["converged_s"] <= CONVERGED_WITHIN_S, (attempt, run["converged_s"], run["epochs"])
