@@ -354,7 +354,14 @@ def build_openapi() -> dict[str, Any]:
             "schemas": dict(sorted(components.items())),
             "securitySchemes": {
                 "service": {"type": "http", "scheme": "bearer", "description": "service token"},
-                "execution": {"type": "http", "scheme": "bearer", "description": "execution token or service token"},
+                "execution": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": (
+                        "execution token or service token; an execution token (and handle) lives"
+                        " EXECUTION_TOKEN_TTL_SECONDS (an hour) and is renewed by the heartbeats its execution sends"
+                    ),
+                },
                 "user": {
                     "type": "http",
                     "scheme": "bearer",
@@ -366,7 +373,10 @@ def build_openapi() -> dict[str, Any]:
                         " tasks granted to them are visible), sid (login session), iat. JWKS mode (USER_JWKS_URL,"
                         " RS256 or ES256 with kid): exp and sub required, aud and iss when USER_JWKS_AUDIENCE /"
                         " USER_JWKS_ISSUER are set; tnt, projects, roles, sid as above. Ids are 1-64 of"
-                        " A-Z a-z 0-9 . _ @ + = | - starting with a letter or digit."
+                        " A-Z a-z 0-9 . _ @ + = | - starting with a letter or digit. Each claim has one JSON type"
+                        " (sub, tnt, sid, iss: strings; projects, roles: lists of strings, never a bare string;"
+                        " exp, iat, nbf: numbers): a claim of any other type is refused with 401 UNAUTHENTICATED,"
+                        " never read as something else."
                     ),
                 },
             },
