@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any
 
 HEADER = "task-status-step"
@@ -66,6 +67,14 @@ class RunOwnership:
     # end (the result Temporal recorded): sent with the task's ending, so a step whose own report
     # is late still ends as it did, with its task.
     step_outcomes: dict[str, dict[str, str]] = field(default_factory=dict)
+    # task id -> when this run created it (workflow time: deterministic): the run measured the
+    # whole of that task's work, and its ending says how long it took (durationMs). A task this
+    # run adopted or carried on from an earlier run has no entry: only part of it ran here.
+    began: dict[str, datetime] = field(default_factory=dict)
+
+    def duration_ms(self, task_id: str, now: datetime) -> int | None:
+        began = self.began.get(task_id)
+        return None if began is None else max(0, int((now - began).total_seconds() * 1000))
 
     def own(self, task_ids: Iterable[str]) -> None:
         for task_id in task_ids:

@@ -163,11 +163,17 @@ class TaskStatus:
         ownership = current_ownership()
         if ownership is not None:
             ownership.own(t["taskId"] for t in result.get("tasks", []) if t.get("lifecycleStatus") not in _TERMINAL)
+            now = workflow.now()
+            for created in (t for t in result.get("tasks", []) if t.get("created") is True):
+                ownership.began.setdefault(created["taskId"], now)
         return result
 
     @staticmethod
     async def complete_task(task_id: str, *, duration_ms: int | None = None, task_attempt: int = 1) -> dict[str, Any]:
         """Submit TASK_COMPLETED (only the coordinator ends a task, R4)."""
+        ownership = current_ownership()
+        if duration_ms is None and ownership is not None:
+            duration_ms = ownership.duration_ms(task_id, workflow.now())
         return await TaskStatus._submit(
             TaskEventRequest(
                 task_id, "TASK_COMPLETED", "", 0, task_attempt, duration_ms, step_outcomes=_seen_endings(task_id)

@@ -124,7 +124,15 @@ async def _end_owned(ownership: RunOwnership, event_type: str, err: BaseExceptio
     """End every task the run still owns; a refusal (it ended meanwhile) changes nothing here."""
     requests = []
     for task_id in list(ownership.open):
-        request = TaskEventRequest(task_id, event_type, "", 0, step_outcomes=ownership.step_outcomes.get(task_id, {}))
+        request = TaskEventRequest(
+            task_id,
+            event_type,
+            "",
+            0,
+            # How long the work took, as this run measured it (a task it created: all of it).
+            duration_ms=ownership.duration_ms(task_id, temporalio.workflow.now()),
+            step_outcomes=ownership.step_outcomes.get(task_id, {}),
+        )
         if err is not None:
             category, code = _workflow_failure(err)
             request.failure_code, request.failure_category, request.failure_retryable = code, category, False

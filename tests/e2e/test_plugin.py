@@ -96,6 +96,8 @@ async def test_document_example_reports_every_step(
     task_id = result["taskId"]
     snap = api.client.get(f"/api/tasks/{task_id}", headers=api.user("user-1")).json()
     assert snap["lifecycleStatus"] == "SUCCEEDED"
+    # The run created the task and measured its work: the ending says how long, not the service's clock.
+    assert snap["durationSource"] == "PRODUCER_MONOTONIC" and snap["runDurationMs"] > 0
     steps = {(s["stepId"], s["attempt"]): s for s in snap["steps"]}
     assert steps[("01_prepare", 1)]["lifecycleStatus"] == "SUCCEEDED"
     assert steps[("02_parse", 1)]["lifecycleStatus"] == "FAILED"

@@ -154,6 +154,7 @@ class Stack:
         snap = await self.ended(task_id)
         await self.clean()
         assert snap["lifecycleStatus"] == "SUCCEEDED" and snap["health"] == "HEALTHY"
+        assert snap["durationSource"] == "PRODUCER_MONOTONIC"  # the run's end says how long its task took
         assert _attempts(snap) == [(1, "SUCCEEDED")]
         self.nothing_ran_after_the_end(task_id)
         return snap
