@@ -17,7 +17,7 @@ in a transaction of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -528,7 +528,7 @@ def _open_steps(view: TaskView) -> list[StepState]:
 
 def _entry(
     cmd: c.ReportEvent,
-    content: dict[str, Any],
+    content: Mapping[str, Any],
     event_type: EventType,
     producer_id: str,
     source_seq: int,
