@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
-import httpx
 import sqlalchemy as sa
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
@@ -21,12 +18,11 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from status import logs
-from status.api import metrics, stream_positions
+from status.api import metrics
 from status.api.changes import ChangeLog
 from status.api.corrections import CorrectionEndpoints
 from status.api.deadline import RequestDeadline
@@ -54,24 +50,23 @@ from status.api.models import (
     ReleaseIn,
     SubscriptionIn,
     TemporalOwnerIn,
-    WatchSetIn,
     WorkflowBatchGetIn,
 )
 from status.api.notifications import NotificationEndpoints
 from status.api.openapi import build_openapi
 from status.api.references import ReferenceEndpoints
 from status.api.responses import JSONResponse
+from status.api.stream import StreamEndpoints
 from status.api.telemetry import TelemetryEndpoints
 from status.app import commands as c
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import Components
 from status.domain.auth import ServicePrincipal, UserPrincipal
-from status.domain.errors import DomainError, Invalid, Unauthenticated
+from status.domain.errors import DomainError, Invalid
 from status.infra.metrics import REGISTRY
 from status.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
-log = logs.get("status.api")
 
 
 class Api:
@@ -314,140 +309,12 @@ class Api:
         )
         return JSONResponse(result)
 
-    # ------------------------------------------------------------ native SSE
-    def stream_user(self, request: Request) -> UserPrincipal:
-        """EventSource can't send headers: the (short-lived) user token may come as ``access_token``."""
-        if "authorization" in request.headers:
-            return self.user(request)
-        token = request.query_params.get("access_token")
-        if not token:
-            raise Unauthenticated("a Bearer credential or access_token is required")
-        principal = self.user_tokens.verify(token)
-        self.user_rate_limiter.check(principal.subject)  # the same limit as with the header
-        return principal
-
-    async def task_stream(self, request: Request) -> Response:
-        """``text/event-stream`` of the user's summaries (and watched details), over Centrifugo's uni-SSE."""
-        user = self.stream_user(request)
-        token, channel, followed = self.realtime.stream_channels(user)
-        upstream_url = self.settings.centrifugo_api_url.removesuffix("/api") + "/connection/uni_sse"
-        limit = self.settings.detail_subscription_limit
-        # EventSource sends the last event's id back when it reconnects; a client that reconnects
-        # by hand may pass it as lastEventId. It names where the stream stood in each channel.
-        resume = request.headers.get("last-event-id") or request.query_params.get("lastEventId")
-        positions = stream_positions.decode(resume, followed)
-        connect: dict[str, Any] = {"token": token}
-        if positions:
-            connect["subs"] = stream_positions.recovery_request(positions)
-
-        async def events() -> AsyncIterator[str]:
-            client_id = None
-            expiry: asyncio.Task[None] | None = None
-            at = dict(positions)  # where the stream stands in each followed channel
-            try:
-                async with (
-                    httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None)) as http,
-                    http.stream("POST", upstream_url, json=connect) as upstream,
-                ):
-                    if upstream.status_code != 200:
-                        yield _sse("error", {"code": "UNAVAILABLE", "message": "realtime delivery is unavailable"})
-                        return
-                    async for line in upstream.aiter_lines():
-                        if not line.startswith("data: "):
-                            continue
-                        message = json.loads(line[6:])
-                        if "connect" in message:
-                            client_id = message["connect"]["client"]
-                            expiry = asyncio.create_task(self._end_expired_watches(user, client_id))
-                            subs = message["connect"].get("subs") or {}
-                            lost = [c for c in positions if not subs.get(c, {}).get("recovered")]
-                            yield _sse(
-                                "session",
-                                {
-                                    "sessionId": client_id,
-                                    "summaryChannel": channel,
-                                    "watchLimit": limit,
-                                    # Resumed: everything since Last-Event-ID follows; channels in
-                                    # `resync` could not be (history too short, a new epoch): load
-                                    # their snapshot (GET /api/me/tasks) as at a first connection.
-                                    "resumed": bool(positions) and not lost,
-                                    "resync": lost,
-                                },
-                            )
-                            for name, sub in subs.items():
-                                if name in positions and name not in lost:
-                                    at[name] = (str(sub.get("epoch") or positions[name][0]), at[name][1])
-                                else:
-                                    at[name] = (str(sub.get("epoch") or ""), int(sub.get("offset") or 0))
-                                for pub in sub.get("publications") or ():
-                                    at[name] = (at[name][0], int(pub.get("offset", at[name][1])))
-                                    yield _sse("message", pub["data"], event_id=stream_positions.encode(at))
-                        elif "pub" in message:
-                            pub, name = message["pub"], message.get("channel")
-                            event_id = None
-                            if name in at:  # a followed channel: its position moves (a watched detail's does not)
-                                at[name] = (str(pub.get("epoch") or at[name][0]), int(pub.get("offset", at[name][1])))
-                                event_id = stream_positions.encode(at)
-                            yield _sse("message", pub["data"], event_id=event_id)
-                        elif "unsubscribe" in message:
-                            yield _sse("unwatched", {"channel": message.get("channel")})
-                        else:
-                            yield ": ping\n\n"
-            except httpx.HTTPError:
-                yield _sse("error", {"code": "UNAVAILABLE", "message": "realtime delivery was interrupted"})
-            finally:
-                if expiry is not None:
-                    expiry.cancel()
-                if client_id is not None:
-                    await run_in_threadpool(self.realtime.end_stream, user, client_id)
-
-        return StreamingResponse(
-            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        )
-
-    async def _end_expired_watches(self, user: UserPrincipal, client_id: str) -> None:
-        """While an SSE stream is open: a watch that expired (not renewed by a new watch set) ends
-        its live detail subscription, as a subscription token's expiry ends a WebSocket client's."""
-        interval = max(1.0, min(15.0, self.settings.realtime_token_ttl_seconds / 4))
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                expired = await run_in_threadpool(self.realtime.expired_watches, user, client_id)
-                if expired:
-                    await self._server_command("unsubscribe", user, client_id, expired)
-            except Exception:  # the next round tries again; the stream itself goes on
-                log.warning("could not end expired watches", code="watch-expiry")
-
-    async def _server_command(self, method: str, user: UserPrincipal, client_id: str, channels: list[str]) -> None:
-        async with httpx.AsyncClient(
-            base_url=self.settings.centrifugo_api_url,
-            headers={"X-API-Key": self.settings.centrifugo_api_key},
-            timeout=5.0,
-        ) as http:
-            for channel_name in channels:
-                # Bound to this user's own client: another user's session id matches nothing.
-                await http.post(f"/{method}", json={"user": user.subject, "channel": channel_name, "client": client_id})
-
-    async def task_watch_set(self, request: Request) -> JSONResponse:
-        """Replace the detail streams of one SSE session (bounded, ACL per task, session-bound, expiring)."""
-        user = self.user(request)
-        body = await self.parse(request, WatchSetIn)
-        result = await run_in_threadpool(self.realtime.watch_set, user, body.sessionId, body.taskIds)
-        await self._server_command("subscribe", user, body.sessionId, result.pop("subscribe"))
-        await self._server_command("unsubscribe", user, body.sessionId, result.pop("unsubscribe"))
-        return JSONResponse(result)
-
     async def release_subscription(self, request: Request) -> JSONResponse:
         user = self.user(request)
         body = await self.parse(request, ReleaseIn)
         return JSONResponse(
             await run_in_threadpool(self.realtime.release, self.session_id(request, user), body.channel)
         )
-
-
-def _sse(event: str, data: Any, event_id: str | None = None) -> str:
-    head = f"event: {event}\n" + (f"id: {event_id}\n" if event_id else "")
-    return head + f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 def _if_match_version(header: str | None) -> int | None:
@@ -479,6 +346,7 @@ def routes(api: Api) -> list[Route]:
         *ReferenceEndpoints(api.gate).routes(),
         *CorrectionEndpoints(api.gate).routes(),
         *NotificationEndpoints(api.gate).routes(),
+        *StreamEndpoints(api.gate, api.realtime, api.settings).routes(),
         *TelemetryEndpoints(api.gate).routes(),
         Route("/api/tasks/status:batchGet", api.batch_get, methods=["POST"]),
         Route("/api/workflows:batchGet", api.workflows, methods=["POST"]),
@@ -490,8 +358,6 @@ def routes(api: Api) -> list[Route]:
         Route("/api/realtime/session", api.realtime_session, methods=["GET"]),
         Route("/api/realtime/subscription-token", api.subscription_token, methods=["POST"]),
         Route("/api/realtime/subscription-token:release", api.release_subscription, methods=["POST"]),
-        Route("/api/v1/me/task-stream", api.task_stream, methods=["GET"]),
-        Route("/api/v1/me/task-watch-set", api.task_watch_set, methods=["PUT"]),
     ]
 
 
