@@ -885,51 +885,46 @@ def backlog(args: argparse.Namespace, s: dict[str, Any], clients: Clients, produ
     now reaches its client, and the catch-up's publications per second."""
     import signal
 
+    import orjson
     import sqlalchemy as sa
 
     from status.domain.clock import utcnow
+    from status.domain.messages import Aggregate, Message
     from status.infra import repository as repo
     from status.infra import tables as t
+    from status.infra.outbox_rows import unpack
 
     ot = t.task_outbox
     engine = sa.create_engine(s["url"], poolclass=sa.pool.NullPool)
     task_ids = [ex["taskId"] for ex in producer.executions[:500]]
     with engine.connect() as conn:
         templates = [
-            dict(r._mapping)
+            [
+                (m.projection, m.channels, orjson.loads(m.data))
+                for m in unpack(r.projection, r.channel, r.payload)
+                if m.projection in ("USER_SUMMARY", "TASK_DETAIL")
+            ]
             for r in conn.execute(
-                sa.select(ot.c.aggregate_type, ot.c.aggregate_id, ot.c.channel, ot.c.projection, ot.c.payload)
-                .where(
-                    ot.c.aggregate_id.in_(task_ids),
-                    ot.c.projection.in_(["USER_SUMMARY", "TASK_DETAIL"]),
-                    sa.or_(ot.c.channel.like("task_user:%"), ot.c.channel.like("task_detail:%")),
-                )
+                sa.select(ot.c.projection, ot.c.channel, sa.type_coerce(ot.c.payload, sa.Text).label("payload"))
+                .where(ot.c.aggregate_id.in_(task_ids))
                 .order_by(ot.c.id.desc())
                 .limit(1000)
             )
         ]
+    templates = [template for template in templates if template]
     s["observer"].send_signal(signal.SIGSTOP)
     try:
         now = utcnow()
         with engine.begin() as conn:
             for start in range(0, args.backlog, 5000):
-                repo.insert_outbox(
-                    conn,
-                    [
-                        {
-                            **templates[i % len(templates)],
-                            # Its own aggregate: the relay coalesces a backlog per aggregate and
-                            # channel, and these must neither swallow nor be swallowed by live rows.
-                            "aggregate_id": f"backlog-{i}",
-                            "aggregate_version": i,
-                            "must_deliver": False,
-                            "status": "PENDING",
-                            "available_at": now,
-                            "created_at": now,
-                        }
-                        for i in range(start, min(args.backlog, start + 5000))
-                    ],
-                )
+                messages = []
+                for i in range(start, min(args.backlog, start + 5000)):
+                    parts = templates[i % len(templates)]
+                    # Its own aggregate: the relay coalesces a backlog per aggregate and
+                    # channel, and these must neither swallow nor be swallowed by live rows.
+                    backlogged = Aggregate("TASK", f"backlog-{i}", i, parts[0][1][0])
+                    messages += [Message(backlogged, ch, proj, data, False, None, now) for proj, ch, data in parts]
+                repo.insert_outbox(conn, messages)
         before = clients.command("stats")
         _dump_arrivals(clients)
     finally:

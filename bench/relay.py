@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from common import centrifugo_node, percentile, process_tree_cpu, scratch_database  # type: ignore[import-not-found]
 
@@ -30,11 +31,13 @@ from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.clock import utcnow
+from status.domain.messages import Aggregate, Message
 from status.domain.model import Progress
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
+from status.infra.outbox_rows import unpack
 from status.infra.uow import SqlDatabase
 from status.infra.wakeup import OutboxSignal, WakeReceiver
 from tests.support.settings import make_settings
@@ -61,18 +64,16 @@ async def drain_backlog(url: str, node, rows: int, batch: int) -> None:
             repo.insert_outbox(
                 conn,
                 [
-                    {
-                        "aggregate_type": "TASK",
-                        "aggregate_id": f"tsk_bench_{i % 5000}",
-                        "aggregate_version": i,
-                        "channel": f"task_detail:bench/tsk_{i % 5000}" if i % 2 else f"task_user:bench/u{i % 500}",
-                        "projection": "TASK_DETAIL" if i % 2 else "USER_SUMMARY",
-                        "must_deliver": False,
-                        "payload": {**payload, "n": i},
-                        "status": "PENDING",
-                        "available_at": now,
-                        "created_at": now,
-                    }
+                    # one message per row, as a change seen on one channel
+                    Message(
+                        Aggregate("TASK", f"tsk_bench_{i % 5000}", i, f"task_user:bench/u{i % 500}"),
+                        (f"task_detail:bench/tsk_{i % 5000}" if i % 2 else f"task_user:bench/u{i % 500}",),
+                        "TASK_DETAIL" if i % 2 else "USER_SUMMARY",
+                        {**payload, "n": i},
+                        False,
+                        None,
+                        now,
+                    )
                     for i in range(start, min(rows, start + chunk))
                 ],
             )
@@ -147,10 +148,19 @@ def _produce_rows(engine: Any, task_ids: list[str], rate: float, seconds: float,
     ot = t.task_outbox
     with engine.connect() as conn:
         templates = {
-            (r.aggregate_id, r.projection): dict(r._mapping)
+            r.aggregate_id: [
+                (m.projection, m.channels, orjson.loads(m.data))
+                for m in unpack(r.projection, r.channel, r.payload)
+                if m.projection in ("USER_SUMMARY", "TASK_DETAIL")
+            ]
             for r in conn.execute(
-                sa.select(ot.c.aggregate_type, ot.c.aggregate_id, ot.c.channel, ot.c.projection, ot.c.payload)
-                .where(ot.c.aggregate_id.in_(task_ids), ot.c.projection.in_(["USER_SUMMARY", "TASK_DETAIL"]))
+                sa.select(
+                    ot.c.aggregate_id,
+                    ot.c.projection,
+                    ot.c.channel,
+                    sa.type_coerce(ot.c.payload, sa.Text).label("payload"),
+                )
+                .where(ot.c.aggregate_id.in_(task_ids))
                 .order_by(ot.c.id)
             )
         }
@@ -166,9 +176,11 @@ def _produce_rows(engine: Any, task_ids: list[str], rate: float, seconds: float,
         rows = []
         for _ in range(batch):
             version += 1
-            for projection in ("USER_SUMMARY", "TASK_DETAIL"):
-                row = templates[(task_id, projection)]
-                rows.append({**row, "aggregate_version": version, "available_at": now, "created_at": now})
+            for projection, channels, data in templates[task_id]:
+                home = templates[task_id][0][1][0]
+                rows.append(
+                    Message(Aggregate("TASK", task_id, version, home), channels, projection, data, False, None, now)
+                )
         with database.unit_of_work() as uow:
             uow.log.insert_outbox(rows)
             uow.commit()  # wakes the relay, as the event path's commit does

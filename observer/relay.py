@@ -28,6 +28,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -40,7 +41,9 @@ from status import logs
 from status.domain.clock import now_ms
 from status.infra.centrifugo import (
     PERMANENT_CODES,
+    Broadcast,
     CentrifugoApi,
+    Command,
     Publication,
     PublishResult,
     RawJson,
@@ -61,8 +64,6 @@ log = logs.get("observer.relay")
 # tasks with independent versions and must not use it.
 VERSIONED_NAMESPACES = ("task_detail:", "workflow_summary:")
 COALESCIBLE = ("USER_SUMMARY", "TASK_DETAIL", "PROJECT_BROADCAST")
-# Rows that are server API commands rather than publications.
-_COMMANDS = ("USER_FANOUT", "UNSUBSCRIBE")
 
 
 @dataclass
@@ -165,43 +166,36 @@ class OutboxRelay:
 
     # ------------------------------------------------------------ publish
     @staticmethod
-    def superseded(rows: Sequence[ClaimedRow]) -> set[int]:
-        """Rows a later row of the same aggregate and channel makes redundant (R14).
+    def superseded(rows: Sequence[ClaimedRow]) -> set[tuple[int, int, str]]:
+        """The (row id, message index, channel)s a later version of the same aggregate on the
+        same channel makes redundant (R14).
 
-        Never a must-deliver row (terminal, new task, new attempt, removal, notice).
+        Never in a must-deliver row (terminal, new task, new attempt, removal, notice).
         """
         latest: dict[tuple[str, str, str], int] = {}
         for row in rows:
-            key = (row.channel, row.aggregate_type, row.aggregate_id)
-            if row.projection in COALESCIBLE and row.aggregate_version > latest.get(key, -1):
-                latest[key] = row.aggregate_version
+            for message in row.messages:
+                if message.projection in COALESCIBLE:
+                    for channel in message.channels:
+                        key = (channel, row.aggregate_type, row.aggregate_id)
+                        latest[key] = max(latest.get(key, -1), row.aggregate_version)
         return {
-            row.id
+            (row.id, i, channel)
             for row in rows
-            if row.projection in COALESCIBLE
-            and not row.must_deliver
-            and row.aggregate_version < latest[(row.channel, row.aggregate_type, row.aggregate_id)]
+            if not row.must_deliver
+            for i, message in enumerate(row.messages)
+            if message.projection in COALESCIBLE
+            for channel in message.channels
+            if row.aggregate_version < latest[(channel, row.aggregate_type, row.aggregate_id)]
         }
 
     @staticmethod
-    def publications(rows: Sequence[ClaimedRow]) -> list[Publication]:
-        """What the relay sends for ``rows`` (the row's publish key is Centrifugo's idempotency key)."""
-        publications = []
-        for r in rows:
-            versioned = r.channel.startswith(VERSIONED_NAMESPACES)
-            publications.append(
-                Publication(
-                    channel=r.channel,
-                    data=RawJson(r.payload),
-                    idempotency_key=r.publish_key,
-                    version=r.aggregate_version if versioned else None,
-                    # One aggregate per channel: consecutive states differ little, so
-                    # subscribers that negotiated fossil deltas get only the difference.
-                    delta=versioned,
-                    size_hint=r.payload_bytes or 0,
-                )
-            )
-        return publications
+    def publications(
+        rows: Sequence[ClaimedRow], skipped: AbstractSet[tuple[int, int, str]] = frozenset()
+    ) -> list[Command]:
+        """What the relay sends for ``rows`` (their unsubscribe orders aside): each message once, as a
+        publish to each of its versioned channels and one publish or broadcast to the others."""
+        return [command for row in rows for command in _plan(row, skipped).commands]
 
     async def run_once(self, *, wait_for_mark: bool = True) -> PassResult:
         """One read → publish → mark pass.
@@ -230,54 +224,46 @@ class OutboxRelay:
             return result
         backlog = self.config.coalesce_backlog or self.config.batch_size
         skipped = self.superseded(rows) if len(rows) >= backlog else set()
-        fanouts = [r for r in rows if r.projection == "USER_FANOUT"]
-        unsubscribes = [r for r in rows if r.projection == "UNSUBSCRIBE"]
-        to_send = [r for r in rows if r.id not in skipped and r.projection not in _COMMANDS]
-        publications = self.publications(to_send)
+        plans = [_plan(row, skipped) for row in rows]
+        sent = [plan for plan in plans if plan.commands or plan.unsubscribes]
+        coalesced = {plan.row.id for plan in plans if plan.row.messages and not (plan.commands or plan.unsubscribes)}
         started = time.perf_counter()
-        # A revoked user's live subscriptions end first: the revoke's own messages (later
-        # rows of the same channel) must not reach them.
-        commands = [(row, await self._unsubscribe(row)) for row in unsubscribes]
+        # A revoked user's live subscriptions end first: the revoke's own messages (later in the
+        # batch on the same channel) must not reach them.
+        ended = {plan.row.id: await self._unsubscribe(plan.unsubscribes) for plan in sent if plan.unsubscribes}
+        commands = [command for plan in sent for command in plan.commands]
         try:
-            outcomes: list[PublishResult] = await self.publisher.publish_batch(publications)
+            published: list[PublishResult] = await self.publisher.publish_batch(commands)
             self._problems.cleared("publish", "publishing to Centrifugo works again")
         except TransportError as exc:
-            metrics.PUBLISH_ERRORS.labels(kind="transport").inc(len(to_send))
+            metrics.PUBLISH_ERRORS.labels(kind="transport").inc(len(commands))
             self._problems.failed("publish", "cannot reach Centrifugo; rows wait and are retried", code=str(exc))
-            outcomes = [PublishResult(ok=False, error=f"transport: {exc}", unreachable=True)] * len(to_send)
+            published = [PublishResult(ok=False, error=f"transport: {exc}", unreachable=True)] * len(commands)
         except Unauthorized:
-            metrics.PUBLISH_ERRORS.labels(kind="unauthorized").inc(len(to_send))
+            metrics.PUBLISH_ERRORS.labels(kind="unauthorized").inc(len(commands))
             self._problems.failed("publish", "Centrifugo refused the API key; rows wait", code="unauthorized")
             unauthorized = PublishResult(ok=False, error="unauthorized: check the Centrifugo API key", unreachable=True)
-            outcomes = [unauthorized] * len(to_send)
-        # One notice to many users: Centrifugo's broadcast, one call per batch row.
-        for row in fanouts:
-            try:
-                fanout = json.loads(row.payload)
-                replies = await self.publisher.broadcast(
-                    fanout["channels"], fanout["data"], idempotency_key=row.publish_key
-                )
-                failed = [r for r in replies if not r.ok]
-                outcome = PublishResult(ok=not failed, error=failed[0].error if failed else None)
-            except TransportError as exc:
-                outcome = PublishResult(ok=False, error=f"transport: {exc}", unreachable=True)
-            to_send.append(row)
-            outcomes = [*outcomes, outcome]
-        for row, outcome in commands:
-            to_send.append(row)
-            outcomes = [*outcomes, outcome]
+            published = [unauthorized] * len(commands)
         metrics.PUBLISH_SECONDS.observe(time.perf_counter() - started)
         # What Centrifugo answered with an error (the request itself reached it): for good (this
         # row's fault), or for now (its engine — Redis — failing over or down, the node overloaded).
-        answered = [o for o in outcomes if not o.ok and not o.unreachable]
+        answered = [o for o in published if not o.ok and not o.unreachable]
         if answered:
             permanent = sum(1 for o in answered if o.permanent)
             if permanent:
                 metrics.PUBLISH_ERRORS.labels(kind="rejected").inc(permanent)
             if len(answered) > permanent:
                 metrics.PUBLISH_ERRORS.labels(kind="temporary").inc(len(answered) - permanent)
+        # Each row's outcome: its commands' worst.
+        outcomes, at = [], 0
+        for plan in sent:
+            own = published[at : at + len(plan.commands)]
+            at += len(plan.commands)
+            if plan.row.id in ended:
+                own = [ended[plan.row.id], *own]
+            outcomes.append(_worst(own))
         if outcomes and all(not o.ok and not o.permanent for o in outcomes):
-            # Every command failed and none for good (the broker behind Centrifugo is down,
+            # Every row failed and none for good (the broker behind Centrifugo is down,
             # a node is overloaded): a node problem, not these rows' — hold them like an outage.
             outcomes = [o if o.unreachable else replace(o, unreachable=True, counted=True) for o in outcomes]
         if any(o.unreachable for o in outcomes):
@@ -285,7 +271,11 @@ class OutboxRelay:
             self._unreachable_until = time.monotonic() + self._unreachable_backoff * random.uniform(0.5, 1.0)
         else:
             self._unreachable_backoff = 0.0
-        marks = self._mark(rows, to_send, outcomes, skipped, result)
+        # A row whose payload cannot be read never will be: it goes DEAD at once.
+        damaged = [plan.row for plan in plans if not plan.row.messages]
+        to_mark = [plan.row for plan in sent] + damaged
+        outcomes += [PublishResult(ok=False, permanent=True, error="the row's payload cannot be read")] * len(damaged)
+        marks = self._mark(rows, to_mark, outcomes, coalesced, result)
         await self.flush()  # the previous batch's mark
         if wait_for_mark:
             await asyncio.to_thread(self._write, marks)
@@ -300,10 +290,12 @@ class OutboxRelay:
             self._marking = asyncio.ensure_future(asyncio.to_thread(self._write, marks))
         return result
 
-    async def _unsubscribe(self, row: ClaimedRow) -> PublishResult:
+    async def _unsubscribe(self, orders: Sequence[tuple[str, Sequence[str]]]) -> PublishResult:
+        """End each (channel, users) order's subscriptions."""
         try:
-            for user in json.loads(row.payload)["users"]:
-                await self.publisher.unsubscribe(user, row.channel)
+            for channel, users in orders:
+                for user in users:
+                    await self.publisher.unsubscribe(user, channel)
         except TransportError as exc:
             return PublishResult(ok=False, error=f"transport: {exc}", unreachable=True)
         except Unauthorized:
@@ -337,10 +329,11 @@ class OutboxRelay:
         rows: Sequence[ClaimedRow],
         sent: Sequence[ClaimedRow],
         outcomes: Sequence[PublishResult],
-        skipped: set[int],
+        skipped: AbstractSet[int],
         result: PassResult,
     ) -> tuple[Marks, datetime]:
-        """Fill ``result`` from the outcomes; returns the marks that record them, and when."""
+        """Fill ``result`` from the outcomes (``skipped``: rows every channel of which a later row
+        supersedes); returns the marks that record them, and when."""
         now = self.now()
         published = [r.id for r, o in zip(sent, outcomes, strict=True) if o.ok] + sorted(skipped)
         retry: list[tuple[ClaimedRow, str]] = []
@@ -387,7 +380,7 @@ class OutboxRelay:
                         "published",
                         outboxId=row.id,
                         channel=row.channel,
-                        projection=row.projection,
+                        projections=[m.projection for m in row.messages],
                         eventId=row.event_id,
                         taskId=row.aggregate_id if row.aggregate_type == "TASK" else None,
                         taskVersion=row.aggregate_version,
@@ -437,6 +430,56 @@ class OutboxRelay:
             "oldest_pending_age_seconds": age,
             "oldest_must_deliver_age_seconds": must_age,
         }
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one row sends: its commands in order, and its unsubscribe orders (sent first)."""
+
+    row: ClaimedRow
+    commands: list[Command]
+    unsubscribes: list[tuple[str, Sequence[str]]]
+
+
+def _plan(row: ClaimedRow, skipped: AbstractSet[tuple[int, int, str]]) -> _Plan:
+    commands: list[Command] = []
+    unsubscribes: list[tuple[str, Sequence[str]]] = []
+    for i, message in enumerate(row.messages):
+        # Centrifugo's idempotency keys act per channel: one per message, since two messages of a
+        # change may go to the same channel (a summary and a notice's hint).
+        key = row.publish_key if i == 0 else f"{row.publish_key}.{i}"
+        channels = [c for c in message.channels if (row.id, i, c) not in skipped]
+        if not channels:
+            continue
+        if message.projection == "UNSUBSCRIBE":
+            users = json.loads(message.data)["users"]
+            unsubscribes += [(channel, users) for channel in channels]
+            continue
+        data, size = RawJson(message.data), len(message.data)
+        plain = []
+        for channel in channels:
+            if channel.startswith(VERSIONED_NAMESPACES):
+                # One aggregate per channel: consecutive states differ little, so subscribers
+                # that negotiated fossil deltas get only the difference.
+                commands.append(
+                    Publication(channel, data, key, version=row.aggregate_version, delta=True, size_hint=size)
+                )
+            else:
+                plain.append(channel)
+        if len(plain) == 1:
+            commands.append(Publication(plain[0], data, key, size_hint=size))
+        elif plain:
+            commands.append(Broadcast(tuple(plain), data, key, size_hint=size))
+    return _Plan(row, commands, unsubscribes)
+
+
+def _worst(outcomes: Sequence[PublishResult]) -> PublishResult:
+    """A row's outcome from its commands': ok when all are; held when one could not be sent; else a
+    temporary failure (worth retrying) before a permanent one."""
+    failed = [o for o in outcomes if not o.ok]
+    if not failed:
+        return PublishResult(ok=True)
+    return min(failed, key=lambda o: (not o.unreachable, o.permanent))
 
 
 def _redact(message: str) -> str:

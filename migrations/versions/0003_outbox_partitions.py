@@ -21,7 +21,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TIMESTAMP = sa.DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
-# Must equal status.infra.repository.OUTBOX_PARTITIONS at the time of this revision.
+# Must equal status.infra.outbox_rows.OUTBOX_PARTITIONS at the time of this revision.
 PARTITIONS = 16
 
 

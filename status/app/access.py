@@ -21,6 +21,7 @@ from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
 from status.domain.ids import is_principal_id
 from status.domain.lifecycle import EventType
+from status.domain.messages import Message
 from status.domain.model import TaskState
 from status.domain.projections import Projection, detail_channel, shared_channel, user_channel
 
@@ -95,7 +96,7 @@ class AccessCommands:
                 "change": "GRANT" if grant else "REVOKE",
                 "permission": permission,
             }
-            rows = outbox.service_event(
+            messages = outbox.service_event(
                 uow,
                 task,
                 load_view(uow, task),
@@ -106,22 +107,22 @@ class AccessCommands:
                 durations=self.ctx.durations,
             )
             if not grant:
-                rows = self._revoked_rows(uow, task, principal_type, principal_id, rows, now)
-            uow.log.insert_outbox(rows)
+                messages = self._revoked_messages(uow, task, principal_type, principal_id, messages, now)
+            uow.log.insert_outbox(messages)
             uow.commit()
             return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}
 
         return self.ctx.db.run(work)
 
     @staticmethod
-    def _revoked_rows(
+    def _revoked_messages(
         stores: Stores,
         task: TaskState,
         principal_type: str,
         principal_id: str,
-        rows: list[dict[str, Any]],
+        messages: list[Message],
         now: datetime,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Message]:
         """What a revoke tells the world besides the change itself: live data stops at once.
 
         Whoever may have lost the task loses its detail subscriptions (Centrifugo ends them,
@@ -134,7 +135,7 @@ class AccessCommands:
         ROLE on its shared channel (where it received the task); a member who still sees the task
         another way reads it again (the client asks for a removed task's snapshot).
         """
-        event_id = rows[0]["event_id"]
+        event_id = messages[0].event_id or ""
         channel = detail_channel(task.tenant_id, task.task_id)
         if principal_type == "USER":
             users = [] if principal_id == task.owner_id else [principal_id]
@@ -143,12 +144,12 @@ class AccessCommands:
             holders = stores.access.subscribers_of(task.tenant_id, channel)
             users = sorted(holders - direct - {task.owner_id})
         if users:
-            rows = [outbox.unsubscribe_row(task, users, event_id, now), *rows]
+            messages = [outbox.unsubscribe(task, users, event_id, now), *messages]
             stores.access.drop_subscriptions(task.tenant_id, users, channel)
         if principal_type == "USER" and users:
             own = user_channel(task.tenant_id, principal_id)
-            rows.append(outbox.removal_row(task, own, Projection.USER_SUMMARY, event_id, now))
+            messages.append(outbox.removal(task, own, Projection.USER_SUMMARY, event_id, now))
         elif principal_type != "USER":
             shared = shared_channel(task.tenant_id, principal_type, principal_id)
-            rows.append(outbox.removal_row(task, shared, Projection.USER_SUMMARY, event_id, now))
-        return rows
+            messages.append(outbox.removal(task, shared, Projection.USER_SUMMARY, event_id, now))
+        return messages

@@ -10,6 +10,7 @@ from status.app.context import AppContext, check_key
 from status.app.ports import UnitOfWork
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
+from status.domain.messages import Aggregate
 from status.domain.projections import (
     SYSTEM_CHANNEL,
     Projection,
@@ -50,39 +51,37 @@ class BroadcastCommands:
             raise Invalid("level must be INFO, WARNING or ERROR and text 1–500 characters")
         now = self.ctx.now()
         payload = system_broadcast(broadcast_id, level, text, now)
+        # One message per audience; a broadcast to users is written in rows of 500 channels (one
+        # Centrifugo broadcast each), numbered as the broadcast's versions 1, 2, ...
         if audience == "SYSTEM":
-            targets = [(SYSTEM_CHANNEL, Projection.SYSTEM_BROADCAST, payload)]
+            targets = [([SYSTEM_CHANNEL], Projection.SYSTEM_BROADCAST)]
         elif audience == "TENANT":
-            targets = [(tenant_channel(caller.tenant_id), Projection.TENANT_BROADCAST, payload)]
+            targets = [([tenant_channel(caller.tenant_id)], Projection.TENANT_BROADCAST)]
         elif audience == "PROJECT" and project_id:
             check_key("projectId", project_id, 64)
-            targets = [(project_channel(caller.tenant_id, project_id), Projection.PROJECT_BROADCAST, payload)]
+            targets = [([project_channel(caller.tenant_id, project_id)], Projection.PROJECT_BROADCAST)]
         elif audience == "USERS" and user_ids:
             if len(user_ids) > 100_000:
                 raise Invalid("at most 100000 users per broadcast")
             for user_id in user_ids:
                 check_key("userId", user_id, 64)
             channels = [user_channel(caller.tenant_id, u) for u in dict.fromkeys(user_ids)]
-            targets = [
-                (
-                    f"fanout:{broadcast_id}:{i // 500}",
-                    Projection.USER_FANOUT,
-                    {"channels": channels[i : i + 500], "data": payload},
-                )
-                for i in range(0, len(channels), 500)
-            ]
+            targets = [(channels[i : i + 500], Projection.USER_BROADCAST) for i in range(0, len(channels), 500)]
         else:
             raise Invalid("audience must be SYSTEM, TENANT, PROJECT (with projectId) or USERS (with userIds)")
-        rows = [
-            outbox.broadcast_row(f"{caller.tenant_id}:{broadcast_id}", channel, projection, body, now)
-            for channel, projection, body in targets
+        aggregate_id = f"{caller.tenant_id}:{broadcast_id}"
+        messages = [
+            outbox.broadcast_message(
+                Aggregate("BROADCAST", aggregate_id, i, channels[0]), channels, projection, payload, now
+            )
+            for i, (channels, projection) in enumerate(targets, start=1)
         ]
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
-            seen = uow.log.outbox_rows_of("BROADCAST", rows[0]["aggregate_id"])
+            seen = uow.log.outbox_rows_of("BROADCAST", aggregate_id)
             if not seen:
-                uow.log.insert_outbox(rows)
+                uow.log.insert_outbox(messages)
             uow.commit()
-            return {"broadcastId": broadcast_id, "messages": len(rows), "duplicate": bool(seen)}
+            return {"broadcastId": broadcast_id, "messages": len(messages), "duplicate": bool(seen)}
 
         return self.ctx.db.run(work)

@@ -135,7 +135,7 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
     trigger["committedAt"] = iso(committed_at)
     if step is not None and step.lifecycle is Lifecycle.SUCCEEDED:
         group.succeeded.append((task, step))  # joins the ETA history once committed
-    group.outbox += outbox.task_rows(
+    group.outbox += outbox.task_messages(
         task,
         view.steps,
         view.viewers,
@@ -150,7 +150,7 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
     )
     found = notifications_for(change.before, task, change.notice)
     if found:
-        records, hints = outbox.notification_rows(task, view.viewers, found, entry.event_id, committed_at)
+        records, hint = outbox.notification_rows(task, view.viewers, found, entry.event_id, committed_at)
         group.notifications += records
-        group.outbox += hints
+        group.outbox.append(hint)
     return result

@@ -32,6 +32,7 @@ from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
+from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.domain.projections import iso
 from status.domain.rules import Notice
@@ -454,13 +455,13 @@ class ExecutionCommands:
         now: datetime,
         uow: UnitOfWork,
         group: Group | None = None,
-        messages: list[dict[str, Any]] | None = None,
+        messages: list[Message] | None = None,
         keep: bool = False,
     ) -> Bound:
         """The execution's context; with ``started``, its STEP_STARTED applied in the same transaction
         (one commit for a step change instead of two; the event keeps its own idempotency).
 
-        ``messages``: the binding's own outbox rows. When the STARTED lands in the same transaction
+        ``messages``: the binding's own messages. When the STARTED lands in the same transaction
         its messages carry the newer full state of the same channels, so the binding's are not
         published (every message is a full state: a channel skipping a version loses nothing; the
         binding stays in the timeline) — unless ``keep`` (they carry a notice)."""

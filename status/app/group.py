@@ -15,6 +15,7 @@ from typing import Any
 
 from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView
+from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 
 
@@ -40,7 +41,7 @@ class Group:
     events: list[dict[str, Any]] = field(default_factory=list)
     dedups: list[dict[str, Any]] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
-    outbox: list[dict[str, Any]] = field(default_factory=list)
+    outbox: list[Message] = field(default_factory=list)
     notifications: list[dict[str, Any]] = field(default_factory=list)
     activities: list[dict[str, str]] = field(default_factory=list)  # the Temporal activity behind an execution
     succeeded: list[tuple[TaskState, StepState]] = field(default_factory=list)  # steps this group completed

@@ -1,16 +1,17 @@
-"""The one place that turns a committed-to-be change into event-log and outbox rows.
+"""The one place that turns a committed-to-be change into its event-log entry and its messages.
 
 Every writer of the service (events, activations, classification, access,
-workflows, broadcasts) and the observer's workflow projector builds its rows
-here, so a row's shape (channels, projections, delivery flags) is defined
-once.  The builders are pure; the caller writes the rows inside its
-transaction (SPEC R1, AC17) — ``service_event`` writes its event-log and
-projector-feed rows itself and returns the outbox rows.
+workflows, broadcasts) and the observer's workflow projector builds its messages
+here, so a message's shape (channels, projections, delivery flags) is defined
+once.  The builders are pure; the caller writes the messages inside its
+transaction (SPEC R1, AC17), where the outbox stores each change's messages as
+one row — ``service_event`` writes its event-log and projector-feed rows itself
+and returns the messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -19,6 +20,7 @@ from status.app.ports import Stores
 from status.app.step_cache import TaskView
 from status.domain.auth import UserPrincipal
 from status.domain.lifecycle import EventType
+from status.domain.messages import Aggregate, Message
 from status.domain.model import StepState, TaskState, WorkflowState
 from status.domain.notifications import Notification
 from status.domain.projections import (
@@ -44,31 +46,17 @@ from status.domain.stepset import StepSet
 SERVICE_EVENT_PREFIX = "sys:"
 
 
-def _row(
-    aggregate_type: str,
-    aggregate_id: str,
-    version: int,
-    channel: str,
+def _message(
+    aggregate: Aggregate,
+    channels: Sequence[str],
     projection: str,
-    payload: dict[str, Any],
+    payload: Mapping[str, Any],
     *,
     must_deliver: bool,
     event_id: str | None,
     now: datetime,
-) -> dict[str, Any]:
-    return {
-        "aggregate_type": aggregate_type,
-        "aggregate_id": aggregate_id,
-        "aggregate_version": version,
-        "channel": channel,
-        "projection": projection,
-        "must_deliver": must_deliver,
-        "event_id": event_id,
-        "payload": payload,
-        "status": "PENDING",
-        "available_at": now,
-        "created_at": now,
-    }
+) -> Message:
+    return Message(aggregate, tuple(channels), projection, payload, must_deliver, event_id, now)
 
 
 def viewers_of(task: TaskState, grants: Sequence[tuple[str, str]]) -> list[str]:
@@ -81,7 +69,7 @@ def groups_of(grants: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted((kind, pid) for kind, pid in grants if kind in ("PROJECT", "ROLE"))
 
 
-def task_rows(
+def task_messages(
     task: TaskState,
     steps: StepSet,
     viewers: Sequence[str],
@@ -94,47 +82,43 @@ def task_rows(
     now: datetime,
     history: History | None = None,
     groups: Sequence[tuple[str, str]] = (),
-) -> list[dict[str, Any]]:
-    """One row per channel of a task change, each with the projection's full state and version.
+) -> list[Message]:
+    """A task change's messages, each with the projection's full state and version.
 
     The summary goes to each USER viewer's channel and to the shared channel of each PROJECT or
     ROLE granted the task (its members subscribe to it: the service does not know who they are).
     """
-    summary = user_summary(task, steps, now, notice, history)
+    aggregate = Aggregate("TASK", task.task_id, task.version, user_channel(task.tenant_id, task.owner_id))
 
-    def row(channel: str, projection: str, payload: dict[str, Any]) -> dict[str, Any]:
-        return _row(
-            "TASK",
-            task.task_id,
-            task.version,
-            channel,
-            projection,
-            payload,
-            must_deliver=must_deliver,
-            event_id=event_id,
-            now=now,
-        )
+    def message(channels: Sequence[str], projection: str, payload: Mapping[str, Any]) -> Message:
+        return _message(aggregate, channels, projection, payload, must_deliver=must_deliver, event_id=event_id, now=now)
 
-    rows = [row(user_channel(task.tenant_id, user), Projection.USER_SUMMARY, summary) for user in viewers]
-    rows += [row(shared_channel(task.tenant_id, kind, pid), Projection.USER_SUMMARY, summary) for kind, pid in groups]
-    detail = task_detail(task, steps, now, trigger, history)
-    rows.append(row(detail_channel(task.tenant_id, task.task_id), Projection.TASK_DETAIL, detail))
+    channels = [user_channel(task.tenant_id, user) for user in viewers]
+    channels += [shared_channel(task.tenant_id, kind, pid) for kind, pid in groups]
+    messages = [
+        message(channels, Projection.USER_SUMMARY, user_summary(task, steps, now, notice, history)),
+        message(
+            [detail_channel(task.tenant_id, task.task_id)],
+            Projection.TASK_DETAIL,
+            task_detail(task, steps, now, trigger, history),
+        ),
+    ]
     if broadcast and task.project_id:
-        rows.append(
-            row(
-                project_channel(task.tenant_id, task.project_id),
+        messages.append(
+            message(
+                [project_channel(task.tenant_id, task.project_id)],
                 Projection.PROJECT_BROADCAST,
                 project_broadcast(task, steps, now),
             )
         )
-    return rows
+    return messages
 
 
 def notification_rows(
     task: TaskState, viewers: Sequence[str], found: Sequence[Notification], event_id: str, now: datetime
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Durable notification records for each viewer, and one realtime hint on each one's channel."""
-    records, hints = [], []
+) -> tuple[list[dict[str, Any]], Message]:
+    """Durable notification records for each viewer, and the realtime hint on their channels."""
+    records = []
     payload = {
         "kind": "notification.created",
         "schemaVersion": 1,
@@ -160,29 +144,23 @@ def notification_rows(
             }
             for n in found
         ]
-        hints.append(
-            _row(
-                "TASK",
-                task.task_id,
-                task.version,
-                user_channel(task.tenant_id, user),
-                Projection.USER_NOTIFICATION,
-                payload,
-                must_deliver=True,
-                event_id=event_id,
-                now=now,
-            )
-        )
-    return records, hints
+    hint = _message(
+        Aggregate("TASK", task.task_id, task.version, user_channel(task.tenant_id, task.owner_id)),
+        [user_channel(task.tenant_id, user) for user in viewers],
+        Projection.USER_NOTIFICATION,
+        payload,
+        must_deliver=True,
+        event_id=event_id,
+        now=now,
+    )
+    return records, hint
 
 
-def removal_row(task: TaskState, channel: str, projection: str, event_id: str, now: datetime) -> dict[str, Any]:
+def removal(task: TaskState, channel: str, projection: str, event_id: str, now: datetime) -> Message:
     """The tombstone telling whoever follows ``channel`` (a user's, a project's) to drop the task (must deliver)."""
-    return _row(
-        "TASK",
-        task.task_id,
-        task.version,
-        channel,
+    return _message(
+        Aggregate("TASK", task.task_id, task.version, user_channel(task.tenant_id, task.owner_id)),
+        [channel],
         projection,
         task_removed(task),
         must_deliver=True,
@@ -191,13 +169,11 @@ def removal_row(task: TaskState, channel: str, projection: str, event_id: str, n
     )
 
 
-def unsubscribe_row(task: TaskState, user_ids: Sequence[str], event_id: str, now: datetime) -> dict[str, Any]:
+def unsubscribe(task: TaskState, user_ids: Sequence[str], event_id: str, now: datetime) -> Message:
     """After a revoke: end these users' live subscriptions to the task's detail channel (must be delivered)."""
-    return _row(
-        "TASK",
-        task.task_id,
-        task.version,
-        detail_channel(task.tenant_id, task.task_id),
+    return _message(
+        Aggregate("TASK", task.task_id, task.version, user_channel(task.tenant_id, task.owner_id)),
+        [detail_channel(task.tenant_id, task.task_id)],
         Projection.UNSUBSCRIBE,
         # the users as Centrifugo knows them
         {"users": [UserPrincipal(task.tenant_id, u).subject for u in user_ids]},
@@ -207,33 +183,34 @@ def unsubscribe_row(task: TaskState, user_ids: Sequence[str], event_id: str, now
     )
 
 
-def workflow_rows(
+def workflow_messages(
     workflow: WorkflowState, users: Sequence[str], now: datetime, *, must_deliver: bool = True
-) -> list[dict[str, Any]]:
+) -> list[Message]:
     """The workflow summary on its own channel and on each listed user's summary channel."""
-    payload = workflow_summary(workflow, now)
     channels = [workflow_channel(workflow.tenant_id, workflow.workflow_id)]
     channels += [user_channel(workflow.tenant_id, u) for u in dict.fromkeys(users)]
     return [
-        _row(
-            "WORKFLOW",
-            workflow.workflow_id,
-            workflow.version,
-            channel,
+        _message(
+            Aggregate(
+                "WORKFLOW",
+                workflow.workflow_id,
+                workflow.version,
+                user_channel(workflow.tenant_id, workflow.owner_id),
+            ),
+            channels,
             Projection.WORKFLOW_SUMMARY,
-            payload,
+            workflow_summary(workflow, now),
             must_deliver=must_deliver,
             event_id=None,
             now=now,
         )
-        for channel in channels
     ]
 
 
-def broadcast_row(
-    aggregate_id: str, channel: str, projection: str, payload: dict[str, Any], now: datetime
-) -> dict[str, Any]:
-    return _row("BROADCAST", aggregate_id, 1, channel, projection, payload, must_deliver=True, event_id=None, now=now)
+def broadcast_message(
+    aggregate: Aggregate, channels: Sequence[str], projection: str, payload: Mapping[str, Any], now: datetime
+) -> Message:
+    return _message(aggregate, channels, projection, payload, must_deliver=True, event_id=None, now=now)
 
 
 def event_row(
@@ -306,9 +283,9 @@ def service_event(
     broadcast: bool = False,
     durations: DurationHistory | None = None,
     log: EventSink | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Message]:
     """Log a change the service itself made (creation, activation, classification, access)
-    at the task's current version; returns its outbox rows for the caller to add to.
+    at the task's current version; returns its messages for the caller to add to.
 
     ``log``: where its event-log and feed rows go (a group's staged inserts; default: written now)."""
     event_id = f"{SERVICE_EVENT_PREFIX}{task.task_id}:{task.version}"
@@ -333,7 +310,7 @@ def service_event(
     trigger: dict[str, Any] = {"eventId": event_id, "eventType": event_type.value, "committedAt": iso(now)}
     if step is not None:
         trigger |= {"stepId": step.step_id, "operationCode": step.operation_code}
-    return task_rows(
+    return task_messages(
         task,
         view.steps,
         view.viewers,

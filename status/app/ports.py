@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from status.domain.auth import ExecutionClaims, UserPrincipal
+from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, WorkflowState
 
 T = TypeVar("T")
@@ -396,7 +397,10 @@ class LogStore(Protocol):
     def insert_dedups(self, rows: Sequence[Row]) -> None: ...
     def insert_changes(self, rows: Sequence[Row]) -> None: ...
     def insert_notifications(self, rows: Sequence[Row]) -> None: ...
-    def insert_outbox(self, rows: Sequence[Row]) -> None: ...
+    def insert_outbox(self, messages: Sequence[Message]) -> None:
+        """Each change's messages (those of one aggregate version) as one outbox row."""
+        ...
+
     def outbox_rows_of(self, aggregate_type: str, aggregate_id: str) -> int: ...
 
 

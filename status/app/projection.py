@@ -61,6 +61,6 @@ class WorkflowProjection:
             updated_at=now,
         )
         uow.workflows.update_aggregate(workflow)
-        rows = outbox.workflow_rows(workflow, [workflow.owner_id], now, must_deliver=workflow.lifecycle.terminal)
+        rows = outbox.workflow_messages(workflow, [workflow.owner_id], now, must_deliver=workflow.lifecycle.terminal)
         uow.log.insert_outbox(rows)
         return True

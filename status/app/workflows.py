@@ -26,6 +26,7 @@ from status.domain.auth import Role, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
+from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, WorkflowState
 
 
@@ -92,21 +93,21 @@ class WorkflowCommands:
                     request_hash=request_hash,
                 )
                 created = True
-            results, rows_out = [], []
+            results, messages = [], []
             for new_task in cmd.initial_tasks:
-                result, rows, added = self._add_task(
+                result, written, added = self._add_task(
                     uow, caller, workflow, new_task, cmd.dynamic_registration_policy, cmd.temporal_owner
                 )
                 results.append(result)
-                rows_out += rows
+                messages += written
                 if added:
                     workflow = replace(workflow, task_count=workflow.task_count + 1)
             if created or any(r["created"] for r in results):
                 if not created:
                     workflow = replace(workflow, version=workflow.version + 1, updated_at=now)
                 uow.workflows.update_counts(workflow)
-                rows_out += outbox.workflow_rows(workflow, [workflow.owner_id], self.ctx.now())
-            uow.log.insert_outbox(rows_out)
+                messages += outbox.workflow_messages(workflow, [workflow.owner_id], self.ctx.now())
+            uow.log.insert_outbox(messages)
             uow.commit()
             return {
                 "workflowId": workflow.workflow_id,
@@ -131,15 +132,15 @@ class WorkflowCommands:
                 raise NotFound(f"workflow {workflow_id} does not exist", ErrorCode.UNKNOWN_WORKFLOW)
             workflow, facts = found
             policy = facts["dynamic_registration_policy"]
-            result, rows_out, added = self._add_task(uow, caller, workflow, new_task, policy)
+            result, messages, added = self._add_task(uow, caller, workflow, new_task, policy)
             if added:
                 now = self.ctx.now()
                 workflow = replace(
                     workflow, version=workflow.version + 1, task_count=workflow.task_count + 1, updated_at=now
                 )
                 uow.workflows.update_counts(workflow)
-                rows_out += outbox.workflow_rows(workflow, [workflow.owner_id], self.ctx.now())
-            uow.log.insert_outbox(rows_out)
+                messages += outbox.workflow_messages(workflow, [workflow.owner_id], self.ctx.now())
+            uow.log.insert_outbox(messages)
             uow.commit()
             return {**result, "workflowId": workflow.workflow_id, "workflowVersion": str(workflow.version)}
 
@@ -154,7 +155,7 @@ class WorkflowCommands:
         new_task: c.NewTask,
         workflow_policy: dict[str, Any] | None,
         temporal_owner: c.TemporalOwner | None = None,
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    ) -> tuple[dict[str, Any], list[Message], bool]:
         check_key("clientTaskKey", new_task.client_task_key)
         check_title(new_task.title)
         owner = new_task.owner_id or workflow.owner_id

@@ -27,7 +27,7 @@ class Projection:
     PROJECT_BROADCAST = "PROJECT_BROADCAST"
     TENANT_BROADCAST = "TENANT_BROADCAST"
     SYSTEM_BROADCAST = "SYSTEM_BROADCAST"
-    USER_FANOUT = "USER_FANOUT"  # one notice to many users' summary channels (relay: Centrifugo broadcast)
+    USER_BROADCAST = "USER_BROADCAST"  # one notice to many users' summary channels (relay: Centrifugo broadcast)
     UNSUBSCRIBE = "UNSUBSCRIBE"  # end a user's subscriptions to a channel (relay: Centrifugo unsubscribe)
     USER_NOTIFICATION = "USER_NOTIFICATION"  # hint on a user's channel: a durable notification was created
 

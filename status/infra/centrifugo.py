@@ -77,6 +77,19 @@ class Publication:
 
 
 @dataclass(frozen=True)
+class Broadcast:
+    """One message to many channels in one command (Centrifugo's ``broadcast``)."""
+
+    channels: tuple[str, ...]
+    data: dict[str, Any] | RawJson
+    idempotency_key: str | None = None
+    size_hint: int = 0
+
+
+Command = Publication | Broadcast
+
+
+@dataclass(frozen=True)
 class PublishResult:
     ok: bool
     permanent: bool = False
@@ -96,12 +109,25 @@ MAX_REQUEST_BYTES = 256 * 1024
 _COMMAND_OVERHEAD = 160  # channel, keys and JSON punctuation of one publish command, roughly
 
 
-def _reply_result(reply: Any) -> PublishResult:
-    error = reply.get("error") if isinstance(reply, dict) else {"code": 100}
-    if not error:
-        return OK
-    code = int(error.get("code", 100))
+def _failed(code: int) -> PublishResult:
     return PublishResult(ok=False, permanent=code in PERMANENT_CODES, error=f"centrifugo error {code}")
+
+
+def _reply_result(reply: Any) -> PublishResult:
+    """A command's reply as one result; a broadcast's is its channels' worst: a temporary error
+    (the command is worth sending again) before a permanent one."""
+    if not isinstance(reply, dict):
+        return _failed(100)
+    error = reply.get("error")
+    if error:
+        return _failed(int(error.get("code", 100)))
+    broadcast = reply.get("broadcast")
+    if isinstance(broadcast, dict):
+        results = [
+            _failed(int(r["error"].get("code", 100))) for r in broadcast.get("responses") or () if r.get("error")
+        ]
+        return min(results, key=lambda r: r.permanent, default=OK)
+    return OK
 
 
 class _Body(dict[str, Any]):
@@ -143,12 +169,22 @@ class _PublishBatch(BatchRequest):
         return SimpleNamespace(result=[_reply_result(reply) for reply in replies])
 
 
-def _command(p: Publication) -> str:
-    params = _params(p)
+def _command(c: Command) -> str:
+    if isinstance(c, Broadcast):
+        method, params = "broadcast", _broadcast_params(c)
+    else:
+        method, params = "publish", _params(c)
     data = params.pop("data")
     head = json.dumps(params)
     text = data if isinstance(data, RawJson) else json.dumps(data)
-    return f'{{"publish":{head[:-1]},"data":{text}}}}}'
+    return f'{{"{method}":{head[:-1]},"data":{text}}}}}'
+
+
+def _broadcast_params(b: Broadcast) -> dict[str, Any]:
+    params: dict[str, Any] = {"channels": list(b.channels), "data": b.data}
+    if b.idempotency_key:
+        params["idempotency_key"] = b.idempotency_key
+    return params
 
 
 def _params(p: Publication) -> dict[str, Any]:
@@ -166,18 +202,20 @@ def _params(p: Publication) -> dict[str, Any]:
     return params
 
 
-def _chunks(publications: Sequence[Publication]) -> list[Sequence[Publication]]:
+def _chunks(commands: Sequence[Command]) -> list[Sequence[Command]]:
     """Consecutive runs of about MAX_REQUEST_BYTES (sent one after another, so order holds)."""
-    chunks: list[Sequence[Publication]] = []
+    chunks: list[Sequence[Command]] = []
     start, size = 0, 0
-    for i, p in enumerate(publications):
+    for i, p in enumerate(commands):
         cost = (p.size_hint or 1024) + _COMMAND_OVERHEAD
+        if isinstance(p, Broadcast):
+            cost += sum(len(channel) + 3 for channel in p.channels)
         if i > start and size + cost > MAX_REQUEST_BYTES:
-            chunks.append(publications[start:i])
+            chunks.append(commands[start:i])
             start, size = i, 0
         size += cost
-    if start < len(publications):
-        chunks.append(publications[start:])
+    if start < len(commands):
+        chunks.append(commands[start:])
     return chunks
 
 
@@ -218,24 +256,33 @@ class CentrifugoApi:
                 raise
             raise TransportError(type(exc).__name__) from exc
 
-    async def publish_batch(self, publications: Sequence[Publication]) -> list[PublishResult]:
-        """Publish in order (``parallel: false`` keeps per-channel order); one result per publication."""
+    async def publish_batch(self, commands: Sequence[Command]) -> list[PublishResult]:
+        """Publish and broadcast in order (``parallel: false`` keeps per-channel order); one result per command."""
         results: list[PublishResult] = []
-        for chunk in _chunks(publications):
+        for chunk in _chunks(commands):
             results.extend(await self._publish_chunk(chunk))
         return results
 
-    async def _publish_chunk(self, publications: Sequence[Publication]) -> list[PublishResult]:
+    async def _publish_chunk(self, commands: Sequence[Command]) -> list[PublishResult]:
         try:
             results: list[PublishResult] = await self._call(
-                "batch", _PublishBatch.model_construct(requests=list(publications), parallel=False)
+                "batch", _PublishBatch.model_construct(requests=list(commands), parallel=False)
             )
             return results
         except CentApiResponseError as exc:
             raise TransportError(f"batch error {exc.code}") from exc
         except KeyError:
             # cent's own batch parsing refused a failed command: find out per command.
-            return [await self.publish(p) for p in publications]
+            return [await self._one(c) for c in commands]
+
+    async def _one(self, command: Command) -> PublishResult:
+        if isinstance(command, Publication):
+            return await self.publish(command)
+        data = command.data
+        replies = await self.broadcast(
+            command.channels, json.loads(data) if isinstance(data, RawJson) else data, command.idempotency_key
+        )
+        return min((r for r in replies if not r.ok), key=lambda r: r.permanent, default=OK)
 
     async def publish(self, publication: Publication) -> PublishResult:
         try:
@@ -248,7 +295,7 @@ class CentrifugoApi:
         return OK
 
     async def broadcast(
-        self, channels: Sequence[str], data: dict[str, Any], idempotency_key: str
+        self, channels: Sequence[str], data: dict[str, Any], idempotency_key: str | None = None
     ) -> list[PublishResult]:
         """One payload to many channels (large audiences); one result per channel."""
         try:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from status.infra import tables as t
-from status.infra.repository import OUTBOX_PARTITIONS
+from status.infra.outbox_rows import OUTBOX_PARTITIONS, StoredMessage, unpack
 from status.infra.uow import is_retryable
 
 T = TypeVar("T")
@@ -28,13 +28,11 @@ class ClaimedRow:
     aggregate_type: str
     aggregate_id: str
     aggregate_version: int
-    channel: str
-    projection: str
+    channel: str  # its home channel (``status.domain.messages.Aggregate``)
     must_deliver: bool
-    payload: str  # JSON text
+    messages: tuple[StoredMessage, ...]
     attempts: int
     created_at: datetime
-    payload_bytes: int = 0
     event_id: str | None = None  # the change it publishes (correlates the relay's log with the API's)
 
 
@@ -61,7 +59,6 @@ _CLAIMED_COLUMNS = (
     sa.type_coerce(ot.c.payload, sa.Text).label("payload"),
     ot.c.attempts,
     ot.c.created_at,
-    sa.func.length(ot.c.payload).label("payload_bytes"),
     ot.c.event_id,
 )
 
@@ -69,7 +66,7 @@ _CLAIMED_COLUMNS = (
 def _claimed(row: Any) -> ClaimedRow:
     """A claim's row, unpacked by position (a mapping per row costs more than the rest of the claim)."""
     row_id, key, aggregate_type, aggregate_id, version, channel, projection, must, payload, attempts = row[:10]
-    created, size, event = row[10:]
+    created, event = row[10:]
     # attempts counts this publication too
     return ClaimedRow(
         row_id,
@@ -78,12 +75,10 @@ def _claimed(row: Any) -> ClaimedRow:
         aggregate_id,
         version,
         channel,
-        projection,
         must,
-        payload,
+        unpack(projection, channel, payload),
         attempts + 1,
         created,
-        size,
         event,
     )
 

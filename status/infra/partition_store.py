@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.infra import tables as t
-from status.infra.repository import OUTBOX_PARTITIONS
+from status.infra.outbox_rows import OUTBOX_PARTITIONS
 
 op = t.outbox_partition
 rt = t.outbox_relay

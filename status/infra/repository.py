@@ -5,8 +5,6 @@ All functions take an open ``Connection`` inside a unit of work; none commits.
 
 from __future__ import annotations
 
-import os
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,7 +12,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.domain.lifecycle import Health, Lifecycle
+from status.domain.messages import Message
 from status.domain.model import Progress, StepError, StepState, TaskState, WorkflowState
+from status.infra import outbox_rows
 from status.infra import tables as t
 from status.infra.inserts import Inserter
 
@@ -345,25 +345,10 @@ def insert_step(conn: sa.Connection, step: StepState) -> None:
     )
 
 
-# Channels are spread over this many partitions; one relay at a time publishes a
-# partition, so a channel's messages leave in commit order however many relays run.
-OUTBOX_PARTITIONS = 16
-
-
-def outbox_partition(channel: str) -> int:
-    return zlib.crc32(channel.encode()) % OUTBOX_PARTITIONS
-
-
-def insert_outbox(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Outbox rows (one multi-row INSERT), each with a fresh random publish key and its channel's partition."""
-    if rows:
-        _INSERT_OUTBOX(
-            conn,
-            [
-                {**row, "publish_key": os.urandom(16).hex(), "partition_no": outbox_partition(row["channel"])}
-                for row in rows
-            ],
-        )
+def insert_outbox(conn: sa.Connection, messages: Sequence[Message]) -> None:
+    """Each change's messages as one outbox row (``status.infra.outbox_rows``), one multi-row INSERT."""
+    if messages:
+        _INSERT_OUTBOX(conn, outbox_rows.pack(messages))
 
 
 _INSERT_CHANGE = Inserter(t.workflow_change)

@@ -330,7 +330,7 @@ task_outbox = sa.Table(
     # the new publication as a duplicate of an old one for minutes.
     sa.Column("publish_key", sa.String(32), nullable=False),
     # crc32(channel) mod OUTBOX_PARTITIONS: one relay at a time owns a partition
-    # (outbox_partition), so every channel is published in commit order.
+    # (outbox_partition), so every home channel's rows are published in commit order.
     sa.Column("partition_no", sa.SmallInteger, nullable=False, server_default="0"),
     sa.UniqueConstraint(
         "aggregate_type",

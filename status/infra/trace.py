@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.infra import tables as t
+from status.infra.outbox_rows import unpack
 
 _EVENT_COLUMNS = (
     "tenant_id",
@@ -68,6 +69,14 @@ def _plain(row: Any, columns: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _messages(row: Any) -> list[dict[str, Any]]:
+    """What an outbox row publishes: each message's projection and channels."""
+    return [
+        {"projection": m.projection, "channels": list(m.channels)}
+        for m in unpack(row["projection"], row["channel"], row["payload"])
+    ]
+
+
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat(timespec="milliseconds") + "Z" if value is not None else None
 
@@ -100,9 +109,9 @@ def trace_event(engine: sa.Engine, event_id: str, tenant_id: str | None = None) 
             )
         }
         columns = [outbox.c[c] for c in _OUTBOX_COLUMNS]
-        query = sa.select(*columns).where(outbox.c.event_id == event_id).order_by(outbox.c.id)
-        written = conn.execute(query).mappings()
-        outbox_rows = [dict(r) for r in written]
+        payload = sa.type_coerce(outbox.c.payload, sa.Text).label("payload")
+        query = sa.select(*columns, payload).where(outbox.c.event_id == event_id).order_by(outbox.c.id)
+        outbox_rows = [{**_plain(r, _OUTBOX_COLUMNS), "messages": _messages(r)} for r in conn.execute(query).mappings()]
     found: list[dict[str, Any]] = []
     for tenant, task_id in task_of.items():
         event, current = events.get(tenant), tasks.get(task_id)
@@ -122,7 +131,7 @@ def trace_event(engine: sa.Engine, event_id: str, tenant_id: str | None = None) 
                 }
                 if current is not None
                 else None,
-                "outbox": [_plain(r, _OUTBOX_COLUMNS) for r in outbox_rows if r["aggregate_id"] in aggregates],
+                "outbox": [r for r in outbox_rows if r["aggregateId"] in aggregates],
             }
         )
     return found

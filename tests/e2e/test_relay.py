@@ -20,9 +20,10 @@ from status.domain.clock import utcnow
 from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
-from status.infra.repository import OUTBOX_PARTITIONS
+from status.infra.outbox_rows import OUTBOX_PARTITIONS
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
+from tests.support.outbox import message, publications
 from tests.support.processes import CentrifugoNode
 
 pytestmark = pytest.mark.centrifugo
@@ -34,8 +35,13 @@ def _rows(engine: sa.Engine, task_id: str) -> list[sa.RowMapping]:
         return list(conn.execute(sa.select(ot).where(ot.c.aggregate_id == task_id).order_by(ot.c.id)).mappings())
 
 
-def _task_with_events(api: Http, progress_events: int = 2) -> tuple[str, dict]:
-    task_id = create_workflow(api)["tasks"][0]["taskId"]
+def _detail_versions(engine: sa.Engine, task_id: str) -> list[int]:
+    with engine.connect() as conn:
+        return sorted(p.aggregate_version for p in publications(conn, task_id, projection="TASK_DETAIL"))
+
+
+def _task_with_events(api: Http, progress_events: int = 2, owner: str = "user-1") -> tuple[str, dict]:
+    task_id = create_workflow(api, owner)["tasks"][0]["taskId"]
     ctx = activate(api, task_id)
     assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
     for seq in range(2, 2 + progress_events):
@@ -91,9 +97,7 @@ async def test_ac29_relay_killed_between_publish_and_mark_redelivers_without_reg
     detail = f"task_detail:{api.tenant}/{task_id}"
     versions = [int(p["taskVersion"]) for p in await _history(centrifugo.api_url, centrifugo.api_key, detail)]
     # At least once, never backwards, and the repeats dropped by Centrifugo (same publish keys).
-    assert versions == sorted(
-        r["aggregate_version"] for r in _rows(e2e_engine, task_id) if r["projection"] == "TASK_DETAIL"
-    )
+    assert versions == _detail_versions(e2e_engine, task_id)
 
 
 async def test_two_relays_hold_disjoint_partitions_and_never_claim_the_same_row(
@@ -103,12 +107,12 @@ async def test_two_relays_hold_disjoint_partitions_and_never_claim_the_same_row(
     relay.release_partitions()
     for _ in range(3):
         _task_with_events(api, progress_events=5)
-    # A row's partition is its channel's hash: more tasks until every partition has due rows, so
-    # whichever half each relay ends up with, both have something to claim.
-    for _ in range(200):
+    # A row's partition is its owner's summary channel's hash: tasks of more owners until every
+    # partition has due rows, so whichever half each relay ends up with, both have something to claim.
+    for n in range(200):
         if len(set(_pending_partitions(e2e_engine).values())) == OUTBOX_PARTITIONS:
             break
-        _task_with_events(api, progress_events=0)
+        _task_with_events(api, progress_events=0, owner=f"owner-{n}")
     assert len(set(_pending_partitions(e2e_engine).values())) == OUTBOX_PARTITIONS
     config = RelayConfig(batch_size=7, partition_lease_seconds=5.0, partition_renew_seconds=0.0)
     relays = [OutboxRelay(e2e_engine, relay.publisher, f"r{i}", config) for i in range(2)]
@@ -147,20 +151,7 @@ async def test_permanent_errors_go_dead_and_stay_dead(relay: OutboxRelay, e2e_en
     with e2e_engine.begin() as conn:
         bad_task = f"tsk_bad_{uuid.uuid4().hex}"
         repo.insert_outbox(
-            conn,
-            [
-                {
-                    "aggregate_type": "TASK",
-                    "aggregate_id": bad_task,
-                    "aggregate_version": 1,
-                    "channel": "no_such_namespace:x",
-                    "projection": "USER_SUMMARY",
-                    "payload": {"kind": "task.summary"},
-                    "status": "PENDING",
-                    "available_at": now,
-                    "created_at": now,
-                }
-            ],
+            conn, [message(bad_task, 1, "no_such_namespace:x", payload={"kind": "task.summary"}, created_at=now)]
         )
         bad_id = conn.scalar(sa.select(ot.c.id).where(ot.c.aggregate_id == bad_task))
     result = await relay.run_once()
@@ -196,8 +187,8 @@ async def test_an_unreachable_centrifugo_holds_rows_in_order_and_nothing_is_lost
     flaky.release_partitions()
     assert {r["status"] for r in _rows(e2e_engine, task_id)} == {"PUBLISHED"}
     detail = f"task_detail:{api.tenant}/{task_id}"
-    assert [int(p["taskVersion"]) for p in await _history(node.api_url, node.api_key, detail)] == sorted(
-        r["aggregate_version"] for r in _rows(e2e_engine, task_id) if r["projection"] == "TASK_DETAIL"
+    assert [int(p["taskVersion"]) for p in await _history(node.api_url, node.api_key, detail)] == _detail_versions(
+        e2e_engine, task_id
     )
     await down_publisher.aclose()
 

@@ -20,6 +20,7 @@ from status.infra.db import create_engine
 from tests.conftest import _mysql_server_engine
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.outbox import publications
 from tests.support.processes import CentrifugoNode
 from tests.support.settings import make_settings
 
@@ -98,11 +99,7 @@ async def test_three_relays_share_the_work_and_keep_each_channels_order(
     assert sum(1 for n in published if n) >= 2, f"the work was not shared: {published}"
 
     with e2e_engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(ot.c.channel, ot.c.aggregate_id, ot.c.aggregate_version)
-            .where(ot.c.aggregate_id.in_(tasks))
-            .order_by(ot.c.id)
-        ).all()
+        rows = [p for p in publications(conn) if p.aggregate_id in tasks]
     user_channel = f"task_user:{api.tenant}/user-1"
     committed = [(r.aggregate_id, int(r.aggregate_version)) for r in rows if r.channel == user_channel]
     delivered = [
@@ -115,7 +112,7 @@ async def test_three_relays_share_the_work_and_keep_each_channels_order(
     for task_id in tasks:
         detail = f"task_detail:{api.tenant}/{task_id}"
         versions = [int(p["taskVersion"]) for p in await _history(centrifugo, detail)]
-        assert versions == [v for ch, _, v in rows if ch == detail]
+        assert versions == [r.aggregate_version for r in rows if r.channel == detail]
 
 
 async def test_a_recreated_database_in_front_of_the_same_centrifugo_still_reaches_clients(
@@ -220,17 +217,17 @@ async def test_coalescing_engages_under_backlog_with_the_shipped_defaults_and_ke
     task_id = create_workflow(api)["tasks"][0]["taskId"]
     ctx = activate(api, task_id)
     assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
-    for first in range(2, 302, 100):  # a backlog: 300 progress ticks, two rows each
+    for first in range(2, 602, 100):  # a backlog: 600 progress ticks, one row each
         body = {
             "events": [
-                event_body("STEP_PROGRESS", seq, progress={"current": seq, "total": 400})
+                event_body("STEP_PROGRESS", seq, progress={"current": seq, "total": 700})
                 for seq in range(first, first + 100)
             ]
         }
         response = api.client.post("/internal/v1/task-events:batch", json=body, headers=api.auth(ctx["executionToken"]))
         assert response.status_code == 200
     error = {"category": "SYSTEM", "code": "BOOM", "message": "boom"}
-    assert report(api, ctx, "STEP_FAILED", 302, error=error).status_code == 200
+    assert report(api, ctx, "STEP_FAILED", 602, error=error).status_code == 200
 
     shipped = OutboxRelay(e2e_engine, relay.publisher, "shipped-defaults")  # RelayConfig() as shipped
     coalesced = 0
@@ -240,11 +237,7 @@ async def test_coalescing_engages_under_backlog_with_the_shipped_defaults_and_ke
     assert coalesced > 0
 
     with e2e_engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(ot.c.channel, ot.c.aggregate_version, ot.c.must_deliver, ot.c.status).where(
-                ot.c.aggregate_id == task_id
-            )
-        ).all()
+        rows = publications(conn, task_id)
     assert {r.status for r in rows} == {"PUBLISHED"}
     histories = {ch: await _history(centrifugo, ch) for ch in {r.channel for r in rows}}
     seen = {(ch, int(p["taskVersion"])) for ch, pubs in histories.items() for p in pubs if p.get("taskId") == task_id}

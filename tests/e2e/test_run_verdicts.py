@@ -28,6 +28,7 @@ from status.app.service import StatusService
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase
 from tests.integration.conftest import Http
+from tests.support.outbox import publications
 from tests.support.verdict_workflows import Ending, EndingWorkflow, work
 
 pytestmark = [pytest.mark.temporal, pytest.mark.mariadb]
@@ -158,17 +159,8 @@ async def test_a_terminated_run_stops_its_task_with_the_operators_reason(
 
 
 def _last_notice(engine: sa.Engine, task_id: str) -> dict[str, Any]:
-    ot = t.task_outbox
     with engine.connect() as conn:
-        payloads = (
-            conn.execute(
-                sa.select(ot.c.payload)
-                .where(ot.c.aggregate_id == task_id, ot.c.channel.like("task_user:%"))
-                .order_by(ot.c.id)
-            )
-            .scalars()
-            .all()
-        )
+        payloads = [p.payload for p in publications(conn, task_id) if p.channel.startswith("task_user:")]
     notices = [p["notice"] for p in payloads if isinstance(p, dict) and p.get("notice")]
     assert notices, "no notice was published"
     return dict(notices[-1])

@@ -16,6 +16,7 @@ from status.settings import Settings
 from tests.e2e.test_observer_process import CLI, _env
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
+from tests.support.outbox import publications
 from tests.support.processes import free_port, wait_until
 
 
@@ -66,13 +67,8 @@ def test_two_workers_keep_one_gap_free_version_line_per_task(e2e_settings: Setti
         first = versions[0]
         assert versions == list(range(first, first + 24))  # distinct and gap-free across both processes
         with e2e_engine.connect() as conn:
-            payload = conn.execute(
-                sa.select(t.task_outbox.c.payload).where(
-                    t.task_outbox.c.aggregate_id == task_id,
-                    t.task_outbox.c.aggregate_version == versions[-1],
-                    t.task_outbox.c.projection == "TASK_DETAIL",
-                )
-            ).scalar_one()
+            (detail,) = publications(conn, task_id, projection="TASK_DETAIL", version=versions[-1])
+            payload = detail.payload
         steps = {s["stepId"]: s for s in payload["state"]["steps"]}
         # Whichever process wrote the last event, it showed the other producer's latest progress too.
         assert steps["01_prepare"]["progress"]["current"] == 12

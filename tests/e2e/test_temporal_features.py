@@ -38,6 +38,7 @@ from tests.e2e.conftest import Backend
 from tests.e2e.test_run_verdicts import OWNER, _ended, _events, _eventually, _snapshot
 from tests.integration.conftest import Http
 from tests.support import feature_workflows as fw
+from tests.support.outbox import publications
 
 pytestmark = [pytest.mark.temporal, pytest.mark.mariadb]  # and SQLite: the stack's cases run on both
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"}
@@ -298,11 +299,7 @@ async def test_a_workflow_retried_after_a_non_retryable_activity_error_is_not_en
     assert _attempts(snap) == [(1, "FAILED"), (2, "SUCCEEDED")]
     assert "TASK_FAILED" not in stack.event_kinds(task_id)
     with stack.engine.connect() as conn:
-        summaries = conn.scalars(
-            sa.select(t.task_outbox.c.payload).where(
-                t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY"
-            )
-        ).all()
+        summaries = [p.payload for p in publications(conn, task_id, projection="USER_SUMMARY")]
     assert [s["lifecycleStatus"] for s in summaries if s["lifecycleStatus"] == "FAILED"] == []
     stack.nothing_ran_after_the_end(task_id)
 
@@ -426,7 +423,6 @@ async def test_a_reset_run_carries_on_the_same_task_and_its_end_ends_it(stack: S
     new_run = stack.env.client.get_workflow_handle(handle.id, run_id=reset.run_id)
 
     def owned_by_new_run() -> bool:
-        from status.infra import tables as t
 
         with stack.engine.connect() as conn:
             return conn.scalar(sa.select(t.task.c.temporal_run_id).where(t.task.c.id == task_id)) == reset.run_id
@@ -555,11 +551,7 @@ async def test_an_attempt_that_returns_after_temporal_timed_it_out_is_never_show
     assert snap["lifecycleStatus"] == "SUCCEEDED"
     assert _attempts(stack.snapshot(task_id)) == [(1, "TIMED_OUT"), (2, "SUCCEEDED")]
     with stack.engine.connect() as conn:
-        details = conn.scalars(
-            sa.select(t.task_outbox.c.payload).where(
-                t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "TASK_DETAIL"
-            )
-        ).all()
+        details = [p.payload for p in publications(conn, task_id, projection="TASK_DETAIL")]
     shown = [(s["attempt"], s["lifecycleStatus"]) for d in details for s in d["state"]["steps"]]
     assert (1, "TIMED_OUT") in shown and (1, "SUCCEEDED") not in shown, shown
     stack.nothing_ran_after_the_end(task_id)
@@ -849,12 +841,6 @@ async def test_a_run_whose_workflow_task_keeps_failing_shows_stuck_and_recovers_
 
 def _notices(stack: Stack, task_id: str) -> list[tuple[str, str, str | None]]:
     """The notices the task's summaries carried (type, level, message), oldest first."""
-    from status.infra import tables as t
-
     with stack.engine.connect() as conn:
-        payloads = conn.scalars(
-            sa.select(t.task_outbox.c.payload)
-            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
-            .order_by(t.task_outbox.c.id)
-        ).all()
+        payloads = [p.payload for p in publications(conn, task_id, projection="USER_SUMMARY")]
     return [(n["type"], n["level"], n.get("message")) for p in payloads if (n := p.get("notice"))]

@@ -13,6 +13,7 @@ from status.infra.wakeup import OutboxSignal, WakeReceiver
 from tests.e2e.test_realtime_delivery import connect_user, next_for_task
 from tests.integration.conftest import Http
 from tests.support.flows import create_workflow
+from tests.support.outbox import message
 from tests.support.wiring import projector_for
 
 pytestmark = pytest.mark.centrifugo
@@ -80,23 +81,13 @@ def test_a_rolled_back_write_wakes_nobody(e2e_engine: Any) -> None:
     unsubscribe = signal.subscribe(lambda kinds: woken.append(1))
     try:
         now = utcnow()
-        row = {
-            "aggregate_type": "TASK",
-            "aggregate_id": "tsk_rolled_back",
-            "aggregate_version": 1,
-            "channel": "task_user:t/nobody",
-            "projection": "USER_SUMMARY",
-            "payload": {},
-            "available_at": now,
-            "created_at": now,
-        }
         with database.unit_of_work() as uow:
-            uow.log.insert_outbox([row])  # no commit: rolled back
+            uow.log.insert_outbox([message("tsk_rolled_back", 1, "task_user:t/nobody", created_at=now)])  # rolled back
         with database.unit_of_work() as uow:
             uow.commit()  # a commit that wrote no outbox row, on the same pooled connection
         assert woken == []
         with database.unit_of_work() as uow:
-            uow.log.insert_outbox([{**row, "aggregate_id": "tsk_committed"}])
+            uow.log.insert_outbox([message("tsk_committed", 1, "task_user:t/nobody", created_at=now)])
             uow.commit()
         assert woken == [1]
     finally:

@@ -14,6 +14,7 @@ from status.domain.auth import ServicePrincipal
 from status.infra import tables as t
 from tests.support.factories import activate, create_task, event, now
 from tests.support.flows import now_iso
+from tests.support.outbox import publications
 
 
 def _started(event_id: str | None = None, seq: int = 1) -> c.StartedEvent:
@@ -101,15 +102,8 @@ def test_the_http_api_takes_started_event_on_activation_and_registration(http: A
 
 
 def _published_versions(service: StatusService, task_id: str) -> list[int]:
-    from status.infra import tables as t
-
     with service.db.engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(t.task_outbox.c.aggregate_version)
-            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "TASK_DETAIL")
-            .order_by(t.task_outbox.c.id)
-        ).scalars()
-        return [int(v) for v in rows]
+        return [p.aggregate_version for p in publications(conn, task_id, projection="TASK_DETAIL")]
 
 
 def test_the_started_events_messages_carry_the_bindings_state(

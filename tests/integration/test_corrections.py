@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from status.cli import main
-from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
+from tests.support.outbox import publications
 
 
 def _admin(http: Http) -> dict[str, str]:
@@ -27,14 +27,7 @@ def _correct(http: Http, task_id: str, headers: dict[str, str] | None = None, **
 
 def _latest_summary(engine: sa.Engine, task_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
-        return dict(
-            conn.scalars(
-                sa.select(t.task_outbox.c.payload)
-                .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
-                .order_by(t.task_outbox.c.id.desc())
-                .limit(1)
-            ).one()
-        )
+        return dict(publications(conn, task_id, projection="USER_SUMMARY")[-1].payload)
 
 
 def test_an_operator_overrides_a_terminal_task_state_with_an_audit_a_version_and_a_notice(

@@ -9,17 +9,15 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-import sqlalchemy as sa
-
 from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from status.domain.clock import utcnow
 from status.domain.verdicts import ClosedRun, RunStatus
-from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.factories import document_workflow
 from tests.support.flows import activate, fail_task, report
+from tests.support.outbox import publications
 from tests.support.wiring import projector_for
 
 
@@ -51,12 +49,7 @@ def _notifications(http: Http, task_id: str) -> list[dict[str, Any]]:
 def _live_notice(service: StatusService, task_id: str) -> dict[str, Any]:
     """The notice the connected page got with the ending (its USER_SUMMARY row)."""
     with service.db.engine.connect() as conn:
-        payload = conn.scalars(
-            sa.select(t.task_outbox.c.payload)
-            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
-            .order_by(t.task_outbox.c.id.desc())
-            .limit(1)
-        ).one()
+        payload = publications(conn, task_id, projection="USER_SUMMARY")[-1].payload
     return dict(payload["notice"])
 
 

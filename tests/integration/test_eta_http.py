@@ -14,6 +14,7 @@ from status.infra import tables as t
 from status.infra.stores.definitions import SqlDurationStore
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, report
+from tests.support.outbox import publications
 
 PARSE_ONLY = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"}]
 
@@ -57,13 +58,8 @@ def test_a_running_step_and_its_task_get_an_eta_from_history(http: Http, engine:
     assert 50_000 <= summary["etaMs"] <= 60_000
     # The published projections of that version carry it too.
     with engine.connect() as conn:
-        published = conn.execute(
-            sa.select(t.task_outbox.c.projection, t.task_outbox.c.payload).where(
-                t.task_outbox.c.aggregate_id == task_id,
-                t.task_outbox.c.aggregate_version == int(started.json()["taskVersion"]),
-            )
-        ).all()
-    by_projection = dict(published)
+        published = publications(conn, task_id, version=int(started.json()["taskVersion"]))
+    by_projection = {p.projection: p.payload for p in published}
     assert 50_000 <= by_projection["USER_SUMMARY"]["etaMs"] <= 60_000
     detail_step = next(s for s in by_projection["TASK_DETAIL"]["state"]["steps"] if s["stepId"] == "02_parse")
     assert 50_000 <= detail_step["etaMs"] <= 60_000

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.outbox import publications
 
 
 def _task(http: Http, **task: object) -> tuple[str, dict]:
@@ -395,14 +396,10 @@ def test_ac13_projections_respect_their_whitelists(http: Http, engine: sa.Engine
         == 200
     )
     with engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(t.task_outbox.c.projection, t.task_outbox.c.payload).where(
-                t.task_outbox.c.aggregate_id == task_id
-            )
-        ).all()
+        rows = publications(conn, task_id)
     by_projection: dict[str, list[dict]] = {}
-    for projection, payload in rows:
-        by_projection.setdefault(projection, []).append(payload)
+    for row in rows:
+        by_projection.setdefault(row.projection, []).append(row.payload)
     for summary in by_projection["USER_SUMMARY"]:
         assert "steps" not in summary and "triggerEvent" not in summary
         assert summary["kind"] == "task.summary" and summary["taskVersion"].isdigit()

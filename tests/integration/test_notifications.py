@@ -7,9 +7,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, fail_task, now_iso, report
+from tests.support.outbox import publications
 
 
 def _notifications(http: Http, user: str = "user-1", **params: Any) -> dict[str, Any]:
@@ -64,13 +64,12 @@ def test_terminal_changes_notify_every_viewer_once(http: Http, engine: sa.Engine
     assert len(_mine(http, task_id)) == 1
     # Each viewer's channel gets a realtime hint in the same transaction.
     with engine.connect() as conn:
-        hints = conn.execute(
-            sa.select(t.task_outbox.c.channel, t.task_outbox.c.payload).where(
-                t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_NOTIFICATION"
-            )
-        ).all()
-    assert sorted(channel.rsplit("/", 1)[1] for channel, _ in hints) == ["user-1", "user-2"]
-    assert all(p["kind"] == "notification.created" and p["notifications"][0]["type"] == "TASK_FAILED" for _, p in hints)
+        hints = publications(conn, task_id, projection="USER_NOTIFICATION")
+    assert sorted(h.channel.rsplit("/", 1)[1] for h in hints) == ["user-1", "user-2"]
+    assert all(
+        h.payload["kind"] == "notification.created" and h.payload["notifications"][0]["type"] == "TASK_FAILED"
+        for h in hints
+    )
 
 
 def test_success_and_action_required_notify(http: Http) -> None:

@@ -18,6 +18,7 @@ from status.domain.retention import RetentionPolicy
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, create_task, event
+from tests.support.outbox import message
 from tests.support.wiring import projector_for
 
 
@@ -174,19 +175,11 @@ def test_the_gauges_tell_apart_what_users_must_see_from_what_may_be_coalesced(tm
     migrate.upgrade(url)
     engine = create_engine(url)
     now = utcnow()
-    row = {
-        "aggregate_type": "TASK",
-        "aggregate_version": 1,
-        "channel": "task_user:t/u",
-        "projection": "USER_SUMMARY",
-        "payload": {},
-        "available_at": now,
-    }
     with engine.begin() as conn:
-        repo.insert_outbox(conn, [{**row, "aggregate_id": "tsk_progress", "created_at": now - timedelta(seconds=90)}])
+        repo.insert_outbox(conn, [message("tsk_progress", 1, "task_user:t/u", created_at=now - timedelta(seconds=90))])
         repo.insert_outbox(
             conn,
-            [{**row, "aggregate_id": "tsk_failed", "must_deliver": True, "created_at": now - timedelta(seconds=30)}],
+            [message("tsk_failed", 1, "task_user:t/u", must_deliver=True, created_at=now - timedelta(seconds=30))],
         )
     gauges = OutboxRelay(engine, None, "gauges", clock=lambda: now).update_gauges()  # type: ignore[arg-type]
     assert gauges["pending"] == 2

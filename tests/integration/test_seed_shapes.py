@@ -12,6 +12,7 @@ from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.outbox import publications
 
 
 def _task(http: Http, **task: Any) -> tuple[str, dict[str, Any]]:
@@ -22,13 +23,7 @@ def _task(http: Http, **task: Any) -> tuple[str, dict[str, Any]]:
 
 def _summaries(engine: sa.Engine, task_id: str) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return list(
-            conn.scalars(
-                sa.select(t.task_outbox.c.payload)
-                .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
-                .order_by(t.task_outbox.c.id)
-            )
-        )
+        return [p.payload for p in publications(conn, task_id, projection="USER_SUMMARY")]
 
 
 def _all_payloads(engine: sa.Engine, task_id: str) -> str:
@@ -142,12 +137,7 @@ def test_task_failed_takes_the_seed_error_and_failed_step_id(http: Http, engine:
         "stepId": "02_parse",
     }
     with engine.connect() as conn:
-        must_deliver = conn.scalars(
-            sa.select(t.task_outbox.c.must_deliver)
-            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
-            .order_by(t.task_outbox.c.id.desc())
-            .limit(1)
-        ).one()
+        must_deliver = publications(conn, task_id, projection="USER_SUMMARY")[-1].must_deliver
     assert must_deliver  # never coalesced away (seed §6.8)
     assert "secret-diagnostics" not in _all_payloads(engine, task_id)
 

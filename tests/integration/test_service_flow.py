@@ -10,6 +10,7 @@ from status.domain.model import Progress, StepError
 from status.domain.rules import DataBody
 from status.infra import tables as t
 from tests.support.factories import activate, create_task, event
+from tests.support.outbox import publications
 
 
 def test_step_lifecycle_assigns_gap_free_versions(
@@ -75,11 +76,7 @@ def test_failed_step_notice_and_coordinator_completion(service: StatusService, c
     with service.db.engine.connect() as conn:
         notices = [
             p["notice"]
-            for p in conn.scalars(
-                sa.select(t.task_outbox.c.payload).where(
-                    t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY"
-                )
-            )
+            for p in (s.payload for s in publications(conn, task_id, projection="USER_SUMMARY"))
             if p.get("notice")
         ]
     assert [(n["type"], n["level"]) for n in notices] == [("STEP_FAILED", "WARNING"), ("TASK_FAILED", "ERROR")]

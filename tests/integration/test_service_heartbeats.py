@@ -12,6 +12,7 @@ from status.domain.auth import ServicePrincipal
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, create_task, event
+from tests.support.outbox import publications
 
 
 def _versions_and_outbox(service: StatusService, task_id: str) -> tuple[int, int, int]:
@@ -93,12 +94,7 @@ def test_ac23_stale_once_and_healthy_once(
     version_stale, outbox_stale, _ = _versions_and_outbox(service, task_id)
     # Seed §6.8: a silent executor is a WARNING that the status is unconfirmed, never a failure.
     with service.db.engine.connect() as conn:
-        summary = conn.scalars(
-            sa.select(t.task_outbox.c.payload)
-            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
-            .order_by(t.task_outbox.c.id.desc())
-            .limit(1)
-        ).one()
+        summary = publications(conn, task_id, projection="USER_SUMMARY")[-1].payload
     assert summary["notice"]["type"] == "STALE" and summary["notice"]["level"] == "WARNING"
     assert "temporarily unconfirmed" in summary["notice"]["title"] and summary["lifecycleStatus"] == "RUNNING"
     recovered = stale.record_heartbeats(worker, [c.Heartbeat(7, execution_handle=ctx.execution_handle)])

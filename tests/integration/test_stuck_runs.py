@@ -16,6 +16,7 @@ from status.domain.rules import STUCK_MESSAGE
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.factories import document_workflow
+from tests.support.outbox import publications
 
 
 def _owned(service: StatusService, coordinator: ServicePrincipal, workflow_id: str, run_id: str | None) -> str:
@@ -66,12 +67,7 @@ def test_a_stuck_task_says_so_in_its_snapshot_and_its_users_are_warned(
     snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     assert (snap["lifecycleStatus"], snap["health"]) == ("PENDING", "STALE") and snap["stuckSince"]
     with service.db.engine.connect() as conn:
-        summary = conn.scalars(
-            sa.select(t.task_outbox.c.payload)
-            .where(t.task_outbox.c.aggregate_id == task_id, t.task_outbox.c.projection == "USER_SUMMARY")
-            .order_by(t.task_outbox.c.id.desc())
-            .limit(1)
-        ).one()
+        summary = publications(conn, task_id, projection="USER_SUMMARY")[-1].payload
     assert summary["notice"]["type"] == "WORKFLOW_STUCK" and summary["notice"]["level"] == "WARNING"
     assert summary["stuckSince"] == snap["stuckSince"]
 

@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.app.ports import Row
+from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.infra import repository as repo
 from status.infra import tables as t
@@ -239,9 +240,9 @@ class SqlLogStore:
     def insert_notifications(self, rows: Sequence[Row]) -> None:
         repo.insert_notifications(self._conn, rows)
 
-    def insert_outbox(self, rows: Sequence[Row]) -> None:
-        if rows:
-            repo.insert_outbox(self._conn, rows)
+    def insert_outbox(self, messages: Sequence[Message]) -> None:
+        if messages:
+            repo.insert_outbox(self._conn, messages)
             self._wrote("outbox")
 
     def outbox_rows_of(self, aggregate_type: str, aggregate_id: str) -> int:
