@@ -18,6 +18,7 @@ TINY_OUTAGE_AND_BACKLOG = ["--outage", "2", "--backlog", "2000"]
 # bench file, tiny arguments, a line its report always prints
 BENCHES = [
     ("detail_bytes.py", ["--steps", "5", "--changes", "5"], "ratio full / delta"),
+    ("outbox_bytes.py", ["--steps", "3", "--viewers", "3", "--groups", "2", "--repeat", "10"], "relay read µs"),
     ("e2e_latency.py", ["--rate", "10", "--seconds", "2"], "versions received"),
     ("e2e_browser.py", ["--rate", "5", "--seconds", "2"], "versions shown out of order: 0"),
     (
