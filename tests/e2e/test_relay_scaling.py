@@ -17,6 +17,7 @@ from status.infra import migrate
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi, Publication, TransportError
 from status.infra.db import create_engine
+from status.infra.outbox_rows import OUTBOX_PARTITIONS, partition_of
 from tests.conftest import _mysql_server_engine
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
@@ -53,8 +54,18 @@ async def test_three_relays_share_the_work_and_keep_each_channels_order(
     while (await relay.run_once()).claimed:
         pass
     relay.release_partitions()
-    # One user, ten tasks: eleven channels, so partitions of them land with every relay.
-    tasks = [create_workflow(api)["tasks"][0]["taskId"] for _ in range(10)]
+    # A row's partition is its owner's summary channel's: five tasks of one user (whose channel's
+    # order is checked) and one task of an owner in every other partition, so every relay has work.
+    homes = {partition_of(f"task_user:{api.tenant}/user-1")}
+    owners = ["user-1"] * 5
+    for n in range(1000):
+        if len(homes) == OUTBOX_PARTITIONS:
+            break
+        home = partition_of(f"task_user:{api.tenant}/owner-{n}")
+        if home not in homes:
+            homes.add(home)
+            owners.append(f"owner-{n}")
+    tasks = [create_workflow(api, owner)["tasks"][0]["taskId"] for owner in owners]
     contexts = [activate(api, task_id) for task_id in tasks]
     # Small claims, no coalescing, short leases: partitions change hands while rows flow.
     config = RelayConfig(
@@ -73,7 +84,7 @@ async def test_three_relays_share_the_work_and_keep_each_channels_order(
 
     def produce(rounds: range) -> None:
         for seq in rounds:
-            for ctx in contexts:  # the user's channel interleaves all six tasks
+            for ctx in contexts:  # user-1's channel interleaves its five tasks
                 kind = "STEP_STARTED" if seq == 1 else "STEP_PROGRESS"
                 assert report(api, ctx, kind, seq, progress={"current": seq, "total": 100}).status_code == 200
 
