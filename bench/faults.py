@@ -573,6 +573,9 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                 "behind": {task_id: list(pair) for task_id, pair in behind.items()},
                 "resubscribes": resubscribes,
                 "epochs": epochs,
+                # Sentinel's own account: more than one failover, or a retried reconfig script,
+                # each start new epochs again.
+                **(sentinels.events() if sentinels else {}),
                 "offsets_tail": offsets[-40:] if behind else [],
             }
         finally:

@@ -111,6 +111,18 @@ class SentinelRedis:
                 return False
         return True
 
+    def events(self) -> dict[str, int]:
+        """What the sentinels' logs say happened: every sentinel logs each failover's
+        ``+switch-master``, so the most any one logged is the number of failovers; a reconfig
+        script that failed or hung is retried by Sentinel and resets the streams again."""
+        counts = {"failovers": 0, "script_errors": 0}
+        for n in SENTINELS:
+            log = self.dir / f"sentinel{n}.log"
+            text = log.read_text(errors="replace") if log.exists() else ""
+            counts["failovers"] = max(counts["failovers"], text.count("+switch-master"))
+            counts["script_errors"] += text.count("-script-error") + text.count("-script-timeout")
+        return counts
+
     # ------------------------------------------------------------ the whole set
     def up(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -127,10 +139,28 @@ class SentinelRedis:
         self._procs.stop(f"redis{n}", signal.SIGKILL)
         return n
 
+    def _agreed_primary(self) -> int | None:
+        """The primary every sentinel names, or None while they differ (or one does not answer)."""
+        named = set()
+        for address in self.sentinel_addresses:
+            answer = redis_cli(int(address.rsplit(":", 1)[1]), "SENTINEL", "get-master-addr-by-name", MASTER_NAME)
+            lines = answer.split()
+            named.add(int(lines[1]) if len(lines) == 2 and lines[1].isdigit() else None)
+        return named.pop() if len(named) == 1 else None
+
     def restart_redis(self, n: int) -> None:
-        """A killed primary back: it starts as a replica of whoever the sentinels promoted."""
-        primary = self.primary_port()
-        self.start_redis(n, replica_of=primary if primary != self.redis_port(n) else None)
+        """A killed primary back, as a replica of whoever the sentinels promoted. Only once every
+        sentinel names the new primary: a sentinel slow to answer (or still naming the old one)
+        would otherwise have it start as a primary of its own, empty, which a Centrifugo node
+        asking that sentinel could write to until the sentinels convert it."""
+        agreed: list[int | None] = [None]
+
+        def promoted() -> bool:
+            agreed[0] = self._agreed_primary()
+            return agreed[0] not in (None, self.redis_port(n))
+
+        self._wait(promoted, "the sentinels' new primary")
+        self.start_redis(n, replica_of=agreed[0])
 
     def down(self) -> None:
         for n in SENTINELS:

@@ -78,4 +78,9 @@ def test_killing_the_redis_primary_loses_nothing_and_centrifugo_follows_the_prom
         # epoch; the sentinels' reconfig script (deploy/redis/new-epochs.sh) starts new epochs so
         # that clients load snapshots rather than trust that history.
         assert len(run["epochs"]) > 1, f"the user channel kept its epoch across the failover: {run['resubscribes']}"
-        assert run["converged_s"] <= CONVERGED_WITHIN_S, (attempt, run["converged_s"], run["epochs"])
+        assert run["converged_s"] <= CONVERGED_WITHIN_S, (
+            attempt,
+            run["converged_s"],
+            run["epochs"],
+            {k: run[k] for k in ("failovers", "script_errors", "resubscribes", "behind")},
+        )
