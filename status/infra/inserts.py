@@ -17,10 +17,15 @@ class Inserter:
     (PyMySQL and mysqlclient send them as one multi-row INSERT), each value through its column
     type's own bind processor, as SQLAlchemy would. A JSON value shared by several rows — one
     summary for every viewer's channel — is encoded once.
+
+    ``keep_existing``: a row whose primary key is already stored is skipped, the stored row kept
+    (MySQL: ``ON DUPLICATE KEY UPDATE`` of the key to itself — not ``INSERT IGNORE``, which would
+    also turn a truncated or invalid value into a warning; SQLite: ``ON CONFLICT DO NOTHING``).
     """
 
-    def __init__(self, table: sa.Table) -> None:
+    def __init__(self, table: sa.Table, *, keep_existing: bool = False) -> None:
         self.table = table
+        self.keep_existing = keep_existing
         self._prepared: dict[tuple[str, tuple[str, ...]], tuple[str, list[Any], list[bool]]] = {}
 
     def __call__(self, conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -57,6 +62,10 @@ class Inserter:
                 f"INSERT INTO {quote(self.table.name)} ({', '.join(quote(c) for c in columns)})"
                 f" VALUES ({', '.join([mark] * len(columns))})"
             )
+            if self.keep_existing:
+                pk = quote(self.table.primary_key.columns.values()[0].name)
+                mysql = dialect.name == "mysql"
+                sql += f" ON DUPLICATE KEY UPDATE {pk} = {pk}" if mysql else " ON CONFLICT DO NOTHING"
             types = [self.table.c[c].type.dialect_impl(dialect) for c in columns]
             prepared = (sql, [t.bind_processor(dialect) for t in types], [isinstance(t, sa.JSON) for t in types])
             self._prepared[key] = prepared

@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from status.app.ports import OwnedTask
 from status.domain.lifecycle import TERMINAL
 from status.infra import tables as t
+from status.infra.inserts import Inserter
 
+_INSERT_ACTIVITIES = Inserter(t.task_step_temporal, keep_existing=True)
 _OPEN = t.task.c.lifecycle_status.not_in([lifecycle.value for lifecycle in TERMINAL])
 
 
@@ -142,10 +142,4 @@ class SqlRunStore:
         (a retried binding) keeps its row."""
         if not rows:
             return
-        table = t.task_step_temporal
-        values = list({row["execution_id"]: dict(row) for row in rows}.values())
-        if self._conn.dialect.name == "mysql":
-            key = table.c.execution_id
-            self._conn.execute(mysql_insert(table).values(values).on_duplicate_key_update(execution_id=key))
-        else:
-            self._conn.execute(sqlite_insert(table).values(values).on_conflict_do_nothing())
+        _INSERT_ACTIVITIES(self._conn, list({row["execution_id"]: row for row in rows}.values()))
