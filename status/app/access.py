@@ -14,7 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from status.app import outbox
+from status.app.change import Change, write_change
 from status.app.context import AppContext, lock_task_for
+from status.app.group import Group
 from status.app.ports import Stores, UnitOfWork
 from status.app.views import load_view
 from status.domain.auth import Role, ServicePrincipal
@@ -90,25 +92,20 @@ class AccessCommands:
                 uow.access.revoke_grant(task_id, principal_type, principal_id, now)
             task = replace(task, version=task.version + 1, updated_at=now)
             uow.tasks.update(task)
-            change = {
+            what = {
                 "principalType": principal_type,
                 "principalId": principal_id,
                 "change": "GRANT" if grant else "REVOKE",
                 "permission": permission,
             }
-            messages = outbox.service_event(
-                uow,
-                task,
-                load_view(uow, task),
-                EventType.TASK_ACCESS_CHANGED,
-                caller.producer_id,
-                change,
-                now,
-                durations=self.ctx.durations,
+            group = Group()
+            change = Change.of_service(
+                task, load_view(uow, task), EventType.TASK_ACCESS_CHANGED, caller.producer_id, what, now
             )
+            write_change(self.ctx, uow, group, change)
             if not grant:
-                messages = self._revoked_messages(uow, task, principal_type, principal_id, messages, now)
-            uow.log.insert_outbox(messages)
+                group.outbox = self._revoked_messages(uow, task, principal_type, principal_id, group.outbox, now)
+            group.flush(uow)
             uow.commit()
             return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}
 

@@ -8,12 +8,17 @@ group's transaction: each row's state as the group leaves it, the event-log entr
 entry, the projector's feed when the workflow's aggregate can move, the outbox rows of every
 projection and the notifications. It adds to a ``Group``; the group's flush writes everything
 in a constant number of statements, in the caller's transaction.
+
+The service's own changes (a task's creation, a step's activation or registration, a
+classification, an access change) go through it too, as ``Change.service``: they insert what
+they create, so they stage their rows themselves, and nobody retries them by an eventId, so they
+have no dedup entry; their entry, feed row and messages are written here like any other's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +29,7 @@ from status.app.ports import Stores
 from status.app.step_cache import TaskView
 from status.domain.aggregate import affects_workflow
 from status.domain.lifecycle import EventType, Lifecycle
+from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.domain.notifications import notifications_for
 from status.domain.projections import iso
@@ -56,9 +62,13 @@ class Change:
 
     before: TaskState
     after: TaskState
-    view: TaskView  # the task as it was before this change (its steps, viewers, groups)
+    # The task as it was before this change (its steps, viewers, groups); for a service's change,
+    # as the change leaves its steps (it staged them).
+    view: TaskView
     entry: Entry
-    fingerprint: str  # the dedup entry's content hash: a retry with the same content gets ``result``
+    # The dedup entry's content hash: a retry with the same content gets ``result``. None for a
+    # service's change: it has no dedup entry.
+    fingerprint: str | None
     step: StepState | None = None  # the step attempt the entry is about, as the change leaves it
     before_step: StepState | None = None
     ended_steps: tuple[StepState, ...] = ()  # attempts the task's end ended with it
@@ -68,6 +78,55 @@ class Change:
     broadcast: bool = False
     # The answer a retry gets, beyond the versions and states this change produced.
     answer: Mapping[str, Any] = field(default_factory=dict)
+    # The service's own change (see the module's docstring): its rows are staged, it has no dedup
+    # entry, and the workflow's aggregate is folded again whatever moved (a grant changes what a
+    # grantee's trimmed aggregate shows; a classification, its labels).
+    service: bool = False
+    # False: its messages are not added to the group; ``messages_of`` builds them when the caller
+    # wants them (an activation whose STARTED, in the same transaction, supersedes them).
+    publish: bool = True
+
+    @classmethod
+    def of_service(
+        cls,
+        task: TaskState,
+        view: TaskView,
+        event_type: EventType,
+        producer_id: str,
+        payload: Mapping[str, Any],
+        now: datetime,
+        *,
+        step: StepState | None = None,
+        notice: Notice | None = None,
+        must_deliver: bool = True,
+        broadcast: bool = False,
+        publish: bool = True,
+    ) -> Change:
+        """A change the service itself made to ``task`` (at its new version), logged under the
+        service's own eventId for that version."""
+        entry = Entry(
+            event_id=f"{outbox.SERVICE_EVENT_PREFIX}{task.task_id}:{task.version}",
+            event_type=event_type,
+            producer_id=producer_id,
+            source_seq=0,
+            occurred_at=now,
+            received_at=now,
+            payload=payload,
+            reported=False,
+        )
+        return cls(
+            before=task,
+            after=task,
+            view=view,
+            entry=entry,
+            fingerprint=None,
+            step=step,
+            notice=notice,
+            must_deliver=must_deliver,
+            broadcast=broadcast,
+            service=True,
+            publish=publish,
+        )
 
 
 def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) -> dict[str, Any]:
@@ -75,17 +134,21 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
     which the dedup entry keeps for a retry."""
     task, step, view = change.after, change.step, change.view
     entry = change.entry
-    if step is not None:
-        group.write_step(change.before_step, step)
-        if step.lifecycle.terminal and change.revoke:
-            group.revoke(step.execution_id, change.revoke, entry.received_at)
-    for ended in change.ended_steps:
-        group.write_step(view.steps.get(ended.step_id, ended.attempt), ended)
-        group.revoke(ended.execution_id, "RUN_CLOSED", entry.received_at)
-        view = view.changed(view.task, ended)
-    group.write_task(change.before, task)
-    view = view.changed(task, step)
-    committed_at = ctx.now()
+    if change.service:
+        view = replace(view, task=task)
+        committed_at = entry.received_at  # the service's own clock: ``messages_of`` says the same
+    else:
+        if step is not None:
+            group.write_step(change.before_step, step)
+            if step.lifecycle.terminal and change.revoke:
+                group.revoke(step.execution_id, change.revoke, entry.received_at)
+        for ended in change.ended_steps:
+            group.write_step(view.steps.get(ended.step_id, ended.attempt), ended)
+            group.revoke(ended.execution_id, "RUN_CLOSED", entry.received_at)
+            view = view.changed(view.task, ended)
+        group.write_task(change.before, task)
+        view = view.changed(task, step)
+        committed_at = ctx.now()
     group.events.append(
         outbox.event_row(
             event_id=entry.event_id,
@@ -109,20 +172,45 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
         "stepVersion": str(step.version) if step else None,
         "committedAt": iso(committed_at),
     }
-    group.dedups.append(
-        {
-            "tenant_id": task.tenant_id,
-            "event_id": entry.event_id,
-            "task_id": task.task_id,
-            "payload_hash": change.fingerprint,
-            "result": result,
-            "created_at": committed_at,
-        }
-    )
-    group.seen[(task.tenant_id, entry.event_id)] = (change.fingerprint, result)
+    if change.fingerprint is not None:
+        group.dedups.append(
+            {
+                "tenant_id": task.tenant_id,
+                "event_id": entry.event_id,
+                "task_id": task.task_id,
+                "payload_hash": change.fingerprint,
+                "result": result,
+                "created_at": committed_at,
+            }
+        )
+        group.seen[(task.tenant_id, entry.event_id)] = (change.fingerprint, result)
     group.views[task.task_id] = view
-    if affects_workflow(change.before, task):
+    if change.service or affects_workflow(change.before, task):
         group.changes.append(outbox.change_row(task, committed_at))
+    if step is not None and step.lifecycle is Lifecycle.SUCCEEDED and not change.service:
+        group.succeeded.append((task, step))  # joins the ETA history once committed
+    found = notifications_for(change.before, task, change.notice)
+    records, hint = (
+        outbox.notification_rows(task, view.viewers, found, entry.event_id, committed_at) if found else ([], None)
+    )
+    group.notifications += records
+    if change.publish:
+        group.outbox += _task_messages(ctx, stores, change, view, committed_at)
+        if hint is not None:
+            group.outbox.append(hint)
+    return result
+
+
+def messages_of(ctx: AppContext, stores: Stores, change: Change) -> list[Message]:
+    """The messages of a service's change staged with ``publish=False``, for the caller to add."""
+    assert change.service and not change.publish
+    return _task_messages(ctx, stores, change, replace(change.view, task=change.after), change.entry.received_at)
+
+
+def _task_messages(
+    ctx: AppContext, stores: Stores, change: Change, view: TaskView, committed_at: datetime
+) -> list[Message]:
+    task, step, entry = change.after, change.step, change.entry
     trigger: dict[str, Any] = {
         "eventId": entry.event_id,
         "eventType": entry.event_type.value,
@@ -133,9 +221,7 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
         trigger["durationMs"] = entry.duration_ms
         trigger["data"] = {"schema": step.data_schema, "value": step.state_data} if step and entry.data_schema else None
     trigger["committedAt"] = iso(committed_at)
-    if step is not None and step.lifecycle is Lifecycle.SUCCEEDED:
-        group.succeeded.append((task, step))  # joins the ETA history once committed
-    group.outbox += outbox.task_messages(
+    return outbox.task_messages(
         task,
         view.steps,
         view.viewers,
@@ -148,9 +234,3 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
         history=ctx.durations.for_task(stores, task, view.steps),
         groups=view.groups,
     )
-    found = notifications_for(change.before, task, change.notice)
-    if found:
-        records, hint = outbox.notification_rows(task, view.viewers, found, entry.event_id, committed_at)
-        group.notifications += records
-        group.outbox.append(hint)
-    return result

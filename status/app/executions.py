@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from status.app import commands as c
-from status.app import outbox
+from status.app.change import Change, messages_of, write_change
 from status.app.context import (
     AppContext,
     EventCaller,
@@ -285,8 +285,7 @@ class ExecutionCommands:
         frozen = self._freeze_operation(uow, op)
         for changed_step in [*changed, *lost, step]:
             view = view.changed(task, changed_step)
-        messages = outbox.service_event(
-            uow,
+        activated = Change.of_service(
             task,
             view,
             EventType.STEP_ACTIVATED,
@@ -295,9 +294,9 @@ class ExecutionCommands:
             now,
             step=step,
             notice=notice,
-            durations=self.ctx.durations,
-            log=group,
+            publish=False,
         )
+        write_change(self.ctx, uow, group, activated)
         # A retry's notice rides on the activation's own messages: they go out whatever follows.
         bound = self._bound(
             task,
@@ -308,7 +307,7 @@ class ExecutionCommands:
             now=now,
             uow=uow,
             group=group,
-            messages=messages,
+            messages=lambda: messages_of(self.ctx, uow, activated),
             keep=notice is not None,
         )
         return bound, frozen
@@ -427,8 +426,7 @@ class ExecutionCommands:
         for prev in superseded:  # written just above
             view = view.changed(task, prev)
         view = view.changed(task, step)
-        messages = outbox.service_event(
-            uow,
+        registered = Change.of_service(
             task,
             view,
             EventType.STEP_REGISTERED,
@@ -436,11 +434,19 @@ class ExecutionCommands:
             {"parentExecutionId": cmd.parent_execution_id, "producerId": cmd.producer_id},
             now,
             step=step,
-            durations=self.ctx.durations,
-            log=group,
+            publish=False,
         )
+        write_change(self.ctx, uow, group, registered)
         bound = self._bound(
-            task, step, view, cmd.started, created=True, now=now, uow=uow, group=group, messages=messages
+            task,
+            step,
+            view,
+            cmd.started,
+            created=True,
+            now=now,
+            uow=uow,
+            group=group,
+            messages=lambda: messages_of(self.ctx, uow, registered),
         )
         return bound, frozen
 
@@ -455,21 +461,22 @@ class ExecutionCommands:
         now: datetime,
         uow: UnitOfWork,
         group: Group | None = None,
-        messages: list[Message] | None = None,
+        messages: Callable[[], list[Message]] | None = None,
         keep: bool = False,
     ) -> Bound:
         """The execution's context; with ``started``, its STEP_STARTED applied in the same transaction
         (one commit for a step change instead of two; the event keeps its own idempotency).
 
-        ``messages``: the binding's own messages. When the STARTED lands in the same transaction
-        its messages carry the newer full state of the same channels, so the binding's are not
-        published (every message is a full state: a channel skipping a version loses nothing; the
-        binding stays in the timeline) — unless ``keep`` (they carry a notice)."""
+        ``messages``: builds the binding's own messages, called only when they go out. When the
+        STARTED lands in the same transaction its messages carry the newer full state of the same
+        channels, so the binding's are not built nor published (every message is a full state: a
+        channel skipping a version loses nothing; the binding stays in the timeline) — unless
+        ``keep`` (they carry a notice)."""
         group = group if group is not None else Group()
         context, claims, handle = self._context(task, step, now=now, created=created)
         result: dict[str, Any] | None = None
         if messages and (started is None or keep):
-            group.outbox += messages  # ahead of the STARTED's: a channel's messages go in version order
+            group.outbox += messages()  # ahead of the STARTED's: a channel's messages go in version order
             messages = None
         if started is not None:
             event = c.ReportEvent(
@@ -482,7 +489,7 @@ class ExecutionCommands:
             result = outcome if isinstance(outcome, dict) else rejection(event, outcome)
             view = group.views.get(task.task_id, view)
         if messages and not (result is not None and result.get("accepted") and not result.get("duplicate")):
-            group.outbox += messages  # the STARTED wrote nothing: the binding's own messages go
+            group.outbox += messages()  # the STARTED wrote nothing: the binding's own messages go
         if result is not None:
             context = replace(context, started=result)
         return Bound(context, handle, view if created or started is not None else None)

@@ -8,7 +8,6 @@ the number of events and tasks (``status.infra.stores.tasks``, ``status.infra.st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -66,13 +65,6 @@ class Group:
         if execution_id is not None:
             self.revoked.setdefault(execution_id, reason)
             self.revoked_at = self.revoked_at or now
-
-    # The event sink of ``outbox.service_event``: a service-written entry joins the group's inserts.
-    def insert_events(self, rows: Sequence[dict[str, Any]]) -> None:
-        self.events += rows
-
-    def insert_changes(self, rows: Sequence[dict[str, Any]]) -> None:
-        self.changes += rows
 
     def flush(self, uow: UnitOfWork) -> None:
         """The group's writes: one statement per table, whatever the number of events and tasks."""

@@ -5,21 +5,16 @@ workflows, broadcasts) and the observer's workflow projector builds its messages
 here, so a message's shape (channels, projections, delivery flags) is defined
 once.  The builders are pure; the caller writes the messages inside its
 transaction (SPEC R1, AC17), where the outbox stores each change's messages as
-one row — ``service_event`` writes its event-log and projector-feed rows itself
-and returns the messages.
+one row; ``change.write_change`` is where a task's change becomes its rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
-from status.app.durations import DurationHistory
-from status.app.ports import Stores
-from status.app.step_cache import TaskView
 from status.domain.auth import UserPrincipal
-from status.domain.lifecycle import EventType
 from status.domain.messages import Aggregate, Message
 from status.domain.model import StepState, TaskState, WorkflowState
 from status.domain.notifications import Notification
@@ -27,7 +22,6 @@ from status.domain.projections import (
     History,
     Projection,
     detail_channel,
-    iso,
     project_broadcast,
     project_channel,
     shared_channel,
@@ -261,65 +255,3 @@ def event_row(
 def change_row(task: TaskState, now: datetime) -> dict[str, Any]:
     """The workflow projector's feed entry (R15): insert-only, so task commits never lock the workflow."""
     return {"workflow_id": task.workflow_id, "task_id": task.task_id, "task_version": task.version, "created_at": now}
-
-
-class EventSink(Protocol):
-    def insert_events(self, rows: Sequence[dict[str, Any]]) -> None: ...
-    def insert_changes(self, rows: Sequence[dict[str, Any]]) -> None: ...
-
-
-def service_event(
-    stores: Stores,
-    task: TaskState,
-    view: TaskView,
-    event_type: EventType,
-    producer_id: str,
-    payload: dict[str, Any],
-    now: datetime,
-    *,
-    step: StepState | None = None,
-    notice: Notice | None = None,
-    must_deliver: bool = True,
-    broadcast: bool = False,
-    durations: DurationHistory | None = None,
-    log: EventSink | None = None,
-) -> list[Message]:
-    """Log a change the service itself made (creation, activation, classification, access)
-    at the task's current version; returns its messages for the caller to add to.
-
-    ``log``: where its event-log and feed rows go (a group's staged inserts; default: written now)."""
-    event_id = f"{SERVICE_EVENT_PREFIX}{task.task_id}:{task.version}"
-    sink: EventSink = log if log is not None else stores.log
-    sink.insert_events(
-        [
-            event_row(
-                event_id=event_id,
-                task=task,
-                step=step,
-                event_type=event_type.value,
-                producer_id=producer_id,
-                source_seq=0,
-                occurred_at=now,
-                received_at=now,
-                committed_at=now,
-                payload=payload,
-            )
-        ],
-    )
-    sink.insert_changes([change_row(task, now)])
-    trigger: dict[str, Any] = {"eventId": event_id, "eventType": event_type.value, "committedAt": iso(now)}
-    if step is not None:
-        trigger |= {"stepId": step.step_id, "operationCode": step.operation_code}
-    return task_messages(
-        task,
-        view.steps,
-        view.viewers,
-        notice=notice,
-        trigger=trigger,
-        must_deliver=must_deliver,
-        event_id=event_id,
-        broadcast=broadcast,
-        now=now,
-        history=durations.for_task(stores, task, view.steps) if durations else None,
-        groups=view.groups,
-    )

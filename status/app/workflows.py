@@ -8,6 +8,7 @@ from typing import Any
 
 from status.app import commands as c
 from status.app import outbox, routing
+from status.app.change import Change, write_change
 from status.app.context import (
     AppContext,
     check_key,
@@ -18,6 +19,7 @@ from status.app.context import (
     require,
 )
 from status.app.external_refs import attach_in, check_refs
+from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.step_cache import view_of
 from status.app.views import load_view
@@ -26,7 +28,6 @@ from status.domain.auth import Role, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
-from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, WorkflowState
 
 
@@ -93,21 +94,20 @@ class WorkflowCommands:
                     request_hash=request_hash,
                 )
                 created = True
-            results, messages = [], []
+            results, group = [], Group()
             for new_task in cmd.initial_tasks:
-                result, written, added = self._add_task(
-                    uow, caller, workflow, new_task, cmd.dynamic_registration_policy, cmd.temporal_owner
+                result, added = self._add_task(
+                    uow, group, caller, workflow, new_task, cmd.dynamic_registration_policy, cmd.temporal_owner
                 )
                 results.append(result)
-                messages += written
                 if added:
                     workflow = replace(workflow, task_count=workflow.task_count + 1)
             if created or any(r["created"] for r in results):
                 if not created:
                     workflow = replace(workflow, version=workflow.version + 1, updated_at=now)
                 uow.workflows.update_counts(workflow)
-                messages += outbox.workflow_messages(workflow, [workflow.owner_id], self.ctx.now())
-            uow.log.insert_outbox(messages)
+                group.outbox += outbox.workflow_messages(workflow, [workflow.owner_id], self.ctx.now())
+            group.flush(uow)
             uow.commit()
             return {
                 "workflowId": workflow.workflow_id,
@@ -132,15 +132,16 @@ class WorkflowCommands:
                 raise NotFound(f"workflow {workflow_id} does not exist", ErrorCode.UNKNOWN_WORKFLOW)
             workflow, facts = found
             policy = facts["dynamic_registration_policy"]
-            result, messages, added = self._add_task(uow, caller, workflow, new_task, policy)
+            group = Group()
+            result, added = self._add_task(uow, group, caller, workflow, new_task, policy)
             if added:
                 now = self.ctx.now()
                 workflow = replace(
                     workflow, version=workflow.version + 1, task_count=workflow.task_count + 1, updated_at=now
                 )
                 uow.workflows.update_counts(workflow)
-                messages += outbox.workflow_messages(workflow, [workflow.owner_id], self.ctx.now())
-            uow.log.insert_outbox(messages)
+                group.outbox += outbox.workflow_messages(workflow, [workflow.owner_id], self.ctx.now())
+            group.flush(uow)
             uow.commit()
             return {**result, "workflowId": workflow.workflow_id, "workflowVersion": str(workflow.version)}
 
@@ -150,12 +151,15 @@ class WorkflowCommands:
     def _add_task(
         self,
         uow: UnitOfWork,
+        group: Group,
         caller: ServicePrincipal,
         workflow: WorkflowState,
         new_task: c.NewTask,
         workflow_policy: dict[str, Any] | None,
         temporal_owner: c.TemporalOwner | None = None,
-    ) -> tuple[dict[str, Any], list[Message], bool]:
+    ) -> tuple[dict[str, Any], bool]:
+        """Create ``new_task`` in ``workflow`` (its rows written now, its log entry and messages
+        staged in ``group``), or find it by its clientTaskKey; says whether it was created."""
         check_key("clientTaskKey", new_task.client_task_key)
         check_title(new_task.title)
         owner = new_task.owner_id or workflow.owner_id
@@ -202,7 +206,6 @@ class WorkflowCommands:
                     "taskVersion": str(existing["version"]),
                     "created": False,
                 },
-                [],
                 False,
             )
         now = self.ctx.now()
@@ -264,8 +267,7 @@ class WorkflowCommands:
             uow.tasks.insert_step(step)
             steps.append(step)
         attach_in(uow, task.tenant_id, task.authority_scope, task.task_id, refs, now)
-        rows = outbox.service_event(
-            uow,
+        created = Change.of_service(
             task,
             view_of(task, steps, [task.owner_id]),
             EventType.TASK_CREATED,
@@ -273,11 +275,10 @@ class WorkflowCommands:
             {"knownSteps": step_ids},
             now,
             broadcast=True,
-            durations=self.ctx.durations,
         )
+        write_change(self.ctx, uow, group, created)
         return (
             {"clientTaskKey": new_task.client_task_key, "taskId": task.task_id, "taskVersion": "1", "created": True},
-            rows,
             True,
         )
 
@@ -342,19 +343,18 @@ class WorkflowCommands:
                 "taskType": task.task_type,
                 "statusDefinitionVersion": task.status_definition_version,
             }
-            uow.log.insert_outbox(
-                outbox.service_event(
-                    uow,
-                    task,
-                    load_view(uow, task),
-                    EventType.TASK_CLASSIFIED,
-                    caller.producer_id,
-                    {"before": before, "after": after},
-                    now,
-                    must_deliver=False,
-                    durations=self.ctx.durations,
-                ),
+            group = Group()
+            change = Change.of_service(
+                task,
+                load_view(uow, task),
+                EventType.TASK_CLASSIFIED,
+                caller.producer_id,
+                {"before": before, "after": after},
+                now,
+                must_deliver=False,
             )
+            write_change(self.ctx, uow, group, change)
+            group.flush(uow)
             uow.commit()
             return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": True}
 
