@@ -83,8 +83,8 @@ def main() -> None:
             messages = change(steps, viewers, groups)
             per_channel = [orjson.dumps(m.payload) for m in messages for _ in m.channels]
             (row,) = pack(messages)
-            stored = orjson.dumps(row["payload"]).decode()
-            home = row["channel"]
+            stored = orjson.dumps(row.payload).decode()
+            home = row.channel
             read = per_call(lambda stored=stored, home=home: unpack(PACKED, home, stored), args.repeat)
             detail = next(len(orjson.dumps(m.payload)) for m in messages if m.projection == "TASK_DETAIL")
             old = sum(len(p) for p in per_channel)

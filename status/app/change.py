@@ -26,6 +26,7 @@ from status.app import outbox
 from status.app.context import AppContext
 from status.app.group import Group
 from status.app.ports import Stores
+from status.app.records import DedupRecord
 from status.app.step_cache import TaskView
 from status.domain.aggregate import affects_workflow
 from status.domain.lifecycle import EventType, Lifecycle
@@ -150,7 +151,7 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
         view = view.changed(task, step)
         committed_at = ctx.now()
     group.events.append(
-        outbox.event_row(
+        outbox.event_record(
             event_id=entry.event_id,
             task=task,
             step=step,
@@ -163,7 +164,7 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
             duration_ms=entry.duration_ms,
             data_schema=entry.data_schema,
             error_code=entry.error_code,
-            payload=dict(entry.payload) if entry.payload is not None else None,
+            payload=entry.payload,
         )
     )
     result = {
@@ -174,24 +175,17 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
     }
     if change.fingerprint is not None:
         group.dedups.append(
-            {
-                "tenant_id": task.tenant_id,
-                "event_id": entry.event_id,
-                "task_id": task.task_id,
-                "payload_hash": change.fingerprint,
-                "result": result,
-                "created_at": committed_at,
-            }
+            DedupRecord(task.tenant_id, entry.event_id, task.task_id, change.fingerprint, result, committed_at)
         )
         group.seen[(task.tenant_id, entry.event_id)] = (change.fingerprint, result)
     group.views[task.task_id] = view
     if change.service or affects_workflow(change.before, task):
-        group.changes.append(outbox.change_row(task, committed_at))
+        group.changes.append(outbox.change_record(task, committed_at))
     if step is not None and step.lifecycle is Lifecycle.SUCCEEDED and not change.service:
         group.succeeded.append((task, step))  # joins the ETA history once committed
     found = notifications_for(change.before, task, change.notice)
     records, hint = (
-        outbox.notification_rows(task, view.viewers, found, entry.event_id, committed_at) if found else ([], None)
+        outbox.notification_records(task, view.viewers, found, entry.event_id, committed_at) if found else ([], None)
     )
     group.notifications += records
     if change.publish:

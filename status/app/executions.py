@@ -24,6 +24,7 @@ from status.app.context import (
 from status.app.events import EventCommands, rejection
 from status.app.group import Group
 from status.app.ports import UnitOfWork
+from status.app.records import ActivityRecord
 from status.app.step_cache import TaskView
 from status.app.views import locked_view
 from status.domain import ids
@@ -558,12 +559,12 @@ def _record_activity(group: Group, step: StepState, activity: c.TemporalActivity
     written with the group's other rows, one statement for all its bindings."""
     if activity is not None and step.execution_id is not None:
         group.activities.append(
-            {
-                "execution_id": step.execution_id,
-                "task_id": step.task_id,
-                "namespace": activity.namespace,
-                "workflow_id": activity.workflow_id,
-                "run_id": activity.run_id,
-                "activity_id": activity.activity_id,
-            }
+            ActivityRecord(
+                step.execution_id,
+                step.task_id,
+                activity.namespace,
+                activity.workflow_id,
+                activity.run_id,
+                activity.activity_id,
+            )
         )

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from status.app.ports import UnitOfWork
+from status.app.records import ActivityRecord, ChangeRecord, DedupRecord, EventRecord, NotificationRecord
 from status.app.step_cache import TaskView
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
@@ -37,12 +38,12 @@ class Group:
     step_rows: dict[tuple[str, str, int], tuple[StepState | None, StepState]] = field(default_factory=dict)
     new_steps: dict[tuple[str, str, int], StepState] = field(default_factory=dict)  # inserted with their final state
     revoked_at: datetime | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    dedups: list[dict[str, Any]] = field(default_factory=list)
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    events: list[EventRecord] = field(default_factory=list)
+    dedups: list[DedupRecord] = field(default_factory=list)
+    changes: list[ChangeRecord] = field(default_factory=list)
     outbox: list[Message] = field(default_factory=list)
-    notifications: list[dict[str, Any]] = field(default_factory=list)
-    activities: list[dict[str, str]] = field(default_factory=list)  # the Temporal activity behind an execution
+    notifications: list[NotificationRecord] = field(default_factory=list)
+    activities: list[ActivityRecord] = field(default_factory=list)  # the Temporal activity behind an execution
     succeeded: list[tuple[TaskState, StepState]] = field(default_factory=list)  # steps this group completed
 
     def write_task(self, before: TaskState | None, after: TaskState) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from status.app.records import ChangeRecord, EventRecord, NotificationRecord
 from status.domain.auth import UserPrincipal
 from status.domain.messages import Aggregate, Message
 from status.domain.model import StepState, TaskState, WorkflowState
@@ -108,36 +109,35 @@ def task_messages(
     return messages
 
 
-def notification_rows(
+def notification_records(
     task: TaskState, viewers: Sequence[str], found: Sequence[Notification], event_id: str, now: datetime
-) -> tuple[list[dict[str, Any]], Message]:
+) -> tuple[list[NotificationRecord], Message]:
     """Durable notification records for each viewer, and the realtime hint on their channels."""
-    records = []
     payload = {
         "kind": "notification.created",
         "schemaVersion": 1,
         "taskId": task.task_id,
         "notifications": [n.to_json(now) for n in found],
     }
-    for user in viewers:
-        records += [
-            {
-                "tenant_id": task.tenant_id,
-                "user_id": user,
-                "notification_id": n.id,
-                "task_id": n.task_id,
-                "task_version": n.task_version,
-                "notification_type": n.type,
-                "level": n.level,
-                "title": n.title[:300],
-                "message": n.message[:600] if n.message else None,
-                "lifecycle_status": n.lifecycle_status,
-                "details": n.details(),
-                "created_at": now,
-                "read_at": None,
-            }
-            for n in found
-        ]
+    records = [
+        NotificationRecord(
+            tenant_id=task.tenant_id,
+            user_id=user,
+            notification_id=n.id,
+            task_id=n.task_id,
+            task_version=n.task_version,
+            notification_type=n.type,
+            level=n.level,
+            title=n.title[:300],
+            message=n.message[:600] if n.message else None,
+            lifecycle_status=n.lifecycle_status,
+            details=n.details(),
+            created_at=now,
+            read_at=None,
+        )
+        for user in viewers
+        for n in found
+    ]
     hint = _message(
         Aggregate("TASK", task.task_id, task.version, user_channel(task.tenant_id, task.owner_id)),
         [user_channel(task.tenant_id, user) for user in viewers],
@@ -207,7 +207,7 @@ def broadcast_message(
     return _message(aggregate, channels, projection, payload, must_deliver=True, event_id=None, now=now)
 
 
-def event_row(
+def event_record(
     *,
     event_id: str,
     task: TaskState,
@@ -221,10 +221,10 @@ def event_row(
     duration_ms: int | None = None,
     data_schema: str | None = None,
     error_code: str | None = None,
-    payload: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    payload: Mapping[str, Any] | None = None,
+) -> EventRecord:
     """The immutable event-log record of a change, at the versions it produced."""
-    return dict(
+    return EventRecord(
         tenant_id=task.tenant_id,
         event_id=event_id,
         workflow_id=task.workflow_id,
@@ -248,10 +248,10 @@ def event_row(
         received_at=received_at,
         committed_at=committed_at,
         duration_ms=duration_ms,
-        payload=payload,
+        payload=dict(payload) if payload is not None else None,
     )
 
 
-def change_row(task: TaskState, now: datetime) -> dict[str, Any]:
+def change_record(task: TaskState, now: datetime) -> ChangeRecord:
     """The workflow projector's feed entry (R15): insert-only, so task commits never lock the workflow."""
-    return {"workflow_id": task.workflow_id, "task_id": task.task_id, "task_version": task.version, "created_at": now}
+    return ChangeRecord(task.workflow_id, task.task_id, task.version, now)

@@ -22,7 +22,8 @@ import os
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -41,7 +42,25 @@ def partition_of(channel: str) -> int:
     return zlib.crc32(channel.encode()) % OUTBOX_PARTITIONS
 
 
-def pack(messages: Sequence[Message]) -> list[dict[str, Any]]:
+class OutboxRecord(NamedTuple):
+    """One change's outbox row (its fields: ``task_outbox``'s columns, as the Inserter takes them)."""
+
+    aggregate_type: str
+    aggregate_id: str
+    aggregate_version: int
+    channel: str
+    projection: str
+    must_deliver: bool
+    event_id: str | None
+    payload: dict[str, Any]
+    status: str
+    available_at: datetime
+    created_at: datetime
+    publish_key: str
+    partition_no: int
+
+
+def pack(messages: Sequence[Message]) -> list[OutboxRecord]:
     """One row per aggregate version, its messages in the order given, each with a fresh random
     publish key (see ``status.infra.tables.task_outbox``)."""
     changes: dict[Aggregate, list[Message]] = {}
@@ -51,23 +70,23 @@ def pack(messages: Sequence[Message]) -> list[dict[str, Any]]:
     for aggregate, same in changes.items():
         first = same[0]
         rows.append(
-            {
-                "aggregate_type": aggregate.kind,
-                "aggregate_id": aggregate.id,
-                "aggregate_version": aggregate.version,
-                "channel": aggregate.home,
-                "projection": PACKED,
-                "must_deliver": any(m.must_deliver for m in same),
-                "event_id": next((m.event_id for m in same if m.event_id), None),
-                "payload": {
+            OutboxRecord(
+                aggregate_type=aggregate.kind,
+                aggregate_id=aggregate.id,
+                aggregate_version=aggregate.version,
+                channel=aggregate.home,
+                projection=PACKED,
+                must_deliver=any(m.must_deliver for m in same),
+                event_id=next((m.event_id for m in same if m.event_id), None),
+                payload={
                     "messages": [{"projection": m.projection, "channels": m.channels, "data": m.payload} for m in same]
                 },
-                "status": "PENDING",
-                "available_at": first.created_at,
-                "created_at": first.created_at,
-                "publish_key": os.urandom(16).hex(),
-                "partition_no": partition_of(aggregate.home),
-            }
+                status="PENDING",
+                available_at=first.created_at,
+                created_at=first.created_at,
+                publish_key=os.urandom(16).hex(),
+                partition_no=partition_of(aggregate.home),
+            )
         )
     return rows
 

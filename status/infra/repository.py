@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from status.app.records import ChangeRecord, DedupRecord, EventRecord, NotificationRecord
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import Progress, StepError, StepState, TaskState, WorkflowState
@@ -354,6 +355,7 @@ def insert_outbox(conn: sa.Connection, messages: Sequence[Message]) -> None:
 _INSERT_CHANGE = Inserter(t.workflow_change)
 _INSERT_EVENT = Inserter(t.task_event_log)
 _INSERT_DEDUP = Inserter(t.task_event_dedup)
+_INSERT_NOTIFICATION = Inserter(t.user_notification)
 
 
 _REVOKE_HANDLES = (
@@ -372,24 +374,25 @@ def revoke_handles(conn: sa.Connection, execution_id: str | None, reason: str, n
         conn.execute(_REVOKE_HANDLES, {"_execution_id": execution_id, "_now": now, "_reason": reason})
 
 
-def insert_notifications(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+def insert_notifications(conn: sa.Connection, rows: Sequence[NotificationRecord]) -> None:
+    """Stored notifications (one multi-row INSERT)."""
     if rows:
-        conn.execute(sa.insert(t.user_notification), list(rows))
+        _INSERT_NOTIFICATION(conn, rows)
 
 
-def insert_changes(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+def insert_changes(conn: sa.Connection, rows: Sequence[ChangeRecord]) -> None:
     """Workflow projector feed rows (one multi-row INSERT)."""
     if rows:
         _INSERT_CHANGE(conn, rows)
 
 
-def insert_events(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+def insert_events(conn: sa.Connection, rows: Sequence[EventRecord]) -> None:
     """Event-log rows (one multi-row INSERT)."""
     if rows:
         _INSERT_EVENT(conn, rows)
 
 
-def insert_dedups(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+def insert_dedups(conn: sa.Connection, rows: Sequence[DedupRecord]) -> None:
     """Idempotency results (one multi-row INSERT)."""
     if rows:
         _INSERT_DEDUP(conn, rows)

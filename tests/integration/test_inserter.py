@@ -7,19 +7,13 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from status.app.records import ActivityRecord
 from status.infra import tables as t
 from status.infra.inserts import Inserter
 
 
-def _activity(execution_id: str, activity_id: str) -> dict[str, str]:
-    return {
-        "execution_id": execution_id,
-        "task_id": "task-1",
-        "namespace": "default",
-        "workflow_id": "wf",
-        "run_id": "run",
-        "activity_id": activity_id,
-    }
+def _activity(execution_id: str, activity_id: str) -> ActivityRecord:
+    return ActivityRecord(execution_id, "task-1", "default", "wf", "run", activity_id)
 
 
 def test_keep_existing_skips_stored_keys_and_keeps_their_rows(engine: sa.Engine) -> None:

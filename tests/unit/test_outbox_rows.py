@@ -9,7 +9,7 @@ import orjson
 from observer.relay import OutboxRelay, _plan, _worst
 from status.domain.messages import Aggregate, Message
 from status.infra.centrifugo import Broadcast, Publication, PublishResult, _reply_result
-from status.infra.outbox_rows import PACKED, StoredMessage, pack, partition_of, unpack
+from status.infra.outbox_rows import PACKED, OutboxRecord, StoredMessage, pack, partition_of, unpack
 from status.infra.outbox_store import ClaimedRow
 
 NOW = datetime(2026, 12, 3, 9, 0, 0)
@@ -23,17 +23,17 @@ def _message(version: int, channels: tuple[str, ...], projection: str = "USER_SU
     )
 
 
-def _claimed(row_id: int, row: dict, must: bool | None = None) -> ClaimedRow:
-    text = orjson.dumps(row["payload"]).decode()
+def _claimed(row_id: int, row: OutboxRecord, must: bool | None = None) -> ClaimedRow:
+    text = orjson.dumps(row.payload).decode()
     return ClaimedRow(
         row_id,
-        row["publish_key"],
-        row["aggregate_type"],
-        row["aggregate_id"],
-        row["aggregate_version"],
-        row["channel"],
-        row["must_deliver"] if must is None else must,
-        unpack(row["projection"], row["channel"], text),
+        row.publish_key,
+        row.aggregate_type,
+        row.aggregate_id,
+        row.aggregate_version,
+        row.channel,
+        row.must_deliver if must is None else must,
+        unpack(row.projection, row.channel, text),
         1,
         NOW,
     )
@@ -44,11 +44,11 @@ def test_a_changes_messages_are_one_row_each_projection_once_with_its_channels()
     first = [_message(7, viewers), _message(7, ("task_detail:t/tsk_1",), "TASK_DETAIL")]
     second = [_message(8, viewers, must=True), _message(8, viewers, "USER_NOTIFICATION")]
     rows = pack([*first, *second])
-    assert [r["aggregate_version"] for r in rows] == [7, 8]
-    assert {r["projection"] for r in rows} == {PACKED} and [r["must_deliver"] for r in rows] == [False, True]
-    assert {r["channel"] for r in rows} == {HOME} and {r["partition_no"] for r in rows} == {partition_of(HOME)}
-    assert rows[0]["publish_key"] != rows[1]["publish_key"]
-    messages = unpack(PACKED, HOME, orjson.dumps(rows[0]["payload"]).decode())
+    assert [r.aggregate_version for r in rows] == [7, 8]
+    assert {r.projection for r in rows} == {PACKED} and [r.must_deliver for r in rows] == [False, True]
+    assert {r.channel for r in rows} == {HOME} and {r.partition_no for r in rows} == {partition_of(HOME)}
+    assert rows[0].publish_key != rows[1].publish_key
+    messages = unpack(PACKED, HOME, orjson.dumps(rows[0].payload).decode())
     assert [(m.projection, m.channels) for m in messages] == [
         ("USER_SUMMARY", viewers),
         ("TASK_DETAIL", ("task_detail:t/tsk_1",)),
@@ -74,7 +74,7 @@ def test_a_row_is_a_versioned_publish_per_detail_channel_and_one_broadcast_to_th
     assert isinstance(detail, Publication) and detail.channel == "task_detail:t/tsk_1"
     assert (detail.version, detail.delta) == (5, True)
     # Centrifugo's keys act per channel, and two messages may share one: a key per message.
-    assert broadcast.idempotency_key == row["publish_key"] and detail.idempotency_key == f"{row['publish_key']}.1"
+    assert broadcast.idempotency_key == row.publish_key and detail.idempotency_key == f"{row.publish_key}.1"
 
 
 def test_an_unsubscribe_order_is_taken_out_of_the_publications() -> None:

@@ -3,12 +3,13 @@ has read each namespace's closed runs. The SQL of ``status.app.runs`` lives here
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
 
 from status.app.ports import OwnedTask
+from status.app.records import ActivityRecord
 from status.domain.lifecycle import TERMINAL
 from status.infra import tables as t
 from status.infra.inserts import Inserter
@@ -136,10 +137,9 @@ class SqlRunStore:
             except sa.exc.IntegrityError:  # another follower inserted it first; its value is as good
                 pass
 
-    def record_activities(self, rows: Sequence[Mapping[str, str]]) -> None:
-        """The Temporal activity behind each execution (``execution_id``, ``task_id``, ``namespace``,
-        ``workflow_id``, ``run_id``, ``activity_id``), in one statement; an execution already recorded
-        (a retried binding) keeps its row."""
+    def record_activities(self, rows: Sequence[ActivityRecord]) -> None:
+        """The Temporal activity behind each execution, in one statement; an execution already
+        recorded (a retried binding) keeps its row."""
         if not rows:
             return
-        _INSERT_ACTIVITIES(self._conn, list({row["execution_id"]: row for row in rows}.values()))
+        _INSERT_ACTIVITIES(self._conn, list({row.execution_id: row for row in rows}.values()))

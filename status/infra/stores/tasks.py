@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.app.ports import Row
+from status.app.records import ChangeRecord, DedupRecord, EventRecord, NotificationRecord
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.infra import repository as repo
@@ -226,18 +227,18 @@ class SqlLogStore:
         self._conn = conn
         self._wrote = wrote
 
-    def insert_events(self, rows: Sequence[Row]) -> None:
+    def insert_events(self, rows: Sequence[EventRecord]) -> None:
         repo.insert_events(self._conn, rows)
 
-    def insert_dedups(self, rows: Sequence[Row]) -> None:
+    def insert_dedups(self, rows: Sequence[DedupRecord]) -> None:
         repo.insert_dedups(self._conn, rows)
 
-    def insert_changes(self, rows: Sequence[Row]) -> None:
+    def insert_changes(self, rows: Sequence[ChangeRecord]) -> None:
         if rows:
             repo.insert_changes(self._conn, rows)
             self._wrote("feed")
 
-    def insert_notifications(self, rows: Sequence[Row]) -> None:
+    def insert_notifications(self, rows: Sequence[NotificationRecord]) -> None:
         repo.insert_notifications(self._conn, rows)
 
     def insert_outbox(self, messages: Sequence[Message]) -> None:

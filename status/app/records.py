@@ -1,0 +1,91 @@
+"""The insert-only rows a change adds beside its task and step rows, typed.
+
+A group collects these as it decides its events and writes each kind with one statement at its
+end (``status.app.group.Group.flush``). Each is a named tuple whose fields are its table's
+columns, in the names and order the stores insert them, so nothing between the decision and the
+driver builds a row dict: the store hands the tuples to the database as they are
+(``status.infra.inserts.Inserter``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, NamedTuple
+
+
+class EventRecord(NamedTuple):
+    """The immutable event-log entry of a change, at the versions it produced."""
+
+    tenant_id: str
+    event_id: str
+    workflow_id: str
+    task_id: str
+    task_version: int
+    step_id: str | None
+    operation_code: str | None
+    execution_id: str | None
+    step_version: int | None
+    task_attempt: int
+    step_attempt: int | None
+    producer_id: str
+    source_seq: int
+    event_type: str
+    lifecycle_status: str
+    business_status: str | None
+    health: str
+    data_schema: str | None
+    error_code: str | None
+    occurred_at: datetime
+    received_at: datetime
+    committed_at: datetime
+    duration_ms: int | None
+    payload: Any  # JSON: the report's content as the log keeps it
+
+
+class DedupRecord(NamedTuple):
+    """What an event id was answered: a retry with the same content gets ``result`` again."""
+
+    tenant_id: str
+    event_id: str
+    task_id: str
+    payload_hash: str
+    result: Any  # JSON: the answer as sent
+    created_at: datetime
+
+
+class ChangeRecord(NamedTuple):
+    """The workflow projector's feed entry: insert-only, so task commits never lock the workflow."""
+
+    workflow_id: str
+    task_id: str
+    task_version: int
+    created_at: datetime
+
+
+class NotificationRecord(NamedTuple):
+    """One stored notification for one user."""
+
+    tenant_id: str
+    user_id: str
+    notification_id: str
+    task_id: str
+    task_version: int
+    notification_type: str
+    level: str
+    title: str
+    message: str | None
+    lifecycle_status: str | None
+    details: Any  # JSON
+    created_at: datetime
+    read_at: datetime | None
+
+
+class ActivityRecord(NamedTuple):
+    """The Temporal activity an execution runs as (what the reconciler asks Temporal about)."""
+
+    execution_id: str
+    task_id: str
+    namespace: str
+    workflow_id: str
+    run_id: str
+    activity_id: str
