@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -39,6 +38,7 @@ from status.api.models import (
     ActivateStepIn,
     BatchGetIn,
     BindBatchIn,
+    Body,
     BroadcastIn,
     ClassifyIn,
     CreateWorkflowIn,
@@ -66,7 +66,7 @@ from status.domain.errors import DomainError, Invalid
 from status.infra.metrics import REGISTRY
 from status.settings import Settings
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=Body)
 
 
 class Api:
@@ -170,7 +170,7 @@ class Api:
 
     async def heartbeats(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)
-        body = await self.gate.parse_closed(request, HeartbeatBatchIn)
+        body = await self.gate.parse(request, HeartbeatBatchIn)
         return JSONResponse(await self.record_heartbeats(caller, [h.command() for h in body.heartbeats]))
 
     async def record_heartbeats(self, caller: ServicePrincipal, beats: list[c.Heartbeat]) -> dict[str, Any]:

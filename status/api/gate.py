@@ -10,17 +10,18 @@ import json
 import math
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from starlette.requests import Request
 
 from status.api.limits import RateLimiter
+from status.api.models import Body
 from status.app.service import EventCaller, StatusService
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.errors import Forbidden, Invalid, TooLarge, Unauthenticated
 from status.infra.tokens import ServiceTokens, UserTokens
 from status.settings import Settings
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=Body)
 
 
 class Gate:
@@ -62,22 +63,19 @@ class Gate:
         return body
 
     async def parse(self, request: Request, model: type[M], *, empty: bool = False) -> M:
-        """The body as ``model`` (``empty``: no body at all means ``{}``); mistakes are VALIDATION_FAILED."""
-        raw = await self.body(request)
-        if raw is None and empty:
-            raw = {}
-        if not isinstance(raw, dict):
-            raise Invalid("the request body must be a JSON object")
-        return self.validated(model, raw, checked=True)
+        """The body as ``model`` (``empty``: no body at all means ``{}``); mistakes are VALIDATION_FAILED.
 
-    async def parse_closed(self, request: Request, model: type[M]) -> M:
-        """The body as ``model``, parsed and validated in one pass from its bytes (pydantic's own
-        JSON parser: no intermediate objects), for the hot routes' models that hold no free-form
-        JSON. What ``check_storable`` refuses is refused here too: that parser takes no lone
-        surrogate, NaN or infinity, and such a model's nesting is bounded by its fields."""
+        Parsed and validated in one pass from its bytes (pydantic's own JSON parser: no
+        intermediate objects, no second walk), then only the model's free-form values are checked
+        for storage (``Body.free_form``). The trap: that parser reads NaN and Infinity, which the
+        models' float fields refuse but a free-form value would carry into storage — so
+        ``check_storable`` still runs on those, at the depth they sit at in the body. Lone
+        surrogates it refuses itself, as it refuses nesting past its own limit."""
         raw = await self.raw_body(request)
+        if empty and raw.strip() in (b"", b"null"):
+            raw = b"{}"
         try:
-            return model.model_validate_json(raw)
+            parsed = model.model_validate_json(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             if first["type"] == "json_invalid":
@@ -86,6 +84,9 @@ class Gate:
                 raise Invalid("the request body must be a JSON object") from exc
             where = ".".join(str(p) for p in first["loc"]) or "(body)"
             raise Invalid(f"{where}: {first['msg']}") from exc
+        for value, depth in parsed.free_form():
+            check_storable(value, depth)
+        return parsed
 
     @staticmethod
     def validated(model: type[M], raw: dict[str, Any], *, checked: bool = False) -> M:
@@ -169,10 +170,11 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # Python's json accepts NaN, Infinity and -Infinity
 
 
-def check_storable(value: Any) -> None:
+def check_storable(value: Any, depth: int = 1) -> None:
     """Refuse what JSON allows but storage cannot hold: nesting deeper than ``MAX_JSON_DEPTH``,
-    numbers that are not finite (NaN, infinities), strings with lone surrogates (not UTF-8)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    numbers that are not finite (NaN, infinities), strings with lone surrogates (not UTF-8).
+    ``depth``: where ``value`` sits in the request body (the body itself is at 1)."""
+    stack: list[tuple[Any, int]] = [(value, depth)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):

@@ -7,6 +7,7 @@ unbounded string ever reaches the service.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -43,8 +44,22 @@ def _naive_utc(value: datetime) -> datetime:
     return value
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+class Body(BaseModel):
+    """A request body. Bodies are parsed from their bytes by pydantic's own parser
+    (``status.api.gate``), which reads NaN and Infinity: a float field refuses them, as storage
+    must; unknown fields are refused, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
+        """The body's free-form JSON values (what no field type bounds), each with the depth it
+        sits at in the request body when the model's own object is at ``depth``: the gate checks
+        that storage can hold them (``status.api.gate.check_storable``)."""
+        return iter(())
+
+
+class Strict(Body):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
 
 
 class KnownStepIn(Strict):
@@ -356,6 +371,10 @@ class EventIn(Strict):
             raise ValueError("send error and failedStepId (failure is their deprecated form), not both")
         return self
 
+    def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
+        if self.data is not None:
+            yield self.data.value, depth + 2  # event → data → value
+
     def _error(self) -> StepError | None:
         if self.error is not None:
             return self.error.domain()
@@ -453,6 +472,10 @@ class EventBatchIn(Strict):
             raise ValueError("a batch carries events, heartbeats or both")
         return self
 
+    def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
+        for event in self.events:
+            yield from event.free_form(depth + 2)  # batch → events → event
+
     def commands(self) -> tuple[list[c.ReportEvent], list[c.Heartbeat]]:
         """Every event and riding heartbeat as its command, or the request's refusal (an instant
         out of range, say): all of it is parsed before any of it is applied."""
@@ -469,7 +492,7 @@ class AclIn(Strict):
     permission: Literal["VIEW", "OPERATE", "ADMIN"] = "VIEW"
 
 
-class BatchGetIn(BaseModel):
+class BatchGetIn(Body):
     model_config = ConfigDict(extra="forbid")
 
     taskIds: list[Key] = Field(min_length=1, max_length=100)
@@ -478,13 +501,13 @@ class BatchGetIn(BaseModel):
     )
 
 
-class WorkflowBatchGetIn(BaseModel):
+class WorkflowBatchGetIn(Body):
     model_config = ConfigDict(extra="forbid")
 
     workflowIds: list[Key] = Field(min_length=1, max_length=100)
 
 
-class SubscriptionIn(BaseModel):
+class SubscriptionIn(Body):
     model_config = ConfigDict(extra="forbid")
 
     taskId: Key | None = None
@@ -502,13 +525,13 @@ class BroadcastIn(Strict):
     user_ids: list[PrincipalId] = Field(default_factory=list, max_length=100_000)
 
 
-class ReleaseIn(BaseModel):
+class ReleaseIn(Body):
     model_config = ConfigDict(extra="forbid")
 
     channel: Annotated[str, StringConstraints(min_length=3, max_length=255)]
 
 
-class MarkReadIn(BaseModel):
+class MarkReadIn(Body):
     """Mark some notifications read (``ids``) or all of them (``all``: true)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -525,7 +548,7 @@ class MarkReadIn(BaseModel):
         return self
 
 
-class WatchSetIn(BaseModel):
+class WatchSetIn(Body):
     model_config = ConfigDict(extra="forbid")
 
     sessionId: Annotated[str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
@@ -537,7 +560,7 @@ _Count = Annotated[int, Field(ge=0, le=1_000_000)]
 _Seconds = Annotated[float, Field(ge=0.0, le=86_400.0, allow_inf_nan=False)]
 
 
-class ClientCountersIn(BaseModel):
+class ClientCountersIn(Body):
     """What one page saw since its last report."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
@@ -549,7 +572,7 @@ class ClientCountersIn(BaseModel):
     unknown_messages: _Count = 0  # messages of a kind or schemaVersion this client does not know
 
 
-class ClientTelemetryIn(BaseModel):
+class ClientTelemetryIn(Body):
     """A page's realtime health since its last report (seed §14: what operators cannot see otherwise)."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
