@@ -89,14 +89,12 @@ class Gate:
         return parsed
 
     @staticmethod
-    def validated(model: type[M], raw: dict[str, Any], *, checked: bool = False) -> M:
-        """``raw`` as ``model``; mistakes are VALIDATION_FAILED naming the first bad field (REST and gRPC).
+    def validated(model: type[M], raw: dict[str, Any]) -> M:
+        """``raw`` as ``model``; mistakes are VALIDATION_FAILED naming the first bad field (gRPC).
 
-        First, whatever the model: the body must be storable as it is (``check_storable``; an HTTP
-        body was checked when it was read), so that nothing that passes here can fail later in
-        the database or in a projection."""
-        if not checked:
-            check_storable(raw)
+        First, whatever the model: the body must be storable as it is (``check_storable``), so
+        that nothing that passes here can fail later in the database or in a projection."""
+        check_storable(raw)
         try:
             return model.model_validate(raw)
         except ValidationError as exc:
