@@ -90,6 +90,35 @@ def test_data_that_storage_cannot_hold_is_refused(
     assert _committed(engine) == before
 
 
+def test_data_nests_to_the_limit_counted_from_the_body(http: Http, engine: sa.Engine, ctx: dict[str, Any]) -> None:
+    """The limit counts levels from the request body, wherever the data sits in it: an event's
+    value is at level 3 of a single event's body and level 5 of a batch's, so the deepest data
+    one holds is two levels deeper than the other's. At the limit it is taken; one level more
+    is refused and commits nothing."""
+
+    def event(seq: int, levels: int, **fields: Any) -> dict[str, Any]:
+        data = {"schema": PROGRESS_SCHEMA, "value": {"page": 1, "deep": _nested(levels)}}
+        return event_body("STEP_PROGRESS", seq, progress={"current": seq}, data=data, **fields)
+
+    def single(seq: int, levels: int) -> Any:
+        return _post_event(http, ctx, _raw(event(seq, levels)))
+
+    def batch(seq: int, levels: int) -> Any:
+        body = {"events": [event(seq, levels, executionHandle=ctx["executionHandle"])]}
+        return http.client.post("/internal/v1/task-events:batch", json=body, headers=http.worker)
+
+    # value {"page", "deep": n levels}: its deepest object sits at value's level + n
+    for seq, (send, deepest) in enumerate([(single, 20 - 3), (batch, 20 - 5)], start=2):
+        before = _committed(engine)
+        refused = send(seq, deepest + 1)
+        _refused(refused)
+        assert "nests deeper" in refused.json()["error"]["message"], refused.text
+        assert _committed(engine) == before
+        taken = send(seq, deepest)
+        assert taken.status_code == 200, taken.text
+        assert _committed(engine) != before
+
+
 @pytest.mark.parametrize(
     "document",
     [
