@@ -183,3 +183,56 @@ def dashboard_stack(**overrides: Any) -> Iterator[Any]:
             server.should_exit = True
             node.stop()
             engine.dispose()
+
+
+@contextmanager
+def py_spy(pid: int, output: Path | None, rate: int = 250) -> Iterator[None]:
+    """Sample ``pid``'s Python stacks with py-spy while the block runs (``output`` None: nothing).
+
+    Collapsed stacks (``--format raw``), only samples holding the interpreter lock (``--gil``): what
+    the process's Python spent its CPU on, not where its threads waited. py-spy is a profiling tool,
+    not a dependency: install it beside the virtualenv (``pip install py-spy``) to use this."""
+    if output is None:
+        yield
+        return
+    import shutil
+    import signal
+    import subprocess
+
+    spy = shutil.which("py-spy") or str(REPO / ".venv" / "bin" / "py-spy")
+    if not Path(spy).exists():
+        raise SystemExit("--profile needs py-spy (pip install py-spy)")
+    args = [spy, "record", "--pid", str(pid), "--format", "raw", "--gil", "--nonblocking", "--nolineno"]
+    proc = subprocess.Popen(
+        [*args, "--rate", str(rate), "--output", str(output)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        proc.wait(30)
+
+
+def profile_summary(collapsed: Path, top: int = 20) -> str:
+    """The heaviest functions of a collapsed-stack profile, by own time and by time inside them."""
+    own: dict[str, int] = {}
+    inside: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        samples = int(count)
+        total += samples
+        frames = stack.split(";")  # "function (file)": recorded without line numbers
+        own[frames[-1]] = own.get(frames[-1], 0) + samples
+        for frame in set(frames):
+            inside[frame] = inside.get(frame, 0) + samples
+    if not total:
+        return "no samples"
+    lines = [f"{total} samples holding the GIL"]
+    for title, table in (("own time", own), ("inside (own + callees)", inside)):
+        lines.append(f"  by {title}:")
+        for frame, samples in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"    {100 * samples / total:5.1f} %  {frame}")
+    return "\n".join(lines)

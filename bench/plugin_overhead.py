@@ -33,7 +33,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
-from common import REPO, create_tasks_http, process_tree_cpu, scratch_database  # type: ignore[import-not-found]
+from common import (  # type: ignore[import-not-found]
+    REPO,
+    create_tasks_http,
+    process_tree_cpu,
+    profile_summary,
+    py_spy,
+    scratch_database,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from plugin_workflows import OverheadWorkflow, tiny  # type: ignore[import-not-found]
@@ -159,7 +166,16 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workflows", type=int, default=40)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="sample the API and this worker with py-spy during each plugin phase; collapsed stacks"
+        " and a summary of each go to DIR",
+    )
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     secrets_env = {
         f"TASK_OBSERVER_{n}": secrets.token_hex(32)
         for n in (
@@ -224,7 +240,13 @@ async def main() -> None:
                     plugin = TaskStatusPlugin(base, worker_token, outbox_path=outbox, grpc_target=target)
                     tasks = new_tasks(args.workflows)
                     api_cpu = process_tree_cpu(api.pid)
-                    rate, cpu = await run_batch(env, [plugin], tasks, args.steps)
+                    profiles = (
+                        (None, None)
+                        if args.profile is None
+                        else (args.profile / f"api-{transport}.txt", args.profile / f"worker-{transport}.txt")
+                    )
+                    with py_spy(api.pid, profiles[0]), py_spy(os.getpid(), profiles[1]):
+                        rate, cpu = await run_batch(env, [plugin], tasks, args.steps)
                     api_ms = 1000 * (process_tree_cpu(api.pid) - api_cpu) / activities
                     figures[transport] = (rate, cpu, api_ms)
                     breakdown[transport] = dict(LAST_THREADS)
@@ -253,6 +275,14 @@ async def main() -> None:
             f" plugin / OpenTelemetry {cpu / cpu_traced:.2f})"
             f"   throughput ratio {rate / without:5.2f}"
         )
+    if args.profile is not None:
+        for transport in figures:
+            for who in ("api", "worker"):
+                collapsed = args.profile / f"{who}-{transport}.txt"
+                summary = profile_summary(collapsed)
+                (args.profile / f"{who}-{transport}.summary").write_text(summary + "\n")
+                print(f"{who} profile ({transport}, py-spy --gil): {collapsed}")
+                print(summary)
     columns = [k for k in ("without", "OpenTelemetry", "REST", "gRPC") if k in breakdown]
     print(f"worker CPU by thread group, ms/activity ({' / '.join(columns)}):")
     groups = sorted({g for b in breakdown.values() for g in b}, key=lambda g: -breakdown.get("REST", {}).get(g, 0.0))
