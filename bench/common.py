@@ -186,7 +186,7 @@ def dashboard_stack(**overrides: Any) -> Iterator[Any]:
 
 
 @contextmanager
-def py_spy(pid: int, output: Path | None, rate: int = 250) -> Iterator[None]:
+def py_spy(pid: int, output: Path | None, rate: int = 1000) -> Iterator[None]:
     """Sample ``pid``'s Python stacks with py-spy while the block runs (``output`` None: nothing).
 
     Collapsed stacks (``--format raw``), only samples holding the interpreter lock (``--gil``): what

@@ -34,7 +34,7 @@ from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, 
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
 from status.domain.messages import Message
-from status.domain.model import StepState, TaskState
+from status.domain.model import StepState, TaskState, evolve
 from status.domain.projections import iso
 from status.domain.rules import Notice
 
@@ -256,7 +256,7 @@ class ExecutionCommands:
             )
         else:
             step = existing
-        step = replace(
+        step = evolve(
             step,
             execution_id=execution_id,
             producer_id=cmd.producer_id,
@@ -269,7 +269,7 @@ class ExecutionCommands:
             temporal_activity=activity,
             temporal_attempt=cmd.attempt if activity is not None else None,
         )
-        before, task = task, replace(task, version=task.version + 1, updated_at=now)
+        before, task = task, evolve(task, version=task.version + 1, updated_at=now)
         # Staged, written once at the end with whatever the STARTED changes: only changed columns
         # (heartbeat columns of the cached state may be older than the rows').
         for prev in changed:
@@ -420,7 +420,7 @@ class ExecutionCommands:
         _record_activity(group, step, cmd.temporal_activity)
         before, task = (
             task,
-            replace(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
+            evolve(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
         )
         group.write_task(before, task)
         frozen = self._freeze_operation(uow, op)

@@ -23,13 +23,13 @@ given, with the same rules: the same number binds, a later one goes ahead, lost 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from status.domain.definitions import StatusDefinitionSet
 from status.domain.errors import Conflict, ErrorCode, Forbidden, NotFound
 from status.domain.lifecycle import Health, Lifecycle
-from status.domain.model import StepError, StepState, TaskState
+from status.domain.model import StepError, StepState, TaskState, evolve
 
 # Attempts closed as lost are written as rows of their own; past this many only the newest are
 # (an activity at attempt 500 whose reports never arrived must not write 500 rows in one event).
@@ -162,11 +162,11 @@ def superseded_attempt(
     logs "Activity not found on completion"). Temporal's verdict on an attempt is final: it is
     shown TIMED_OUT, as Temporal recorded it, not SUCCEEDED.
     """
-    previous = replace(previous, superseded=True)
+    previous = evolve(previous, superseded=True)
     refused = retried_by_temporal and previous.lifecycle is Lifecycle.SUCCEEDED
     if previous.lifecycle.terminal and not refused:
         return previous
-    return replace(
+    return evolve(
         previous,
         lifecycle=Lifecycle.TIMED_OUT,
         business_status=statuses.resolve(None, Lifecycle.TIMED_OUT, None).code,
@@ -184,7 +184,7 @@ def next_attempt(
     current: StepState, number: int, lifecycle: Lifecycle, statuses: StatusDefinitionSet, now: datetime
 ) -> StepState:
     """Attempt ``number`` of the step as a fresh row: the step's identity, nothing of an attempt's state."""
-    return replace(
+    return evolve(
         current,
         attempt=number,
         lifecycle=lifecycle,
@@ -216,4 +216,4 @@ def next_attempt(
 def lost_attempt(current: StepState, number: int, statuses: StatusDefinitionSet, now: datetime) -> StepState:
     """Attempt ``number`` of the step, which Temporal ran and which never reported: TIMED_OUT, superseded."""
     lost = next_attempt(current, number, Lifecycle.TIMED_OUT, statuses, now)
-    return replace(lost, superseded=True, error=NEVER_REPORTED)
+    return evolve(lost, superseded=True, error=NEVER_REPORTED)

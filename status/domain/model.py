@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from status.domain.lifecycle import Health, Lifecycle
 
@@ -137,3 +137,37 @@ class WorkflowState:
     aggregate: dict[str, Any] = field(default_factory=dict)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+
+State = TypeVar("State", StepState, TaskState, WorkflowState)
+
+
+def evolve(state: State, **changes: Any) -> State:
+    """``dataclasses.replace(state, **changes)``, a few times cheaper: what an event does to its
+    step and task many times per change.
+
+    ``replace`` builds the new state through ``__init__``, which for a frozen class is a guarded
+    ``object.__setattr__`` per field (39 of them for a step). These states have no
+    ``__post_init__``, no ``InitVar`` and no field left out of ``__init__``, so a copy of the
+    instance's fields with the changed ones set is the very object ``replace`` builds. The trap
+    ``replace`` guards against is guarded here too: a misspelt field is a ``TypeError``, never a
+    new attribute nobody reads."""
+    unknown = changes.keys() - _FIELD_NAMES[type(state)]
+    if unknown:
+        raise TypeError(f"{type(state).__name__} has no field {', '.join(sorted(unknown))}")
+    new = object.__new__(type(state))
+    attributes = new.__dict__
+    attributes.update(state.__dict__)
+    attributes.update(changes)
+    return new
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    # The promise above, checked when this module loads: a field that ``__init__`` leaves out,
+    # or a ``__post_init__``, would make a copy differ from what ``replace`` builds.
+    if hasattr(cls, "__post_init__") or any(not f.init for f in fields(cls)):
+        raise TypeError(f"evolve cannot stand in for replace on {cls.__name__}")
+    return frozenset(f.name for f in fields(cls))
+
+
+_FIELD_NAMES = {cls: _field_names(cls) for cls in (StepState, TaskState, WorkflowState)}

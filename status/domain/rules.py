@@ -29,7 +29,7 @@ from status.domain.lifecycle import (
     next_step_lifecycle,
     next_task_lifecycle,
 )
-from status.domain.model import Progress, StepError, StepState, TaskState
+from status.domain.model import Progress, StepError, StepState, TaskState, evolve
 
 PHASE_CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 ERROR_CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -266,7 +266,7 @@ def apply_step_event(
     if event.event_type is EventType.STEP_FAILED and event.error is None:
         raise Invalid("STEP_FAILED needs an error")
 
-    new_step = replace(
+    new_step = evolve(
         step,
         lifecycle=lifecycle,
         business_status=business.code,
@@ -298,7 +298,7 @@ def apply_step_event(
     task_business = task.business_status
     if task_lifecycle is not task.lifecycle:
         task_business = statuses.resolve(None, task_lifecycle, task.business_status).code
-    new_task = replace(
+    new_task = evolve(
         task,
         lifecycle=task_lifecycle,
         business_status=task_business,
@@ -426,7 +426,7 @@ def apply_task_event(
     if event.event_type is EventType.TASK_FAILED and error is None:
         raise Invalid("TASK_FAILED needs an error {category, code, retryable, userMessage}")
     version = task.version + 1
-    new_task = replace(
+    new_task = evolve(
         task,
         lifecycle=lifecycle,
         business_status=business.code,
@@ -511,7 +511,7 @@ def _ended_with_task(
         why = error  # the step that failed the run says why, though its own report has not come (yet)
     else:
         why = step.error
-    return replace(
+    return evolve(
         step,
         lifecycle=becomes,
         error=why,
@@ -541,7 +541,7 @@ def apply_run_health(
         raise Conflict(f"the task's run is already {'stuck' if stuck else 'moving'}", ErrorCode.INVALID_TRANSITION)
     version = task.version + 1
     health = Health.STALE if stuck or steps_stale else Health.DEGRADED if steps_degraded else Health.HEALTHY
-    new_task = replace(task, health=health, stuck_since=now if stuck else None, version=version, updated_at=now)
+    new_task = evolve(task, health=health, stuck_since=now if stuck else None, version=version, updated_at=now)
     notice_id = f"{task.task_id}:{version}"
     if stuck:
         notice = Notice(notice_id, "WORKFLOW_STUCK", Severity.WARNING, f"{task.title} is stuck", STUCK_MESSAGE)
