@@ -187,8 +187,9 @@ class ExecutionCommands:
     @staticmethod
     def _finish(uow: UnitOfWork, group: Group, bounds: Sequence[Bound]) -> None:
         """Write what the bindings staged (each row once), then their handles (after their step rows), and commit."""
-        group.flush(uow)
-        uow.tasks.insert_handles([bound.handle for bound in bounds])
+        with uow.batched():  # the handles' rows ride with the group's
+            group.flush(uow)
+            uow.tasks.insert_handles([bound.handle for bound in bounds])
         uow.commit()
 
     def _committed(self, bounds: Sequence[Bound], frozen: Sequence[OperationKey | None]) -> None:

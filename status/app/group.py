@@ -68,15 +68,17 @@ class Group:
             self.revoked_at = self.revoked_at or now
 
     def flush(self, uow: UnitOfWork) -> None:
-        """The group's writes: one statement per table, whatever the number of events and tasks."""
-        uow.tasks.insert_steps(list(self.new_steps.values()))
-        uow.tasks.write_steps(list(self.step_rows.values()))
-        uow.tasks.write_tasks(list(self.task_rows.values()))
-        if self.revoked and self.revoked_at is not None:
-            uow.tasks.revoke_many(self.revoked, self.revoked_at)
-        uow.log.insert_events(self.events)
-        uow.log.insert_dedups(self.dedups)
-        uow.log.insert_changes(self.changes)
-        uow.log.insert_notifications(self.notifications)
-        uow.log.insert_outbox(self.outbox)
-        uow.runs.record_activities(self.activities)
+        """The group's writes: one statement per table, whatever the number of events and tasks,
+        sent together (``batched``): nothing is read back before the commit."""
+        with uow.batched():
+            uow.tasks.insert_steps(list(self.new_steps.values()))
+            uow.tasks.write_steps(list(self.step_rows.values()))
+            uow.tasks.write_tasks(list(self.task_rows.values()))
+            if self.revoked and self.revoked_at is not None:
+                uow.tasks.revoke_many(self.revoked, self.revoked_at)
+            uow.log.insert_events(self.events)
+            uow.log.insert_dedups(self.dedups)
+            uow.log.insert_changes(self.changes)
+            uow.log.insert_notifications(self.notifications)
+            uow.log.insert_outbox(self.outbox)
+            uow.runs.record_activities(self.activities)

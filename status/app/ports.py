@@ -493,6 +493,12 @@ class UnitOfWork(Stores, Protocol):
 
     def commit(self) -> None: ...
 
+    def batched(self) -> AbstractContextManager[None]:
+        """Writes issued inside go to the database together at the block's end, as one round trip
+        where it can: nothing inside may read what they write (nor their row counts). A failure
+        among them fails the block, and the transaction is not committed."""
+        ...
+
 
 class Database(Protocol):
     def run(self, work: Callable[[UnitOfWork], T], *, attempts: int = 6) -> T:

@@ -10,6 +10,8 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
+from status.infra import write_batch
+from status.infra.db_errors import NODE_NOT_READY, mysql_code
 from status.infra.metrics import POOLS
 
 
@@ -77,6 +79,8 @@ def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs
         if mysql_code(context.original_exception) in NODE_NOT_READY:
             context.is_disconnect = True
 
+    write_batch.install(engine)  # a transaction's closing writes may go as one round trip (uow.batched)
+
     if url.get_driver_name() == "pymysql":
 
         @sa.event.listens_for(engine, "connect")
@@ -93,17 +97,6 @@ def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs
                 cursor.close()
 
     return engine
-
-
-# Galera (MariaDB): 1047 "WSREP has not yet prepared node for application use" (a node that lost
-# its quorum, or is joining).
-NODE_NOT_READY = frozenset({1047})
-
-
-def mysql_code(exc: BaseException | None) -> int | None:
-    """The server's error number of a DB-API exception (MySQL/MariaDB drivers), else None."""
-    args = getattr(exc, "args", None)
-    return args[0] if args and isinstance(args[0], int) else None
 
 
 def session_limits(dbapi_connection: Any, seconds: float) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import cached_property
 from types import TracebackType
 from typing import TypeVar
@@ -22,7 +22,8 @@ import sqlalchemy as sa
 
 from status.app.ports import DuplicateKey
 from status.domain.errors import Unavailable
-from status.infra.db import mysql_code
+from status.infra import write_batch
+from status.infra.db_errors import mysql_code
 from status.infra.metrics import DB_GIVE_UPS, DB_POOL_WAIT_SECONDS, DB_RETRIES, DB_TRANSACTION_SECONDS
 from status.infra.stores.access import SqlAccessStore
 from status.infra.stores.corrections import SqlCorrectionStore
@@ -172,6 +173,9 @@ class UnitOfWork(SqlStores):
             written = frozenset(self.written)
             for notify in self._notifiers:
                 notify(written)
+
+    def batched(self) -> AbstractContextManager[None]:
+        return write_batch.batched(self.conn)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
