@@ -26,10 +26,9 @@ from status.domain.projections import (
     project_broadcast,
     project_channel,
     shared_channel,
-    task_detail,
+    summary_and_detail,
     task_removed,
     user_channel,
-    user_summary,
     workflow_channel,
     workflow_summary,
 )
@@ -90,13 +89,10 @@ def task_messages(
 
     channels = [user_channel(task.tenant_id, user) for user in viewers]
     channels += [shared_channel(task.tenant_id, kind, pid) for kind, pid in groups]
+    summary, detail = summary_and_detail(task, steps, now, notice, trigger, history)
     messages = [
-        message(channels, Projection.USER_SUMMARY, user_summary(task, steps, now, notice, history)),
-        message(
-            [detail_channel(task.tenant_id, task.task_id)],
-            Projection.TASK_DETAIL,
-            task_detail(task, steps, now, trigger, history),
-        ),
+        message(channels, Projection.USER_SUMMARY, summary),
+        message([detail_channel(task.tenant_id, task.task_id)], Projection.TASK_DETAIL, detail),
     ]
     if broadcast and task.project_id:
         messages.append(

@@ -245,19 +245,31 @@ def task_snapshot(task: TaskState, steps: Steps, now: datetime, history: History
 
 
 def _state(
-    task: TaskState, steps: StepSet, shown: Sequence[StepState], now: datetime, history: History | None
+    task: TaskState,
+    steps: StepSet,
+    shown: Sequence[StepState],
+    now: datetime,
+    history: History | None,
+    common: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    overall = _task_eta(task, steps, history, now)
     return {
         "workflowId": task.workflow_id,
         "taskId": task.task_id,
+        **(common if common is not None else _common(task, steps, now, history)),
+        "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
+        "steps": [_step_detail(s, _step_eta(task, s, history, now)) for s in shown],
+    }
+
+
+def _common(task: TaskState, steps: StepSet, now: datetime, history: History | None) -> dict[str, Any]:
+    """What the summary and the detail state both say of a task, in the order both list it."""
+    overall = _task_eta(task, steps, history, now)
+    return {
         **_task_core(task, now),
         **(overall.to_json() if overall else {}),
         "silentSince": _silent_since(task, steps),
         "needsAction": _needs_action(task, steps),
         "progress": task_progress(steps, task.lifecycle),
-        "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
-        "steps": [_step_detail(s, _step_eta(task, s, history, now)) for s in shown],
     }
 
 
@@ -266,16 +278,15 @@ def user_summary(
 ) -> dict[str, Any]:
     """USER_SUMMARY: list-level state; no step data, no results, no diagnostics."""
     step_set = _as_set(steps)
-    running = step_set.running()
+    return _summary(task, step_set, notice, _common(task, step_set, now, history))
+
+
+def _summary(task: TaskState, steps: StepSet, notice: Notice | None, common: dict[str, Any]) -> dict[str, Any]:
+    running = steps.running()
     current = running[-1] if running else None
-    overall = _task_eta(task, step_set, history, now)
-    message = {
+    return {
         **_envelope("task.summary", task),
-        **_task_core(task, now),
-        **(overall.to_json() if overall else {}),
-        "silentSince": _silent_since(task, step_set),
-        "needsAction": _needs_action(task, step_set),
-        "progress": task_progress(step_set, task.lifecycle),
+        **common,
         "currentStep": {
             "stepId": current.step_id,
             "operationCode": current.operation_code,
@@ -287,7 +298,6 @@ def user_summary(
         else None,
         "notice": notice.to_json() if notice else None,
     }
-    return message
 
 
 def task_detail(
@@ -305,15 +315,40 @@ def task_detail(
     stay bounded however many steps an agent registers; the snapshot API
     returns them all.
     """
-    step_set = _as_set(steps)
-    shown, omitted = step_set.window()
-    state = _state(task, step_set, shown, now, history)
+    return _detail(task, _as_set(steps), now, trigger, history)
+
+
+def _detail(
+    task: TaskState,
+    steps: StepSet,
+    now: datetime,
+    trigger: dict[str, Any] | None,
+    history: History | None,
+    common: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    shown, omitted = steps.window()
+    state = _state(task, steps, shown, now, history, common)
     return {
         **_envelope("task.detail", task),
         "taskVersion": str(task.version),
         "triggerEvent": trigger,
-        "state": {**state, "stepCount": len(step_set), "stepsOmitted": omitted},
+        "state": {**state, "stepCount": len(steps), "stepsOmitted": omitted},
     }
+
+
+def summary_and_detail(
+    task: TaskState,
+    steps: StepSet,
+    now: datetime,
+    notice: Notice | None,
+    trigger: dict[str, Any] | None,
+    history: History | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``user_summary`` and ``task_detail`` of one change, what they share built once (the task's
+    core, its estimate, its progress: half of what each costs). They may hold the same inner
+    values: messages are encoded, never changed."""
+    common = _common(task, steps, now, history)
+    return _summary(task, steps, notice, common), _detail(task, steps, now, trigger, history, common)
 
 
 def task_removed(task: TaskState) -> dict[str, Any]:
