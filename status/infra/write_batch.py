@@ -38,6 +38,11 @@ _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 # Stands in for the SQL in an error's text: the rendered statements carry the values bound into
 # them (payloads, user data), which errors must not (status.infra.db: hide_parameters).
 _DESCRIPTION = "the transaction's closing writes, sent as one multi-statement round trip"
+# What one query may hold before it is sent: the driver's own bound on a multi-row INSERT
+# (PyMySQL's ``Cursor.max_stmt_length``), far below the server's ``max_allowed_packet`` (16 MiB
+# by default) even at four bytes a character. A group of many large payloads goes as several
+# queries, each still in its transaction and in order.
+MAX_QUERY_CHARS = 1_024_000
 
 
 @contextmanager
@@ -73,7 +78,7 @@ def _deferred_execute(cursor: Any, statement: str, parameters: Any, context: Any
     kept = _open_batch(cursor, statement, context)
     if kept is None:
         return False
-    kept.append(cursor.mogrify(statement, parameters))
+    _keep(context.root_connection, kept, cursor.mogrify(statement, parameters))
     return True  # SQLAlchemy: executed here, the driver is not called
 
 
@@ -85,11 +90,27 @@ def _deferred_executemany(cursor: Any, statement: str, parameters: Any, context:
     if insert is None:  # an UPDATE per row: the driver runs it row by row, after what is kept
         _send(context.root_connection, kept)
         return False
-    # One multi-row INSERT, as the driver's own executemany builds it.
+    # Multi-row INSERTs as the driver's own executemany builds them: rows joined up to its bound.
     prefix, values, postfix = insert.group(1) % (), insert.group(2).rstrip(), (insert.group(3) or "") % ()
-    rows = ",".join(cursor.mogrify(values, row) for row in parameters)
-    kept.append(prefix + rows + postfix)
+    rows: list[str] = []
+    size = len(prefix) + len(postfix)
+    for row in parameters:
+        rendered = cursor.mogrify(values, row)
+        if rows and size + len(rendered) + 1 > MAX_QUERY_CHARS:
+            _keep(context.root_connection, kept, prefix + ",".join(rows) + postfix)
+            rows, size = [], len(prefix) + len(postfix)
+        rows.append(rendered)
+        size += len(rendered) + 1
+    _keep(context.root_connection, kept, prefix + ",".join(rows) + postfix)
     return True
+
+
+def _keep(conn: sa.Connection, kept: list[str], statement: str) -> None:
+    """Keep a rendered statement; what is kept goes first when this one would take the query past
+    its bound (one statement past it on its own goes alone, as the driver would send it)."""
+    if kept and sum(map(len, kept)) + len(statement) + 2 > MAX_QUERY_CHARS:
+        _send(conn, kept)
+    kept.append(statement)
 
 
 def _open_batch(cursor: Any, statement: str, context: Any) -> list[str] | None:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from status.app.ports import DuplicateKey
 from status.app.records import DedupRecord
-from status.infra import repository
+from status.infra import repository, write_batch
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase, UnitOfWork
 
@@ -112,3 +112,28 @@ def test_a_failing_write_fails_the_batch_and_nothing_of_it_commits(engine: sa.En
             repository.insert_dedups(uow.conn, [_dedup(tenant, "after")])
         uow.commit()
     assert [e for e, _ in _stored(engine, tenant)] == ["after", "taken"]
+
+
+def test_a_batch_past_the_query_bound_goes_as_several_queries_and_all_commits(engine: sa.Engine) -> None:
+    tenant = f"t_{secrets.token_hex(4)}"
+    big = "x" * 10_000
+    rows = [_dedup(tenant, f"e{i:03d}", big) for i in range(250)]  # ~2.5 MB: past one query's bound
+    with UnitOfWork(engine) as uow:
+        counted = engine.dialect.name == "mysql" and type(uow.conn.connection.dbapi_connection).__module__.startswith(
+            "pymysql"
+        )
+        sent = _round_trips(uow) if counted else []
+        try:
+            with uow.batched():
+                repository.insert_dedups(uow.conn, rows)
+                repository.insert_dedups(uow.conn, [_dedup(tenant, "last")])
+        finally:
+            if counted:
+                _restore(uow)
+        uow.commit()
+    stored = _stored(engine, tenant)
+    assert [e for e, _ in stored] == [*(f"e{i:03d}" for i in range(250)), "last"]
+    assert all(result["answer"] == big for e, result in stored if e != "last")
+    if counted:
+        assert len(sent) >= 3  # the rows in bounded parts, then the last one
+        assert all(len(query) <= write_batch.MAX_QUERY_CHARS for query in sent)
