@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from status.app import outbox
-from status.app.context import AppContext, check_key
+from status.app.context import AppContext
 from status.app.ports import UnitOfWork
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
@@ -19,6 +19,7 @@ from status.domain.projections import (
     tenant_channel,
     user_channel,
 )
+from status.domain.reports import check_key
 
 
 class BroadcastCommands:

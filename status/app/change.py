@@ -34,6 +34,7 @@ from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.domain.notifications import notifications_for
 from status.domain.projections import iso
+from status.domain.reports import SERVICE_EVENT_PREFIX
 from status.domain.rules import Notice
 
 
@@ -106,7 +107,7 @@ class Change:
         """A change the service itself made to ``task`` (at its new version), logged under the
         service's own eventId for that version."""
         entry = Entry(
-            event_id=f"{outbox.SERVICE_EVENT_PREFIX}{task.task_id}:{task.version}",
+            event_id=f"{SERVICE_EVENT_PREFIX}{task.task_id}:{task.version}",
             event_type=event_type,
             producer_id=producer_id,
             source_seq=0,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,12 +27,9 @@ from status.domain.definitions import OperationDefinition, SchemaValidator, find
 from status.domain.errors import ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.model import TaskState
 
-HEALTH_PRODUCER = "task-status/health"
 # Temporal's verdict (the RECONCILER role): what ended a task or an attempt from Temporal's record.
 RUN_PRODUCER = TEMPORAL_VERDICT
-_SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f]")
 MAX_TITLE = 255
-KEY_LIMIT = 128
 
 # Who may report an event: an execution (its token's claims) or a service (its principal).
 EventCaller = ExecutionClaims | ServicePrincipal
@@ -69,11 +65,6 @@ class AppContext:
 def content_hash(content: Any) -> str:
     """The fingerprint that tells a retry (same content) from a conflicting reuse of a key."""
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
-
-
-def check_key(name: str, value: str, limit: int = KEY_LIMIT) -> None:
-    if not value or len(value) > limit or _SPACE_OR_CONTROL.search(value):
-        raise Invalid(f"{name} must be 1–{limit} printable characters without spaces")
 
 
 def check_title(title: str) -> None:

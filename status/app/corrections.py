@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from status.app.change import Change, Entry, write_change
-from status.app.context import AppContext, check_key, content_hash, require
+from status.app.context import AppContext, content_hash, require
 from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.views import locked_view
@@ -21,6 +21,7 @@ from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepError
 from status.domain.projections import iso
+from status.domain.reports import check_key
 
 
 @dataclass(frozen=True)

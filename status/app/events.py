@@ -24,30 +24,34 @@ from typing import Any
 from status import logs
 from status.app import commands as c
 from status.app import outbox
-from status.app.binding import resolve_binding
 from status.app.change import Change, Entry, write_change
-from status.app.context import AppContext, EventCaller, check_key, content_hash, operation
+from status.app.context import AppContext, EventCaller, content_hash, operation
 from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.step_cache import TaskView, view_of
 from status.app.views import locked_view
 from status.domain import ids
-from status.domain.admission import Binding, Limits, admit_step_event, check_envelope, task_event_speaker
-from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.admission import Limits, admit_step_event, check_envelope, task_event_speaker
+from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import FailurePolicy
 from status.domain.errors import (
-    Conflict,
     DomainError,
     ErrorCode,
-    Forbidden,
-    Invalid,
     NotFound,
-    TooLarge,
     Unavailable,
 )
-from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health, Lifecycle
+from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import StepState
-from status.domain.retention import check_event_age
+from status.domain.reports import (
+    Route,
+    admit_task_report,
+    bind_step_event,
+    check_task_workflow,
+    repeat_of,
+    route_of,
+    run_health_target,
+    task_report_target,
+)
 from status.domain.rules import (
     Outcome,
     StepEvent,
@@ -215,27 +219,17 @@ class EventCommands:
         return cmd.task_id or ""
 
     def _apply(self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
-        try:
-            event_type = EventType(cmd.event_type)
-        except ValueError as exc:
-            raise Invalid(f"unknown eventType {cmd.event_type!r}") from exc
-        check_key("eventId", cmd.event_id)
-        if cmd.event_id.startswith(outbox.SERVICE_EVENT_PREFIX):
-            raise Invalid(f"eventIds starting with {outbox.SERVICE_EVENT_PREFIX!r} name the service's own entries")
-        if cmd.source_seq < 1 and event_type not in (EventType.STEP_HEALTH_CHANGED, EventType.TASK_HEALTH_CHANGED):
-            raise Invalid("sourceSeq must be >= 1")
-        self._check_data_size(cmd)
+        event_type, route = route_of(cmd, max_data_bytes=self.ctx.max_data_bytes)
         received_at = self.ctx.now()
-        if event_type is EventType.TASK_HEALTH_CHANGED:
+        if route is Route.RUN_HEALTH:
             return self._run_health_event(uow, group, caller, cmd, received_at)
-        if event_type in TASK_EVENT_TYPES:
+        if route is Route.TASK:
             return self._task_event(uow, group, caller, cmd, event_type, received_at)
-        if event_type not in {*WORKER_EVENT_TYPES, EventType.STEP_HEALTH_CHANGED}:
-            raise Invalid(f"{event_type} cannot be reported")
-        bound = resolve_binding(group.handles, group.revoked, caller, cmd, event_type, received_at)
+        bound = bind_step_event(
+            cmd, event_type, caller, handles=group.handles, revoked_now=group.revoked, now=received_at
+        )
         view, stored = self._lock(uow, group, bound.task_id, cmd.event_id, (bound.tenant_id, bound.authority_scope))
         task = view.task
-        assert bound.step_id is not None and bound.step_attempt is not None
         step = view.steps.get(bound.step_id, bound.step_attempt)
         if step is None:
             raise NotFound(f"step {bound.step_id} attempt {bound.step_attempt} does not exist", ErrorCode.UNKNOWN_STEP)
@@ -245,7 +239,12 @@ class EventCommands:
         )
         content = cmd.content()
         fingerprint = content_hash(
-            {"task": task.task_id, "step": step.step_id, "attempt": step.attempt, "execution": bound.execution_id}
+            {
+                "task": task.task_id,
+                "step": step.step_id,
+                "attempt": step.attempt,
+                "execution": bound.binding.execution_id,
+            }
             | content
         )
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
@@ -254,18 +253,12 @@ class EventCommands:
         admitted = admit_step_event(
             task,
             step,
-            Binding(
-                bound.execution_id,
-                bound.producer_id,
-                bound.operation_code,
-                bound.allowed_event_types,
-                bound.credential_problem,
-            ),
+            bound.binding,
             StepEvent(
                 event_id=cmd.event_id,
                 event_type=event_type,
                 source_seq=cmd.source_seq,
-                producer_id=bound.producer_id,
+                producer_id=bound.binding.producer_id,
                 occurred_at=cmd.occurred_at,
                 business_status=cmd.business_status,
                 phase_code=cmd.phase_code,
@@ -279,7 +272,7 @@ class EventCommands:
             ),
             task_attempt=cmd.task_attempt,
             now=received_at,
-            limits=Limits(self.ctx.max_event_age, self.ctx.max_clock_skew),
+            limits=self._limits(),
         )
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         op = operation(defs, step.operation_code, task.task_type, step.operation_definition_version)
@@ -297,7 +290,7 @@ class EventCommands:
             before=task,
             after=outcome.task,
             view=view,
-            entry=_entry(cmd, content, event_type, bound.producer_id, admitted.source_seq, received_at),
+            entry=_entry(cmd, content, event_type, bound.binding.producer_id, admitted.source_seq, received_at),
             fingerprint=fingerprint,
             step=outcome.step,
             before_step=step,
@@ -323,22 +316,17 @@ class EventCommands:
         # only one that sees a run time out.
         verdict = task_event_speaker(caller, event_type, producer_id=cmd.producer_id)
         assert isinstance(caller, ServicePrincipal)
-        if cmd.task_id is None or cmd.task_attempt is None:
-            raise Invalid("task events need taskId and taskAttempt")
-        view, stored = self._lock(uow, group, cmd.task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
+        task_id, task_attempt = task_report_target(cmd)
+        view, stored = self._lock(uow, group, task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
         task = view.task
-        if cmd.workflow_id is not None and cmd.workflow_id != task.workflow_id:
-            raise NotFound(f"task {cmd.task_id} is not in workflow {cmd.workflow_id}", ErrorCode.UNKNOWN_TASK)
+        check_task_workflow(cmd, task_id, task.workflow_id)
         content = cmd.content()
         fingerprint = content_hash({"task": task.task_id} | content)
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
+        admit_task_report(cmd, verdict=verdict, now=received_at, limits=self._limits())
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
-        if cmd.summary is not None:
-            raise Invalid("summary data is not accepted on task events yet", ErrorCode.SCHEMA_REJECTED)
-        if not verdict:  # Temporal's verdict (a run that closed) is the truth however late it is read
-            check_event_age(cmd.occurred_at, received_at, self.ctx.max_event_age, self.ctx.max_clock_skew)
         # The run's own last word (the plugin, as the run closed): how it saw each step end.
         outcomes = None if cmd.step_outcomes is None else {k: Lifecycle(v) for k, v in cmd.step_outcomes}
         outcome = apply_task_event(
@@ -346,7 +334,7 @@ class EventCommands:
             TaskEvent(
                 event_id=cmd.event_id,
                 event_type=event_type,
-                task_attempt=cmd.task_attempt,
+                task_attempt=task_attempt,
                 source_seq=cmd.source_seq,
                 producer_id=caller.producer_id,
                 occurred_at=cmd.occurred_at,
@@ -383,11 +371,8 @@ class EventCommands:
     ) -> dict[str, Any]:
         """Temporal's report that the task's run is stuck (health STALE) or moves again (HEALTHY):
         the observer's only (RECONCILER), never a producer's; the lifecycle is left as confirmed."""
-        if not (isinstance(caller, ServicePrincipal) and caller.has(Role.RECONCILER)):
-            raise Forbidden("TASK_HEALTH_CHANGED needs the RECONCILER role", ErrorCode.EVENT_TYPE_NOT_ALLOWED)
-        if cmd.task_id is None or cmd.health not in (Health.STALE.value, Health.HEALTHY.value):
-            raise Invalid("TASK_HEALTH_CHANGED needs taskId and health STALE or HEALTHY")
-        view, stored = self._lock(uow, group, cmd.task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
+        task_id, stuck = run_health_target(cmd, caller)
+        view, stored = self._lock(uow, group, task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
         task = view.task
         content = cmd.content()
         fingerprint = content_hash({"task": task.task_id} | content)
@@ -397,7 +382,7 @@ class EventCommands:
         current = [s for s in view.steps.latest.values() if not s.superseded]
         outcome = apply_run_health(
             task,
-            stuck=cmd.health == Health.STALE.value,
+            stuck=stuck,
             steps_stale=any(s.health is Health.STALE for s in current),
             steps_degraded=any(
                 s.lifecycle is Lifecycle.FAILED and s.failure_policy == FailurePolicy.CONTINUE_WITH_WARNING.value
@@ -492,24 +477,15 @@ class EventCommands:
             raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
         return view, group.stored.get((owner[0], event_id))
 
+    def _limits(self) -> Limits:
+        return Limits(self.ctx.max_event_age, self.ctx.max_clock_skew)
+
     @staticmethod
     def _dedup(
         group: Group, key: tuple[str, str], fingerprint: str, stored: tuple[str, Any] | None
     ) -> dict[str, Any] | None:
         """The first result of an event (tenant, eventId) seen before (in this group or committed), or None."""
-        found = group.seen.get(key) or stored
-        if found is None:
-            return None
-        found_hash, found_result = found
-        if found_hash != fingerprint:
-            raise Conflict("eventId was already used with different content", ErrorCode.EVENT_ID_CONFLICT)
-        return {**dict(found_result), "duplicate": True}
-
-    def _check_data_size(self, cmd: c.ReportEvent) -> None:
-        limit = self.ctx.max_data_bytes
-        for body in (cmd.data, cmd.summary):
-            if body is not None and len(json.dumps(body.value, default=str)) > limit:
-                raise TooLarge(f"data is larger than {limit} bytes; send a resultRef instead")
+        return repeat_of(fingerprint, group.seen.get(key) or stored)
 
 
 def _operation_of(view: TaskView, step_id: str | None) -> str | None:

@@ -13,14 +13,7 @@ from typing import Any
 
 from status.app import commands as c
 from status.app.change import Change, messages_of, write_change
-from status.app.context import (
-    AppContext,
-    EventCaller,
-    check_heartbeat_settings,
-    check_key,
-    operation,
-    require_binder,
-)
+from status.app.context import AppContext, EventCaller, check_heartbeat_settings, operation, require_binder
 from status.app.events import EventCommands, rejection
 from status.app.group import Group
 from status.app.ports import UnitOfWork
@@ -36,6 +29,7 @@ from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, evolve
 from status.domain.projections import iso
+from status.domain.reports import check_key
 from status.domain.rules import Notice
 
 

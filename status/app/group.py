@@ -62,7 +62,7 @@ class Group:
         self.new_steps[(step.task_id, step.step_id, step.attempt)] = step
 
     def revoke(self, execution_id: str | None, reason: str, now: datetime) -> None:
-        """Revoked at the flush; later events of the group already see it (``resolve_binding``)."""
+        """Revoked at the flush; later events of the group already see it (``reports.bind_step_event``)."""
         if execution_id is not None:
             self.revoked.setdefault(execution_id, reason)
             self.revoked_at = self.revoked_at or now

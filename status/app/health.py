@@ -15,7 +15,7 @@ from typing import Any
 
 from status import logs
 from status.app import commands as c
-from status.app.context import HEALTH_PRODUCER, RUN_PRODUCER, AppContext, require
+from status.app.context import RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
 from status.app.group import Group
 from status.app.handle_cache import KnownHandle
@@ -26,6 +26,7 @@ from status.domain.errors import DomainError, ErrorCode
 from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import StepError
 from status.domain.projections import iso
+from status.domain.reports import HEALTH_PRODUCER
 from status.domain.silence import HeartbeatCensus
 from status.domain.verdicts import (
     ActivityOutcome,

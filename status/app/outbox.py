@@ -35,10 +35,6 @@ from status.domain.projections import (
 from status.domain.rules import Notice
 from status.domain.stepset import StepSet
 
-# Timeline entries the service writes itself are named sys:<taskId>:<version>; no producer's
-# eventId may start so (the events command refuses it), so the two can never collide.
-SERVICE_EVENT_PREFIX = "sys:"
-
 
 def _message(
     aggregate: Aggregate,

@@ -9,15 +9,7 @@ from typing import Any
 from status.app import commands as c
 from status.app import outbox, routing
 from status.app.change import Change, write_change
-from status.app.context import (
-    AppContext,
-    check_key,
-    check_title,
-    content_hash,
-    lock_task_for,
-    operation,
-    require,
-)
+from status.app.context import AppContext, check_title, content_hash, lock_task_for, operation, require
 from status.app.external_refs import attach_in, check_refs
 from status.app.group import Group
 from status.app.ports import UnitOfWork
@@ -29,6 +21,7 @@ from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepState, TaskState, WorkflowState
+from status.domain.reports import check_key
 
 
 class WorkflowCommands:
