@@ -1,8 +1,8 @@
-"""Messages of ``task_events.proto`` ⇄ the JSON shapes of the REST API.
+"""The plugin's queued REST bodies as messages of ``task_events.proto``, and the service's answers
+back to the JSON shapes of the REST API.
 
-The service turns a gRPC ``Event`` into the very dict a REST client would POST and validates it
-with the same request model, so both transports reach the same command with the same checks; the
-plugin turns its queued REST bodies into messages the same way.
+The service reads an ``Event`` or ``Heartbeat`` message straight into its command
+(``status.api.proto_commands``), checked by REST's own field types.
 """
 
 from __future__ import annotations
@@ -44,42 +44,6 @@ _RESULT_SCALARS = {
     "task_lifecycle_status": "taskLifecycleStatus",
     "committed_at": "committedAt",
 }
-
-
-class WireError(ValueError):
-    """A message that has no REST equivalent (e.g. data that is not JSON)."""
-
-
-def event_to_json(msg: pb.Event) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "eventId": msg.event_id,
-        "eventType": msg.event_type,
-        "sourceSeq": msg.source_seq,
-        "occurredAt": msg.occurred_at,
-    }
-    for field, name in _EVENT_SCALARS.items():
-        if msg.HasField(field):
-            body[name] = getattr(msg, field)
-    if msg.HasField("progress"):
-        progress: dict[str, Any] = {"current": msg.progress.current}
-        if msg.progress.HasField("total"):
-            progress["total"] = msg.progress.total
-        if msg.progress.HasField("unit"):
-            progress["unit"] = msg.progress.unit
-        body["progress"] = progress
-    if msg.HasField("data"):
-        try:
-            value = json.loads(msg.data.value_json) if msg.data.value_json else None
-        except ValueError as exc:
-            raise WireError("data.value_json is not JSON") from exc
-        body["data"] = {"schema": msg.data.schema, "value": value}
-    if msg.HasField("error"):
-        error: dict[str, Any] = {"category": msg.error.category, "code": msg.error.code}
-        for field, name in _ERROR_SCALARS.items():
-            if msg.error.HasField(field):
-                error[name] = getattr(msg.error, field)
-        body["error"] = error
-    return body
 
 
 def event_from_json(body: dict[str, Any]) -> pb.Event:
@@ -141,20 +105,6 @@ def result_to_json(msg: pb.EventResult) -> dict[str, Any]:
     return result
 
 
-def heartbeat_to_json(msg: pb.Heartbeat) -> dict[str, Any]:
-    body: dict[str, Any] = {"heartbeatSeq": msg.heartbeat_seq}
-    for field, name in (
-        ("observed_at", "observedAt"),
-        ("execution_handle", "executionHandle"),
-        ("execution_token", "executionToken"),
-        ("execution_id", "executionId"),
-        ("completes_elsewhere", "completesElsewhere"),
-    ):
-        if msg.HasField(field):
-            body[name] = getattr(msg, field)
-    return body
-
-
 def heartbeat_from_json(body: dict[str, Any]) -> pb.Heartbeat:
     msg = pb.Heartbeat(heartbeat_seq=int(body["heartbeatSeq"]))
     for field, name in (
@@ -199,10 +149,6 @@ def heartbeat_result_to_json(msg: pb.HeartbeatResult) -> dict[str, Any]:
 
 # Bindings: the messages' JSON mapping (lowerCamelCase names) is REST's shape, field for field, so
 # the protobuf library's own mapping converts them; unknown names fail rather than vanish.
-def bind_batch_to_json(msg: pb.BindBatch) -> dict[str, Any]:
-    return json_format.MessageToDict(msg)
-
-
 def bind_batch_from_json(body: dict[str, Any]) -> pb.BindBatch:
     return json_format.ParseDict(body, pb.BindBatch())
 

@@ -63,44 +63,11 @@ class Gate:
         return body
 
     async def parse(self, request: Request, model: type[M], *, empty: bool = False) -> M:
-        """The body as ``model`` (``empty``: no body at all means ``{}``); mistakes are VALIDATION_FAILED.
-
-        Parsed and validated in one pass from its bytes (pydantic's own JSON parser: no
-        intermediate objects, no second walk), then only the model's free-form values are checked
-        for storage (``Body.free_form``). The trap: that parser reads NaN and Infinity, which the
-        models' float fields refuse but a free-form value would carry into storage — so
-        ``check_storable`` still runs on those, at the depth they sit at in the body. Lone
-        surrogates it refuses itself, as it refuses nesting past its own limit."""
+        """The body as ``model`` (``empty``: no body at all means ``{}``); see ``parse_body``."""
         raw = await self.raw_body(request)
         if empty and raw.strip() in (b"", b"null"):
             raw = b"{}"
-        try:
-            parsed = model.model_validate_json(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            if first["type"] == "json_invalid":
-                raise Invalid("the request body is not valid JSON") from exc
-            if not first["loc"] and first["type"] in ("model_type", "model_attributes_type", "dict_type"):
-                raise Invalid("the request body must be a JSON object") from exc
-            where = ".".join(str(p) for p in first["loc"]) or "(body)"
-            raise Invalid(f"{where}: {first['msg']}") from exc
-        for value, depth in parsed.free_form():
-            check_storable(value, depth)
-        return parsed
-
-    @staticmethod
-    def validated(model: type[M], raw: dict[str, Any]) -> M:
-        """``raw`` as ``model``; mistakes are VALIDATION_FAILED naming the first bad field (gRPC).
-
-        First, whatever the model: the body must be storable as it is (``check_storable``), so
-        that nothing that passes here can fail later in the database or in a projection."""
-        check_storable(raw)
-        try:
-            return model.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(body)"
-            raise Invalid(f"{where}: {first['msg']}") from exc
+        return parse_body(raw, model)
 
     @staticmethod
     def bearer(request: Request) -> str:
@@ -131,6 +98,37 @@ class Gate:
         principal = self.user_tokens.verify(self.bearer(request))
         self.user_rate_limiter.check(principal.subject)
         return principal
+
+
+def parse_body(raw: bytes, model: type[M]) -> M:
+    """``raw`` as ``model``; mistakes are VALIDATION_FAILED naming the first bad field.
+
+    Parsed and validated in one pass from its bytes (pydantic's own JSON parser: no
+    intermediate objects, no second walk), then only the model's free-form values are checked
+    for storage (``Body.free_form``). The trap: that parser reads NaN and Infinity, which the
+    models' float fields refuse but a free-form value would carry into storage — so
+    ``check_storable`` still runs on those, at the depth they sit at in the body. Lone
+    surrogates it refuses itself, as it refuses nesting past its own limit."""
+    try:
+        parsed = model.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            raise Invalid("the request body is not valid JSON") from exc
+        if not first["loc"] and first["type"] in ("model_type", "model_attributes_type", "dict_type"):
+            raise Invalid("the request body must be a JSON object") from exc
+        raise refusal(exc) from exc
+    for value, depth in parsed.free_form():
+        check_storable(value, depth)
+    return parsed
+
+
+def refusal(exc: ValidationError, at: str = "") -> Invalid:
+    """A body's mistake as every transport words it: VALIDATION_FAILED naming the first bad field
+    by its path in the request (``at``: the path of what was validated, when it was a part)."""
+    first = exc.errors()[0]
+    where = at + ".".join(str(p) for p in first["loc"])
+    return Invalid(f"{where or '(body)'}: {first['msg']}")
 
 
 def heartbeat_caller(caller: EventCaller) -> ServicePrincipal:

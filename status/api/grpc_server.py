@@ -1,7 +1,8 @@
 """The gRPC adapter (``task_status_wire/task_events.proto``): authentication, decoding and
-protocol-level error mapping only (seed §3.3).  Each message becomes the REST body it stands for,
-is validated by the same request model and runs through the same application service, so the
-same eventId gets the same result and taskVersion over REST, REST batch and gRPC.
+protocol-level error mapping only (seed §3.3).  Each message becomes the command
+REST builds for the same body, checked field by field by REST's own field types
+(``status.api.proto_commands``), and runs through the same application service, so the same
+eventId gets the same result and taskVersion over REST, REST batch and gRPC.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from task_status_wire import task_events_pb2 as pb
 from task_status_wire import task_events_pb2_grpc as pb_grpc
 
 from status import logs
-from status.api import metrics
+from status.api import metrics, proto_commands
 from status.api.changes import ChangeLog
 from status.api.deadline import MESSAGE as DEADLINE_MESSAGE
 from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
 from status.api.gate import Gate, heartbeat_caller
-from status.api.models import BindBatchIn, EventBatchIn, EventIn, HeartbeatBatchIn
 from status.app.group_commit import GroupCommitter
 from status.app.service import EventCaller
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
@@ -66,14 +66,6 @@ def _bearer(context: grpc.aio.ServicerContext) -> str:
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
     raise Unauthenticated("a Bearer credential is required in the authorization metadata")
-
-
-def _event(msg: pb.Event) -> Any:
-    try:
-        body = convert.event_to_json(msg)
-    except convert.WireError as exc:
-        raise Invalid(str(exc)) from exc
-    return body
 
 
 def _trace(context: grpc.aio.ServicerContext) -> str | None:
@@ -141,7 +133,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
     async def ReportEvent(self, request: pb.Event, context: grpc.aio.ServicerContext) -> pb.EventResult:
         async def work() -> pb.EventResult:
             caller = self.api.event_caller_of(_bearer(context))
-            cmd = self.api.validated(EventIn, _event(request)).command()
+            cmd = proto_commands.report_event(request)
             return convert.result_to_proto(await self._submit(caller, cmd, _trace(context)))
 
         return await self._answer(context, "ReportEvent", work)
@@ -150,12 +142,8 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         async def work() -> pb.EventBatchResult:
             started = time.perf_counter()
             caller = self.api.event_caller_of(_bearer(context))
-            raw: dict[str, Any] = {"events": [_event(e) for e in request.events]}
-            if request.heartbeats:
-                raw["heartbeats"] = [convert.heartbeat_to_json(h) for h in request.heartbeats]
-            batch = self.api.validated(EventBatchIn, raw)
-            beating = heartbeat_caller(caller) if batch.heartbeats else None
-            commands, beats = batch.commands()  # the whole batch parsed first: a refusal applies nothing
+            commands, beats = proto_commands.event_batch(request)  # all read first: a refusal applies nothing
+            beating = heartbeat_caller(caller) if beats else None
             results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
             if commands:
                 self.changes.ingest_time(started, "grpc", "batch")
@@ -172,8 +160,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
     async def BindExecutions(self, request: pb.BindBatch, context: grpc.aio.ServicerContext) -> pb.BindBatchResult:
         async def work() -> pb.BindBatchResult:
             caller = self.api.event_caller_of(_bearer(context))
-            batch = self.api.validated(BindBatchIn, convert.bind_batch_to_json(request))
-            items = [(caller, item.command()) for item in batch.items]
+            items = [(caller, command) for command in proto_commands.bind_batch(request)]
             outcomes = await run_in_threadpool(self.service.bind_executions, items)
             return convert.bind_results_to_proto(binding_results(outcomes))
 
@@ -184,9 +171,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
     ) -> pb.HeartbeatBatchResult:
         async def work() -> pb.HeartbeatBatchResult:
             caller = self.api.service_principal_of(_bearer(context))
-            raw = {"heartbeats": [convert.heartbeat_to_json(h) for h in request.heartbeats]}
-            batch = self.api.validated(HeartbeatBatchIn, raw)
-            beats = [h.command() for h in batch.heartbeats]
+            beats = proto_commands.heartbeat_batch(request)
             recorded = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
             self.changes.heartbeats(recorded["results"], "grpc")
             return _heartbeat_reply(recorded)
@@ -244,7 +229,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         if kind == "event":
             token, claims = self._ref(bound, request.event.ref)
             self.api.rate_limiter.check(f"{claims.tenant_id}/{claims.producer_id}")
-            cmd = self.api.validated(EventIn, _event(request.event.event)).command()
+            cmd = proto_commands.report_event(request.event.event)
             try:
                 result = await self._submit(claims, cmd, None)
             except DomainError as err:
@@ -256,13 +241,9 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             return pb.StreamResponse(request_id=request.request_id, event=convert.result_to_proto(result))
         if kind == "heartbeat":
             token, _ = self._ref(bound, request.heartbeat.ref)
-            beat: dict[str, Any] = {"heartbeatSeq": request.heartbeat.heartbeat_seq, "executionToken": token}
-            if request.heartbeat.HasField("observed_at"):
-                beat["observedAt"] = request.heartbeat.observed_at
-            batch = self.api.validated(HeartbeatBatchIn, {"heartbeats": [beat]})
-            result = await run_in_threadpool(
-                self.service.record_heartbeats, principal, [h.command() for h in batch.heartbeats]
-            )
+            observed = request.heartbeat.observed_at if request.heartbeat.HasField("observed_at") else None
+            beat = proto_commands.heartbeat(request.heartbeat.heartbeat_seq, observed, execution_token=token)
+            result = await run_in_threadpool(self.service.record_heartbeats, principal, [beat])
             self.changes.heartbeats(result["results"], "grpc")
             return pb.StreamResponse(
                 request_id=request.request_id, heartbeat=convert.heartbeat_result_to_proto(result["results"][0])

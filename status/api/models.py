@@ -32,7 +32,7 @@ PhaseCode = Annotated[str, StringConstraints(min_length=1, max_length=64, patter
 Count = Annotated[int, Field(ge=0, le=2**62)]
 
 
-def _naive_utc(value: datetime) -> datetime:
+def utc_instant(value: datetime) -> datetime:
     """The instant in UTC; RFC 3339 allows offsets that move it out of the calendar (year 0 or 10000)."""
     if value.tzinfo is not None:
         try:
@@ -197,7 +197,7 @@ class StartedEventIn(Strict):
     source_seq: Count = 1
 
     def command(self) -> c.StartedEvent:
-        return c.StartedEvent(self.event_id, _naive_utc(self.occurred_at), self.source_seq)
+        return c.StartedEvent(self.event_id, utc_instant(self.occurred_at), self.source_seq)
 
 
 class ActivateStepIn(Strict):
@@ -387,7 +387,7 @@ class EventIn(Strict):
             event_id=self.event_id,
             event_type=self.event_type,
             source_seq=self.source_seq,
-            occurred_at=_naive_utc(self.occurred_at),
+            occurred_at=utc_instant(self.occurred_at),
             execution_handle=self.execution_handle,
             workflow_id=self.workflow_id,
             task_id=self.task_id,
@@ -447,7 +447,7 @@ class HeartbeatIn(Strict):
     def command(self) -> c.Heartbeat:
         return c.Heartbeat(
             self.heartbeat_seq,
-            _naive_utc(self.observed_at) if self.observed_at else None,
+            utc_instant(self.observed_at) if self.observed_at else None,
             self.execution_handle,
             self.execution_token,
             self.execution_id,

@@ -1,0 +1,328 @@
+"""gRPC messages straight to the commands REST builds: no dict and no request model between.
+
+The trap: two transports, one contract. A message must be refused exactly where the REST body
+saying the same would be, with the same words, or a producer's mistake depends on how it sent it.
+So nothing here restates a limit: each field is checked by the type its REST model declares
+(``status.api.models``: length, pattern, range), read from that model once at import, and a
+drift test sends the same events both ways (``tests/unit/test_proto_commands.py``). What the
+REST gate checks beyond the model, a free-form value's storability, is checked at the depth the
+REST body holds it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from annotated_types import MaxLen, MinLen
+from google.protobuf.message import Message
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from task_status_wire import task_events_pb2 as pb
+
+from status.api.gate import check_storable, refusal
+from status.api.models import (
+    ActivateItemIn,
+    BindBatchIn,
+    DataIn,
+    ErrorIn,
+    EventBatchIn,
+    EventIn,
+    HeartbeatBatchIn,
+    HeartbeatIn,
+    ProgressIn,
+    RegisterItemIn,
+    StartedEventIn,
+    TemporalActivityIn,
+    utc_instant,
+)
+from status.app import commands as c
+from status.domain.errors import Invalid
+from status.domain.model import Progress, StepError
+from status.domain.rules import DataBody
+
+# A value at this depth of a single event's REST body: event → data → value.
+_DATA_VALUE_DEPTH = 3
+
+
+class _Fields:
+    """One model's field types as validators of a single value: ``check("eventId", v)`` is ``v`` as
+    the model would hold it, or the refusal REST gives (``eventId: <pydantic's message>``)."""
+
+    def __init__(self, model: type[BaseModel], prefix: str = "") -> None:
+        # The models refuse NaN and infinities (status.api.models.Body); a bare type would take them.
+        config = ConfigDict(allow_inf_nan=False)
+        self._checks: dict[str, tuple[str, Callable[[Any], Any]]] = {}
+        for name, info in model.model_fields.items():
+            alias = info.alias or name
+            adapter: TypeAdapter[Any] = TypeAdapter(info.rebuild_annotation(), config=config)
+            self._checks[alias] = (prefix + alias, adapter.validator.validate_python)
+
+    def check(self, alias: str, value: Any, at: str = "") -> Any:
+        """``at``: where the model's object sits in the request (``events.3.`` in a batch)."""
+        where, validate = self._checks[alias]
+        try:
+            return validate(value)
+        except ValidationError as exc:
+            raise refusal(exc, at + where) from exc
+
+
+def _bounds(model: type[BaseModel], name: str) -> tuple[int, int]:
+    """The least and most items a list field of ``model`` takes."""
+    metadata = model.model_fields[name].metadata
+    low = next((m.min_length for m in metadata if isinstance(m, MinLen)), 0)
+    high = next(m.max_length for m in metadata if isinstance(m, MaxLen))
+    return low, high
+
+
+_EVENT = _Fields(EventIn)
+_PROGRESS = _Fields(ProgressIn, "progress.")
+_DATA = _Fields(DataIn, "data.")
+_ERROR = _Fields(ErrorIn, "error.")
+_HEARTBEAT = _Fields(HeartbeatIn)
+_BATCH_EVENTS = _bounds(EventBatchIn, "events")
+_BATCH_HEARTBEATS = _bounds(EventBatchIn, "heartbeats")
+_HEARTBEATS = _bounds(HeartbeatBatchIn, "heartbeats")
+_ACTIVATE = _Fields(ActivateItemIn)
+_REGISTER = _Fields(RegisterItemIn)
+_TEMPORAL = _Fields(TemporalActivityIn)
+_STARTED = _Fields(StartedEventIn)
+_BIND_ITEMS = _bounds(BindBatchIn, "items")
+
+
+def report_event(msg: pb.Event, at: str = "") -> c.ReportEvent:
+    """The event as the command REST's ``EventIn.command()`` gives for the same event (``at``: its
+    path in the request, ``events.3.`` in a batch)."""
+    sent = {"event_id": msg.event_id, "event_type": msg.event_type, "source_seq": msg.source_seq}
+    sent["occurred_at"] = msg.occurred_at
+    sent.update((descriptor.name, value) for descriptor, value in msg.ListFields())
+    fields: dict[str, Any] = {}
+    for field, name, read in _EVENT_FIELDS:
+        if field in sent:
+            value = sent[field]
+            fields[field] = _EVENT.check(name, value, at) if read is None else read(value, at)
+    fields["occurred_at"] = utc_instant(fields["occurred_at"])
+    return c.ReportEvent(**fields)
+
+
+def _progress(msg: pb.Progress, at: str) -> Progress:
+    check = _PROGRESS.check
+    return Progress(
+        check("current", msg.current, at),
+        check("total", msg.total, at) if msg.HasField("total") else None,
+        check("unit", msg.unit, at) if msg.HasField("unit") else None,
+    )
+
+
+def _data(msg: pb.Data, at: str) -> DataBody:
+    schema = _DATA.check("schema", msg.schema, at)
+    try:
+        value = json.loads(msg.value_json) if msg.value_json else None
+    except RecursionError as exc:
+        raise Invalid("the request body nests too deeply") from exc
+    except ValueError as exc:
+        raise Invalid(f"{at}data.value_json is not JSON") from exc
+    check_storable(value, at.count(".") + _DATA_VALUE_DEPTH)
+    return DataBody(schema, value)
+
+
+def _error(msg: pb.Error, at: str) -> StepError:
+    check = _ERROR.check
+
+    def optional(field: str, name: str) -> Any:
+        return check(name, getattr(msg, field), at) if msg.HasField(field) else None
+
+    return StepError(
+        check("category", msg.category, at),
+        check("code", msg.code, at),
+        optional("user_message", "userMessage") or "",
+        optional("retryable", "retryable"),
+        optional("diagnostics_ref", "diagnosticsRef"),
+    )
+
+
+# The fields of Event in the REST model's order (so the first mistake named is REST's first),
+# each with what reads it: None for a scalar checked by its REST type, else the nested object's.
+_EVENT_FIELDS: tuple[tuple[str, str, Callable[[Any, str], Any] | None], ...] = (
+    ("event_id", "eventId", None),
+    ("event_type", "eventType", None),
+    ("source_seq", "sourceSeq", None),
+    ("occurred_at", "occurredAt", None),
+    ("execution_handle", "executionHandle", None),
+    ("workflow_id", "workflowId", None),
+    ("task_id", "taskId", None),
+    ("task_type", "taskType", None),
+    ("task_attempt", "taskAttempt", None),
+    ("step_id", "stepId", None),
+    ("step_attempt", "stepAttempt", None),
+    ("execution_id", "executionId", None),
+    ("operation_code", "operationCode", None),
+    ("producer_id", "producerId", None),
+    ("business_status", "businessStatus", None),
+    ("phase_code", "phaseCode", None),
+    ("phase_label", "phaseLabel", None),
+    ("progress", "progress", _progress),
+    ("duration_ms", "durationMs", None),
+    ("data", "data", _data),
+    ("error", "error", _error),
+    ("failed_step_id", "failedStepId", None),
+)
+
+
+def heartbeat(
+    heartbeat_seq: int,
+    observed_at: str | None = None,
+    *,
+    execution_handle: str | None = None,
+    execution_token: str | None = None,
+    execution_id: str | None = None,
+    completes_elsewhere: bool = False,
+    at: str = "",
+) -> c.Heartbeat:
+    """A heartbeat as REST's ``HeartbeatIn.command()`` gives it (a batch's, or a stream's whose
+    execution token its ref stands for)."""
+
+    def check(name: str, value: Any) -> Any:
+        return None if value is None else _HEARTBEAT.check(name, value, at)
+
+    observed = check("observedAt", observed_at)
+    return c.Heartbeat(
+        check("heartbeatSeq", heartbeat_seq),
+        None if observed is None else utc_instant(observed),
+        check("executionHandle", execution_handle),
+        check("executionToken", execution_token),
+        check("executionId", execution_id),
+        completes_elsewhere,
+    )
+
+
+def _heartbeat(msg: pb.Heartbeat, at: str) -> c.Heartbeat:
+    def present(field: str) -> Any:
+        return getattr(msg, field) if msg.HasField(field) else None
+
+    return heartbeat(
+        msg.heartbeat_seq,
+        present("observed_at"),
+        execution_handle=present("execution_handle"),
+        execution_token=present("execution_token"),
+        execution_id=present("execution_id"),
+        completes_elsewhere=msg.completes_elsewhere,
+        at=at,
+    )
+
+
+def _count(name: str, items: Sequence[Any], bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if not low <= len(items) <= high:
+        raise Invalid(f"{name}: takes {low} to {high} items, not {len(items)}")
+
+
+def event_batch(msg: pb.EventBatch) -> tuple[list[c.ReportEvent], list[c.Heartbeat]]:
+    """Every event and riding heartbeat as its command, or the request's refusal: all of it is
+    read before any of it is applied (as ``EventBatchIn.commands``)."""
+    _count("events", msg.events, _BATCH_EVENTS)
+    _count("heartbeats", msg.heartbeats, _BATCH_HEARTBEATS)
+    if not msg.events and not msg.heartbeats:
+        raise Invalid("(body): a batch carries events, heartbeats or both")
+    events = [report_event(e, f"events.{i}.") for i, e in enumerate(msg.events)]
+    return events, [_heartbeat(h, f"heartbeats.{i}.") for i, h in enumerate(msg.heartbeats)]
+
+
+def heartbeat_batch(msg: pb.HeartbeatBatch) -> list[c.Heartbeat]:
+    _count("heartbeats", msg.heartbeats, _HEARTBEATS)
+    return [_heartbeat(h, f"heartbeats.{i}.") for i, h in enumerate(msg.heartbeats)]
+
+
+def bind_batch(msg: pb.BindBatch) -> list[c.ActivateStep | c.RegisterExecution]:
+    """Every binding as REST's ``BindItemIn.command()`` gives it, or the request's refusal."""
+    _count("items", msg.items, _BIND_ITEMS)
+    commands: list[c.ActivateStep | c.RegisterExecution] = []
+    for i, item in enumerate(msg.items):
+        kind = item.WhichOneof("kind")
+        if kind == "activate":
+            commands.append(_activation(item.activate, f"items.{i}.activate."))
+        elif kind == "register":
+            commands.append(_registration(item.register, f"items.{i}.register."))
+        else:
+            raise Invalid(f"items.{i}: Value error, an item is either activate or register")
+    return commands
+
+
+class _Sent:
+    """A binding message's fields as its REST body holds them: only those set (a scalar without
+    presence at its default is absent, as in the message's JSON mapping), each checked by the REST
+    model's type; an absent field the model requires is refused as REST refuses it."""
+
+    def __init__(self, msg: Message, fields: _Fields, at: str) -> None:
+        self._sent = {descriptor.name: value for descriptor, value in msg.ListFields()}
+        self._fields = fields
+        self._at = at
+
+    def required(self, field: str, name: str) -> Any:
+        if field not in self._sent:
+            raise Invalid(f"{self._at}{name}: Field required")
+        return self._fields.check(name, self._sent[field], self._at)
+
+    def optional(self, field: str, name: str, default: Any = None) -> Any:
+        if field not in self._sent:
+            return default
+        return self._fields.check(name, self._sent[field], self._at)
+
+    def nested(self, field: str, read: Callable[[Any, str], Any]) -> Any:
+        return read(self._sent[field], f"{self._at}{_alias(field)}.") if field in self._sent else None
+
+
+def _alias(field: str) -> str:
+    head, *rest = field.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _activation(msg: pb.Activation, at: str) -> c.ActivateStep:
+    sent = _Sent(msg, _ACTIVATE, at)
+    return c.ActivateStep(
+        attempt=sent.required("attempt", "attempt"),
+        producer_id=sent.required("producer_id", "producerId"),
+        heartbeat_interval_seconds=sent.optional("heartbeat_interval_seconds", "heartbeatIntervalSeconds"),
+        heartbeat_timeout_seconds=sent.optional("heartbeat_timeout_seconds", "heartbeatTimeoutSeconds"),
+        temporal_activity=sent.nested("temporal_activity", _temporal_activity),
+        started=sent.nested("started_event", _started_event),
+        task_id=sent.required("task_id", "taskId"),
+        step_id=sent.required("step_id", "stepId"),
+    )
+
+
+def _registration(msg: pb.Registration, at: str) -> c.RegisterExecution:
+    sent = _Sent(msg, _REGISTER, at)
+    return c.RegisterExecution(
+        client_step_key=sent.required("client_step_key", "clientStepKey"),
+        operation_code=sent.required("operation_code", "operationCode"),
+        producer_id=sent.required("producer_id", "producerId"),
+        attempt=sent.optional("attempt", "attempt", 1),
+        parent_execution_id=sent.optional("parent_execution_id", "parentExecutionId"),
+        display_name=sent.optional("display_name", "displayName"),
+        failure_policy=sent.optional("failure_policy", "failurePolicy"),
+        heartbeat_interval_seconds=sent.optional("heartbeat_interval_seconds", "heartbeatIntervalSeconds"),
+        heartbeat_timeout_seconds=sent.optional("heartbeat_timeout_seconds", "heartbeatTimeoutSeconds"),
+        temporal_activity=sent.nested("temporal_activity", _temporal_activity),
+        started=sent.nested("started_event", _started_event),
+        task_id=sent.required("task_id", "taskId"),
+    )
+
+
+def _temporal_activity(msg: pb.TemporalActivity, at: str) -> c.TemporalActivity:
+    sent = _Sent(msg, _TEMPORAL, at)
+    return c.TemporalActivity(
+        sent.required("namespace", "namespace"),
+        sent.required("workflow_id", "workflowId"),
+        sent.required("run_id", "runId"),
+        sent.required("activity_id", "activityId"),
+    )
+
+
+def _started_event(msg: pb.StartedEvent, at: str) -> c.StartedEvent:
+    sent = _Sent(msg, _STARTED, at)
+    return c.StartedEvent(
+        sent.required("event_id", "eventId"),
+        utc_instant(sent.required("occurred_at", "occurredAt")),
+        sent.optional("source_seq", "sourceSeq", 1),
+    )
