@@ -23,7 +23,7 @@ from status.app.step_cache import StepCache
 from status.domain.admission import TEMPORAL_VERDICT
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.clock import now_ms, utcnow
-from status.domain.definitions import OperationDefinition, SchemaValidator, find_operation
+from status.domain.definitions import OperationDefinition, SchemaValidator, defined_operation
 from status.domain.errors import ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.model import TaskState
 
@@ -101,10 +101,7 @@ def require_binder(caller: ServicePrincipal, producer_id: str) -> None:
 
 def operation(defs: Definitions, code: str, task_type: str | None, version: int | None = None) -> OperationDefinition:
     candidates = defs.operations if version is None else [d for d in defs.operations if d.version == version]
-    op = find_operation(candidates, code, task_type)
-    if op is None:
-        raise Invalid(f"operation {code!r} has no definition", ErrorCode.OPERATION_MISMATCH)
-    return op
+    return defined_operation(candidates, code, task_type)
 
 
 def lock_task_for(stores: Stores, tenant_id: str, scope: str, task_id: str) -> TaskState:

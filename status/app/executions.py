@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from status.app import commands as c
@@ -23,12 +23,13 @@ from status.app.views import locked_view
 from status.domain import ids
 from status.domain.attempts import decide_activation, lost_attempt, next_attempt, superseded_attempt
 from status.domain.auth import ExecutionClaims, ServicePrincipal
-from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, OperationDefinition, Severity
-from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound
+from status.domain.definitions import DynamicRegistrationPolicy, OperationDefinition, Severity
+from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, evolve
 from status.domain.projections import iso
+from status.domain.registration import HeartbeatDefaults, decide_registration, registered_before
 from status.domain.reports import check_key
 from status.domain.rules import Notice
 
@@ -337,89 +338,31 @@ class ExecutionCommands:
         registrar = caller.producer_id
         task = view.task
         steps = list(view.steps.attempts.values())
-        existing = next(
-            (s for s in steps if s.client_step_key == cmd.client_step_key and s.attempt == cmd.attempt), None
-        )
+        existing = registered_before(steps, cmd)
         if existing is not None:
-            if (existing.operation_code, existing.producer_id, existing.parent_execution_id) != (
-                cmd.operation_code,
-                cmd.producer_id,
-                cmd.parent_execution_id,
-            ):
-                raise Conflict("clientStepKey was registered with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
             return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow, group=group), None
-        policy_row = uow.tasks.registration_policy(task.task_id)
-        policy = DynamicRegistrationPolicy.from_json(policy_row)
-        parent = None
-        if cmd.parent_execution_id is not None:
-            parent = next((s for s in steps if s.execution_id == cmd.parent_execution_id), None)
-            if parent is None:
-                raise NotFound("parentExecutionId is not an execution of this task", ErrorCode.UNKNOWN_STEP)
-            if parent.lifecycle.terminal:
-                raise Conflict("the parent execution has finished", ErrorCode.TERMINAL_STATE)
-        dynamic = [s for s in steps if s.step_kind == "DYNAMIC"]
-        minute_ago = now - timedelta(minutes=1)
-        policy.check(
-            operation_code=cmd.operation_code,
-            parent_operation=parent.operation_code if parent else None,
-            depth=(parent.depth + 1) if parent else 1,
-            dynamic_steps=len({s.step_id for s in dynamic}),
-            running_dynamic=sum(1 for s in dynamic if not s.lifecycle.terminal),
-            registered_last_minute=sum(1 for s in dynamic if s.activated_at and s.activated_at >= minute_ago),
-        )
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
-        op = operation(defs, cmd.operation_code, task.task_type)
-        op.check_producer(cmd.producer_id)
-        policy_name = cmd.failure_policy or op.failure_policy.value
-        try:
-            FailurePolicy(policy_name)
-        except ValueError as exc:
-            raise Invalid(f"unknown failurePolicy {policy_name!r}") from exc
-        statuses = defs.status_set(task.task_type, task.status_definition_version)
-        step_id = ids.dynamic_step_id(cmd.client_step_key)
-        if any(s.step_id == step_id and s.attempt >= cmd.attempt for s in steps):
-            raise Conflict(f"attempt {cmd.attempt} of {step_id} is not new", ErrorCode.STALE_ATTEMPT)
-        # A newer attempt supersedes the previous ones; an unfinished one times out, so a
-        # step never shows two running attempts (as activation does for known steps).
-        superseded = [
-            superseded_attempt(prev, statuses, now) for prev in steps if prev.step_id == step_id and not prev.superseded
-        ]
-        for old, prev in zip((s for s in steps if s.step_id == step_id and not s.superseded), superseded, strict=True):
+        decided = decide_registration(
+            task,
+            steps,
+            cmd,
+            policy=DynamicRegistrationPolicy.from_json(uow.tasks.registration_policy(task.task_id)),
+            operations=defs.operations,
+            statuses=defs.status_set(task.task_type, task.status_definition_version),
+            heartbeats=HeartbeatDefaults(self.ctx.heartbeat_interval_seconds, self.ctx.heartbeat_timeout_seconds),
+            execution_id=ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000)),
+            now=now,
+        )
+        step = decided.step
+        for old, prev in decided.superseded:
             group.write_step(old, prev)
             group.revoke(prev.execution_id, "SUPERSEDED", now)
-        step = StepState(
-            task_id=task.task_id,
-            step_id=step_id,
-            attempt=cmd.attempt,
-            client_step_key=cmd.client_step_key,
-            operation_code=cmd.operation_code,
-            operation_definition_version=op.version,
-            service_name=cmd.producer_id,
-            lifecycle=Lifecycle.PENDING,
-            business_status=statuses.resolve(None, Lifecycle.PENDING, None).code,
-            version=1,
-            step_kind="DYNAMIC",
-            display_name=cmd.display_name or op.display_name,
-            step_order=10_000 + len(dynamic),
-            parent_execution_id=cmd.parent_execution_id,
-            depth=(parent.depth + 1) if parent else 1,
-            producer_id=cmd.producer_id,
-            execution_id=ids.new_execution_id(int(now.replace(tzinfo=UTC).timestamp() * 1000)),
-            heartbeat_interval_seconds=cmd.heartbeat_interval_seconds or self.ctx.heartbeat_interval_seconds,
-            heartbeat_timeout_seconds=cmd.heartbeat_timeout_seconds or self.ctx.heartbeat_timeout_seconds,
-            activated_at=now,
-            failure_policy=policy_name,
-            updated_at=now,
-        )
         group.insert_step(step)
         _record_activity(group, step, cmd.temporal_activity)
-        before, task = (
-            task,
-            evolve(task, version=task.version + 1, dynamic_step_count=task.dynamic_step_count + 1, updated_at=now),
-        )
+        before, task = task, decided.task
         group.write_task(before, task)
-        frozen = self._freeze_operation(uow, op)
-        for prev in superseded:  # written just above
+        frozen = self._freeze_operation(uow, decided.operation)
+        for _, prev in decided.superseded:  # written just above
             view = view.changed(task, prev)
         view = view.changed(task, step)
         registered = Change.of_service(

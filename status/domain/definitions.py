@@ -125,6 +125,16 @@ def find_operation(
     return max(candidates, key=lambda d: (d.specificity(), d.version))
 
 
+def defined_operation(
+    definitions: Iterable[OperationDefinition], code: str, task_type: str | None
+) -> OperationDefinition:
+    """``find_operation``'s definition, or the refusal of an operation nobody defined."""
+    found = find_operation(definitions, code, task_type)
+    if found is None:
+        raise Invalid(f"operation {code!r} has no definition", ErrorCode.OPERATION_MISMATCH)
+    return found
+
+
 @dataclass(frozen=True)
 class StatusDefinition:
     """One registered business status of a task type (seed §4.6)."""
