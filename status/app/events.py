@@ -215,7 +215,7 @@ class EventCommands:
             return caller.task_id
         if cmd.execution_handle:
             row = group.handles.get(ids.handle_hash(cmd.execution_handle))
-            return row["task_id"] if row else ""
+            return row.task_id if row else ""
         return cmd.task_id or ""
 
     def _apply(self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 from status.app.ports import UnitOfWork
 from status.app.records import ActivityRecord, ChangeRecord, DedupRecord, EventRecord, NotificationRecord
 from status.app.step_cache import TaskView
+from status.domain.auth import StoredHandle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 
@@ -23,7 +24,7 @@ from status.domain.model import StepState, TaskState
 class Group:
     """What a group of events has staged in its open transaction."""
 
-    handles: dict[str, Any] = field(default_factory=dict)  # handle hash -> row
+    handles: dict[str, StoredHandle] = field(default_factory=dict)  # by handle hash
     revoked: dict[str, str] = field(default_factory=dict)  # execution id -> reason, revoked in this group
     # (tenant, event id) -> (hash, result): a group may hold several tenants' events
     seen: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)

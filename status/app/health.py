@@ -213,14 +213,14 @@ class HealthCommands:
                 if handle is None:
                     reject(ErrorCode.TOKEN_REVOKED)
                     continue
-                if handle["producer_id"] != caller.producer_id:
-                    reject(ErrorCode.PRODUCER_MISMATCH, handle["execution_id"])
+                if handle.producer_id != caller.producer_id:
+                    reject(ErrorCode.PRODUCER_MISMATCH, handle.execution_id)
                     continue
-                if handle["expires_at"] <= now:
-                    reject(ErrorCode.TOKEN_EXPIRED, handle["execution_id"])
+                if handle.expires_at <= now:
+                    reject(ErrorCode.TOKEN_EXPIRED, handle.execution_id)
                     continue
-                key = (handle["task_id"], handle["step_id"], handle["step_attempt"], handle["execution_id"])
-                credentials[index] = Credential(handle["expires_at"], ids.handle_hash(hb.execution_handle))
+                key = (handle.task_id, handle.step_id, handle.step_attempt, handle.execution_id)
+                credentials[index] = Credential(handle.expires_at, ids.handle_hash(hb.execution_handle))
             elif hb.execution_token:
                 try:
                     claims = self.ctx.tokens.verify(hb.execution_token, now)
@@ -248,17 +248,17 @@ class HealthCommands:
         self.ctx.handles.put_many(
             {
                 handle_hash: KnownHandle(
-                    row["task_id"],
-                    row["step_id"],
-                    row["step_attempt"],
-                    row["execution_id"],
-                    row["producer_id"],
-                    row["expires_at"],
+                    row.task_id,
+                    row.step_id,
+                    row.step_attempt,
+                    row.execution_id,
+                    row.producer_id,
+                    row.expires_at,
                     caller.tenant_id,
                     caller.authority_scope,
                 )
                 for handle_hash, row in handles.items()
-                if row["task_id"] in mine
+                if row.task_id in mine
             }
         )
         for index, key in list(resolved.items()):

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from status.app.records import ActivityRecord, ChangeRecord, DedupRecord, EventRecord, NotificationRecord
-from status.domain.auth import ExecutionClaims, UserPrincipal
+from status.domain.auth import ExecutionClaims, StoredHandle, UserPrincipal
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, WorkflowState
 
@@ -179,7 +179,7 @@ class GrantStore(Protocol):
 class HeartbeatStore(Protocol):
     """The heartbeat light path and the reconciler's reads (SPEC R6, R7): step rows' heartbeat columns only."""
 
-    def handles(self, hashes: Iterable[str]) -> dict[str, Any]:
+    def handles(self, hashes: Iterable[str]) -> dict[str, StoredHandle]:
         """Execution handles by hash (task, step, attempt, execution, producer, expiry)."""
         ...
 
@@ -387,7 +387,7 @@ class TaskStore(Protocol):
         ...
 
     def acl_grants(self, task_id: str) -> list[tuple[str, str]]: ...
-    def handles(self, hashes: Iterable[str]) -> dict[str, Row]: ...
+    def handles(self, hashes: Iterable[str]) -> dict[str, StoredHandle]: ...
     def revoke_handles(self, execution_id: str | None, reason: str, now: datetime) -> None: ...
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Role(StrEnum):
@@ -41,6 +42,20 @@ class UserPrincipal:
     @property
     def subject(self) -> str:
         return f"{self.tenant_id}/{self.user_id}"
+
+
+class StoredHandle(NamedTuple):
+    """An execution handle as the service stored it (the compact form of an execution token: the
+    producer names it, the row says what it binds and whether it still may)."""
+
+    task_id: str
+    step_id: str
+    step_attempt: int
+    execution_id: str
+    producer_id: str
+    expires_at: datetime
+    revoked_at: datetime | None
+    revoke_reason: str | None
 
 
 @dataclass(frozen=True)

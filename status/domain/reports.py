@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from status.domain import ids
 from status.domain.admission import TEMPORAL_VERDICT, Binding, Limits
-from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, StoredHandle
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound, TooLarge
 from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health
 from status.domain.retention import check_event_age
@@ -144,7 +144,7 @@ def bind_step_event(
     event_type: EventType,
     caller: ExecutionClaims | ServicePrincipal,
     *,
-    handles: Mapping[str, Mapping[str, Any]],
+    handles: Mapping[str, StoredHandle],
     revoked_now: Mapping[str, str],
     now: datetime,
 ) -> BoundStep:
@@ -189,24 +189,24 @@ def bind_step_event(
     handle = handles.get(ids.handle_hash(report.execution_handle))
     if handle is None:
         raise Forbidden("the execution handle is not valid", ErrorCode.TOKEN_REVOKED)
-    if handle["producer_id"] != caller.producer_id:
+    if handle.producer_id != caller.producer_id:
         raise Forbidden("the handle belongs to another producer", ErrorCode.PRODUCER_MISMATCH)
-    execution_id = handle["execution_id"]
-    _match(report, handle["task_id"], handle["step_id"], handle["step_attempt"], execution_id, handle["producer_id"])
+    execution_id = handle.execution_id
+    _match(report, handle.task_id, handle.step_id, handle.step_attempt, execution_id, handle.producer_id)
     problem: DomainError | None = None
-    revoked = handle["revoke_reason"] if handle["revoked_at"] is not None else None
+    revoked = handle.revoke_reason if handle.revoked_at is not None else None
     revoked = revoked or revoked_now.get(execution_id)
     if revoked is not None:
         problem = Forbidden(f"the execution handle was revoked ({revoked})", ErrorCode.TOKEN_REVOKED)
-    elif handle["expires_at"] <= now:
+    elif handle.expires_at <= now:
         problem = Forbidden("the execution handle has expired", ErrorCode.TOKEN_EXPIRED)
     return BoundStep(
-        handle["task_id"],
-        handle["step_id"],
-        handle["step_attempt"],
+        handle.task_id,
+        handle.step_id,
+        handle.step_attempt,
         caller.tenant_id,
         caller.authority_scope,
-        Binding(execution_id, handle["producer_id"], None, None, problem),
+        Binding(execution_id, handle.producer_id, None, None, problem),
     )
 
 

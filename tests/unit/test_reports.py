@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from status.app.commands import ReportEvent
 from status.domain import ids
 from status.domain.admission import TEMPORAL_VERDICT, Limits
-from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
+from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, StoredHandle
 from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound, TooLarge
 from status.domain.lifecycle import EventType
 from status.domain.reports import (
@@ -46,16 +46,16 @@ CLAIMS = ExecutionClaims(
     expires_at=NOW + timedelta(hours=1),
     allowed_event_types=frozenset({"STEP_STARTED", "STEP_COMPLETED"}),
 )
-HANDLE_ROW: dict[str, Any] = {
-    "task_id": "tsk_1",
-    "step_id": "02_parse",
-    "step_attempt": 1,
-    "execution_id": "exe_1",
-    "producer_id": "parser",
-    "expires_at": NOW + timedelta(hours=1),
-    "revoked_at": None,
-    "revoke_reason": None,
-}
+HANDLE_ROW = StoredHandle(
+    task_id="tsk_1",
+    step_id="02_parse",
+    step_attempt=1,
+    execution_id="exe_1",
+    producer_id="parser",
+    expires_at=NOW + timedelta(hours=1),
+    revoked_at=None,
+    revoke_reason=None,
+)
 HANDLES = {ids.handle_hash(HANDLE): HANDLE_ROW}
 
 
@@ -227,7 +227,7 @@ def test_a_revoked_or_expired_handle_is_noted_not_refused(
     row: dict[str, Any], revoked_now: dict[str, str], code: ErrorCode, words: str
 ) -> None:
     """Refused only after dedup (admission raises the problem): a retry still gets its first answer."""
-    handles = {ids.handle_hash(HANDLE): HANDLE_ROW | row}
+    handles = {ids.handle_hash(HANDLE): HANDLE_ROW._replace(**row)}
     bound = _bind(_report(execution_handle=HANDLE), _service(Role.WORKER), handles=handles, revoked_now=revoked_now)
     assert bound.binding.problem is not None
     assert bound.binding.problem.code is code and words in bound.binding.problem.message

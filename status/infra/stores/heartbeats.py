@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from status.domain.auth import StoredHandle
 from status.domain.lifecycle import Health, Lifecycle
 from status.infra import tables as t
 from status.infra.stores.tasks import handles_by_hash
@@ -84,7 +85,7 @@ class SqlHeartbeatStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
 
-    def handles(self, hashes: Iterable[str]) -> dict[str, Any]:
+    def handles(self, hashes: Iterable[str]) -> dict[str, StoredHandle]:
         """Execution handles by hash (task, step, attempt, execution, producer, expiry)."""
         return handles_by_hash(self._conn, hashes)
 

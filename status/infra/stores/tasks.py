@@ -8,8 +8,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from status.app.ports import Row
 from status.app.records import ChangeRecord, DedupRecord, EventRecord, NotificationRecord
+from status.domain.auth import StoredHandle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.infra import repository as repo
@@ -29,12 +29,12 @@ _HANDLES = sa.select(
 ).where(t.task_execution_handle.c.handle_hash.in_(sa.bindparam("_hashes", expanding=True)))
 
 
-def handles_by_hash(conn: sa.Connection, hashes: Iterable[str]) -> dict[str, Any]:
+def handles_by_hash(conn: sa.Connection, hashes: Iterable[str]) -> dict[str, StoredHandle]:
     """Execution handles by hash: task, step, attempt, execution, producer, expiry, revocation."""
     wanted = sorted(set(hashes))
     if not wanted:
         return {}
-    return {r["handle_hash"]: r for r in conn.execute(_HANDLES, {"_hashes": wanted}).mappings()}
+    return {row[0]: StoredHandle(*row[1:]) for row in conn.execute(_HANDLES, {"_hashes": wanted})}
 
 
 class SqlTaskStore:
@@ -215,7 +215,7 @@ class SqlTaskStore:
     def acl_grants(self, task_id: str) -> list[tuple[str, str]]:
         return repo.acl_grants(self._conn, task_id)
 
-    def handles(self, hashes: Iterable[str]) -> dict[str, Row]:
+    def handles(self, hashes: Iterable[str]) -> dict[str, StoredHandle]:
         return handles_by_hash(self._conn, hashes)
 
     def revoke_handles(self, execution_id: str | None, reason: str, now: datetime) -> None:
