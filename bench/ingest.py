@@ -51,7 +51,7 @@ import sqlalchemy as sa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import process_tree_cpu  # type: ignore[import-not-found]  # noqa: E402
+from common import SERVER, process_tree_cpu  # type: ignore[import-not-found]  # noqa: E402
 from task_status_wire import convert  # noqa: E402
 from task_status_wire import task_events_pb2 as pb  # noqa: E402
 from task_status_wire import task_events_pb2_grpc as pb_grpc  # noqa: E402
@@ -60,8 +60,6 @@ from status.domain.auth import Role  # noqa: E402
 from status.infra import migrate  # noqa: E402
 from status.infra.stores.heartbeats import beats_statement  # noqa: E402
 from status.infra.tokens import ServiceTokens  # noqa: E402
-
-SERVER = os.environ.get("TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306")
 
 
 @dataclass
@@ -596,7 +594,7 @@ def main() -> None:
         migrate.upgrade(f"{SERVER}/{db}?charset=utf8mb4")
         print(
             f"machine: {os.cpu_count()} cores; producers={args.producers}; API workers={args.workers};"
-            f" {args.seconds:.0f}s per figure"
+            f" {args.seconds:.0f}s per figure; the API's driver: {sa.make_url(SERVER).drivername}"
         )
         ceil = ceiling(db, args.producers, args.seconds)
         reference = reference_ceiling(args.producers, args.seconds)

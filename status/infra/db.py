@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -159,20 +160,44 @@ def escape_string(value: str) -> str:
 
 
 def use_fast_escaping(connection: Any) -> bool:
-    """Give a PyMySQL connection ``escape_string``; False (and left as it was) where its version has no
-    per-connection escape to replace."""
+    """Give a PyMySQL connection ``escape_string`` and ``fast_escape``; False (and left as it was)
+    where its version has no per-connection escape to replace."""
     if not callable(getattr(type(connection), "_escape_string", None)):
         return False
     from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
 
-    def escape(value: str) -> str:
+    def escape_text(value: str) -> str:
         if connection.server_status & SERVER_STATUS_NO_BACKSLASH_ESCAPES:  # as PyMySQL does in that mode
             return value.replace("'", "''")
         return escape_string(value)
 
-    connection._escape_string = escape
+    connection._escape_string = escape_text
     connection.encoders[datetime] = escape_datetime  # the connection's own copy of the table
+    connection.escape = fast_escape(connection.escape, escape_text)
     return True
+
+
+def fast_escape(escape: Callable[..., str], escape_text: Callable[[str], str]) -> Callable[..., str]:
+    """A connection's ``escape`` (what PyMySQL binds every value with) that renders the types a
+    row is made of — text, whole numbers, NULL, instants — without the driver's dispatch: three
+    calls and a table lookup a value, and a group writes a few hundred values per activity. The
+    same text as ``escape`` (a property test holds them equal); any other type, a subclass (an
+    enumeration's member) or an explicit table goes to ``escape`` itself."""
+
+    def escape_value(value: Any, mapping: Any = None) -> str:
+        kind = type(value)
+        if mapping is None:
+            if kind is str:
+                return f"'{escape_text(value)}'"
+            if kind is int:
+                return str(value)
+            if value is None:
+                return "NULL"
+            if kind is datetime:
+                return escape_datetime(value)
+        return escape(value, mapping)
+
+    return escape_value
 
 
 def escape_datetime(value: datetime, mapping: Any = None) -> str:

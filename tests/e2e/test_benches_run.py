@@ -30,6 +30,7 @@ BENCHES = [
     ("relay.py", ["--backlog", "500", "--seconds", "2", "--rate", "50", "--producers", "1"], "per publication"),
     ("ingest.py", ["--seconds", "2", "--producers", "2", "--skip-growth"], "heartbeats/s"),
     ("plugin_overhead.py", ["--workflows", "2", "--steps", "2"], "plugin / OpenTelemetry"),
+    ("activity_path.py", ["--activities", "20", "--rounds", "1", "--steps", "2"], "per activity"),
     ("run_verdicts.py", ["--seconds", "3", "--rate", "2", "--idle", "10"], "RPCs per minute"),
     ("push_vs_poll.py", ["--workflows", "2", "--steps", "1", "--step-seconds", "1"], "ratios (poll / push)"),
     ("faults.py", ["--fault", "api-kill", "--seconds", "2"], "api-kill"),

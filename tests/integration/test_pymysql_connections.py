@@ -7,14 +7,18 @@ what was written, in the server's default mode and with NO_BACKSLASH_ESCAPES.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
+import pymysql.connections
 import pymysql.converters
 import pytest
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
+from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
 
-from status.infra.db import create_engine, escape_datetime, escape_string, tls_args
+from status.domain.lifecycle import Lifecycle
+from status.infra.db import create_engine, escape_datetime, escape_string, tls_args, use_fast_escaping
 
 HOSTILE = [
     "",
@@ -36,6 +40,41 @@ def test_the_escapes_are_pymysqls(value: str) -> None:
 @given(st.datetimes(min_value=datetime(1, 1, 1), timezones=st.none() | st.timezones()))
 def test_the_timestamps_are_pymysqls(value: datetime) -> None:
     assert escape_datetime(value) == pymysql.converters.escape_datetime(value)
+
+
+class _Connection(pymysql.connections.Connection):
+    """A connection's escaping without a server: the state its escapes read (charset, encoders,
+    server status), as a connected one holds it."""
+
+    def __init__(self, no_backslash_escapes: bool) -> None:  # no super().__init__: it connects
+        self.encoding = "utf8"
+        self.encoders = dict(pymysql.converters.encoders)
+        self.server_status = SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash_escapes else 0
+
+
+_VALUES = (
+    st.text()
+    | st.integers()
+    | st.none()
+    | st.booleans()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.datetimes(min_value=datetime(1, 1, 1), timezones=st.none() | st.timezones())
+    | st.binary(max_size=20)
+    | st.sampled_from(list(Lifecycle))
+    | st.decimals(allow_nan=False, allow_infinity=False)
+)
+
+
+@given(values=st.lists(_VALUES, max_size=12), no_backslash_escapes=st.booleans())
+def test_a_rows_values_are_rendered_as_pymysql_renders_them(values: list[Any], no_backslash_escapes: bool) -> None:
+    plain, fast = _Connection(no_backslash_escapes), _Connection(no_backslash_escapes)
+    plain.encoders[datetime] = escape_datetime  # what the connection's own table holds
+    assert use_fast_escaping(fast)
+    assert "escape" in vars(fast)  # the connection's own, not the class's
+    for value in values:
+        assert fast.escape(value) == plain.escape(value)
+    with pytest.raises(TypeError):  # a type nobody encodes is refused as the driver refuses it
+        fast.escape(object(), {})
 
 
 @pytest.mark.mariadb
