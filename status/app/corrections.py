@@ -14,11 +14,18 @@ from status.app.change import Change, Entry, write_change
 from status.app.context import AppContext, content_hash, require
 from status.app.group import Group
 from status.app.ports import UnitOfWork
+from status.app.records import CorrectionRecord
 from status.app.views import locked_view
 from status.domain.auth import Role, ServicePrincipal
-from status.domain.corrections import Correction, apply_correction
-from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
-from status.domain.lifecycle import EventType, Lifecycle
+from status.domain.corrections import (
+    Correction,
+    apply_correction,
+    corrected_attempt,
+    parse_lifecycle,
+    repeated_correction,
+)
+from status.domain.errors import ErrorCode, NotFound
+from status.domain.lifecycle import EventType
 from status.domain.model import StepError
 from status.domain.projections import iso
 from status.domain.reports import check_key
@@ -56,10 +63,7 @@ class CorrectionCommands:
         require(caller, Role.ADMIN)
         check_key("correctionId", cmd.correction_id)
         check_key("operatorId", cmd.operator_id, 64)
-        try:
-            lifecycle = Lifecycle(cmd.lifecycle_status) if cmd.lifecycle_status is not None else None
-        except ValueError as exc:
-            raise Invalid(f"unknown lifecycleStatus {cmd.lifecycle_status!r}") from exc
+        lifecycle = parse_lifecycle(cmd.lifecycle_status)
         correction = Correction(cmd.operator_id, cmd.reason, lifecycle, cmd.business_status, cmd.error)
         # Its own namespace of ids: a correction can never collide with a producer's eventId.
         event_id = f"correction:{cmd.correction_id}"
@@ -70,29 +74,13 @@ class CorrectionCommands:
             view, stored = locked_view(
                 self.ctx, uow, cmd.task_id, (caller.tenant_id, caller.authority_scope), event_id=event_id
             )
-            if stored is not None:
-                stored_hash, stored_result = stored
-                if stored_hash != fingerprint:
-                    raise Conflict(
-                        "correctionId was already used with different content", ErrorCode.IDEMPOTENCY_CONFLICT
-                    )
-                return {**dict(stored_result), "duplicate": True}
+            repeated = repeated_correction(fingerprint, stored)
+            if repeated is not None:
+                return repeated
             task = view.task
-            if cmd.expected_task_version is not None and cmd.expected_task_version != task.version:
-                raise Conflict(
-                    f"the task is at version {task.version}, not {cmd.expected_task_version}",
-                    ErrorCode.VERSION_PRECONDITION_FAILED,
-                )
-            step = None
-            if cmd.step_id is not None:
-                attempts = [s for s in view.steps.all() if s.step_id == cmd.step_id]
-                if cmd.attempt is not None:
-                    attempts = [s for s in attempts if s.attempt == cmd.attempt]
-                if not attempts:
-                    raise NotFound(f"step {cmd.step_id} has no such attempt", ErrorCode.UNKNOWN_STEP)
-                step = max(attempts, key=lambda s: s.attempt)
-            elif cmd.attempt is not None:
-                raise Invalid("attempt needs a stepId")
+            step = corrected_attempt(
+                task, view.steps.all(), cmd.step_id, cmd.attempt, expected_version=cmd.expected_task_version
+            )
             defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
             outcome = apply_correction(
                 task,
@@ -143,19 +131,19 @@ class CorrectionCommands:
             result = write_change(self.ctx, uow, group, change)
             group.flush(uow)
             uow.corrections.insert(
-                {
-                    "tenant_id": task.tenant_id,
-                    "correction_id": cmd.correction_id,
-                    "task_id": task.task_id,
-                    "task_version": new_task.version,
-                    "step_id": new_step.step_id if new_step else None,
-                    "step_attempt": new_step.attempt if new_step else None,
-                    "operator_id": cmd.operator_id,
-                    "credential_id": caller.producer_id,
-                    "reason": cmd.reason,
-                    "changes": outcome.changes,
-                    "created_at": now,
-                }
+                CorrectionRecord(
+                    tenant_id=task.tenant_id,
+                    correction_id=cmd.correction_id,
+                    task_id=task.task_id,
+                    task_version=new_task.version,
+                    step_id=new_step.step_id if new_step else None,
+                    step_attempt=new_step.attempt if new_step else None,
+                    operator_id=cmd.operator_id,
+                    credential_id=caller.producer_id,
+                    reason=cmd.reason,
+                    changes=outcome.changes,
+                    created_at=now,
+                )
             )
             uow.commit()
             return result

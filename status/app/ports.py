@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from status.app.records import ActivityRecord, ChangeRecord, DedupRecord, EventRecord, NotificationRecord
+from status.app.records import (
+    ActivityRecord,
+    ChangeRecord,
+    CorrectionRecord,
+    DedupRecord,
+    EventRecord,
+    NotificationRecord,
+)
 from status.domain.auth import ExecutionClaims, StoredHandle, UserPrincipal
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, WorkflowState
@@ -95,7 +102,7 @@ class AccessStore(Protocol):
 class CorrectionStore(Protocol):
     """Operators' corrections (``task_correction``): the audit record beside the event log."""
 
-    def insert(self, row: Row) -> None: ...
+    def insert(self, record: CorrectionRecord) -> None: ...
     def of_task(self, task_id: str) -> list[Row]: ...
 
 

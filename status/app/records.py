@@ -80,6 +80,22 @@ class NotificationRecord(NamedTuple):
     read_at: datetime | None
 
 
+class CorrectionRecord(NamedTuple):
+    """The audit record of an operator's correction: who, why, what moved, and when."""
+
+    tenant_id: str
+    correction_id: str
+    task_id: str
+    task_version: int
+    step_id: str | None
+    step_attempt: int | None
+    operator_id: str
+    credential_id: str
+    reason: str
+    changes: Any  # JSON: [{"field", "old", "new"}]
+    created_at: datetime
+
+
 class ActivityRecord(NamedTuple):
     """The Temporal activity an execution runs as (what the reconciler asks Temporal about)."""
 

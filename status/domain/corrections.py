@@ -8,12 +8,13 @@ a new task version and a notice, like any change users must see.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from status.domain.definitions import Severity, StatusDefinitionSet
-from status.domain.errors import ErrorCode, Invalid
+from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import StepError, StepState, TaskState
 from status.domain.rules import Notice, checked_error
@@ -36,6 +37,52 @@ class CorrectionOutcome:
     step: StepState | None
     changes: list[dict[str, Any]]  # [{"field", "old", "new"}] of what moved
     notice: Notice
+
+
+def parse_lifecycle(value: str | None) -> Lifecycle | None:
+    """The lifecycle a correction sets (None: it sets the business status alone)."""
+    try:
+        return None if value is None else Lifecycle(value)
+    except ValueError as exc:
+        raise Invalid(f"unknown lifecycleStatus {value!r}") from exc
+
+
+def repeated_correction(fingerprint: str, first: tuple[str, Mapping[str, Any]] | None) -> dict[str, Any] | None:
+    """The first answer to a correctionId used before (``first``: its fingerprint and answer),
+    marked a duplicate; None for a new one. Other content under the same id is refused
+    (IDEMPOTENCY_CONFLICT): an operator's second thought needs a correctionId of its own."""
+    if first is None:
+        return None
+    first_fingerprint, first_answer = first
+    if first_fingerprint != fingerprint:
+        raise Conflict("correctionId was already used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
+    return {**first_answer, "duplicate": True}
+
+
+def corrected_attempt(
+    task: TaskState,
+    attempts: Iterable[StepState],
+    step_id: str | None,
+    attempt: int | None,
+    *,
+    expected_version: int | None,
+) -> StepState | None:
+    """The step attempt a correction is about (None: the task itself), from the task's
+    ``attempts``: the one named, or the step's newest. Refused, in this order: a task no longer
+    at the version the operator saw (VERSION_PRECONDITION_FAILED: someone changed it since), a
+    step or attempt the task does not have, an attempt without its step."""
+    if expected_version is not None and expected_version != task.version:
+        raise Conflict(
+            f"the task is at version {task.version}, not {expected_version}", ErrorCode.VERSION_PRECONDITION_FAILED
+        )
+    if step_id is None:
+        if attempt is not None:
+            raise Invalid("attempt needs a stepId")
+        return None
+    named = [s for s in attempts if s.step_id == step_id and (attempt is None or s.attempt == attempt)]
+    if not named:
+        raise NotFound(f"step {step_id} has no such attempt", ErrorCode.UNKNOWN_STEP)
+    return max(named, key=lambda s: s.attempt)
 
 
 def _target(

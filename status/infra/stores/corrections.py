@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from status.app.ports import Row
+from status.app.records import CorrectionRecord
 from status.infra import tables as t
 
 
@@ -12,8 +13,8 @@ class SqlCorrectionStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
 
-    def insert(self, row: Row) -> None:
-        self._conn.execute(sa.insert(t.task_correction).values(dict(row)))
+    def insert(self, record: CorrectionRecord) -> None:
+        self._conn.execute(sa.insert(t.task_correction).values(record._asdict()))
 
     def of_task(self, task_id: str) -> list[Row]:
         c = t.task_correction
