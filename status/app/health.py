@@ -23,6 +23,7 @@ from status.app.ports import Stores, UnitOfWork
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, renewed_expiry
 from status.domain.errors import DomainError, ErrorCode
+from status.domain.heartbeats import BeatOutcome, BeatVerdict, judge_beat
 from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import StepError
 from status.domain.projections import iso
@@ -85,10 +86,11 @@ class HealthCommands:
                 key, hb = (task_id, step_id, attempt), items[index]
                 row = rows.get(key)
                 last_seq = seq_now.get(key, row.last_heartbeat_seq) if row is not None else 0
-                verdict = results[index] = self._heartbeat_verdict(execution_id, hb, row, last_seq)
-                if verdict is None:
+                verdict = judge_beat(execution_id, hb.heartbeat_seq, row, last_seq)
+                results[index] = _answer(execution_id, verdict)
+                if verdict.outcome is BeatOutcome.RECOVER:
                     recover.append((index, task_id, step_id, attempt, execution_id))
-                elif verdict["accepted"] and verdict["reason"] is None:
+                elif verdict.outcome is BeatOutcome.ACCEPTED:
                     seq_now[key], executions[key] = hb.heartbeat_seq, execution_id
             uow.heartbeats.write_beats([(*k, executions[k], v) for k, v in seq_now.items()], now, guarded=False)
             uow.commit()
@@ -266,34 +268,6 @@ class HealthCommands:
                 results[index] = {"executionId": key[3], "accepted": False, "health": None, "reason": "UNKNOWN_TASK"}
                 del resolved[index]
         return resolved
-
-    @staticmethod
-    def _heartbeat_verdict(execution_id: str, hb: c.Heartbeat, row: Any, last_seq: int) -> dict[str, Any] | None:
-        """One heartbeat against its locked step row (and the batch's last seq for it so far).
-
-        None means STALE: recover through an event."""
-
-        def no(code: ErrorCode, health: str | None = None) -> dict[str, Any]:
-            return {"executionId": execution_id, "accepted": False, "health": health, "reason": code.value}
-
-        if row is None:
-            return no(ErrorCode.UNKNOWN_STEP)
-        if row.execution_id != execution_id:
-            return no(ErrorCode.STALE_EXECUTION)
-        if row.superseded:
-            return no(ErrorCode.STALE_ATTEMPT)
-        if Lifecycle(row.lifecycle_status).terminal:
-            return no(ErrorCode.TERMINAL_STATE)
-        if row.lifecycle_status != Lifecycle.RUNNING.value:
-            return no(ErrorCode.INVALID_TRANSITION)
-        if hb.heartbeat_seq == last_seq:
-            # A duplicate seq is an idempotent success (R6).
-            return {"executionId": execution_id, "accepted": True, "health": row.health, "reason": "DUPLICATE"}
-        if hb.heartbeat_seq < last_seq:
-            return no(ErrorCode.SOURCE_SEQ_REGRESSION, row.health)
-        if row.health == Health.STALE.value:
-            return None
-        return _accepted(execution_id)
 
     def _recover_health(
         self, task_id: str, step_id: str, attempt: int, execution_id: str, hb: c.Heartbeat, caller: ServicePrincipal
@@ -492,3 +466,14 @@ class HealthCommands:
 
 def _accepted(execution_id: str) -> dict[str, Any]:
     return {"executionId": execution_id, "accepted": True, "health": Health.HEALTHY.value, "reason": None}
+
+
+def _answer(execution_id: str, verdict: BeatVerdict) -> dict[str, Any] | None:
+    """A heartbeat's answer as the API sends it (None: decided by the event path, later)."""
+    if verdict.outcome is BeatOutcome.RECOVER:
+        return None
+    if verdict.outcome is BeatOutcome.ACCEPTED:
+        return _accepted(execution_id)
+    accepted = verdict.outcome is BeatOutcome.DUPLICATE
+    reason = "DUPLICATE" if accepted else verdict.reason.value if verdict.reason else None
+    return {"executionId": execution_id, "accepted": accepted, "health": verdict.health, "reason": reason}
