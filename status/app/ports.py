@@ -24,6 +24,7 @@ from status.app.records import (
     NotificationRecord,
 )
 from status.domain.auth import ExecutionClaims, StoredHandle, UserPrincipal
+from status.domain.lifecycle import Health, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, WorkflowState
 
@@ -457,7 +458,7 @@ class WorkflowStore(Protocol):
         ...
 
     def delete_changes(self, change_ids: Sequence[int]) -> None: ...
-    def task_states_of(self, workflow_id: str) -> list[dict[str, Any]]:
+    def task_states_of(self, workflow_id: str) -> list[tuple[Lifecycle, Health]]:
         """Each task's lifecycle and health (what ``fold`` reads)."""
         ...
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -11,8 +11,9 @@ from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import TaskState, WorkflowState
 
 
-def fold(tasks: Sequence[Mapping[str, Any]]) -> tuple[Lifecycle, Health, dict[str, Any]]:
-    """The aggregate of a workflow's tasks: counts per lifecycle, progress, health.
+def fold(tasks: Sequence[tuple[Lifecycle, Health]]) -> tuple[Lifecycle, Health, dict[str, Any]]:
+    """The aggregate of a workflow's tasks (each task's lifecycle and health): counts per
+    lifecycle, progress, health.
 
     Purely descriptive: the workflow is SUCCEEDED only when every task is, and
     a FAILED task with others still running leaves it RUNNING + DEGRADED; the
@@ -22,7 +23,7 @@ def fold(tasks: Sequence[Mapping[str, Any]]) -> tuple[Lifecycle, Health, dict[st
     FAILED if one failed, else TIMED_OUT if one timed out, else CANCELLED (some
     were cancelled, the rest succeeded); ``counts`` says how many ended each way.
     """
-    counts = Counter(task["lifecycle_status"] for task in tasks)
+    counts = Counter(lifecycle.value for lifecycle, _ in tasks)
     total = len(tasks)
     finished = sum(counts[s.value] for s in Lifecycle if s.terminal)
     percent = round(100 * finished / total, 2) if total else None
@@ -41,9 +42,9 @@ def fold(tasks: Sequence[Mapping[str, Any]]) -> tuple[Lifecycle, Health, dict[st
     else:
         lifecycle = Lifecycle.RUNNING
     health = Health.HEALTHY
-    if any(task["health"] == Health.STALE.value for task in tasks if task["lifecycle_status"] == "RUNNING"):
+    if any(health is Health.STALE for lifecycle, health in tasks if lifecycle is Lifecycle.RUNNING):
         health = Health.STALE
-    elif counts[Lifecycle.FAILED.value] or any(task["health"] == Health.DEGRADED.value for task in tasks):
+    elif counts[Lifecycle.FAILED.value] or any(health is Health.DEGRADED for _, health in tasks):
         health = Health.DEGRADED
     aggregate = {
         "taskCount": total,
@@ -74,9 +75,7 @@ def trimmed(workflow: WorkflowState, visible: Sequence[TaskState]) -> WorkflowSt
     the visible tasks' versions: it grows with every change they can see and
     with every task they are granted, and with nothing else.
     """
-    lifecycle, health, aggregate = fold(
-        [{"lifecycle_status": x.lifecycle.value, "health": x.health.value} for x in visible]
-    )
+    lifecycle, health, aggregate = fold([(x.lifecycle, x.health) for x in visible])
     starts = [x.started_at for x in visible if x.started_at is not None]
     ends = [x.finished_at for x in visible if x.finished_at is not None]
     return replace(

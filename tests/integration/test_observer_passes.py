@@ -14,6 +14,7 @@ from status.app.service import StatusService
 from status.domain.aggregate import fold
 from status.domain.auth import ServicePrincipal
 from status.domain.clock import utcnow
+from status.domain.lifecycle import Health, Lifecycle
 from status.domain.retention import RetentionPolicy
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase
@@ -23,9 +24,9 @@ from tests.support.wiring import projector_for
 
 
 def test_fold_is_descriptive_and_never_decides() -> None:
-    running = {"lifecycle_status": "RUNNING", "health": "HEALTHY"}
-    failed = {"lifecycle_status": "FAILED", "health": "HEALTHY"}
-    done = {"lifecycle_status": "SUCCEEDED", "health": "HEALTHY"}
+    running = (Lifecycle.RUNNING, Health.HEALTHY)
+    failed = (Lifecycle.FAILED, Health.HEALTHY)
+    done = (Lifecycle.SUCCEEDED, Health.HEALTHY)
     assert fold([])[0].value == "PENDING"
     lifecycle, health, aggregate = fold([running, failed])
     assert (lifecycle.value, health.value) == ("RUNNING", "DEGRADED")  # a failed task doesn't end the others
@@ -33,8 +34,8 @@ def test_fold_is_descriptive_and_never_decides() -> None:
     assert fold([done, done])[0].value == "SUCCEEDED"
     assert fold([done, failed])[0].value == "FAILED"
     # Once all have ended, the gravest ending: FAILED, then TIMED_OUT, then CANCELLED.
-    timed_out = {"lifecycle_status": "TIMED_OUT", "health": "HEALTHY"}
-    cancelled = {"lifecycle_status": "CANCELLED", "health": "HEALTHY"}
+    timed_out = (Lifecycle.TIMED_OUT, Health.HEALTHY)
+    cancelled = (Lifecycle.CANCELLED, Health.HEALTHY)
     assert fold([timed_out])[0].value == "TIMED_OUT"
     assert fold([done, timed_out, cancelled])[0].value == "TIMED_OUT"
     assert fold([timed_out, failed])[0].value == "FAILED"

@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.app.ports import Row
+from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import TaskState, WorkflowState
 from status.infra import repository as repo
 from status.infra import tables as t
@@ -154,11 +155,7 @@ class SqlWorkflowStore:
     def delete_changes(self, change_ids: Sequence[int]) -> None:
         self._conn.execute(sa.delete(wc).where(wc.c.id.in_(list(change_ids))))
 
-    def task_states_of(self, workflow_id: str) -> list[dict[str, Any]]:
+    def task_states_of(self, workflow_id: str) -> list[tuple[Lifecycle, Health]]:
         """Each task's lifecycle and health (what ``fold`` reads)."""
-        return [
-            dict(r)
-            for r in self._conn.execute(
-                sa.select(t.task.c.lifecycle_status, t.task.c.health).where(t.task.c.workflow_id == workflow_id)
-            ).mappings()
-        ]
+        query = sa.select(t.task.c.lifecycle_status, t.task.c.health).where(t.task.c.workflow_id == workflow_id)
+        return [(Lifecycle(lifecycle), Health(health)) for lifecycle, health in self._conn.execute(query)]
