@@ -380,6 +380,7 @@ class Producer:
         self.beats = 0
         self.failures = 0
         self.beat_at: dict[int, float] = {}  # execution index -> time.monotonic() of its last accepted beat
+        self.beat_batches: list[float] = []  # seconds each heartbeat batch took to be answered
         self.paused = threading.Event()  # changes held (an outage: a worker's reports wait in its outbox)
         self.stop = threading.Event()
         self._httpx = httpx
@@ -431,7 +432,9 @@ class Producer:
                     seq[i] += 1
                     items.append({"executionHandle": self.executions[i]["executionHandle"], "heartbeatSeq": seq[i]})
                 with contextlib.suppress(self._httpx.HTTPError):
+                    sent = time.monotonic()
                     response = client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": items})
+                    self.beat_batches.append(time.monotonic() - sent)
                     if response.status_code == 200:
                         at = time.monotonic()
                         for i, result in zip(chosen, response.json()["results"], strict=True):
@@ -765,8 +768,10 @@ def steady(
     commits = _commits(s["url"])
     stats = clients.command("stats")
     changes, beats, began = producer.changes, producer.beats, time.perf_counter()
+    beat_batches = len(producer.beat_batches)
     time.sleep(args.seconds)
     took = time.perf_counter() - began
+    beat_latency = sorted(producer.beat_batches[beat_batches:])
     changes, beats = producer.changes - changes, producer.beats - beats
     after = clients.command("stats")
     pushes = sum(a["pushes"] - b["pushes"] for a, b in zip(after, stats, strict=True))
@@ -798,6 +803,10 @@ def steady(
     print(
         f"   delivered {pushes / took:,.0f} publications/s to clients, {push_bytes / max(1, pushes):.0f} bytes each"
         f" (model: 800); database commits {commit_rate:,.0f}/s"
+    )
+    print(
+        f"   heartbeat batches (up to 2,000 beats, one sender): {len(beat_latency)} answered,"
+        f" p50 {_ms(beat_latency, 0.5)} p99 {_ms(beat_latency, 0.99)}"
     )
     print("   CPU per component: cores used, and ms per change")
     for name, seconds in sorted(used.items(), key=lambda kv: -kv[1]):
