@@ -15,6 +15,7 @@ from typing import Any
 
 from status.domain.definitions import Severity, StatusDefinitionSet
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
+from status.domain.idempotency import first_answer
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import StepError, StepState, TaskState
 from status.domain.rules import Notice, checked_error
@@ -51,12 +52,7 @@ def repeated_correction(fingerprint: str, first: tuple[str, Mapping[str, Any]] |
     """The first answer to a correctionId used before (``first``: its fingerprint and answer),
     marked a duplicate; None for a new one. Other content under the same id is refused
     (IDEMPOTENCY_CONFLICT): an operator's second thought needs a correctionId of its own."""
-    if first is None:
-        return None
-    first_fingerprint, first_answer = first
-    if first_fingerprint != fingerprint:
-        raise Conflict("correctionId was already used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
-    return {**first_answer, "duplicate": True}
+    return first_answer(fingerprint, first, name="correctionId", conflict=ErrorCode.IDEMPOTENCY_CONFLICT)
 
 
 def corrected_attempt(

@@ -27,7 +27,8 @@ from typing import Any, Protocol
 from status.domain import ids
 from status.domain.admission import TEMPORAL_VERDICT, Binding, Limits
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, StoredHandle
-from status.domain.errors import Conflict, DomainError, ErrorCode, Forbidden, Invalid, NotFound, TooLarge
+from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid, NotFound, TooLarge
+from status.domain.idempotency import first_answer
 from status.domain.lifecycle import TASK_EVENT_TYPES, WORKER_EVENT_TYPES, EventType, Health
 from status.domain.retention import check_event_age
 from status.domain.rules import DataBody, bound_fields_match
@@ -303,9 +304,4 @@ def repeat_of(fingerprint: str, first: tuple[str, Mapping[str, Any]] | None) -> 
     answer's fingerprint and result), or None for a new event. The same content is the first
     answer again, marked a duplicate — one change however often it is sent; other content under
     the same eventId is refused (EVENT_ID_CONFLICT), never applied as a new event."""
-    if first is None:
-        return None
-    first_fingerprint, first_answer = first
-    if first_fingerprint != fingerprint:
-        raise Conflict("eventId was already used with different content", ErrorCode.EVENT_ID_CONFLICT)
-    return {**first_answer, "duplicate": True}
+    return first_answer(fingerprint, first, name="eventId", conflict=ErrorCode.EVENT_ID_CONFLICT)
