@@ -215,20 +215,38 @@ def use_fast_literals(connection: Any) -> bool:
     return True
 
 
+# Text at least this long is escaped in Python (``str.replace`` passes, as ``escape_string``)
+# rather than by the driver's C escape, which walks it a byte at a time with the character
+# set's rules: a change's outbox payload (7 KB of JSON for a 10-step task) took 22 us there,
+# 2 us here. Below it the C escape is the cheaper of the two.
+LONG_TEXT = 256
+# What the C escape makes of a quote in a session whose SQL mode has NO_BACKSLASH_ESCAPES.
+_QUOTE_DOUBLED = b"''''"
+
+
 def fast_literal(
     literal: Callable[[Any], bytes], string_literal: Callable[[bytes], bytes], encoding: str
 ) -> Callable[[Any], bytes]:
     """A mysqlclient connection's ``literal`` (what it binds every value with) that renders the
     types a row is made of — text, whole numbers, NULL, instants — without the driver's dispatch
-    through its conversion table and Python converters: a third of the time a value. Text still
-    goes through the C escape, which knows the connection's character set and SQL mode. The same
-    bytes as ``literal`` (a property test holds them equal); any other type or a subclass (an
-    enumeration's member, a bool) goes to ``literal`` itself."""
+    through its conversion table and Python converters: a third of the time a value. The same
+    bytes as ``literal`` (a property test holds them equal, in both SQL modes); any other type
+    or a subclass (an enumeration's member, a bool) goes to ``literal`` itself.
+
+    The trap: how text is escaped depends on the session's SQL mode (NO_BACKSLASH_ESCAPES: only
+    quotes doubled), which the server reports with every answer and the C escape reads; this
+    driver does not expose it. So long text asks the C escape how it escapes a quote, each
+    time, and escapes the same way; short text goes to the C escape itself. Neither escape
+    depends on the character set: in UTF-8 no byte of a multi-byte character is an ASCII one."""
 
     def literal_value(value: Any) -> bytes:
         kind = type(value)
         if kind is str:
-            return string_literal(value.encode(encoding))
+            if len(value) < LONG_TEXT:
+                return string_literal(value.encode(encoding))
+            doubled = string_literal(b"'") == _QUOTE_DOUBLED
+            text = value.replace("'", "''") if doubled else escape_string(value)
+            return ("'" + text + "'").encode(encoding)
         if kind is int:
             return b"%d" % value
         if value is None:
