@@ -23,7 +23,7 @@ from status.app.step_cache import StepCache
 from status.domain.admission import TEMPORAL_VERDICT
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.clock import now_ms, utcnow
-from status.domain.definitions import OperationDefinition, SchemaValidator, defined_operation
+from status.domain.definitions import OperationDefinition, SchemaValidator
 from status.domain.errors import ErrorCode, Forbidden, Invalid, NotFound
 from status.domain.model import TaskState
 
@@ -100,8 +100,7 @@ def require_binder(caller: ServicePrincipal, producer_id: str) -> None:
 
 
 def operation(defs: Definitions, code: str, task_type: str | None, version: int | None = None) -> OperationDefinition:
-    candidates = defs.operations if version is None else [d for d in defs.operations if d.version == version]
-    return defined_operation(candidates, code, task_type)
+    return defs.operation(code, task_type, version)
 
 
 def lock_task_for(stores: Stores, tenant_id: str, scope: str, task_id: str) -> TaskState:

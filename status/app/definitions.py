@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -20,7 +20,9 @@ from status.domain.definitions import (
     Severity,
     StatusDefinition,
     StatusDefinitionSet,
+    find_operation,
     generic_statuses,
+    require_defined,
 )
 from status.domain.errors import Conflict, ErrorCode, Invalid
 from status.domain.lifecycle import STEP_EVENT_TYPES, EventType, Lifecycle
@@ -214,6 +216,22 @@ class Definitions:
 
     operations: tuple[OperationDefinition, ...]
     statuses: Mapping[tuple[str, int], StatusDefinitionSet]
+    # (code, task type, version) -> the definition ``find_operation`` chose: every event asks it
+    # (a scan of every definition with a pattern match each); the definitions never change.
+    _chosen: dict[tuple[str, str | None, int | None], OperationDefinition | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def operation(self, code: str, task_type: str | None, version: int | None = None) -> OperationDefinition:
+        """The definition an operation reports under (at ``version`` when given), or the refusal
+        of an operation nobody defined."""
+        key = (code, task_type, version)
+        try:
+            found = self._chosen[key]
+        except KeyError:
+            candidates = self.operations if version is None else [d for d in self.operations if d.version == version]
+            found = self._chosen[key] = find_operation(candidates, code, task_type)
+        return require_defined(found, code)
 
     def status_set(self, task_type: str | None, version: int | None) -> StatusDefinitionSet:
         if task_type is None or version is None:

@@ -129,7 +129,11 @@ def defined_operation(
     definitions: Iterable[OperationDefinition], code: str, task_type: str | None
 ) -> OperationDefinition:
     """``find_operation``'s definition, or the refusal of an operation nobody defined."""
-    found = find_operation(definitions, code, task_type)
+    return require_defined(find_operation(definitions, code, task_type), code)
+
+
+def require_defined(found: OperationDefinition | None, code: str) -> OperationDefinition:
+    """The definition ``find_operation`` found for ``code``; when none, the refusal."""
     if found is None:
         raise Invalid(f"operation {code!r} has no definition", ErrorCode.OPERATION_MISMATCH)
     return found
