@@ -7,8 +7,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from task_status_wire import convert
+from task_status_wire import task_events_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2] / "interceptors"
 GENERATED = ("task_events_pb2.py", "task_events_pb2.pyi", "task_events_pb2_grpc.py")
@@ -71,3 +78,73 @@ def test_a_heartbeat_result_crosses_grpc_with_its_renewal_and_without_one() -> N
     assert convert.heartbeat_result_to_json(convert.heartbeat_result_to_proto(renewed)) == renewed
     plain = {"executionId": "exe_1", "accepted": False, "health": "", "reason": "TOKEN_EXPIRED"}
     assert convert.heartbeat_result_to_json(convert.heartbeat_result_to_proto(plain)) == plain
+
+
+# ---------------------------------------------------------------- bindings, against json_format
+
+
+def _json_of(descriptor: Any, depth: int = 0) -> st.SearchStrategy[dict[str, Any]]:
+    """Bodies of a message type as its JSON mapping reads them: any subset of its fields, at most
+    one of each oneof, by JSON name or field name, values of their types, null for unset."""
+    plain = {
+        FieldDescriptor.TYPE_STRING: st.text(max_size=8),
+        FieldDescriptor.TYPE_BOOL: st.booleans(),
+        FieldDescriptor.TYPE_INT32: st.integers(-(2**31), 2**31 - 1),
+        FieldDescriptor.TYPE_UINT32: st.integers(0, 2**32 - 1),
+    }
+    chosen: dict[str, st.SearchStrategy[Any]] = {}
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            value = _json_of(field.message_type, depth + 1) if depth < 3 else st.just({})
+        else:
+            value = plain[field.type]
+        if field.is_repeated:
+            value = st.lists(value, max_size=3)
+        elif field.has_presence and field.containing_oneof is None:
+            value = st.none() | value
+        chosen[field.name] = value
+    oneofs = {f.name: f.containing_oneof.name for f in descriptor.fields if f.containing_oneof is not None}
+
+    @st.composite
+    def body(draw: st.DrawFn) -> dict[str, Any]:
+        names = draw(st.sets(st.sampled_from(sorted(chosen)))) if chosen else set()
+        taken: set[str] = set()
+        result: dict[str, Any] = {}
+        for field in descriptor.fields:
+            if field.name not in names:
+                continue
+            group = oneofs.get(field.name)
+            if group is not None:
+                if group in taken:
+                    continue
+                taken.add(group)
+            key = field.name if draw(st.booleans()) else field.json_name
+            result[key] = draw(chosen[field.name])
+        return result
+
+    return body()
+
+
+@settings(max_examples=200)
+@given(body=_json_of(pb.BindBatch.DESCRIPTOR))
+def test_a_bind_batch_reads_as_json_format_reads_it(body: dict[str, Any]) -> None:
+    assert convert.bind_batch_from_json(body) == json_format.ParseDict(body, pb.BindBatch())
+
+
+@settings(max_examples=200)
+@given(body=_json_of(pb.BindBatchResult.DESCRIPTOR))
+def test_bind_results_convert_as_json_format_converts_them(body: dict[str, Any]) -> None:
+    reply = convert.bind_results_to_proto(body.get("results") or [])
+    assert reply == json_format.ParseDict({"results": body.get("results") or []}, pb.BindBatchResult())
+    for result in reply.results:
+        assert convert.bind_result_to_json(result) == json_format.MessageToDict(
+            result, always_print_fields_with_no_presence=True
+        )
+
+
+def test_an_unknown_name_is_refused_as_json_format_refuses_it() -> None:
+    for body in ({"items": [{"activate": {"taskId": "t", "nope": 1}}]}, {"elements": []}):
+        with pytest.raises(json_format.ParseError):
+            json_format.ParseDict(body, pb.BindBatch())
+        with pytest.raises(json_format.ParseError):
+            convert.bind_batch_from_json(body)
