@@ -204,8 +204,12 @@ def py_spy(pid: int, output: Path | None, rate: int = 1000) -> Iterator[None]:
     """Sample ``pid``'s Python stacks with py-spy while the block runs (``output`` None: nothing).
 
     Collapsed stacks (``--format raw``), only samples holding the interpreter lock (``--gil``): what
-    the process's Python spent its CPU on, not where its threads waited. py-spy is a profiling tool,
-    not a dependency: install it beside the virtualenv (``pip install py-spy``) to use this."""
+    the process's Python spent its CPU on, not where its threads waited. The process is not paused
+    (``--nonblocking``): pausing it a thousand times a second slowed a plugin run fourfold and so
+    changed what it measured; the price is samples put on the wrong line now and then
+    (docs/benchmarks.md, 2026-12-05 late) — confirm a hot spot with cProfile before acting on it.
+    py-spy is a profiling tool, not a dependency: install it beside the virtualenv (``pip install
+    py-spy``) to use this."""
     if output is None:
         yield
         return
