@@ -52,7 +52,8 @@ class _Connection(pymysql.connections.Connection):
         self.server_status = SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash_escapes else 0
 
 
-_VALUES = (
+# What a row's values may be: shared with the mysqlclient connections' test.
+ROW_VALUES = (
     st.text()
     | st.integers()
     | st.none()
@@ -65,7 +66,7 @@ _VALUES = (
 )
 
 
-@given(values=st.lists(_VALUES, max_size=12), no_backslash_escapes=st.booleans())
+@given(values=st.lists(ROW_VALUES, max_size=12), no_backslash_escapes=st.booleans())
 def test_a_rows_values_are_rendered_as_pymysql_renders_them(values: list[Any], no_backslash_escapes: bool) -> None:
     plain, fast = _Connection(no_backslash_escapes), _Connection(no_backslash_escapes)
     plain.encoders[datetime] = escape_datetime  # what the connection's own table holds
@@ -87,18 +88,7 @@ def test_mariadb_reads_back_exactly_what_was_written(scratch_mariadb_url: str, s
             assert dbapi is not None and "_escape_string" in vars(dbapi)  # the faster escape is the one in use
             if sql_mode:
                 conn.exec_driver_sql(f"SET SESSION sql_mode = '{sql_mode}'")
-            conn.exec_driver_sql("CREATE TABLE texts (id INT PRIMARY KEY, body LONGTEXT NOT NULL)")
-            table = sa.table("texts", sa.column("id"), sa.column("body"))
-            conn.execute(sa.insert(table), [{"id": i, "body": text} for i, text in enumerate(HOSTILE)])
-            conn.execute(sa.insert(table).values(id=len(HOSTILE), body=HOSTILE[4] + HOSTILE[3]))  # one-row form
-            back = dict(conn.execute(sa.select(table.c.id, table.c.body)).all())  # type: ignore[arg-type]
-            moments = [datetime(2026, 12, 1, 16, 59, 3, 120000), datetime(2026, 12, 1, 17, 0, 0)]
-            conn.exec_driver_sql("CREATE TABLE moments (id INT PRIMARY KEY, at DATETIME(6) NOT NULL)")
-            stamps = sa.table("moments", sa.column("id"), sa.column("at"))
-            conn.execute(sa.insert(stamps), [{"id": i, "at": m} for i, m in enumerate(moments)])
-            read = list(conn.scalars(sa.select(stamps.c.at).order_by(stamps.c.id)))
-        assert back == {**dict(enumerate(HOSTILE)), len(HOSTILE): HOSTILE[4] + HOSTILE[3]}
-        assert read == moments
+            write_and_read_back(conn)
     finally:
         engine.dispose()
 
@@ -117,3 +107,20 @@ def test_a_loopback_connection_skips_tls_and_others_keep_pymysqls_choice(scratch
     assert tls_args(local.set(host="db.internal.example")) == {}  # a remote server: PyMySQL's choice
     assert tls_args(local.update_query_dict({"ssl_ca": "/etc/ca.pem"})) == {}  # TLS asked for
     assert tls_args(local.set(drivername="mysql+mysqldb")) == {}  # another driver
+
+
+def write_and_read_back(conn: sa.Connection) -> None:
+    """Hostile texts (and one long enough for any long-text path) and two instants, written through
+    bound values in the multi-row and the one-row form, read back exactly as written."""
+    texts = [*HOSTILE, "".join(HOSTILE) * 20]
+    conn.exec_driver_sql("CREATE TEMPORARY TABLE texts (id INT PRIMARY KEY, body LONGTEXT NOT NULL)")
+    table = sa.table("texts", sa.column("id"), sa.column("body"))
+    conn.execute(sa.insert(table), [{"id": i, "body": text} for i, text in enumerate(texts)])
+    conn.execute(sa.insert(table).values(id=len(texts), body=HOSTILE[4] + HOSTILE[3]))  # one-row form
+    back = dict(conn.execute(sa.select(table.c.id, table.c.body)).all())
+    assert back == {**dict(enumerate(texts)), len(texts): HOSTILE[4] + HOSTILE[3]}
+    moments = [datetime(2026, 12, 1, 16, 59, 3, 120000), datetime(2026, 12, 1, 17, 0, 0)]
+    conn.exec_driver_sql("CREATE TEMPORARY TABLE moments (id INT PRIMARY KEY, at DATETIME(6) NOT NULL)")
+    stamps = sa.table("moments", sa.column("id"), sa.column("at"))
+    conn.execute(sa.insert(stamps), [{"id": i, "at": m} for i, m in enumerate(moments)])
+    assert list(conn.scalars(sa.select(stamps.c.at).order_by(stamps.c.id))) == moments
