@@ -6,6 +6,10 @@ rows travel as a derived table joined to the target, and each column is assigned
 rows whose events changed it (a per-row flag), so a column an event did not touch keeps what
 the database holds (heartbeat columns move outside events, without a version).
 
+A column every row of the statement changes needs no flag: it is assigned outright, so a group
+whose events changed the same columns (the usual case: a batch of progress reports) binds only
+the keys and the values.
+
 MySQL/MariaDB: ``UPDATE t JOIN (SELECT … UNION ALL SELECT …) AS v ON … SET t.c = IF(v.f, v.c, t.c)``.
 SQLite ≥ 3.33: ``UPDATE t SET c = CASE WHEN v.f THEN v.c ELSE c END FROM (…) AS v WHERE …``;
 older SQLite (dev only): one UPDATE per row.
@@ -52,27 +56,38 @@ def update_rows(
         return processor(raw) if processor is not None and raw is not None else raw
 
     mark = "%s" if dialect.paramstyle in ("format", "pyformat") else "?"
-    names = [f"k{i}" for i in range(len(key))] + [n for i in range(len(columns)) for n in (f"c{i}", f"f{i}")]
     statements = 0
     for start in range(0, len(rows), ROWS_PER_STATEMENT):
         part = rows[start : start + ROWS_PER_STATEMENT]
+        everywhere = [all(column in changed for _, changed in part) for column in columns]
+        names = [f"k{i}" for i in range(len(key))]
+        for i, always in enumerate(everywhere):
+            names += [f"c{i}"] if always else [f"c{i}", f"f{i}"]
         params: list[Any] = []
         for keys, changed in part:
             params += [value(k, keys[k]) for k in key]
-            for column in columns:
-                present = column in changed
-                params += [value(column, changed[column]) if present else None, 1 if present else 0]
+            for column, always in zip(columns, everywhere, strict=True):
+                if always:
+                    params.append(value(column, changed[column]))
+                elif column in changed:
+                    params += [value(column, changed[column]), 1]
+                else:
+                    params += [None, 0]
         first = "SELECT " + ", ".join(f"{mark} AS {n}" for n in names)
         rest = " UNION ALL SELECT " + ", ".join([mark] * len(names))
         derived = first + rest * (len(part) - 1)
         if dialect.name == "sqlite":
             sets = ", ".join(
-                f"{c} = CASE WHEN v.f{i} THEN v.c{i} ELSE {table.name}.{c} END" for i, c in enumerate(columns)
+                f"{c} = v.c{i}" if always else f"{c} = CASE WHEN v.f{i} THEN v.c{i} ELSE {table.name}.{c} END"
+                for i, (c, always) in enumerate(zip(columns, everywhere, strict=True))
             )
             on = " AND ".join(f"{table.name}.{k} = v.k{i}" for i, k in enumerate(key))
             sql = f"UPDATE {table.name} SET {sets} FROM ({derived}) AS v WHERE {on}"
         else:
-            sets = ", ".join(f"t.{c} = IF(v.f{i}, v.c{i}, t.{c})" for i, c in enumerate(columns))
+            sets = ", ".join(
+                f"t.{c} = v.c{i}" if always else f"t.{c} = IF(v.f{i}, v.c{i}, t.{c})"
+                for i, (c, always) in enumerate(zip(columns, everywhere, strict=True))
+            )
             on = " AND ".join(f"t.{k} = v.k{i}" for i, k in enumerate(key))
             sql = f"UPDATE {table.name} AS t JOIN ({derived}) AS v ON {on} SET {sets}"
         conn.exec_driver_sql(sql, tuple(params))
