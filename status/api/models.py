@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from pydantic.alias_generators import to_camel
 
 from status.app import commands as c
+from status.domain.definitions import DynamicRegistrationPolicy
 from status.domain.errors import Invalid
 from status.domain.ids import PRINCIPAL_ID_PATTERN
 from status.domain.model import Progress, StepError
@@ -83,6 +84,16 @@ class DynamicPolicyIn(Strict):
     max_parallel_executions: int = Field(default=10, ge=1, le=1000)
     registrations_per_minute: int = Field(default=60, ge=1, le=10_000)
 
+    def policy(self) -> DynamicRegistrationPolicy:
+        return DynamicRegistrationPolicy(
+            tuple(self.allowed_parent_operations),
+            tuple(self.allowed_child_operations),
+            self.max_dynamic_steps,
+            self.max_depth,
+            self.max_parallel_executions,
+            self.registrations_per_minute,
+        )
+
 
 RefType = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
 RefValue = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f]+$")]
@@ -125,7 +136,7 @@ class NewTaskIn(Strict):
                 c.KnownStep(s.step_id, s.operation_code, s.display_name, s.expected_producer, s.failure_policy)
                 for s in self.known_steps
             ),
-            dynamic_registration_policy=self.dynamic_registration_policy.model_dump(by_alias=True)
+            dynamic_registration_policy=self.dynamic_registration_policy.policy()
             if self.dynamic_registration_policy
             else None,
             external_refs=tuple((r.ref_type, r.ref_value) for r in self.external_refs),
@@ -167,7 +178,7 @@ class CreateWorkflowIn(Strict):
             title=self.title,
             workflow_type=self.workflow_type,
             initial_tasks=tuple(t.command() for t in self.initial_tasks),
-            dynamic_registration_policy=self.dynamic_registration_policy.model_dump(by_alias=True)
+            dynamic_registration_policy=self.dynamic_registration_policy.policy()
             if self.dynamic_registration_policy
             else None,
             temporal_owner=self.temporal_owner.command() if self.temporal_owner else None,

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from status.domain.clock import naive_utc
+from status.domain.definitions import DynamicRegistrationPolicy
 from status.domain.model import Progress, StepError
 from status.domain.rules import DataBody
 
@@ -29,7 +30,7 @@ class NewTask:
     product_id: str | None = None
     project_id: str | None = None
     known_steps: tuple[KnownStep, ...] = ()
-    dynamic_registration_policy: dict[str, Any] | None = None
+    dynamic_registration_policy: DynamicRegistrationPolicy | None = None
     external_refs: tuple[tuple[str, str], ...] = ()  # (refType, refValue) in the caller's scope
 
 
@@ -51,7 +52,7 @@ class CreateWorkflow:
     title: str
     workflow_type: str | None = None
     initial_tasks: tuple[NewTask, ...] = ()
-    dynamic_registration_policy: dict[str, Any] | None = None
+    dynamic_registration_policy: DynamicRegistrationPolicy | None = None
     # Not part of the request's identity: each run of a continue-as-new chain, a reset or a retry
     # sends its own, and becomes the owner of the tasks still open.
     temporal_owner: TemporalOwner | None = None

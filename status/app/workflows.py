@@ -42,7 +42,7 @@ class WorkflowCommands:
                 "owner": cmd.owner_id,
                 "title": cmd.title,
                 "type": cmd.workflow_type,
-                "policy": cmd.dynamic_registration_policy,
+                "policy": _document(cmd.dynamic_registration_policy),
             }
         )
 
@@ -83,15 +83,14 @@ class WorkflowCommands:
                 uow.workflows.insert(
                     workflow,
                     coordinator_id=caller.producer_id,
-                    dynamic_registration_policy=cmd.dynamic_registration_policy,
+                    dynamic_registration_policy=_document(cmd.dynamic_registration_policy),
                     request_hash=request_hash,
                 )
                 created = True
             results, group = [], Group()
+            policy = _document(cmd.dynamic_registration_policy)
             for new_task in cmd.initial_tasks:
-                result, added = self._add_task(
-                    uow, group, caller, workflow, new_task, cmd.dynamic_registration_policy, cmd.temporal_owner
-                )
+                result, added = self._add_task(uow, group, caller, workflow, new_task, policy, cmd.temporal_owner)
                 results.append(result)
                 if added:
                     workflow = replace(workflow, task_count=workflow.task_count + 1)
@@ -148,7 +147,7 @@ class WorkflowCommands:
         caller: ServicePrincipal,
         workflow: WorkflowState,
         new_task: c.NewTask,
-        workflow_policy: dict[str, Any] | None,
+        workflow_policy: Any,
         temporal_owner: c.TemporalOwner | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Create ``new_task`` in ``workflow`` (its rows written now, its log entry and messages
@@ -167,7 +166,9 @@ class WorkflowCommands:
         step_ids = [s.step_id for s in new_task.known_steps]
         if len(step_ids) != len(set(step_ids)):
             raise Invalid("knownSteps have duplicate stepIds")
-        policy = new_task.dynamic_registration_policy or workflow_policy
+        # The task's own policy, or the workflow's document as stored: either is the task's, kept
+        # and fingerprinted as written.
+        policy = _document(new_task.dynamic_registration_policy) or workflow_policy
         DynamicRegistrationPolicy.from_json(policy)  # validates the shape
         refs = check_refs(new_task.external_refs)
         content: dict[str, Any] = {
@@ -357,3 +358,8 @@ class WorkflowCommands:
         if task.task_type is None or task.status_definition_version is None:
             return
         uow.workflows.freeze_statuses(task.task_type, task.status_definition_version, self.ctx.now())
+
+
+def _document(policy: DynamicRegistrationPolicy | None) -> dict[str, Any] | None:
+    """A registration policy as it is stored and fingerprinted (None: none given)."""
+    return policy.to_json() if policy is not None else None

@@ -198,8 +198,10 @@ def generic_statuses() -> StatusDefinitionSet:
 class DynamicRegistrationPolicy:
     """Limits on steps registered at run time (R9, seed §3.1.1)."""
 
-    allowed_parent_operations: frozenset[str] = frozenset()
-    allowed_child_operations: frozenset[str] = frozenset()
+    # Namespace patterns, in the order the policy gave them: the stored document and the request's
+    # fingerprint (``to_json``) are the ones the client sent.
+    allowed_parent_operations: tuple[str, ...] = ()
+    allowed_child_operations: tuple[str, ...] = ()
     max_dynamic_steps: int = 0
     max_depth: int = 1
     max_parallel_executions: int = 10
@@ -210,13 +212,24 @@ class DynamicRegistrationPolicy:
         if not raw:
             return cls()
         return cls(
-            allowed_parent_operations=frozenset(raw.get("allowedParentOperations", ())),
-            allowed_child_operations=frozenset(raw.get("allowedChildOperations", ())),
+            allowed_parent_operations=tuple(raw.get("allowedParentOperations", ())),
+            allowed_child_operations=tuple(raw.get("allowedChildOperations", ())),
             max_dynamic_steps=int(raw.get("maxDynamicSteps", 0)),
             max_depth=int(raw.get("maxDepth", 1)),
             max_parallel_executions=int(raw.get("maxParallelExecutions", 10)),
             registrations_per_minute=int(raw.get("registrationsPerMinute", 60)),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The policy's document: every field by its JSON name, as it is stored and fingerprinted."""
+        return {
+            "allowedParentOperations": list(self.allowed_parent_operations),
+            "allowedChildOperations": list(self.allowed_child_operations),
+            "maxDynamicSteps": self.max_dynamic_steps,
+            "maxDepth": self.max_depth,
+            "maxParallelExecutions": self.max_parallel_executions,
+            "registrationsPerMinute": self.registrations_per_minute,
+        }
 
     def check(
         self,

@@ -25,8 +25,8 @@ from status.domain.registration import (
 from tests.support.states import NOW, step_state, task_state
 
 POLICY = DynamicRegistrationPolicy(
-    allowed_parent_operations=frozenset({"DOCUMENT.*"}),
-    allowed_child_operations=frozenset({"PAGE.*"}),
+    allowed_parent_operations=("DOCUMENT.*",),
+    allowed_child_operations=("PAGE.*",),
     max_dynamic_steps=5,
     max_depth=2,
     max_parallel_executions=3,
