@@ -22,6 +22,8 @@ from status.app.records import (
     DedupRecord,
     EventRecord,
     NotificationRecord,
+    TaskKeyRow,
+    WorkflowFacts,
 )
 from status.domain.auth import ExecutionClaims, StoredHandle, UserPrincipal
 from status.domain.lifecycle import Health, Lifecycle
@@ -416,11 +418,13 @@ class LogStore(Protocol):
 class WorkflowStore(Protocol):
     """Workflow rows, task creation, and the workflow projector's feed (``workflow_change``)."""
 
-    def lock_by_key(self, tenant_id: str, scope: str, client_workflow_key: str) -> tuple[WorkflowState, Row] | None:
-        """A workflow by its client key, locked: (state, creation facts: request_hash, dynamic_registration_policy)."""
+    def lock_by_key(
+        self, tenant_id: str, scope: str, client_workflow_key: str
+    ) -> tuple[WorkflowState, WorkflowFacts] | None:
+        """A workflow by its client key, locked, with what it was created with."""
         ...
 
-    def lock(self, workflow_id: str) -> tuple[WorkflowState, Row] | None: ...
+    def lock(self, workflow_id: str) -> tuple[WorkflowState, WorkflowFacts] | None: ...
     def insert(
         self,
         workflow: WorkflowState,
@@ -437,8 +441,8 @@ class WorkflowStore(Protocol):
         """What the projector folded: lifecycle, health, aggregate, version, times."""
         ...
 
-    def task_by_key(self, workflow_id: str, client_task_key: str) -> Row | None:
-        """(id, version, request_hash) of a workflow's task by its client key."""
+    def task_by_key(self, workflow_id: str, client_task_key: str) -> TaskKeyRow | None:
+        """A workflow's task by its client key."""
         ...
 
     def insert_task(

@@ -105,3 +105,19 @@ class ActivityRecord(NamedTuple):
     workflow_id: str
     run_id: str
     activity_id: str
+
+
+class WorkflowFacts(NamedTuple):
+    """What a workflow was created with, beyond its state: the request's fingerprint (a retry with
+    other content is a conflict) and its registration policy's document, as stored."""
+
+    request_hash: str | None
+    dynamic_registration_policy: Any  # JSON: the policy's document, or None
+
+
+class TaskKeyRow(NamedTuple):
+    """A workflow's task found by its client key: what answers a retried request for it."""
+
+    task_id: str
+    version: int
+    request_hash: str | None

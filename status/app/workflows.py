@@ -63,7 +63,7 @@ class WorkflowCommands:
             existing = uow.workflows.lock_by_key(caller.tenant_id, caller.authority_scope, key)
             if existing is not None:
                 workflow, facts = existing
-                if facts["request_hash"] != request_hash:
+                if facts.request_hash != request_hash:
                     raise Conflict("clientWorkflowKey was used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
                 created = False
             else:
@@ -123,7 +123,7 @@ class WorkflowCommands:
             ):
                 raise NotFound(f"workflow {workflow_id} does not exist", ErrorCode.UNKNOWN_WORKFLOW)
             workflow, facts = found
-            policy = facts["dynamic_registration_policy"]
+            policy = facts.dynamic_registration_policy
             group = Group()
             result, added = self._add_task(uow, group, caller, workflow, new_task, policy)
             if added:
@@ -185,19 +185,19 @@ class WorkflowCommands:
         request_hash = content_hash(content)
         existing = uow.workflows.task_by_key(workflow.workflow_id, new_task.client_task_key)
         if existing is not None:
-            if existing["request_hash"] != request_hash:
+            if existing.request_hash != request_hash:
                 raise Conflict("clientTaskKey was used with different content", ErrorCode.IDEMPOTENCY_CONFLICT)
             if temporal_owner is not None:
                 # The same work asked for again by a later run (continue-as-new, reset, retry): that
                 # run owns what is still open. Ownership is no part of any projection: no version.
                 uow.runs.set_owner(
-                    [existing["id"]], temporal_owner.namespace, temporal_owner.workflow_id, temporal_owner.run_id
+                    [existing.task_id], temporal_owner.namespace, temporal_owner.workflow_id, temporal_owner.run_id
                 )
             return (
                 {
                     "clientTaskKey": new_task.client_task_key,
-                    "taskId": existing["id"],
-                    "taskVersion": str(existing["version"]),
+                    "taskId": existing.task_id,
+                    "taskVersion": str(existing.version),
                     "created": False,
                 },
                 False,

@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from status.app.ports import Row
+from status.app.records import TaskKeyRow, WorkflowFacts
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import TaskState, WorkflowState
 from status.infra import repository as repo
@@ -21,8 +21,10 @@ class SqlWorkflowStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
 
-    def lock_by_key(self, tenant_id: str, scope: str, client_workflow_key: str) -> tuple[WorkflowState, Row] | None:
-        """A workflow by its client key, locked: (state, creation facts: request_hash, dynamic_registration_policy)."""
+    def lock_by_key(
+        self, tenant_id: str, scope: str, client_workflow_key: str
+    ) -> tuple[WorkflowState, WorkflowFacts] | None:
+        """A workflow by its client key, locked, with what it was created with."""
         row = (
             self._conn.execute(
                 sa.select(wf)
@@ -36,11 +38,11 @@ class SqlWorkflowStore:
             .mappings()
             .first()
         )
-        return (repo.workflow_from_row(row), row) if row is not None else None
+        return _with_facts(row)
 
-    def lock(self, workflow_id: str) -> tuple[WorkflowState, Row] | None:
-        row = self._conn.execute(sa.select(wf).where(wf.c.id == workflow_id).with_for_update()).mappings().first()
-        return (repo.workflow_from_row(row), row) if row is not None else None
+    def lock(self, workflow_id: str) -> tuple[WorkflowState, WorkflowFacts] | None:
+        locked = sa.select(wf).where(wf.c.id == workflow_id).with_for_update()
+        return _with_facts(self._conn.execute(locked).mappings().first())
 
     def insert(
         self,
@@ -95,17 +97,14 @@ class SqlWorkflowStore:
             )
         )
 
-    def task_by_key(self, workflow_id: str, client_task_key: str) -> Row | None:
-        """(id, version, request_hash) of a workflow's task by its client key."""
-        return (
-            self._conn.execute(
-                sa.select(t.task.c.id, t.task.c.version, t.task.c.request_hash).where(
-                    t.task.c.workflow_id == workflow_id, t.task.c.client_task_key == client_task_key
-                )
+    def task_by_key(self, workflow_id: str, client_task_key: str) -> TaskKeyRow | None:
+        """A workflow's task by its client key."""
+        row = self._conn.execute(
+            sa.select(t.task.c.id, t.task.c.version, t.task.c.request_hash).where(
+                t.task.c.workflow_id == workflow_id, t.task.c.client_task_key == client_task_key
             )
-            .mappings()
-            .first()
-        )
+        ).first()
+        return TaskKeyRow(row[0], int(row[1]), row[2]) if row is not None else None
 
     def insert_task(
         self,
@@ -159,3 +158,9 @@ class SqlWorkflowStore:
         """Each task's lifecycle and health (what ``fold`` reads)."""
         query = sa.select(t.task.c.lifecycle_status, t.task.c.health).where(t.task.c.workflow_id == workflow_id)
         return [(Lifecycle(lifecycle), Health(health)) for lifecycle, health in self._conn.execute(query)]
+
+
+def _with_facts(row: Any) -> tuple[WorkflowState, WorkflowFacts] | None:
+    if row is None:
+        return None
+    return repo.workflow_from_row(row), WorkflowFacts(row["request_hash"], row["dynamic_registration_policy"])
