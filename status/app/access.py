@@ -71,8 +71,8 @@ class AccessCommands:
             now = self.ctx.now()
             task = lock_task_for(uow, caller.tenant_id, caller.authority_scope, task_id)
             row = uow.access.grant_of(task_id, principal_type, principal_id)
-            active = row is not None and row["revoked_at"] is None
-            if grant and active and row is not None and row["permission"] == permission:
+            active = row is not None and row.revoked_at is None
+            if grant and active and row is not None and row.permission == permission:
                 uow.commit()
                 return {"taskId": task_id, "taskVersion": str(task.version), "changed": False}
             if not grant and not active:

@@ -162,15 +162,15 @@ class CorrectionCommands:
                 "taskId": task_id,
                 "corrections": [
                     {
-                        "correctionId": r["correction_id"],
-                        "taskVersion": str(r["task_version"]),
-                        "stepId": r["step_id"],
-                        "attempt": r["step_attempt"],
-                        "operatorId": r["operator_id"],
-                        "credentialId": r["credential_id"],
-                        "reason": r["reason"],
-                        "changes": r["changes"],
-                        "correctedAt": iso(r["created_at"]),
+                        "correctionId": r.correction_id,
+                        "taskVersion": str(r.task_version),
+                        "stepId": r.step_id,
+                        "attempt": r.step_attempt,
+                        "operatorId": r.operator_id,
+                        "credentialId": r.credential_id,
+                        "reason": r.reason,
+                        "changes": r.changes,
+                        "correctedAt": iso(r.created_at),
                     }
                     for r in rows
                 ],

@@ -21,6 +21,7 @@ from status.app.records import (
     CorrectionRecord,
     DedupRecord,
     EventRecord,
+    GrantRow,
     NotificationRecord,
     TaskKeyRow,
     WorkflowFacts,
@@ -85,7 +86,7 @@ class RunningAttempt:
 class AccessStore(Protocol):
     """Task grants (``task_acl``): who besides the owner may see a task."""
 
-    def grant_of(self, task_id: str, principal_type: str, principal_id: str) -> Row | None: ...
+    def grant_of(self, task_id: str, principal_type: str, principal_id: str) -> GrantRow | None: ...
     def insert_grant(
         self, task_id: str, tenant_id: str, principal_type: str, principal_id: str, permission: str, now: datetime
     ) -> None: ...
@@ -106,7 +107,9 @@ class CorrectionStore(Protocol):
     """Operators' corrections (``task_correction``): the audit record beside the event log."""
 
     def insert(self, record: CorrectionRecord) -> None: ...
-    def of_task(self, task_id: str) -> list[Row]: ...
+    def of_task(self, task_id: str) -> list[CorrectionRecord]:
+        """A task's corrections, in the order of the versions they made."""
+        ...
 
 
 class DefinitionStore(Protocol):

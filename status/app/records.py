@@ -121,3 +121,11 @@ class TaskKeyRow(NamedTuple):
     task_id: str
     version: int
     request_hash: str | None
+
+
+class GrantRow(NamedTuple):
+    """A task's grant to one principal as stored: its permission, and when it was revoked (None:
+    it holds)."""
+
+    permission: str
+    revoked_at: datetime | None

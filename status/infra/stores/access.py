@@ -7,7 +7,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from status.app.ports import Row
+from status.app.records import GrantRow
 from status.infra import tables as t
 
 acl = t.task_acl
@@ -21,8 +21,11 @@ class SqlAccessStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
 
-    def grant_of(self, task_id: str, principal_type: str, principal_id: str) -> Row | None:
-        return self._conn.execute(sa.select(acl).where(*_key(task_id, principal_type, principal_id))).mappings().first()
+    def grant_of(self, task_id: str, principal_type: str, principal_id: str) -> GrantRow | None:
+        row = self._conn.execute(
+            sa.select(acl.c.permission, acl.c.revoked_at).where(*_key(task_id, principal_type, principal_id))
+        ).first()
+        return GrantRow(row[0], row[1]) if row is not None else None
 
     def insert_grant(
         self, task_id: str, tenant_id: str, principal_type: str, principal_id: str, permission: str, now: datetime

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from status.app.ports import Row
 from status.app.records import CorrectionRecord
 from status.infra import tables as t
 
@@ -16,8 +15,8 @@ class SqlCorrectionStore:
     def insert(self, record: CorrectionRecord) -> None:
         self._conn.execute(sa.insert(t.task_correction).values(record._asdict()))
 
-    def of_task(self, task_id: str) -> list[Row]:
+    def of_task(self, task_id: str) -> list[CorrectionRecord]:
         c = t.task_correction
-        return list(
-            self._conn.execute(sa.select(c).where(c.c.task_id == task_id).order_by(c.c.task_version)).mappings()
-        )
+        columns = [c.c[name] for name in CorrectionRecord._fields]
+        rows = self._conn.execute(sa.select(*columns).where(c.c.task_id == task_id).order_by(c.c.task_version))
+        return [CorrectionRecord(*row) for row in rows]
