@@ -58,25 +58,25 @@ class Queries:
         truncated = oldest > after_version + 1 if oldest is not None else current > after_version
         events = [
             {
-                "eventId": r["event_id"],
-                "eventType": r["event_type"],
-                "taskVersion": str(r["task_version"]),
-                "stepId": r["step_id"],
-                "stepAttempt": r["step_attempt"],
-                "operationCode": r["operation_code"],
-                "stepVersion": str(r["step_version"]) if r["step_version"] is not None else None,
-                "lifecycleStatus": r["lifecycle_status"],
-                "businessStatus": r["business_status"],
-                "health": r["health"],
-                "dataSchema": r["data_schema"],
-                "errorCode": r["error_code"],
-                "durationMs": r["duration_ms"],
-                "occurredAt": iso(r["occurred_at"]),
-                "committedAt": iso(r["committed_at"]),
+                "eventId": r.event_id,
+                "eventType": r.event_type,
+                "taskVersion": str(r.task_version),
+                "stepId": r.step_id,
+                "stepAttempt": r.step_attempt,
+                "operationCode": r.operation_code,
+                "stepVersion": str(r.step_version) if r.step_version is not None else None,
+                "lifecycleStatus": r.lifecycle_status,
+                "businessStatus": r.business_status,
+                "health": r.health,
+                "dataSchema": r.data_schema,
+                "errorCode": r.error_code,
+                "durationMs": r.duration_ms,
+                "occurredAt": iso(r.occurred_at),
+                "committedAt": iso(r.committed_at),
                 # A correction shows as one: what an operator changed (who and why stay in the audit).
                 **(
-                    {"correction": {"changes": (r["payload"] or {}).get("changes", [])}}
-                    if r["event_type"] == EventType.ADMIN_CORRECTION.value
+                    {"correction": {"changes": (r.payload or {}).get("changes", [])}}
+                    if r.event_type == EventType.ADMIN_CORRECTION.value
                     else {}
                 ),
             }

@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from status.app.ports import Row
+from status.app.records import EventRecord
 from status.domain.auth import UserPrincipal
 from status.domain.definitions import FailurePolicy
 from status.domain.lifecycle import Lifecycle
@@ -64,22 +64,21 @@ class SqlReadStore:
         rows = self._conn.execute(sa.select(t.task).where(t.task.c.id.in_(task_ids), _visible(user))).mappings()
         return [repo.task_from_row(r) for r in rows]
 
-    def events_after(self, task_id: str, after_version: int, limit: int) -> tuple[list[Row], int | None, int]:
+    def events_after(self, task_id: str, after_version: int, limit: int) -> tuple[list[EventRecord], int | None, int]:
         """(up to ``limit`` event-log rows after a version, the oldest version kept, the task's version)."""
         log = t.task_event_log
-        rows = (
-            self._conn.execute(
-                sa.select(log)
+        rows = [
+            EventRecord(*row)
+            for row in self._conn.execute(
+                sa.select(*[log.c[name] for name in EventRecord._fields])
                 .where(log.c.task_id == task_id, log.c.task_version > after_version)
                 .order_by(log.c.task_version)
                 .limit(limit)
             )
-            .mappings()
-            .all()
-        )
+        ]
         oldest = self._conn.execute(sa.select(sa.func.min(log.c.task_version)).where(log.c.task_id == task_id)).scalar()
         current = self._conn.execute(sa.select(t.task.c.version).where(t.task.c.id == task_id)).scalar_one()
-        return list(rows), oldest, int(current)
+        return rows, oldest, int(current)
 
     def page_of_tasks(
         self,
