@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -103,42 +103,6 @@ def parse_status_set(raw: Mapping[str, Any]) -> StatusDefinitionSet:
     return result
 
 
-def _operation_row(op: OperationDefinition, raw: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "tenant_id": op.tenant_id,
-        "authority_scope": op.authority_scope,
-        "task_type_pattern": op.task_type_pattern,
-        "definition_version": op.version,
-        "operation_code": op.operation_code,
-        "display_name": op.display_name,
-        "producer_pattern": op.producer_pattern,
-        "allowed_event_types": sorted(e.value for e in op.allowed_event_types),
-        "allowed_data_schemas": {k: sorted(v) for k, v in op.allowed_data_schemas.items()},
-        "data_schema_documents": {k: dict(v) for k, v in op.schema_documents.items()},
-        "failure_policy": op.failure_policy.value,
-        "enabled": op.enabled,
-        "max_runtime_seconds": op.max_runtime_seconds,
-    }
-
-
-def _operation_from_row(row: Mapping[Any, Any]) -> OperationDefinition:
-    return OperationDefinition(
-        operation_code=row["operation_code"],
-        version=row["definition_version"],
-        display_name=row["display_name"],
-        producer_pattern=row["producer_pattern"],
-        allowed_event_types=frozenset(EventType(e) for e in row["allowed_event_types"]),
-        allowed_data_schemas={k: frozenset(v) for k, v in (row["allowed_data_schemas"] or {}).items()},
-        schema_documents=row["data_schema_documents"] or {},
-        failure_policy=FailurePolicy(row["failure_policy"]),
-        task_type_pattern=row["task_type_pattern"],
-        tenant_id=row["tenant_id"],
-        authority_scope=row["authority_scope"],
-        enabled=bool(row["enabled"]),
-        max_runtime_seconds=row.get("max_runtime_seconds"),
-    )
-
-
 def save_definitions(
     stores: Stores, validator: SchemaValidator, document: Mapping[str, Any], tenant_id: str, scope: str
 ) -> dict[str, int]:
@@ -152,57 +116,37 @@ def save_definitions(
     saved = {"operations": 0, "statuses": 0, "unchanged": 0}
     for raw in document.get("operations", []) or []:
         op = parse_operation(raw, validator, tenant_id, scope)
-        row = _operation_row(op, raw)
-        key = {
-            k: row[k]
-            for k in ("tenant_id", "authority_scope", "task_type_pattern", "definition_version", "operation_code")
-        }
-        existing = stores.definitions.operation_row(key)
+        existing = stores.definitions.operation(op.key)
         if existing is not None:
-            if _operation_row(_operation_from_row(existing), {}) != row:
+            if existing != op:
                 raise Conflict(
                     f"operation {op.operation_code} v{op.version} exists with other content; publish a new version",
                     ErrorCode.DEFINITION_FROZEN,
                 )
             saved["unchanged"] += 1
             continue
-        stores.definitions.insert_operation(row)
+        stores.definitions.insert_operation(op)
         saved["operations"] += 1
     for raw in document.get("statuses", []) or []:
         status_set = parse_status_set(raw)
-        rows = [
-            {
-                "tenant_id": tenant_id,
-                "authority_scope": scope,
-                "task_type": status_set.task_type,
-                "definition_version": status_set.version,
-                "code": s.code,
-                "display_name": s.display_name,
-                "lifecycle_status": s.lifecycle.value,
-                "terminal": s.lifecycle.terminal,
-                "severity": s.severity.value,
-                "sort_order": i,
-                "presentation": {**dict(s.presentation), "requiresAction": s.requires_action},
-                # [] means "from any status" (an empty predecessor set is meaningless).
-                "allowed_from": sorted(s.allowed_from) if s.allowed_from else [],
-                "enabled": True,
-            }
-            for i, s in enumerate(status_set.statuses.values())
-        ]
-        existing_rows = stores.definitions.status_rows(tenant_id, scope, status_set.task_type, status_set.version)
-        if existing_rows:
-            old = {r["code"]: (r["lifecycle_status"], r["severity"], r["allowed_from"] or []) for r in existing_rows}
-            new = {r["code"]: (r["lifecycle_status"], r["severity"], r["allowed_from"]) for r in rows}
-            if old != new:
+        stored = stores.definitions.statuses(tenant_id, scope, status_set.task_type, status_set.version)
+        if stored:
+            if _frozen_part(stored) != _frozen_part(status_set.statuses.values()):
                 raise Conflict(
                     f"statuses of {status_set.task_type} v{status_set.version} exist with other content",
                     ErrorCode.DEFINITION_FROZEN,
                 )
             saved["unchanged"] += 1
             continue
-        stores.definitions.insert_statuses(rows)
+        stores.definitions.insert_statuses(tenant_id, scope, status_set)
         saved["statuses"] += 1
     return saved
+
+
+def _frozen_part(statuses: Iterable[StatusDefinition]) -> dict[str, tuple[Lifecycle, Severity, frozenset[str]]]:
+    """What a stored status set may not change: each status's lifecycle, severity and predecessors
+    (none given: any). Names and presentation may be sent again differently."""
+    return {s.code: (s.lifecycle, s.severity, s.allowed_from or frozenset()) for s in statuses}
 
 
 def default_document() -> dict[str, Any]:
@@ -268,21 +212,10 @@ class DefinitionCache:
 
     @staticmethod
     def _load(stores: Stores, tenant_id: str, scope: str) -> Definitions:
-        operation_rows, rows = stores.definitions.visible_to(tenant_id, scope)
-        operations = tuple(_operation_from_row(r) for r in operation_rows)
+        operations, stored = stores.definitions.visible_to(tenant_id, scope)
         grouped: dict[tuple[str, int], dict[str, StatusDefinition]] = {}
         # A tenant's own version shadows a default of the same type and version.
-        for r in sorted(rows, key=lambda r: r["tenant_id"] != ANY):
-            presentation = dict(r["presentation"] or {})
-            allowed = r["allowed_from"]
-            grouped.setdefault((r["task_type"], r["definition_version"]), {})[r["code"]] = StatusDefinition(
-                code=r["code"],
-                display_name=r["display_name"],
-                lifecycle=Lifecycle(r["lifecycle_status"]),
-                severity=Severity(r["severity"]),
-                allowed_from=frozenset(allowed) if allowed else None,
-                requires_action=bool(presentation.get("requiresAction", False)),
-                presentation=presentation,
-            )
+        for row in sorted(stored, key=lambda row: row.tenant_id != ANY):
+            grouped.setdefault((row.task_type, row.version), {})[row.status.code] = row.status
         statuses = {k: StatusDefinitionSet(k[0], k[1], v) for k, v in grouped.items()}
-        return Definitions(operations, statuses)
+        return Definitions(tuple(operations), statuses)

@@ -23,7 +23,7 @@ from status.app.views import locked_view
 from status.domain import ids
 from status.domain.attempts import decide_activation, lost_attempt, next_attempt, superseded_attempt
 from status.domain.auth import ExecutionClaims, ServicePrincipal
-from status.domain.definitions import DynamicRegistrationPolicy, OperationDefinition, Severity
+from status.domain.definitions import DynamicRegistrationPolicy, OperationDefinition, OperationKey, Severity
 from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
 from status.domain.messages import Message
@@ -75,9 +75,6 @@ class ExecutionContext:
             "created": self.created,
             "expiresAt": iso(self.expires_at),
         }
-
-
-OperationKey = tuple[str, str, str, int, str]
 
 
 @dataclass
@@ -478,7 +475,7 @@ class ExecutionCommands:
 
     def _freeze_operation(self, uow: UnitOfWork, op: OperationDefinition) -> OperationKey | None:
         """Freeze the definition a step now uses (AC16); once committed, later activations skip the write."""
-        key = (op.tenant_id, op.authority_scope, op.task_type_pattern, op.version, op.operation_code)
+        key = op.key
         if key in self._frozen:
             return None
         uow.definitions.freeze_operation(key, self.ctx.now())

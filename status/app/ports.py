@@ -23,16 +23,17 @@ from status.app.records import (
     EventRecord,
     GrantRow,
     NotificationRecord,
+    StoredStatus,
     TaskKeyRow,
     WorkflowFacts,
 )
 from status.domain.auth import ExecutionClaims, StoredHandle, UserPrincipal
+from status.domain.definitions import OperationDefinition, OperationKey, StatusDefinition, StatusDefinitionSet
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, WorkflowState
 
 T = TypeVar("T")
-Row = Mapping[Any, Any]
 
 
 class DuplicateKey(Exception):
@@ -115,19 +116,23 @@ class CorrectionStore(Protocol):
 class DefinitionStore(Protocol):
     """Definition rows (operations, status sets) and the duration history ETAs read."""
 
-    def visible_to(self, tenant_id: str, scope: str) -> tuple[list[Row], list[Row]]:
-        """(operation rows, status rows) of a tenant's scope and of the global defaults."""
+    def visible_to(self, tenant_id: str, scope: str) -> tuple[list[OperationDefinition], list[StoredStatus]]:
+        """(operations, statuses) of a tenant's scope and of the global defaults."""
         ...
 
-    def operation_row(self, key: Row) -> Row | None: ...
-    def insert_operation(self, row: Row) -> None: ...
-    def freeze_operation(self, key: tuple[str, str, str, int, str], now: datetime) -> None:
-        """An operation version in use can no longer be replaced (AC16); key: tenant, scope, task type
-        pattern, version, operation code."""
+    def operation(self, key: OperationKey) -> OperationDefinition | None: ...
+    def insert_operation(self, operation: OperationDefinition) -> None: ...
+    def freeze_operation(self, key: OperationKey, now: datetime) -> None:
+        """An operation version in use can no longer be replaced (AC16)."""
         ...
 
-    def status_rows(self, tenant_id: str, scope: str, task_type: str | None, version: int | None) -> list[Row]: ...
-    def insert_statuses(self, rows: Sequence[Row]) -> None: ...
+    def statuses(
+        self, tenant_id: str, scope: str, task_type: str | None, version: int | None
+    ) -> list[StatusDefinition]:
+        """The statuses stored for one task type's version in a tenant's scope (none: not stored)."""
+        ...
+
+    def insert_statuses(self, tenant_id: str, scope: str, status_set: StatusDefinitionSet) -> None: ...
 
 
 class DurationStore(Protocol):

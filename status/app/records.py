@@ -12,6 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from status.domain.definitions import StatusDefinition
+
 
 class EventRecord(NamedTuple):
     """The immutable event-log entry of a change, at the versions it produced."""
@@ -129,3 +131,13 @@ class GrantRow(NamedTuple):
 
     permission: str
     revoked_at: datetime | None
+
+
+class StoredStatus(NamedTuple):
+    """One business status as stored: whose (a tenant's own, or the defaults' "*"), of which task
+    type and version."""
+
+    tenant_id: str
+    task_type: str
+    version: int
+    status: StatusDefinition

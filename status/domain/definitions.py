@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from status.domain.errors import ErrorCode, Forbidden, Invalid, LimitExceeded
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
@@ -42,6 +42,17 @@ class SchemaValidator(Protocol):
         ...
 
 
+class OperationKey(NamedTuple):
+    """What identifies a stored operation version: its tenant and scope ("*": the defaults), the
+    task types it covers, its version and its code."""
+
+    tenant_id: str
+    authority_scope: str
+    task_type_pattern: str
+    version: int
+    operation_code: str
+
+
 @dataclass(frozen=True)
 class OperationDefinition:
     """Who may report an operation, which events, and which data contracts (seed §4.7)."""
@@ -61,6 +72,12 @@ class OperationDefinition:
     enabled: bool = True
     # An attempt running longer than this makes its task overdue for operators (None: the default).
     max_runtime_seconds: int | None = None
+
+    @property
+    def key(self) -> OperationKey:
+        return OperationKey(
+            self.tenant_id, self.authority_scope, self.task_type_pattern, self.version, self.operation_code
+        )
 
     def matches_operation(self, code: str) -> bool:
         return fnmatch.fnmatchcase(code, self.operation_code)

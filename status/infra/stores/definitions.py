@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
-from status.app.ports import Row
-from status.domain.definitions import ANY
-from status.domain.lifecycle import Lifecycle
+from status.app.records import StoredStatus
+from status.domain.definitions import (
+    ANY,
+    FailurePolicy,
+    OperationDefinition,
+    OperationKey,
+    Severity,
+    StatusDefinition,
+    StatusDefinitionSet,
+)
+from status.domain.lifecycle import EventType, Lifecycle
 from status.infra import tables as t
 
 
@@ -17,8 +26,8 @@ class SqlDefinitionStore:
     def __init__(self, conn: sa.Connection) -> None:
         self._conn = conn
 
-    def visible_to(self, tenant_id: str, scope: str) -> tuple[list[Row], list[Row]]:
-        """(operation rows, status rows) of a tenant's scope and of the global defaults."""
+    def visible_to(self, tenant_id: str, scope: str) -> tuple[list[OperationDefinition], list[StoredStatus]]:
+        """(operations, statuses) of a tenant's scope and of the global defaults."""
         ops, st = t.task_operation_definition, t.task_status_definition
         operations = self._conn.execute(
             sa.select(ops).where(
@@ -36,48 +45,123 @@ class SqlDefinitionStore:
                 )
             )
         ).mappings()
-        return list(operations), list(statuses)
+        return [_operation_from_row(r) for r in operations], [
+            StoredStatus(r["tenant_id"], r["task_type"], r["definition_version"], _status_from_row(r)) for r in statuses
+        ]
 
-    def operation_row(self, key: Row) -> Row | None:
-        ops = t.task_operation_definition
-        return self._conn.execute(sa.select(ops).where(*[ops.c[k] == v for k, v in key.items()])).mappings().first()
+    def operation(self, key: OperationKey) -> OperationDefinition | None:
+        row = self._conn.execute(sa.select(_OPS).where(*_operation_key(key))).mappings().first()
+        return _operation_from_row(row) if row is not None else None
 
-    def insert_operation(self, row: Row) -> None:
-        self._conn.execute(sa.insert(t.task_operation_definition).values(dict(row)))
+    def insert_operation(self, operation: OperationDefinition) -> None:
+        self._conn.execute(sa.insert(_OPS).values(_operation_row(operation)))
 
-    def freeze_operation(self, key: tuple[str, str, str, int, str], now: datetime) -> None:
-        """An operation version in use can no longer be replaced (AC16); key: tenant, scope, task type
-        pattern, version, operation code."""
-        tenant_id, scope, task_type_pattern, version, operation_code = key
-        od = t.task_operation_definition
+    def freeze_operation(self, key: OperationKey, now: datetime) -> None:
+        """An operation version in use can no longer be replaced (AC16)."""
         self._conn.execute(
-            sa.update(od)
-            .where(
-                od.c.tenant_id == tenant_id,
-                od.c.authority_scope == scope,
-                od.c.task_type_pattern == task_type_pattern,
-                od.c.definition_version == version,
-                od.c.operation_code == operation_code,
-                od.c.frozen_at.is_(None),
-            )
-            .values(frozen_at=now)
+            sa.update(_OPS).where(*_operation_key(key), _OPS.c.frozen_at.is_(None)).values(frozen_at=now)
         )
 
-    def status_rows(self, tenant_id: str, scope: str, task_type: str | None, version: int | None) -> list[Row]:
+    def statuses(
+        self, tenant_id: str, scope: str, task_type: str | None, version: int | None
+    ) -> list[StatusDefinition]:
         st = t.task_status_definition
-        return list(
-            self._conn.execute(
-                sa.select(st).where(
-                    st.c.tenant_id == tenant_id,
-                    st.c.authority_scope == scope,
-                    st.c.task_type == task_type,
-                    st.c.definition_version == version,
-                )
-            ).mappings()
+        rows = self._conn.execute(
+            sa.select(st).where(
+                st.c.tenant_id == tenant_id,
+                st.c.authority_scope == scope,
+                st.c.task_type == task_type,
+                st.c.definition_version == version,
+            )
+        ).mappings()
+        return [_status_from_row(r) for r in rows]
+
+    def insert_statuses(self, tenant_id: str, scope: str, status_set: StatusDefinitionSet) -> None:
+        self._conn.execute(
+            sa.insert(t.task_status_definition),
+            [
+                {
+                    "tenant_id": tenant_id,
+                    "authority_scope": scope,
+                    "task_type": status_set.task_type,
+                    "definition_version": status_set.version,
+                    "code": s.code,
+                    "display_name": s.display_name,
+                    "lifecycle_status": s.lifecycle.value,
+                    "terminal": s.lifecycle.terminal,
+                    "severity": s.severity.value,
+                    "sort_order": i,
+                    "presentation": {**dict(s.presentation), "requiresAction": s.requires_action},
+                    # [] means "from any status" (an empty predecessor set is meaningless).
+                    "allowed_from": sorted(s.allowed_from) if s.allowed_from else [],
+                    "enabled": True,
+                }
+                for i, s in enumerate(status_set.statuses.values())
+            ],
         )
 
-    def insert_statuses(self, rows: Sequence[Row]) -> None:
-        self._conn.execute(sa.insert(t.task_status_definition), [dict(r) for r in rows])
+
+_OPS = t.task_operation_definition
+
+
+def _operation_key(key: OperationKey) -> list[sa.ColumnElement[bool]]:
+    return [
+        _OPS.c.tenant_id == key.tenant_id,
+        _OPS.c.authority_scope == key.authority_scope,
+        _OPS.c.task_type_pattern == key.task_type_pattern,
+        _OPS.c.definition_version == key.version,
+        _OPS.c.operation_code == key.operation_code,
+    ]
+
+
+def _operation_row(op: OperationDefinition) -> dict[str, Any]:
+    return {
+        "tenant_id": op.tenant_id,
+        "authority_scope": op.authority_scope,
+        "task_type_pattern": op.task_type_pattern,
+        "definition_version": op.version,
+        "operation_code": op.operation_code,
+        "display_name": op.display_name,
+        "producer_pattern": op.producer_pattern,
+        "allowed_event_types": sorted(e.value for e in op.allowed_event_types),
+        "allowed_data_schemas": {k: sorted(v) for k, v in op.allowed_data_schemas.items()},
+        "data_schema_documents": {k: dict(v) for k, v in op.schema_documents.items()},
+        "failure_policy": op.failure_policy.value,
+        "enabled": op.enabled,
+        "max_runtime_seconds": op.max_runtime_seconds,
+    }
+
+
+def _operation_from_row(row: Mapping[Any, Any]) -> OperationDefinition:
+    return OperationDefinition(
+        operation_code=row["operation_code"],
+        version=row["definition_version"],
+        display_name=row["display_name"],
+        producer_pattern=row["producer_pattern"],
+        allowed_event_types=frozenset(EventType(e) for e in row["allowed_event_types"]),
+        allowed_data_schemas={k: frozenset(v) for k, v in (row["allowed_data_schemas"] or {}).items()},
+        schema_documents=row["data_schema_documents"] or {},
+        failure_policy=FailurePolicy(row["failure_policy"]),
+        task_type_pattern=row["task_type_pattern"],
+        tenant_id=row["tenant_id"],
+        authority_scope=row["authority_scope"],
+        enabled=bool(row["enabled"]),
+        max_runtime_seconds=row.get("max_runtime_seconds"),
+    )
+
+
+def _status_from_row(row: Mapping[Any, Any]) -> StatusDefinition:
+    presentation = dict(row["presentation"] or {})
+    allowed = row["allowed_from"]
+    return StatusDefinition(
+        code=row["code"],
+        display_name=row["display_name"],
+        lifecycle=Lifecycle(row["lifecycle_status"]),
+        severity=Severity(row["severity"]),
+        allowed_from=frozenset(allowed) if allowed else None,
+        requires_action=bool(presentation.get("requiresAction", False)),
+        presentation=presentation,
+    )
 
 
 class SqlDurationStore:
