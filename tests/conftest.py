@@ -24,12 +24,20 @@ from temporalio.testing import WorkflowEnvironment
 
 from status.devstack import TEMPORAL_DEV_ARGS
 from status.infra import migrate
-from tests.support.processes import TEMPORAL_STARTUP, CentrifugoNode, missing_service, temporal_binary
+from tests.support.processes import (
+    FAST_LANE,
+    TEMPORAL_STARTUP,
+    CentrifugoNode,
+    missing_service,
+    needs_service,
+    temporal_binary,
+)
 
 MYSQL_SERVER_URL = os.environ.get("TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306")
 
 
 def _mysql_server_engine() -> sa.Engine:
+    needs_service("MariaDB", "scripts/services up mariadb")
     engine = sa.create_engine(MYSQL_SERVER_URL + "/", pool_pre_ping=True)
     try:
         with engine.connect() as conn:
@@ -68,6 +76,7 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 def mariadb_c_url() -> Iterator[str]:
     """A MariaDB database of its own through the C driver (mysqlclient), the recommended production
     driver: what the service does on MariaDB is checked on both drivers."""
+    needs_service("MariaDB", "scripts/services up mariadb")
     try:
         import MySQLdb  # noqa: F401
     except ImportError:
@@ -76,7 +85,7 @@ def mariadb_c_url() -> Iterator[str]:
         yield url.replace("mysql+pymysql://", "mysql+mysqldb://", 1)
 
 
-@pytest.fixture(scope="session", params=["mariadb", "mariadb_c", "sqlite"])
+@pytest.fixture(scope="session", params=["sqlite"] if FAST_LANE else ["mariadb", "mariadb_c", "sqlite"])
 def db_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))
 

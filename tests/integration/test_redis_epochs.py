@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import REPO_ROOT, free_port, missing_service, wait_until
+from tests.support.processes import REPO_ROOT, free_port, missing_service, needs_service, wait_until
 
 SCRIPT = REPO_ROOT / "deploy" / "redis" / "new-epochs.sh"
 
 
 @pytest.fixture
 def redis_port(tmp_path: Path) -> Iterator[int]:
+    needs_service("redis-server", "scripts/services up redis")
     server = shutil.which("redis-server")
     if server is None:
         missing_service("redis-server", "scripts/services up redis")

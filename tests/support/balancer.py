@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.processes import REPO_ROOT, free_port, missing_service, wait_until
+from tests.support.processes import REPO_ROOT, free_port, missing_service, needs_service, wait_until
 
 LOCATIONS = REPO_ROOT / "deploy" / "nginx" / "task-observer-locations.conf"
 
 
 def nginx_binary() -> str:
+    needs_service("nginx", "scripts/services install nginx")
     found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if found is None:
         missing_service("nginx", "scripts/services install nginx")
