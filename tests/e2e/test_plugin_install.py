@@ -83,6 +83,8 @@ def test_the_plugin_wheel_holds_exactly_its_two_distinctive_packages(tmp_path: P
     assert _top_level_packages(wheel) == {"task_status_interceptors", "task_status_wire"}
     names = zipfile.ZipFile(wheel).namelist()
     assert "task_status_wire/task_events.proto" in names  # the contract travels with its generated code
+    # Typed (PEP 561): a worker's type checker reads the plugin's annotations.
+    assert {"task_status_interceptors/py.typed", "task_status_wire/py.typed"} <= set(names)
 
 
 def test_the_service_wheel_carries_no_examples_migrations_or_plugin_packages(tmp_path: Path) -> None:
