@@ -32,7 +32,7 @@ from tests.support.realtime import recording_client
 from tests.support.settings import make_settings
 
 
-async def run(rate: float, seconds: float) -> None:
+async def run(rate: float, seconds: float) -> None:  # noqa: C901
     with centrifugo_node() as node, scratch_database() as url:
         settings = make_settings(
             url,

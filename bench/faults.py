@@ -305,7 +305,7 @@ def fault_database(fault: str) -> Iterator[tuple[Any, str]]:
             yield None, url
 
 
-async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[str, Any]:
+async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[str, Any]:  # noqa: C901
     engine = {"centrifugo-node-kill": "redis", "redis-restart": "redis", "redis-failover": "sentinel"}.get(fault)
     with (
         sentinel_redis(engine == "sentinel") as sentinels,

@@ -162,7 +162,7 @@ def dev_server_pid() -> int:
     raise RuntimeError("the Temporal dev server is not a child of this process")
 
 
-async def main() -> None:
+async def main() -> None:  # noqa: C901
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workflows", type=int, default=40)
     parser.add_argument("--steps", type=int, default=20)

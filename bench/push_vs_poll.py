@@ -193,7 +193,7 @@ async def poll_phase(
     return poll
 
 
-async def push_phase(
+async def push_phase(  # noqa: C901
     client: Client,
     node: CentrifugoNode,
     tmp: Path,

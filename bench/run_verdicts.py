@@ -131,7 +131,7 @@ def _task(service: Any, coordinator: ServicePrincipal, workflow_id: str, run_id:
     return str(created["tasks"][0]["taskId"])
 
 
-async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rate: float) -> dict[str, Any]:
+async def phase(env: WorkflowEnvironment, database_url: str, seconds: float, rate: float) -> dict[str, Any]:  # noqa: C901
     settings = make_settings(database_url, REPO / ".cache")
     service = build_service(settings)
     coordinator = ServicePrincipal("bench", TENANT, "content", frozenset({Role.COORDINATOR}))

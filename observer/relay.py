@@ -197,7 +197,7 @@ class OutboxRelay:
         publish to each of its versioned channels and one publish or broadcast to the others."""
         return [command for row in rows for command in _plan(row, skipped).commands]
 
-    async def run_once(self, *, wait_for_mark: bool = True) -> PassResult:
+    async def run_once(self, *, wait_for_mark: bool = True) -> PassResult:  # noqa: C901
         """One read → publish → mark pass.
 
         With ``wait_for_mark=False`` (the observer's loop) the pass returns once its rows
@@ -324,7 +324,7 @@ class OutboxRelay:
         """Record a published batch's outcomes (blocking: call from a thread)."""
         retrying(lambda: self.store.mark(*marks))
 
-    def _mark(
+    def _mark(  # noqa: C901
         self,
         rows: Sequence[ClaimedRow],
         sent: Sequence[ClaimedRow],

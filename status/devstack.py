@@ -231,7 +231,7 @@ class DevStack:
                 await asyncio.wait_for(stop.wait(), 1)
 
     # ------------------------------------------------------------ in-process parts
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event) -> None:  # noqa: C901
         import uvicorn
         from task_status_interceptors import TaskStatusPlugin
         from temporalio.client import Client

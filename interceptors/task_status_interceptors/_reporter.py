@@ -239,7 +239,7 @@ class Reporter:
                 # file itself before it believes it.)
                 self._idle.set()
 
-    async def send_once(self) -> bool:
+    async def send_once(self) -> bool:  # noqa: C901
         """Deliver one batch; returns whether more may be waiting."""
         assert self._events is not None
         events, executions = await asyncio.to_thread(self.outbox.load_batch, self.config.batch_size)

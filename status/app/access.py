@@ -48,7 +48,7 @@ class AccessCommands:
         """Revoke access; the user's summary channel gets a ``task.removed`` tombstone (AC26)."""
         return self._change_access(caller, task_id, principal_type, principal_id, "VIEW", grant=False)
 
-    def _change_access(
+    def _change_access(  # noqa: C901
         self,
         caller: ServicePrincipal,
         task_id: str,

@@ -26,7 +26,7 @@ class BroadcastCommands:
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
 
-    def broadcast(
+    def broadcast(  # noqa: C901
         self,
         caller: ServicePrincipal,
         *,

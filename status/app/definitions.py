@@ -32,7 +32,7 @@ def _operation_pattern_ok(code: str) -> bool:
     return code == ANY or bool(OPERATION_CODE_RE.match(code.removesuffix(".*")))
 
 
-def parse_operation(
+def parse_operation(  # noqa: C901
     raw: Mapping[str, Any], validator: SchemaValidator, tenant_id: str = ANY, scope: str = ANY
 ) -> OperationDefinition:
     try:

@@ -114,7 +114,7 @@ class ExecutionCommands:
         self._committed([bound], [frozen])
         return bound.context
 
-    def bind_many(self, items: Bindings) -> list[ExecutionContext | BaseException]:
+    def bind_many(self, items: Bindings) -> list[ExecutionContext | BaseException]:  # noqa: C901
         """Many bindings (activations and registrations, each with its STARTED or not) in one
         transaction: their tasks locked in one statement, their STARTED eventIds probed in one, each
         row written once (a group of bindings is a set, as a group of events is). Each item gets its

@@ -276,7 +276,7 @@ class WorkflowCommands:
             True,
         )
 
-    def classify(self, caller: ServicePrincipal, cmd: c.Classify) -> dict[str, Any]:
+    def classify(self, caller: ServicePrincipal, cmd: c.Classify) -> dict[str, Any]:  # noqa: C901
         """Bind productId / taskType / definition version (R11); each change is an event."""
         require(caller, Role.COORDINATOR)
         for name, value, limit in (("productId", cmd.product_id, 64), ("taskType", cmd.task_type, 128)):
@@ -285,7 +285,7 @@ class WorkflowCommands:
         if not cmd.fields:
             raise Invalid("send at least one of productId, taskType, statusDefinitionVersion")
 
-        def work(uow: UnitOfWork) -> dict[str, Any]:
+        def work(uow: UnitOfWork) -> dict[str, Any]:  # noqa: C901
             now = self.ctx.now()
             task = lock_task_for(uow, caller.tenant_id, caller.authority_scope, cmd.task_id)
             if cmd.expected_version is not None and cmd.expected_version != task.version:

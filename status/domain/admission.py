@@ -95,7 +95,7 @@ class Limits:
     max_skew: timedelta | None = None
 
 
-def admit_step_event(
+def admit_step_event(  # noqa: C901
     task: TaskState,
     step: StepState,
     binding: Binding,

@@ -140,7 +140,7 @@ class BoundStep:
     binding: Binding
 
 
-def bind_step_event(
+def bind_step_event(  # noqa: C901
     report: Envelope,
     event_type: EventType,
     caller: ExecutionClaims | ServicePrincipal,

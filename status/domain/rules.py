@@ -213,7 +213,7 @@ def ms_between(start: datetime | None, end: datetime) -> int | None:
     return max(0, int((end - start).total_seconds() * 1000))
 
 
-def apply_step_event(
+def apply_step_event(  # noqa: C901
     task: TaskState,
     step: StepState,
     event: StepEvent,
@@ -321,7 +321,7 @@ def _task_health(task: TaskState, step: StepState, other_steps_stale: bool) -> H
     return Health.HEALTHY
 
 
-def _step_notice(
+def _step_notice(  # noqa: C901
     task: TaskState,
     before: StepState,
     after: StepState,

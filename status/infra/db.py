@@ -16,7 +16,7 @@ from status.infra.db_errors import NODE_NOT_READY, mysql_code
 from status.infra.metrics import POOLS
 
 
-def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs: Any) -> sa.Engine:
+def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs: Any) -> sa.Engine:  # noqa: C901
     """An engine with the settings the status service relies on.
 
     * MySQL/MariaDB: READ COMMITTED (row locks are taken explicitly with

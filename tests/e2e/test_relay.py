@@ -100,7 +100,7 @@ async def test_ac29_relay_killed_between_publish_and_mark_redelivers_without_reg
     assert versions == _detail_versions(e2e_engine, task_id)
 
 
-async def test_two_relays_hold_disjoint_partitions_and_never_claim_the_same_row(
+async def test_two_relays_hold_disjoint_partitions_and_never_claim_the_same_row(  # noqa: C901
     api: Http, relay: OutboxRelay, e2e_engine: sa.Engine
 ) -> None:
     await _drain(relay)

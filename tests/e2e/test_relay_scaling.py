@@ -48,7 +48,7 @@ def _open_rows(engine: sa.Engine, task_ids: list[str]) -> int:
         )
 
 
-async def test_three_relays_share_the_work_and_keep_each_channels_order(
+async def test_three_relays_share_the_work_and_keep_each_channels_order(  # noqa: C901
     api: Http, e2e_engine: sa.Engine, relay: OutboxRelay, centrifugo: CentrifugoNode
 ) -> None:
     while (await relay.run_once()).claimed:

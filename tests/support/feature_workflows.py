@@ -125,7 +125,7 @@ class FeatureWorkflow:
         return self.bumps
 
     @workflow.run
-    async def run(self, plan: Plan) -> str:
+    async def run(self, plan: Plan) -> str:  # noqa: C901
         created = await TaskStatus.create_workflow(
             plan.owner,
             plan.title,

@@ -132,7 +132,7 @@ def _produce(client: httpx.Client, executions: list[dict[str, Any]], stop: threa
         time.sleep(0.01)
 
 
-async def rolling_restart(
+async def rolling_restart(  # noqa: C901
     *,
     cli: str,
     env: dict[str, str],

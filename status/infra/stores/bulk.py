@@ -55,14 +55,10 @@ def update_rows(
         processor = process[column]
         return processor(raw) if processor is not None and raw is not None else raw
 
-    mark = "%s" if dialect.paramstyle in ("format", "pyformat") else "?"
     statements = 0
     for start in range(0, len(rows), ROWS_PER_STATEMENT):
         part = rows[start : start + ROWS_PER_STATEMENT]
         everywhere = [all(column in changed for _, changed in part) for column in columns]
-        names = [f"k{i}" for i in range(len(key))]
-        for i, always in enumerate(everywhere):
-            names += [f"c{i}"] if always else [f"c{i}", f"f{i}"]
         params: list[Any] = []
         for keys, changed in part:
             params += [value(k, keys[k]) for k in key]
@@ -73,23 +69,30 @@ def update_rows(
                     params += [value(column, changed[column]), 1]
                 else:
                     params += [None, 0]
-        first = "SELECT " + ", ".join(f"{mark} AS {n}" for n in names)
-        rest = " UNION ALL SELECT " + ", ".join([mark] * len(names))
-        derived = first + rest * (len(part) - 1)
-        if dialect.name == "sqlite":
-            sets = ", ".join(
-                f"{c} = v.c{i}" if always else f"{c} = CASE WHEN v.f{i} THEN v.c{i} ELSE {table.name}.{c} END"
-                for i, (c, always) in enumerate(zip(columns, everywhere, strict=True))
-            )
-            on = " AND ".join(f"{table.name}.{k} = v.k{i}" for i, k in enumerate(key))
-            sql = f"UPDATE {table.name} SET {sets} FROM ({derived}) AS v WHERE {on}"
-        else:
-            sets = ", ".join(
-                f"t.{c} = v.c{i}" if always else f"t.{c} = IF(v.f{i}, v.c{i}, t.{c})"
-                for i, (c, always) in enumerate(zip(columns, everywhere, strict=True))
-            )
-            on = " AND ".join(f"t.{k} = v.k{i}" for i, k in enumerate(key))
-            sql = f"UPDATE {table.name} AS t JOIN ({derived}) AS v ON {on} SET {sets}"
+        sql = _statement(dialect, table.name, key, list(zip(columns, everywhere, strict=True)), len(part))
         conn.exec_driver_sql(sql, tuple(params))
         statements += 1
     return statements
+
+
+def _statement(dialect: sa.Dialect, table: str, key: Sequence[str], columns: list[tuple[str, bool]], rows: int) -> str:
+    """The UPDATE of ``rows`` rows: their keys, then per column its value, and its flag unless
+    every row changes it (``columns``: (name, changed by every row))."""
+    mark = "%s" if dialect.paramstyle in ("format", "pyformat") else "?"
+    names = [f"k{i}" for i in range(len(key))]
+    for i, (_, always) in enumerate(columns):
+        names += [f"c{i}"] if always else [f"c{i}", f"f{i}"]
+    first = "SELECT " + ", ".join(f"{mark} AS {n}" for n in names)
+    derived = first + (" UNION ALL SELECT " + ", ".join([mark] * len(names))) * (rows - 1)
+    if dialect.name == "sqlite":
+        sets = ", ".join(
+            f"{c} = v.c{i}" if always else f"{c} = CASE WHEN v.f{i} THEN v.c{i} ELSE {table}.{c} END"
+            for i, (c, always) in enumerate(columns)
+        )
+        on = " AND ".join(f"{table}.{k} = v.k{i}" for i, k in enumerate(key))
+        return f"UPDATE {table} SET {sets} FROM ({derived}) AS v WHERE {on}"
+    sets = ", ".join(
+        f"t.{c} = v.c{i}" if always else f"t.{c} = IF(v.f{i}, v.c{i}, t.{c})" for i, (c, always) in enumerate(columns)
+    )
+    on = " AND ".join(f"t.{k} = v.k{i}" for i, k in enumerate(key))
+    return f"UPDATE {table} AS t JOIN ({derived}) AS v ON {on} SET {sets}"
