@@ -22,8 +22,8 @@ import pytest
 import sqlalchemy as sa
 from temporalio.testing import WorkflowEnvironment
 
-from status.devstack import TEMPORAL_DEV_ARGS
 from status.infra import migrate
+from task_observer.devstack import TEMPORAL_DEV_ARGS
 from tests.support.processes import (
     FAST_LANE,
     TEMPORAL_STARTUP,

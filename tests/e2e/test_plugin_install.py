@@ -101,7 +101,7 @@ def test_the_service_wheel_carries_no_examples_migrations_or_plugin_packages(tmp
         cwd=tmp_path,
     )
     (wheel,) = tmp_path.glob("task_status_observer-*.whl")
-    assert _top_level_packages(wheel) == {"status", "observer"}
+    assert _top_level_packages(wheel) == {"status", "observer", "task_observer"}
     names = zipfile.ZipFile(wheel).namelist()
     # The top-level migrations/ ships inside the service's own package, with what Alembic needs.
     assert {"status/migrations/env.py", "status/migrations/script.py.mako"} <= set(names)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from status.cli import main
+from task_observer.cli import main
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
 from tests.support.outbox import publications

@@ -190,7 +190,7 @@ def test_service_credentials_need_a_jti_and_expire_by_default(http: Http, settin
         headers=http.auth(no_jti),
     )
     assert response.status_code == 401
-    from status.cli import build_parser
+    from task_observer.cli import build_parser
 
     args = build_parser().parse_args(
         ["service-token", "--producer", "p", "--tenant", "t", "--scope", "s", "--role", "WORKER"]

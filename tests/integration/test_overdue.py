@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 
 from status.app.service import StatusService
-from status.cli import main
 from status.domain.auth import Role, ServicePrincipal
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase
+from task_observer.cli import main
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
 

@@ -23,7 +23,6 @@ from observer.relay import OutboxRelay
 from status.app import commands as c
 from status.app.corrections import Correct
 from status.app.service import StatusService
-from status.cli import main
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.clock import utcnow
 from status.domain.errors import DomainError, ErrorCode
@@ -34,6 +33,7 @@ from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
+from task_observer.cli import main
 from tests.support.factories import activate, create_task, event
 from tests.support.wiring import fold_all
 

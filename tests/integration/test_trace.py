@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 from status import logs
 from status.api.app import create_app
 from status.app.service import StatusService
-from status.cli import main
 from status.infra import tables as t
 from status.settings import Settings
+from task_observer.cli import main
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body
 from tests.support.outbox import publications

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from status.cli import build_parser, main
+from task_observer.cli import build_parser, main
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:

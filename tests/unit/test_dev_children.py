@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from status.devchildren import RestartBudget
+from task_observer.devchildren import RestartBudget
 
 
 def test_a_child_is_restarted_up_to_the_limit_within_the_window_then_not() -> None:

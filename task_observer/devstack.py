@@ -4,7 +4,7 @@ Starts (or reuses, when something already answers on the port) Centrifugo and
 the Temporal dev server, migrates the database, and runs the status API with
 the dashboard, the observer loops and a worker with the plugin that runs the
 document example on a loop for the demo user.  It supervises the processes it
-started (status/devchildren.py: restarted when they die, the stack stops with a
+started (task_observer/devchildren.py: restarted when they die, the stack stops with a
 message when one keeps dying); Ctrl-C stops everything it started.
 """
 
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from status.devchildren import Child, GaveUp, check_children
 from status.settings import Settings
+from task_observer.devchildren import Child, GaveUp, check_children
 
 TENANT, SCOPE, DEMO_USER = "demo", "demo", "alice"
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from status.archive_cli import add_archive_actions
 from status.domain.auth import Role
 from status.settings import Settings, SettingsError
+from task_observer.archive_cli import add_archive_actions
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -93,7 +93,7 @@ def _dev(args: argparse.Namespace) -> int:
     import logging
 
     from status import logs
-    from status.devstack import DemoPace, DevPorts, FrontEnd, run_dev
+    from task_observer.devstack import DemoPace, DevPorts, FrontEnd, run_dev
 
     settings = Settings.from_env()
     if settings.is_production:
