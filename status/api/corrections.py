@@ -14,12 +14,12 @@ from status.app.corrections import Correct
 
 class CorrectionEndpoints:
     def __init__(self, gate: Gate) -> None:
-        self.api = gate
+        self.gate = gate
         self.service = gate.service
 
     async def correct(self, request: Request) -> JSONResponse:
-        caller = self.api.service_principal(request)
-        body = await self.api.parse(request, CorrectionIn)
+        caller = self.gate.service_principal(request)
+        body = await self.gate.parse(request, CorrectionIn)
         cmd = Correct(
             task_id=request.path_params["task_id"],
             correction_id=body.correction_id,
@@ -36,14 +36,14 @@ class CorrectionEndpoints:
         return JSONResponse(result, status_code=200 if result["duplicate"] else 201)
 
     async def corrections(self, request: Request) -> JSONResponse:
-        caller = self.api.service_principal(request)
+        caller = self.gate.service_principal(request)
         return JSONResponse(
             await run_in_threadpool(self.service.corrections_of, caller, request.path_params["task_id"])
         )
 
     async def overdue(self, request: Request) -> JSONResponse:
         """Tasks RUNNING or STALE beyond their operation's maxRuntimeSeconds or the default (ADMIN)."""
-        caller = self.api.service_principal(request)
+        caller = self.gate.service_principal(request)
         limit = int_param(request, "limit", 100, low=1, high=1000)
         tasks = await run_in_threadpool(self.service.overdue, caller, limit=limit)
         return JSONResponse({"tasks": tasks})

@@ -76,9 +76,9 @@ def _trace(context: grpc.aio.ServicerContext) -> str | None:
 
 
 class TaskEventsService(pb_grpc.TaskEventsServicer):
-    def __init__(self, api: Gate, committer: GroupCommitter, changes: ChangeLog) -> None:
-        self.api = api
-        self.service = api.service
+    def __init__(self, gate: Gate, committer: GroupCommitter, changes: ChangeLog) -> None:
+        self.gate = gate
+        self.service = gate.service
         # Its own group committer (same service method as REST's): groups never span event loops.
         self.committer = committer
         # The same counters, latency histogram and change log as REST (transport "grpc").
@@ -109,7 +109,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         """A unary call's answer: what ``work`` returns, or the abort a REST client would have had
         as a response (the stable code in the trailing metadata). A call past REQUEST_DEADLINE_SECONDS
         is answered UNAVAILABLE (retryable), as REST answers 503 (status.api.deadline)."""
-        deadline = self.api.settings.request_deadline_seconds
+        deadline = self.gate.settings.request_deadline_seconds
         limit = asyncio.timeout(deadline if deadline > 0 else None)
         try:
             async with limit:
@@ -132,7 +132,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
 
     async def ReportEvent(self, request: pb.Event, context: grpc.aio.ServicerContext) -> pb.EventResult:
         async def work() -> pb.EventResult:
-            caller = self.api.event_caller_of(_bearer(context))
+            caller = self.gate.event_caller_of(_bearer(context))
             cmd = proto_commands.report_event(request)
             return convert.result_to_proto(await self._submit(caller, cmd, _trace(context)))
 
@@ -141,7 +141,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
     async def ReportEvents(self, request: pb.EventBatch, context: grpc.aio.ServicerContext) -> pb.EventBatchResult:
         async def work() -> pb.EventBatchResult:
             started = time.perf_counter()
-            caller = self.api.event_caller_of(_bearer(context))
+            caller = self.gate.event_caller_of(_bearer(context))
             commands, beats = proto_commands.event_batch(request)  # all read first: a refusal applies nothing
             beating = heartbeat_caller(caller) if beats else None
             results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
@@ -159,7 +159,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
 
     async def BindExecutions(self, request: pb.BindBatch, context: grpc.aio.ServicerContext) -> pb.BindBatchResult:
         async def work() -> pb.BindBatchResult:
-            caller = self.api.event_caller_of(_bearer(context))
+            caller = self.gate.event_caller_of(_bearer(context))
             items = [(caller, command) for command in proto_commands.bind_batch(request)]
             outcomes = await run_in_threadpool(self.service.bind_executions, items)
             return convert.bind_results_to_proto(binding_results(outcomes))
@@ -170,7 +170,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         self, request: pb.HeartbeatBatch, context: grpc.aio.ServicerContext
     ) -> pb.HeartbeatBatchResult:
         async def work() -> pb.HeartbeatBatchResult:
-            caller = self.api.service_principal_of(_bearer(context))
+            caller = self.gate.service_principal_of(_bearer(context))
             beats = proto_commands.heartbeat_batch(request)
             recorded = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
             self.changes.heartbeats(recorded["results"], "grpc")
@@ -183,7 +183,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
     ) -> AsyncIterator[pb.StreamResponse]:
         try:
             bearer = _bearer(context)
-            principal = self.api.service_principal_of(bearer)
+            principal = self.gate.service_principal_of(bearer)
             if not principal.has(Role.WORKER):
                 raise Forbidden("the stream needs a service token with the WORKER role")
         except DomainError as err:
@@ -196,7 +196,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             try:
                 # The stream's credential is checked again for every message (revocation lists and
                 # expiry, from memory): a credential revoked while the stream is open stops it.
-                self.api.service_tokens.verify(bearer)
+                self.gate.service_tokens.verify(bearer)
             except DomainError as err:
                 await self._abort(context, "Stream", err)
                 return
@@ -211,7 +211,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         kind = request.WhichOneof("body")
         if kind == "bind":
             token = request.bind.execution_token
-            claims = self.service.resolve_caller(token, self.api.service_tokens)
+            claims = self.service.resolve_caller(token, self.gate.service_tokens)
             if not isinstance(claims, ExecutionClaims):
                 raise Invalid("bind takes an execution token")
             if claims.tenant_id != principal.tenant_id:
@@ -228,7 +228,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             )
         if kind == "event":
             token, claims = self._ref(bound, request.event.ref)
-            self.api.rate_limiter.check(f"{claims.tenant_id}/{claims.producer_id}")
+            self.gate.rate_limiter.check(f"{claims.tenant_id}/{claims.producer_id}")
             cmd = proto_commands.report_event(request.event.event)
             try:
                 result = await self._submit(claims, cmd, None)
@@ -268,11 +268,11 @@ def _heartbeat_reply(result: dict[str, Any]) -> pb.HeartbeatBatchResult:
 
 
 async def start_grpc_server(
-    api: Gate, committer: GroupCommitter, changes: ChangeLog, host: str, port: int
+    gate: Gate, committer: GroupCommitter, changes: ChangeLog, host: str, port: int
 ) -> tuple[grpc.aio.Server, int]:
     """Serve the adapter on host:port (0: any free port); returns the server and its port."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1), ("grpc.max_receive_message_length", 4 << 20)])
-    pb_grpc.add_TaskEventsServicer_to_server(TaskEventsService(api, committer, changes), server)  # type: ignore[no-untyped-call]
+    pb_grpc.add_TaskEventsServicer_to_server(TaskEventsService(gate, committer, changes), server)  # type: ignore[no-untyped-call]
     bound_port = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     log.info("gRPC adapter listening", address=f"{host}:{bound_port}")

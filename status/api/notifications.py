@@ -14,11 +14,11 @@ from status.domain.errors import Invalid
 
 class NotificationEndpoints:
     def __init__(self, gate: Gate) -> None:
-        self.api = gate
+        self.gate = gate
         self.service = gate.service
 
     async def list_notifications(self, request: Request) -> JSONResponse:
-        user = self.api.user(request)
+        user = self.gate.user(request)
         unread = request.query_params.get("unread", "false").lower()
         if unread not in ("true", "false"):
             raise Invalid("unread must be true or false")
@@ -32,8 +32,8 @@ class NotificationEndpoints:
         return JSONResponse(result)
 
     async def mark_read(self, request: Request) -> JSONResponse:
-        user = self.api.user(request)
-        body = await self.api.parse(request, MarkReadIn)
+        user = self.gate.user(request)
+        body = await self.gate.parse(request, MarkReadIn)
         ids = None if body.all else body.ids
         return JSONResponse(await run_in_threadpool(self.service.mark_notifications_read, user, ids))
 

@@ -22,12 +22,12 @@ def _ref_params(request: Request) -> tuple[str, str]:
 
 class ReferenceEndpoints:
     def __init__(self, gate: Gate) -> None:
-        self.api = gate
+        self.gate = gate
         self.service = gate.service
 
     async def attach(self, request: Request) -> JSONResponse:
-        caller = self.api.service_principal(request)
-        body = await self.api.parse(request, AttachRefsIn)
+        caller = self.gate.service_principal(request)
+        body = await self.gate.parse(request, AttachRefsIn)
         result = await run_in_threadpool(
             self.service.attach_external_refs, caller, request.path_params["task_id"], body.pairs()
         )
@@ -35,12 +35,12 @@ class ReferenceEndpoints:
         return JSONResponse(result, status_code=201 if created else 200)
 
     async def lookup(self, request: Request) -> JSONResponse:
-        caller = self.api.service_principal(request)
+        caller = self.gate.service_principal(request)
         ref_type, ref_value = _ref_params(request)
         return JSONResponse(await run_in_threadpool(self.service.lookup_external_ref, caller, ref_type, ref_value))
 
     async def task_by_ref(self, request: Request) -> JSONResponse:
-        user = self.api.user(request)
+        user = self.gate.user(request)
         ref_type, ref_value = _ref_params(request)
         scope = request.query_params.get("authorityScope") or None
         return JSONResponse(
