@@ -31,7 +31,7 @@ from status.domain.model import StepState, TaskState, evolve
 from status.domain.projections import iso
 from status.domain.registration import HeartbeatDefaults, decide_registration, registered_before
 from status.domain.reports import check_key
-from status.domain.rules import Notice
+from status.domain.rules import Notice, NoticeKind
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ class ExecutionCommands:
             step = next_attempt(current, placed.attempt, Lifecycle.PENDING, statuses, now)
             notice = Notice(
                 f"{task.task_id}:{task.version + 1}",
-                "STEP_RETRYING",
+                NoticeKind.STEP_RETRYING,
                 Severity.INFO,
                 f"{step.display_name or step.operation_code} is being retried (attempt {placed.attempt})",
                 operation_code=step.operation_code,

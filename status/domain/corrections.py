@@ -18,7 +18,7 @@ from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.idempotency import first_answer
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import StepError, StepState, TaskState
-from status.domain.rules import Notice, checked_error
+from status.domain.rules import Notice, NoticeKind, checked_error
 
 MAX_REASON = 500
 
@@ -168,7 +168,7 @@ def apply_correction(
     moved = "; ".join(f"{c['field']} {c['old']} → {c['new']}" for c in changes) or "error details"
     notice = Notice(
         f"{task.task_id}:{new_task.version}",
-        "CORRECTED",
+        NoticeKind.CORRECTED,
         Severity.INFO,
         f"{task.title}: status corrected",
         f"An administrator corrected {what}: {moved}.",

@@ -14,13 +14,13 @@ from typing import Any
 from status.domain.lifecycle import Lifecycle
 from status.domain.model import TaskState
 from status.domain.projections import iso
-from status.domain.rules import Notice
+from status.domain.rules import Notice, NoticeKind
 
 _TERMINAL_TYPES = {
-    Lifecycle.SUCCEEDED: ("TASK_SUCCEEDED", "INFO", "finished"),
-    Lifecycle.FAILED: ("TASK_FAILED", "ERROR", "failed"),
-    Lifecycle.CANCELLED: ("TASK_CANCELLED", "WARNING", "was cancelled"),
-    Lifecycle.TIMED_OUT: ("TASK_TIMED_OUT", "ERROR", "timed out"),
+    Lifecycle.SUCCEEDED: (NoticeKind.TASK_SUCCEEDED, "INFO", "finished"),
+    Lifecycle.FAILED: (NoticeKind.TASK_FAILED, "ERROR", "failed"),
+    Lifecycle.CANCELLED: (NoticeKind.TASK_CANCELLED, "WARNING", "was cancelled"),
+    Lifecycle.TIMED_OUT: (NoticeKind.TASK_TIMED_OUT, "ERROR", "timed out"),
 }
 
 
@@ -32,7 +32,7 @@ class Notification:
 
     task_id: str
     task_version: int
-    type: str
+    type: str  # a NoticeKind's value (one stored by an earlier version may be another word)
     level: str
     title: str
     message: str | None
@@ -114,11 +114,11 @@ class Notification:
         }
 
 
-def _from_notice(task: TaskState, notice: Notice, type_: str | None = None) -> Notification:
+def _from_notice(task: TaskState, notice: Notice, kind: NoticeKind | None = None) -> Notification:
     return Notification(
         task.task_id,
         task.version,
-        type_ or notice.type,
+        (kind or notice.type).value,
         notice.level.value,
         notice.title,
         notice.message,
@@ -151,7 +151,7 @@ def notifications_for(before: TaskState, after: TaskState, notice: Notice | None
                 Notification(
                     after.task_id,
                     after.version,
-                    type_,
+                    type_.value,
                     level,
                     f"{after.title} {verb}",
                     message,
@@ -163,11 +163,11 @@ def notifications_for(before: TaskState, after: TaskState, notice: Notice | None
                 )
             )
     if notice is not None and notice.requires_action:
-        found.append(_from_notice(after, notice, "ACTION_REQUIRED"))
+        found.append(_from_notice(after, notice, NoticeKind.ACTION_REQUIRED))
     if notice is not None and notice.type in RUN_HEALTH_TYPES:
         # A stuck run's task shows STALE with stuckSince after a reload too: its words are kept.
         found.append(_from_notice(after, notice))
     return found
 
 
-RUN_HEALTH_TYPES = frozenset({"WORKFLOW_STUCK", "WORKFLOW_RECOVERED"})
+RUN_HEALTH_TYPES = frozenset({NoticeKind.WORKFLOW_STUCK, NoticeKind.WORKFLOW_RECOVERED})

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from status.domain.definitions import (
@@ -125,6 +126,24 @@ class TaskEvent:
     reason: str | None = None  # user-safe: why the task ended this way (Temporal's verdict)
 
 
+class NoticeKind(StrEnum):
+    """What a notice tells, the ``type`` clients switch on (a stored notification keeps it too)."""
+
+    STEP_FAILED = "STEP_FAILED"
+    STEP_TIMED_OUT = "STEP_TIMED_OUT"
+    STEP_RETRYING = "STEP_RETRYING"
+    STALE = "STALE"
+    RECOVERED = "RECOVERED"
+    ACTION_REQUIRED = "ACTION_REQUIRED"
+    TASK_SUCCEEDED = "TASK_SUCCEEDED"
+    TASK_FAILED = "TASK_FAILED"
+    TASK_CANCELLED = "TASK_CANCELLED"
+    TASK_TIMED_OUT = "TASK_TIMED_OUT"
+    WORKFLOW_STUCK = "WORKFLOW_STUCK"
+    WORKFLOW_RECOVERED = "WORKFLOW_RECOVERED"
+    CORRECTED = "CORRECTED"
+
+
 @dataclass(frozen=True)
 class Notice:
     """A user-facing notice on the summary channel (R13, seed §6.8); id = taskId:taskVersion.
@@ -135,7 +154,7 @@ class Notice:
     """
 
     id: str
-    type: str
+    type: NoticeKind
     level: Severity
     title: str
     message: str | None = None
@@ -149,7 +168,7 @@ class Notice:
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "type": self.type,
+            "type": str(self.type),
             "level": self.level.value,
             "title": self.title,
             "message": self.message,
@@ -335,7 +354,7 @@ def _step_notice(  # noqa: C901
         return None
     name = after.display_name or after.operation_code
 
-    def notice(type_: str, level: Severity, title: str, message: str | None = None, **more: Any) -> Notice:
+    def notice(type_: NoticeKind, level: Severity, title: str, message: str | None = None, **more: Any) -> Notice:
         return Notice(
             f"{task.task_id}:{task.version}",
             type_,
@@ -354,7 +373,7 @@ def _step_notice(  # noqa: C901
         failed = {"error_code": err.code if err else None, "retryable": err.retryable if err else None}
         if policy == FailurePolicy.WAIT_FOR_USER.value:
             return notice(
-                "STEP_FAILED",
+                NoticeKind.STEP_FAILED,
                 Severity.WARNING,
                 f"{name} needs your action",
                 text,
@@ -363,24 +382,28 @@ def _step_notice(  # noqa: C901
                 **failed,
             )
         if err is not None and err.retryable:
-            return notice("STEP_FAILED", Severity.WARNING, f"{name} failed, retrying", text, **failed)
+            return notice(NoticeKind.STEP_FAILED, Severity.WARNING, f"{name} failed, retrying", text, **failed)
         if policy == FailurePolicy.CONTINUE_WITH_WARNING.value:
-            return notice("STEP_FAILED", Severity.WARNING, f"{name} failed; the task continues", text, **failed)
-        return notice("STEP_FAILED", Severity.ERROR, f"{name} failed", text, actions=("VIEW_DETAILS",), **failed)
+            return notice(
+                NoticeKind.STEP_FAILED, Severity.WARNING, f"{name} failed; the task continues", text, **failed
+            )
+        return notice(
+            NoticeKind.STEP_FAILED, Severity.ERROR, f"{name} failed", text, actions=("VIEW_DETAILS",), **failed
+        )
     if after.lifecycle is Lifecycle.TIMED_OUT:
-        return notice("STEP_TIMED_OUT", Severity.ERROR, f"{name} timed out")
+        return notice(NoticeKind.STEP_TIMED_OUT, Severity.ERROR, f"{name} timed out")
     if after.health is Health.STALE and before.health is not Health.STALE:
         return notice(
-            "STALE",
+            NoticeKind.STALE,
             Severity.WARNING,
             f"{name}: status temporarily unconfirmed",
             "Still running, but its executor has stopped reporting; this clears when it reports again.",
         )
     if after.health is Health.HEALTHY and before.health is Health.STALE:
-        return notice("RECOVERED", Severity.INFO, f"{name} is reporting again")
+        return notice(NoticeKind.RECOVERED, Severity.INFO, f"{name} is reporting again")
     if requires_action and after.business_status != before.business_status:
         return notice(
-            "ACTION_REQUIRED",
+            NoticeKind.ACTION_REQUIRED,
             Severity.WARNING,
             f"{name} needs your action",
             requires_action=True,
@@ -449,7 +472,7 @@ def apply_task_event(
     if lifecycle is Lifecycle.FAILED and error is not None:
         notice = Notice(
             f"{task.task_id}:{version}",
-            "TASK_FAILED",
+            NoticeKind.TASK_FAILED,
             Severity.ERROR,
             f"{task.title} failed",
             error.user_message or None,
@@ -461,12 +484,16 @@ def apply_task_event(
         )
     elif lifecycle is Lifecycle.CANCELLED and event.reason:
         notice = Notice(
-            f"{task.task_id}:{version}", "TASK_CANCELLED", Severity.WARNING, f"{task.title} was stopped", event.reason
+            f"{task.task_id}:{version}",
+            NoticeKind.TASK_CANCELLED,
+            Severity.WARNING,
+            f"{task.title} was stopped",
+            event.reason,
         )
     elif lifecycle is Lifecycle.TIMED_OUT:
         notice = Notice(
             f"{task.task_id}:{version}",
-            "TASK_TIMED_OUT",
+            NoticeKind.TASK_TIMED_OUT,
             Severity.ERROR,
             f"{task.title} timed out",
             event.reason,
@@ -544,9 +571,9 @@ def apply_run_health(
     new_task = evolve(task, health=health, stuck_since=now if stuck else None, version=version, updated_at=now)
     notice_id = f"{task.task_id}:{version}"
     if stuck:
-        notice = Notice(notice_id, "WORKFLOW_STUCK", Severity.WARNING, f"{task.title} is stuck", STUCK_MESSAGE)
+        notice = Notice(notice_id, NoticeKind.WORKFLOW_STUCK, Severity.WARNING, f"{task.title} is stuck", STUCK_MESSAGE)
     else:
-        notice = Notice(notice_id, "WORKFLOW_RECOVERED", Severity.INFO, f"{task.title} is moving again")
+        notice = Notice(notice_id, NoticeKind.WORKFLOW_RECOVERED, Severity.INFO, f"{task.title} is moving again")
     return Outcome(new_task, None, notice, must_deliver=True)
 
 

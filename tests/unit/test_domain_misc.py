@@ -17,7 +17,7 @@ from status.domain.errors import CODE_CLASS, DomainError, ErrorCode, Forbidden, 
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepError, StepState, TaskState
 from status.domain.projections import project_broadcast, task_detail, user_summary
-from status.domain.rules import Notice
+from status.domain.rules import Notice, NoticeKind
 
 DOMAIN = Path(__file__).resolve().parents[2] / "status" / "domain"
 
@@ -107,7 +107,7 @@ def _state() -> tuple[TaskState, list[StepState]]:
 def test_ac13_projection_whitelists() -> None:
     task, steps = _state()
     now = datetime(2026, 1, 1, 12, 0, 5)
-    summary = user_summary(task, steps, now, Notice("tsk_001_X:7", "STEP_FAILED", Severity.ERROR, "failed"))
+    summary = user_summary(task, steps, now, Notice("tsk_001_X:7", NoticeKind.STEP_FAILED, Severity.ERROR, "failed"))
     assert "steps" not in summary and "result://private" not in str(summary) and "diag-123" not in str(summary)
     assert summary["taskVersion"] == "7" and summary["notice"]["id"] == "tsk_001_X:7"
     assert summary["elapsedMs"] == 5000 and summary["asOf"] == "2026-01-01T12:00:05.000Z"

@@ -12,7 +12,7 @@ from status.domain.eta import DurationStats
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepState
 from status.domain.projections import summary_and_detail, task_detail, user_summary
-from status.domain.rules import Notice, Severity
+from status.domain.rules import Notice, NoticeKind, Severity
 from status.domain.stepset import StepSet
 from tests.support.states import NOW, step_state, task_state
 
@@ -63,7 +63,7 @@ def test_built_together_they_are_the_summary_and_detail_built_apart(
     task = task_state(lifecycle=lifecycle, health=health, started_at=NOW - timedelta(minutes=5))
     steps = _steps(specs)
     history = {"DOCUMENT.PARSE": DurationStats(12, 30_000.0, 20_000.0, 45_000.0)} if with_history else None
-    notice: Notice | None = Notice(f"{task.task_id}:{task.version}", "STEP_RETRYING", Severity.INFO, "retried")
+    notice: Notice | None = Notice(f"{task.task_id}:{task.version}", NoticeKind.STEP_RETRYING, Severity.INFO, "retried")
     if not with_notice:
         notice = None
     trigger = {"eventId": "e1", "eventType": "STEP_PROGRESS"}

@@ -27,11 +27,30 @@ export interface TaskProgress {
   addedCompletedSteps?: number;
 }
 
+/**
+ * What a notice or a notification tells (the service's `NoticeKind`; a test holds the two lists
+ * equal). `(string & {})`: a kind a newer service adds still type-checks.
+ */
+export type NoticeKind =
+  | 'STEP_FAILED'
+  | 'STEP_TIMED_OUT'
+  | 'STEP_RETRYING'
+  | 'STALE'
+  | 'RECOVERED'
+  | 'ACTION_REQUIRED'
+  | 'TASK_SUCCEEDED'
+  | 'TASK_FAILED'
+  | 'TASK_CANCELLED'
+  | 'TASK_TIMED_OUT'
+  | 'WORKFLOW_STUCK'
+  | 'WORKFLOW_RECOVERED'
+  | 'CORRECTED'
+  | (string & {});
+
 /** A notice on the summary channel (seed §6.8); `id` is `taskId:taskVersion`. */
 export interface Notice {
   id: string;
-  /** STEP_FAILED, TASK_FAILED, STALE, RECOVERED, STEP_RETRYING, STEP_TIMED_OUT, ACTION_REQUIRED, CORRECTED… */
-  type: string;
+  type: NoticeKind;
   // (string & {}): a level a newer service adds still type-checks, and the known ones stay literal.
   level: 'INFO' | 'WARNING' | 'ERROR' | 'CRITICAL' | (string & {});
   title: string;
@@ -219,8 +238,8 @@ export interface UserNotification {
   id: string;
   taskId: string;
   taskVersion: string;
-  /** TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED, TASK_TIMED_OUT, ACTION_REQUIRED */
-  type: string;
+  /** An ending (TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED, TASK_TIMED_OUT), ACTION_REQUIRED, or a run's health. */
+  type: NoticeKind;
   level: string;
   title: string;
   message: string | null;
