@@ -1,6 +1,6 @@
 """``task-observer archive …``: check, read back and restore the retention archive (event log and
 corrections). The files' format and checks are status.infra.archive's; the restore's statements
-status.infra.retention's. Exit codes as every command's (README "Command line")."""
+status.infra.retention's. Exit codes as every command's (docs/operations.md, "Command line")."""
 
 from __future__ import annotations
 

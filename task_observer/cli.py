@@ -119,7 +119,7 @@ def _dev(args: argparse.Namespace) -> int:
     return asyncio.run(run_dev(settings, ports, pace, front, log_path))
 
 
-# Exit codes (README "Command line"): 0 done; 1 what was asked for is not there or not right (an
+# Exit codes (docs/operations.md, "Command line"): 0 done; 1 what was asked for is not there or not right (an
 # unknown eventId, a failed check, a refused correction, a stack that stopped on a dying child);
 # 2 the command cannot run as given (usage, configuration, a feature turned off); 3 an unexpected
 # failure (its traceback is printed).

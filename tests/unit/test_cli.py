@@ -66,7 +66,7 @@ def test_a_token_is_signed_only_with_a_secret_the_service_knows(
 def test_exit_codes_say_usage_and_unexpected_failures_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """README "Command line": 2 for a command that cannot run as given, 3 for an unexpected failure."""
+    """docs/operations.md, "Command line": 2 for a command that cannot run as given, 3 for an unexpected failure."""
     monkeypatch.setenv("TASK_OBSERVER_SERVICE_TOKEN_SECRET", "s" * 40)
     monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
     bad_role = ["service-token", "--producer", "p", "--tenant", "t", "--scope", "s", "--role", "WIZARD"]
