@@ -32,10 +32,10 @@ from status.domain.aggregate import affects_workflow
 from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
+from status.domain.notices import Notice
 from status.domain.notifications import notifications_for
 from status.domain.projections import iso
 from status.domain.reports import SERVICE_EVENT_PREFIX
-from status.domain.rules import Notice
 
 
 @dataclass(frozen=True)

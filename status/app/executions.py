@@ -28,10 +28,10 @@ from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, evolve
+from status.domain.notices import Notice, NoticeKind
 from status.domain.projections import iso
 from status.domain.registration import HeartbeatDefaults, decide_registration, registered_before
 from status.domain.reports import check_key
-from status.domain.rules import Notice, NoticeKind
 
 
 @dataclass(frozen=True)

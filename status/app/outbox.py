@@ -18,6 +18,7 @@ from status.app.records import ChangeRecord, EventRecord, NotificationRecord
 from status.domain.auth import UserPrincipal
 from status.domain.messages import Aggregate, Message
 from status.domain.model import StepState, TaskState, WorkflowState
+from status.domain.notices import Notice
 from status.domain.notifications import Notification
 from status.domain.projections import (
     History,
@@ -32,7 +33,6 @@ from status.domain.projections import (
     workflow_channel,
     workflow_summary,
 )
-from status.domain.rules import Notice
 from status.domain.stepset import StepSet
 
 

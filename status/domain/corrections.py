@@ -18,7 +18,8 @@ from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.idempotency import first_answer
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import StepError, StepState, TaskState
-from status.domain.rules import Notice, NoticeKind, checked_error
+from status.domain.notices import Notice, NoticeKind
+from status.domain.rules import checked_error
 
 MAX_REASON = 500
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from status.domain.lifecycle import Lifecycle
 from status.domain.model import TaskState
+from status.domain.notices import Notice, NoticeKind
 from status.domain.projections import iso
-from status.domain.rules import Notice, NoticeKind
 
 _TERMINAL_TYPES = {
     Lifecycle.SUCCEEDED: (NoticeKind.TASK_SUCCEEDED, "INFO", "finished"),

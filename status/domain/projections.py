@@ -14,7 +14,8 @@ from typing import Any
 from status.domain.eta import DurationStats, Estimate, pending_estimate, step_estimate, task_estimate
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
-from status.domain.rules import Notice, ms_between, task_timing
+from status.domain.notices import Notice
+from status.domain.rules import ms_between, task_timing
 from status.domain.stepset import StepSet
 
 SCHEMA_VERSION = 1

@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from status.domain.definitions import (
@@ -31,6 +30,7 @@ from status.domain.lifecycle import (
     next_task_lifecycle,
 )
 from status.domain.model import Progress, StepError, StepState, TaskState, evolve
+from status.domain.notices import Notice, NoticeKind
 
 PHASE_CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 ERROR_CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -124,61 +124,6 @@ class TaskEvent:
     failed_step_id: str | None = None
     summary: DataBody | None = None
     reason: str | None = None  # user-safe: why the task ended this way (Temporal's verdict)
-
-
-class NoticeKind(StrEnum):
-    """What a notice tells, the ``type`` clients switch on (a stored notification keeps it too)."""
-
-    STEP_FAILED = "STEP_FAILED"
-    STEP_TIMED_OUT = "STEP_TIMED_OUT"
-    STEP_RETRYING = "STEP_RETRYING"
-    STALE = "STALE"
-    RECOVERED = "RECOVERED"
-    ACTION_REQUIRED = "ACTION_REQUIRED"
-    TASK_SUCCEEDED = "TASK_SUCCEEDED"
-    TASK_FAILED = "TASK_FAILED"
-    TASK_CANCELLED = "TASK_CANCELLED"
-    TASK_TIMED_OUT = "TASK_TIMED_OUT"
-    WORKFLOW_STUCK = "WORKFLOW_STUCK"
-    WORKFLOW_RECOVERED = "WORKFLOW_RECOVERED"
-    CORRECTED = "CORRECTED"
-
-
-@dataclass(frozen=True)
-class Notice:
-    """A user-facing notice on the summary channel (R13, seed §6.8); id = taskId:taskVersion.
-
-    ``level`` follows the seed's notice policy: a step failure that will be retried or that the
-    task survives is a WARNING, a task failure an ERROR; ``requires_action`` marks what the user
-    must act on (clients keep those and errors until dismissed).
-    """
-
-    id: str
-    type: NoticeKind
-    level: Severity
-    title: str
-    message: str | None = None
-    operation_code: str | None = None
-    error_code: str | None = None
-    retryable: bool | None = None
-    requires_action: bool = False
-    actions: tuple[str, ...] = ()
-    step_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": str(self.type),
-            "level": self.level.value,
-            "title": self.title,
-            "message": self.message,
-            "operationCode": self.operation_code,
-            "errorCode": self.error_code,
-            "retryable": self.retryable,
-            "requiresAction": self.requires_action,
-            "actions": list(self.actions),
-            "stepId": self.step_id,
-        }
 
 
 @dataclass(frozen=True)

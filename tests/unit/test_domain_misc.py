@@ -16,8 +16,8 @@ from status.domain.definitions import DynamicRegistrationPolicy, Severity, gener
 from status.domain.errors import CODE_CLASS, DomainError, ErrorCode, Forbidden, LimitExceeded, error
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepError, StepState, TaskState
+from status.domain.notices import Notice, NoticeKind
 from status.domain.projections import project_broadcast, task_detail, user_summary
-from status.domain.rules import Notice, NoticeKind
 
 DOMAIN = Path(__file__).resolve().parents[2] / "status" / "domain"
 

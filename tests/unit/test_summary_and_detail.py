@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from status.domain.eta import DurationStats
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepState
+from status.domain.notices import Notice, NoticeKind
 from status.domain.projections import summary_and_detail, task_detail, user_summary
-from status.domain.rules import Notice, NoticeKind, Severity
+from status.domain.rules import Severity
 from status.domain.stepset import StepSet
 from tests.support.states import NOW, step_state, task_state
 
