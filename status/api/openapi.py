@@ -1,4 +1,4 @@
-"""The OpenAPI document of the HTTP API, generated from the request models.
+"""The OpenAPI document of the HTTP API, generated from the request models and the published shapes.
 
 ``python -m status.api.openapi > docs/openapi.json`` refreshes the checked-in
 copy; a test keeps the two equal.
@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from enum import Enum
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from pydantic import BaseModel
 
 from status.api import models as m
+from status.domain import views
 from status.domain.errors import ErrorCode
 
 ERROR = {
@@ -35,42 +38,92 @@ ERROR = {
     },
 }
 ANY_OBJECT = {"type": "object", "additionalProperties": True}
-_ETA = {
-    "etaMs": {
-        "type": "integer",
-        "minimum": 0,
-        "description": "estimated milliseconds left as of asOf (absent when unknown); clients count down locally",
-    },
-    "etaConfidence": {"type": "number", "minimum": 0, "maximum": 1, "description": "how much to trust etaMs"},
+_PRIMITIVES: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+    Any: {},
 }
-# The snapshot of a task (GET /api/tasks/{taskId}, batchGet): the fields clients rely on; others may follow.
-TASK_SNAPSHOT = {
-    "type": "object",
-    "additionalProperties": True,
-    "required": ["taskId", "taskVersion", "lifecycleStatus", "businessStatus", "health", "steps"],
-    "properties": {
-        "taskId": {"type": "string"},
-        "taskVersion": {"type": "string", "description": "decimal; only goes up"},
-        "lifecycleStatus": {
-            "type": "string",
-            "enum": ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"],
-        },
-        "businessStatus": {"type": "string"},
-        "health": {"type": "string", "enum": ["HEALTHY", "DEGRADED", "STALE"]},
-        "asOf": {"type": "string", "format": "date-time"},
-        **_ETA,
-        "steps": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": True,
-                "properties": {"stepId": {"type": "string"}, "attempt": {"type": "integer"}, **_ETA},
-            },
-        },
-    },
-}
+
+
+def view_schemas() -> dict[str, dict[str, Any]]:
+    """JSON schemas of the published shapes (``status.domain.views``), by name, with those they refer to."""
+    schemas: dict[str, dict[str, Any]] = {}
+    pending: list[type] = list(views.MESSAGES)
+    while pending:
+        shape = pending.pop()
+        if shape.__name__ not in schemas:
+            schemas[shape.__name__] = _object_schema(shape, pending)
+    return schemas
+
+
+def _object_schema(shape: type, refer: list[type]) -> dict[str, Any]:
+    hints = get_type_hints(shape, include_extras=True)
+    required: frozenset[str] = getattr(shape, "__required_keys__", frozenset())
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {name: _schema(hint, refer) for name, hint in hints.items()},
+        "required": [name for name in hints if name in required],
+        "additionalProperties": False,
+    }
+    if shape.__doc__:
+        schema["description"] = " ".join(shape.__doc__.split())
+    return schema
+
+
+def _schema(hint: Any, refer: list[type]) -> dict[str, Any]:
+    origin = get_origin(hint)
+    if origin is Annotated:
+        return _annotated(hint, refer)
+    if origin in (Union, UnionType):
+        return _union([_schema(arg, refer) for arg in get_args(hint)])
+    if origin is Literal:
+        (value,) = get_args(hint)
+        return {"const": value}
+    if origin is list:
+        (item,) = get_args(hint)
+        return {"type": "array", "items": _schema(item, refer)}
+    if origin is dict:
+        return {"type": "object"}
+    if is_typeddict(hint):
+        refer.append(hint)
+        return {"$ref": f"#/components/schemas/{hint.__name__}"}
+    return dict(_PRIMITIVES[hint])
+
+
+def _annotated(hint: Any, refer: list[type]) -> dict[str, Any]:
+    """``Annotated[T, "text"]`` describes; ``Annotated[str, AnEnum]`` lists the enumeration's values."""
+    inner, *extras = get_args(hint)
+    schema = _schema(inner, refer)
+    for extra in extras:
+        if isinstance(extra, str):
+            schema["description"] = extra
+        elif isinstance(extra, type) and issubclass(extra, Enum):
+            schema["enum"] = [member.value for member in extra]
+    return schema
+
+
+def _union(options: list[dict[str, Any]]) -> dict[str, Any]:
+    """``str | None`` as one schema with a list of types (as pydantic writes them); else anyOf."""
+    if any(set(option) - {"type", "enum", "description"} for option in options):
+        return {"anyOf": options}
+    merged: dict[str, Any] = {"type": [option["type"] for option in options]}
+    for option in options:
+        merged.update({k: v for k, v in option.items() if k != "type"})
+    if "enum" in merged:
+        merged["enum"] = [*merged["enum"], None]
+    return merged
+
+
 # Responses with a described shape (the rest: any object).
-RESPONSE_SCHEMAS: dict[tuple[str, str], str] = {("get", "/api/tasks/{taskId}"): "TaskSnapshot"}
+RESPONSE_SCHEMAS: dict[tuple[str, str], str] = {
+    ("get", "/api/tasks/{taskId}"): "TaskSnapshot",
+    ("get", "/api/tasks:byExternalRef"): "TaskSnapshot",
+    ("get", "/api/workflows/{workflowId}"): "WorkflowSummaryMessage",
+    ("get", "/api/workflows/{workflowId}/tasks"): "WorkflowTasks",
+}
 _REF = [("refType", True, "e.g. ORDER_ID"), ("refValue", True, "the other system's id")]
 
 # path → query parameters (name, required, description)
@@ -314,7 +367,7 @@ def _response(method: str, path: str) -> dict[str, Any]:
 
 
 def build_openapi() -> dict[str, Any]:
-    components: dict[str, Any] = {"Error": ERROR, "TaskSnapshot": TASK_SNAPSHOT}
+    components: dict[str, Any] = {"Error": ERROR, **view_schemas()}
     paths: dict[str, Any] = {}
     for method, path, summary, model, auth, ok in OPERATIONS:
         op: dict[str, Any] = {

@@ -12,6 +12,7 @@ from typing import Any
 from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
 from status.app.ports import Stores
+from status.domain import views
 from status.domain.aggregate import trimmed
 from status.domain.auth import UserPrincipal
 from status.domain.errors import ErrorCode, Invalid, NotFound
@@ -36,7 +37,7 @@ class Queries:
     def can_see_task(stores: Stores, user: UserPrincipal, task_id: str) -> bool:
         return stores.reads.can_see(user, task_id)
 
-    def get_task(self, user: UserPrincipal, task_id: str) -> dict[str, Any]:
+    def get_task(self, user: UserPrincipal, task_id: str) -> views.TaskSnapshot:
         """The snapshot, or NOT_FOUND when the task doesn't exist *or* isn't visible (no probing)."""
         with self.ctx.db.reading() as stores:
             task = stores.reads.visible_task(user, task_id)
@@ -166,7 +167,9 @@ class Queries:
                     found.append(workflow_summary(seen[0], now))
         return {"workflows": found, "notFound": missing}
 
-    def get_workflow(self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool) -> dict[str, Any]:
+    def get_workflow(
+        self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool
+    ) -> views.WorkflowSummaryMessage | views.WorkflowTasks:
         """The workflow summary and its ACL-trimmed tasks; NOT_FOUND unless the user sees it."""
         with self.ctx.db.reading() as stores:
             seen = self._seen_workflow(stores, user, workflow_id, with_tasks=with_tasks)
@@ -174,19 +177,17 @@ class Queries:
                 raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
             workflow, tasks = seen
             result = workflow_summary(workflow, self.ctx.now())
-            if with_tasks:
-                steps = stores.tasks.steps_of_tasks([task.task_id for task in tasks])
-                now = self.ctx.now()
-                summaries = [
-                    user_summary(
-                        x, steps[x.task_id], now, None, self.ctx.durations.for_task(stores, x, steps[x.task_id])
-                    )
-                    for x in tasks
-                ]
-                result = {"workflow": result, "tasks": summaries}
-            return result
+            if not with_tasks:
+                return result
+            steps = stores.tasks.steps_of_tasks([task.task_id for task in tasks])
+            now = self.ctx.now()
+            summaries = [
+                user_summary(x, steps[x.task_id], now, None, self.ctx.durations.for_task(stores, x, steps[x.task_id]))
+                for x in tasks
+            ]
+            return {"workflow": result, "tasks": summaries}
 
-    def snapshot(self, task_id: str) -> dict[str, Any] | None:
+    def snapshot(self, task_id: str) -> views.TaskSnapshot | None:
         """The current detail state of a task (no access check: callers check visibility)."""
         with self.ctx.db.reading() as stores:
             task = stores.tasks.load(task_id)

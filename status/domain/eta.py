@@ -19,9 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from statistics import median, quantiles
+from typing import TYPE_CHECKING
 
 from status.domain.lifecycle import Lifecycle
 from status.domain.model import StepState
+
+if TYPE_CHECKING:
+    from status.domain import views
 
 MIN_SAMPLES = 3
 MIN_RATE_FRACTION = 0.02
@@ -56,7 +60,7 @@ class Estimate:
     remaining_ms: int
     confidence: float
 
-    def to_json(self) -> dict[str, float | int]:
+    def to_json(self) -> views.Estimate:
         return {"etaMs": self.remaining_ms, "etaConfidence": round(self.confidence, 2)}
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING
 
 from status.domain.definitions import Severity
+
+if TYPE_CHECKING:
+    from status.domain import views
 
 
 class NoticeKind(StrEnum):
@@ -49,7 +52,7 @@ class Notice:
     actions: tuple[str, ...] = ()
     step_id: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> views.Notice:
         return {
             "id": self.id,
             "type": str(self.type),

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
+from status.domain import views
 from status.domain.eta import DurationStats, Estimate, pending_estimate, step_estimate, task_estimate
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
@@ -33,6 +34,10 @@ class Projection:
     USER_NOTIFICATION = "USER_NOTIFICATION"  # hint on a user's channel: a durable notification was created
 
 
+@overload
+def iso(ts: datetime) -> str: ...
+@overload
+def iso(ts: datetime | None) -> str | None: ...
 def iso(ts: datetime | None) -> str | None:
     """UTC timestamps with milliseconds, e.g. 2026-09-21T07:10:18.156Z."""
     if ts is None:
@@ -71,7 +76,7 @@ def tenant_channel(tenant_id: str) -> str:
 SYSTEM_CHANNEL = "task_system:public"
 
 
-def _progress(progress: Progress | None) -> dict[str, Any] | None:
+def _progress(progress: Progress | None) -> views.Progress | None:
     if progress is None:
         return None
     return {"current": progress.current, "total": progress.total, "unit": progress.unit, "percent": progress.percent}
@@ -116,7 +121,7 @@ def _as_set(steps: Steps) -> StepSet:
     return steps if isinstance(steps, StepSet) else StepSet.of(steps)
 
 
-def task_progress(steps: Steps, lifecycle: Lifecycle | None = None) -> dict[str, Any]:
+def task_progress(steps: Steps, lifecycle: Lifecycle | None = None) -> views.TaskProgress:
     """Progress over the KNOWN steps (their count is fixed up front, so it never goes backwards);
     ``addedSteps`` counts the steps registered while running and ``addedCompletedSteps`` those of
     them that succeeded, shown beside it. A SUCCEEDED task is done: 100 %, though a known step it
@@ -138,7 +143,7 @@ def task_progress(steps: Steps, lifecycle: Lifecycle | None = None) -> dict[str,
     }
 
 
-def _step_detail(step: StepState, estimate: Estimate | None = None) -> dict[str, Any]:
+def _step_detail(step: StepState, estimate: Estimate | None = None) -> views.StepDetail:
     """A step attempt as detail messages list it: what the step says, plus its estimate (which
     moves with time, so it is added fresh every time)."""
     seen = _SEEN_STEPS.get(id(step))
@@ -157,11 +162,11 @@ def _step_detail(step: StepState, estimate: Estimate | None = None) -> dict[str,
 # seen last, by the object itself (held here, so its id is not reused while it is kept); a task's
 # next message builds only the steps that changed. Messages are encoded, never changed.
 SEEN_STEPS_KEPT = 8192
-_SEEN_STEPS: dict[int, tuple[StepState, dict[str, Any]]] = {}
+_SEEN_STEPS: dict[int, tuple[StepState, views.StepDetail]] = {}
 
 
-def _step_shown(step: StepState) -> dict[str, Any]:
-    error = None
+def _step_shown(step: StepState) -> views.StepDetail:
+    error: views.StepError | None = None
     if step.error is not None:
         # diagnosticsRef stays server-side (seed §5: for operators only).
         error = {
@@ -203,11 +208,7 @@ def _step_shown(step: StepState) -> dict[str, Any]:
     }
 
 
-def _envelope(kind: str, task: TaskState) -> dict[str, Any]:
-    return {"kind": kind, "schemaVersion": SCHEMA_VERSION, "workflowId": task.workflow_id, "taskId": task.task_id}
-
-
-def _task_core(task: TaskState, now: datetime) -> dict[str, Any]:
+def _task_core(task: TaskState, now: datetime) -> views.TaskFacts:
     return {
         "taskVersion": str(task.version),
         "title": task.title,
@@ -239,7 +240,7 @@ def _task_core(task: TaskState, now: datetime) -> dict[str, Any]:
     }
 
 
-def task_snapshot(task: TaskState, steps: Steps, now: datetime, history: History | None = None) -> dict[str, Any]:
+def task_snapshot(task: TaskState, steps: Steps, now: datetime, history: History | None = None) -> views.TaskSnapshot:
     """The full detail state (GET /api/tasks/{id}): every step attempt."""
     step_set = _as_set(steps)
     return _state(task, step_set, step_set.all(), now, history)
@@ -251,8 +252,8 @@ def _state(
     shown: Sequence[StepState],
     now: datetime,
     history: History | None,
-    common: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    common: views.TaskCore | None = None,
+) -> views.TaskSnapshot:
     return {
         "workflowId": task.workflow_id,
         "taskId": task.task_id,
@@ -262,12 +263,16 @@ def _state(
     }
 
 
-def _common(task: TaskState, steps: StepSet, now: datetime, history: History | None) -> dict[str, Any]:
+NO_ESTIMATE: views.Estimate = {}
+
+
+def _common(task: TaskState, steps: StepSet, now: datetime, history: History | None) -> views.TaskCore:
     """What the summary and the detail state both say of a task, in the order both list it."""
     overall = _task_eta(task, steps, history, now)
+    estimate = overall.to_json() if overall else NO_ESTIMATE
     return {
         **_task_core(task, now),
-        **(overall.to_json() if overall else {}),
+        **estimate,
         "silentSince": _silent_since(task, steps),
         "needsAction": _needs_action(task, steps),
         "progress": task_progress(steps, task.lifecycle),
@@ -276,17 +281,22 @@ def _common(task: TaskState, steps: StepSet, now: datetime, history: History | N
 
 def user_summary(
     task: TaskState, steps: Steps, now: datetime, notice: Notice | None = None, history: History | None = None
-) -> dict[str, Any]:
+) -> views.TaskSummaryMessage:
     """USER_SUMMARY: list-level state; no step data, no results, no diagnostics."""
     step_set = _as_set(steps)
     return _summary(task, step_set, notice, _common(task, step_set, now, history))
 
 
-def _summary(task: TaskState, steps: StepSet, notice: Notice | None, common: dict[str, Any]) -> dict[str, Any]:
+def _summary(
+    task: TaskState, steps: StepSet, notice: Notice | None, common: views.TaskCore
+) -> views.TaskSummaryMessage:
     running = steps.running()
     current = running[-1] if running else None
     return {
-        **_envelope("task.summary", task),
+        "kind": "task.summary",
+        "schemaVersion": SCHEMA_VERSION,
+        "workflowId": task.workflow_id,
+        "taskId": task.task_id,
         **common,
         "currentStep": {
             "stepId": current.step_id,
@@ -307,7 +317,7 @@ def task_detail(
     now: datetime,
     trigger: dict[str, Any] | None,
     history: History | None = None,
-) -> dict[str, Any]:
+) -> views.TaskDetailMessage:
     """TASK_DETAIL: the task state plus the event that produced this version.
 
     Its steps are the task's attempts up to ``DETAIL_WINDOW``; a larger task
@@ -325,12 +335,15 @@ def _detail(
     now: datetime,
     trigger: dict[str, Any] | None,
     history: History | None,
-    common: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    common: views.TaskCore | None = None,
+) -> views.TaskDetailMessage:
     shown, omitted = steps.window()
     state = _state(task, steps, shown, now, history, common)
     return {
-        **_envelope("task.detail", task),
+        "kind": "task.detail",
+        "schemaVersion": SCHEMA_VERSION,
+        "workflowId": task.workflow_id,
+        "taskId": task.task_id,
         "taskVersion": str(task.version),
         "triggerEvent": trigger,
         "state": {**state, "stepCount": len(steps), "stepsOmitted": omitted},
@@ -344,7 +357,7 @@ def summary_and_detail(
     notice: Notice | None,
     trigger: dict[str, Any] | None,
     history: History | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[views.TaskSummaryMessage, views.TaskDetailMessage]:
     """``user_summary`` and ``task_detail`` of one change, what they share built once (the task's
     core, its estimate, its progress: half of what each costs). They may hold the same inner
     values: messages are encoded, never changed."""
@@ -352,15 +365,24 @@ def summary_and_detail(
     return _summary(task, steps, notice, common), _detail(task, steps, now, trigger, history, common)
 
 
-def task_removed(task: TaskState) -> dict[str, Any]:
+def task_removed(task: TaskState) -> views.TaskRemovedMessage:
     """A tombstone: the principal no longer sees the task (ACL revoked)."""
-    return {**_envelope("task.removed", task), "taskVersion": str(task.version)}
+    return {
+        "kind": "task.removed",
+        "schemaVersion": SCHEMA_VERSION,
+        "workflowId": task.workflow_id,
+        "taskId": task.task_id,
+        "taskVersion": str(task.version),
+    }
 
 
-def project_broadcast(task: TaskState, steps: Steps, now: datetime) -> dict[str, Any]:
+def project_broadcast(task: TaskState, steps: Steps, now: datetime) -> views.TaskProjectMessage:
     """PROJECT_BROADCAST: aggregate progress only; no titles of personal inputs, no results, no errors' text."""
     return {
-        **_envelope("task.project", task),
+        "kind": "task.project",
+        "schemaVersion": SCHEMA_VERSION,
+        "workflowId": task.workflow_id,
+        "taskId": task.task_id,
         "taskVersion": str(task.version),
         "taskType": task.task_type,
         "lifecycleStatus": task.lifecycle.value,
@@ -370,7 +392,7 @@ def project_broadcast(task: TaskState, steps: Steps, now: datetime) -> dict[str,
     }
 
 
-def workflow_summary(workflow: WorkflowState, now: datetime) -> dict[str, Any]:
+def workflow_summary(workflow: WorkflowState, now: datetime) -> views.WorkflowSummaryMessage:
     """WORKFLOW_SUMMARY: the aggregate with its own workflowVersion (never a taskVersion)."""
     return {
         "kind": "workflow.summary",
@@ -391,7 +413,7 @@ def workflow_summary(workflow: WorkflowState, now: datetime) -> dict[str, Any]:
     }
 
 
-def system_broadcast(message_id: str, level: str, text: str, now: datetime) -> dict[str, Any]:
+def system_broadcast(message_id: str, level: str, text: str, now: datetime) -> views.SystemNoticeMessage:
     """Broadcast notices (system, tenant, project, user fan-out): service text only, never task data."""
     return {
         "kind": "system.notice",

@@ -272,6 +272,14 @@ def test_the_openapi_document_describes_snapshots_and_every_error_code(http: Htt
     assert {c.value for c in ErrorCode} | {"INTERNAL"} == codes and "PERMISSION_DENIED" in codes
     snapshot_schema = document["components"]["schemas"]["TaskSnapshot"]
     assert {"etaMs", "etaConfidence"} <= set(snapshot_schema["properties"])
-    task_id = create_workflow(http)["tasks"][0]["taskId"]
-    snapshot = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
-    jsonschema.validate(snapshot, snapshot_schema)
+    created = create_workflow(http)
+    task_id, workflow_id = created["tasks"][0]["taskId"], created["workflowId"]
+    # What is served against the served document ("#/components/…" resolved in it).
+    for path, shape in [
+        (f"/api/tasks/{task_id}", "TaskSnapshot"),
+        (f"/api/workflows/{workflow_id}", "WorkflowSummaryMessage"),
+        (f"/api/workflows/{workflow_id}/tasks", "WorkflowTasks"),
+    ]:
+        served = http.client.get(path, headers=http.user("user-1"))
+        assert served.status_code == 200, served.text
+        jsonschema.validate(served.json(), {**document, "$ref": f"#/components/schemas/{shape}"})

@@ -590,7 +590,8 @@ class Dashboard {
       d === null ? h('p', { class: 'muted' }, 'Loading steps…') : null,
       steps.length ? timeAxis(span) : null,
       h('div', { class: 'timeline' }, ...this.stepRows(steps, start, span)),
-      d?.stepsOmitted ? h('p', { class: 'muted steps-omitted' }, `${d.stepsOmitted} earlier finished steps not shown`) : null,
+      // A detail message's state is a window of a large task's steps (TaskDetailState); a snapshot has them all.
+      d && 'stepsOmitted' in d && d.stepsOmitted ? h('p', { class: 'muted steps-omitted' }, `${String(d.stepsOmitted)} earlier finished steps not shown`) : null,
       ),
     );
   }

@@ -1,5 +1,6 @@
 /**
- * Wire types of the Task Status Observer realtime and HTTP APIs (SPEC §7, §9).
+ * Wire types of the Task Status Observer realtime and HTTP APIs. The service's shapes
+ * (status/domain/views.py) are the source: a test holds these interfaces to them field by field.
  *
  * Versions travel as decimal strings; compare them with {@link compareVersions}
  * (BigInt), never as JavaScript numbers.
@@ -97,6 +98,8 @@ export interface TaskCore {
   /** Elapsed time at `asOf`; clients tick it forward locally while the task runs. */
   elapsedMs: number | null;
   failure: TaskFailure | null;
+  /** The step whose failure ended the task (as in `failure`). */
+  failedStepId: string | null;
   progress: TaskProgress;
   /** Estimated ms left as of `asOf` and how sure the service is (0–1); absent when unknown. */
   etaMs?: number;
@@ -176,9 +179,13 @@ export interface StepDetail {
 export interface TaskSnapshot extends TaskCore {
   summary: StepData | null;
   steps: StepDetail[];
-  /** On `task.detail`: all attempts of the task, and how many `steps` leaves out (large tasks only). */
-  stepCount?: number;
-  stepsOmitted?: number;
+}
+
+/** `task.detail`'s state: a large task's `steps` are a window of its attempts. */
+export interface TaskDetailState extends TaskSnapshot {
+  /** All attempts of the task, and how many `steps` leaves out. */
+  stepCount: number;
+  stepsOmitted: number;
 }
 
 /** `task.detail` on a task's detail channel (TASK_DETAIL projection). */
@@ -189,7 +196,7 @@ export interface TaskDetailMessage {
   taskId: string;
   taskVersion: string;
   triggerEvent: Record<string, unknown> | null;
-  state: TaskSnapshot;
+  state: TaskDetailState;
 }
 
 /** Tombstone: the user no longer sees the task (ACL revoked). */
@@ -199,6 +206,20 @@ export interface TaskRemovedMessage {
   workflowId: string;
   taskId: string;
   taskVersion: string;
+}
+
+/** `task.project` on a project's channel: aggregate progress only (no titles, results or errors). */
+export interface TaskProjectMessage {
+  kind: 'task.project';
+  schemaVersion: number;
+  workflowId: string;
+  taskId: string;
+  taskVersion: string;
+  taskType: string | null;
+  lifecycleStatus: Lifecycle;
+  health: Health;
+  progress: TaskProgress;
+  asOf: string;
 }
 
 /** `workflow.summary`: the aggregate, with a workflowVersion never compared to task versions. */
@@ -229,6 +250,7 @@ export interface SystemNoticeMessage {
   id: string;
   level: string;
   text: string;
+  asOf: string;
   [extra: string]: unknown;
 }
 
@@ -265,6 +287,12 @@ export interface NotificationCreatedMessage {
   schemaVersion: number;
   taskId: string;
   notifications: UserNotification[];
+}
+
+/** `GET /api/workflows/{workflowId}/tasks`: the summary and the tasks the user sees. */
+export interface WorkflowTasks {
+  workflow: WorkflowSummaryMessage;
+  tasks: TaskSummaryMessage[];
 }
 
 export interface NotificationsPage {

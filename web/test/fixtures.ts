@@ -37,6 +37,7 @@ export function summary(
     durationSource: 'WALL_CLOCK_ESTIMATE',
     elapsedMs: 5000,
     failure: null,
+    failedStepId: null,
     progress: { completedSteps: 0, totalSteps: 2, percent: 0 },
     currentStep: null,
     notice: null,
@@ -93,7 +94,7 @@ export function detail(taskId: string, version: number | string, lifecycle: Life
     taskId,
     taskVersion: String(version),
     triggerEvent: null,
-    state: snapshot(taskId, version, lifecycle, steps),
+    state: { ...snapshot(taskId, version, lifecycle, steps), stepCount: steps.length, stepsOmitted: 0 },
   };
 }
 
