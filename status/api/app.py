@@ -32,7 +32,8 @@ from status.api.errors import (
     error_body,
     unexpected_error_handler,
 )
-from status.api.gate import Gate, heartbeat_caller, int_param, is_ascii_digits
+from status.api.gate import heartbeat_caller, is_ascii_digits
+from status.api.http_gate import HttpGate, int_param
 from status.api.models import (
     AclIn,
     ActivateStepIn,
@@ -76,7 +77,7 @@ class Api:
         self.settings = settings = parts.settings
         self.service = parts.service
         self.realtime = parts.realtime
-        self.gate = Gate(settings, parts.service, parts.service_tokens, parts.user_tokens)
+        self.gate = HttpGate(settings, parts.service, parts.service_tokens, parts.user_tokens)
         self.service_tokens = self.gate.service_tokens
         self.user_tokens = self.gate.user_tokens
         self.user_rate_limiter = self.gate.user_rate_limiter

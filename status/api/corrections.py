@@ -6,14 +6,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.routing import Route
 
-from status.api.gate import Gate, int_param
+from status.api.http_gate import HttpGate, int_param
 from status.api.models import CorrectionIn
 from status.api.responses import JSONResponse
 from status.app.corrections import Correct
 
 
 class CorrectionEndpoints:
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: HttpGate) -> None:
         self.gate = gate
         self.service = gate.service
 

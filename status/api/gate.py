@@ -1,7 +1,8 @@
 """The transport-neutral gate of the status API: credentials, rate limits and parsing.
 
-HTTP handlers and the gRPC adapter both pass through it, so a credential, a limit or a
-malformed body gets the same answer (and the same stable code) on either transport.
+HTTP handlers (through ``status.api.http_gate``, which reads a Starlette request) and the gRPC
+adapter both pass through it, so a credential, a limit or a malformed body gets the same answer
+(and the same stable code) on either transport. Nothing here knows a transport's types.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ import math
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from starlette.requests import Request
 
 from status.api.limits import RateLimiter
 from status.api.models import Body
 from status.app.service import EventCaller, StatusService
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
-from status.domain.errors import Forbidden, Invalid, TooLarge, Unauthenticated
+from status.domain.errors import Forbidden, Invalid, TooLarge
 from status.infra.tokens import ServiceTokens, UserTokens
 from status.settings import Settings
 
@@ -37,52 +37,6 @@ class Gate:
         self.rate_limiter = RateLimiter(settings.internal_rate_per_second, settings.internal_rate_burst)
         self.user_rate_limiter = RateLimiter(settings.public_rate_per_second, settings.public_rate_burst, "user")
 
-    # ------------------------------------------------------------ parsing (HTTP bodies; gRPC decodes its own)
-    async def raw_body(self, request: Request) -> bytes:
-        limit = self.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and (not is_ascii_digits(declared) or int(declared) > limit):
-            raise TooLarge(f"the request body is larger than {limit} bytes")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise TooLarge(f"the request body is larger than {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    async def body(self, request: Request) -> Any:
-        raw = await self.raw_body(request)
-        try:
-            body = json.loads(raw or b"null", parse_constant=_no_constant)
-        except RecursionError as exc:
-            raise Invalid("the request body nests too deeply") from exc
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Invalid("the request body is not valid JSON") from exc
-        check_storable(body)
-        return body
-
-    async def parse(self, request: Request, model: type[M], *, empty: bool = False) -> M:
-        """The body as ``model`` (``empty``: no body at all means ``{}``); see ``parse_body``."""
-        raw = await self.raw_body(request)
-        if empty and raw.strip() in (b"", b"null"):
-            raw = b"{}"
-        return parse_body(raw, model)
-
-    @staticmethod
-    def bearer(request: Request) -> str:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("a Bearer credential is required")
-        return token.strip()
-
-    def service_principal(self, request: Request) -> ServicePrincipal:
-        return self.service_principal_of(self.bearer(request))
-
-    def event_caller(self, request: Request) -> EventCaller:
-        return self.event_caller_of(self.bearer(request))
-
     def event_caller_of(self, bearer: str) -> EventCaller:
         """An execution token's claims or a service token's principal, rate-limited per producer."""
         caller = self.service.resolve_caller(bearer, self.service_tokens)
@@ -94,10 +48,27 @@ class Gate:
         self.rate_limiter.check(f"{principal.tenant_id}/{principal.producer_id}")
         return principal
 
-    def user(self, request: Request) -> UserPrincipal:
-        principal = self.user_tokens.verify(self.bearer(request))
+    def user_of(self, bearer: str) -> UserPrincipal:
+        principal = self.user_tokens.verify(bearer)
         self.user_rate_limiter.check(principal.subject)
         return principal
+
+    def check_body_size(self, size: int) -> None:
+        """A body (declared or read so far) past the limit is refused before more of it is read."""
+        if size > self.settings.max_body_bytes:
+            raise TooLarge(f"the request body is larger than {self.settings.max_body_bytes} bytes")
+
+
+def parse_json(raw: bytes) -> Any:
+    """A free-form JSON body (no model): what Python's json reads, minus what storage cannot hold."""
+    try:
+        body = json.loads(raw or b"null", parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise Invalid("the request body nests too deeply") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Invalid("the request body is not valid JSON") from exc
+    check_storable(body)
+    return body
 
 
 def parse_body(raw: bytes, model: type[M]) -> M:
@@ -148,18 +119,6 @@ MAX_JSON_DEPTH = 20
 def is_ascii_digits(text: str) -> bool:
     """``str.isdigit()`` is true for "²" and "①", which ``int()`` refuses: only 0-9 counts here."""
     return text.isascii() and text.isdigit()
-
-
-def int_param(request: Request, name: str, default: int, *, low: int = 0, high: int = 10**18 - 1) -> int:
-    """A whole-number query parameter, parsed the same way everywhere: ASCII digits only, at most
-    18 of them (``int()`` is never handed thousands of digits), from ``low`` to ``high``."""
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    # ``?limit=`` is a malformed number like ``?limit=x``, not an absent one.
-    if not is_ascii_digits(raw) or len(raw) > 18 or not low <= int(raw) <= high:
-        raise Invalid(f"{name} must be a whole number from {low} to {high}")
-    return int(raw)
 
 
 def _no_constant(name: str) -> Any:

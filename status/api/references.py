@@ -6,7 +6,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.routing import Route
 
-from status.api.gate import Gate
+from status.api.http_gate import HttpGate
 from status.api.models import AttachRefsIn
 from status.api.responses import JSONResponse
 from status.domain.errors import Invalid
@@ -21,7 +21,7 @@ def _ref_params(request: Request) -> tuple[str, str]:
 
 
 class ReferenceEndpoints:
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: HttpGate) -> None:
         self.gate = gate
         self.service = gate.service
 

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from status import logs
 from status.api import stream_positions
-from status.api.gate import Gate
+from status.api.http_gate import HttpGate
 from status.api.models import WatchSetIn
 from status.api.responses import JSONResponse
 from status.app.realtime import RealtimeService
@@ -29,7 +29,7 @@ log = logs.get("status.api.stream")
 
 
 class StreamEndpoints:
-    def __init__(self, gate: Gate, realtime: RealtimeService, settings: Settings) -> None:
+    def __init__(self, gate: HttpGate, realtime: RealtimeService, settings: Settings) -> None:
         self.gate = gate
         self.realtime = realtime
         self.settings = settings

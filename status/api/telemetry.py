@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from status.api import metrics
-from status.api.gate import Gate
+from status.api.http_gate import HttpGate
 from status.api.limits import RateLimiter
 from status.api.models import ClientCountersIn, ClientTelemetryIn
 
@@ -23,7 +23,7 @@ COUNTERS = tuple(ClientCountersIn.model_fields)
 
 
 class TelemetryEndpoints:
-    def __init__(self, gate: Gate, per_second: float = 0.2, burst: int = 5) -> None:
+    def __init__(self, gate: HttpGate, per_second: float = 0.2, burst: int = 5) -> None:
         self.gate = gate
         # A page reports about once a minute; a user with a few tabs stays far below this.
         self.limiter = RateLimiter(per_second, burst, who="user's telemetry")
