@@ -1,4 +1,4 @@
-"""Capacity: the seed's model (§15) scaled to this machine, with the ratio printed.
+"""Capacity: the capacity model (design D16) scaled to this machine, with the ratio printed.
 
     .venv/bin/python bench/capacity.py [--connections 20000] [--tasks 2000] [--seconds 30]
 
@@ -72,7 +72,7 @@ TASKS_PER_USER = 10
 # two connections: the model's two deliveries per change. The other connections are users with
 # nothing running, who only hold their connection (most of the model's 100,000).
 TABS_PER_USER = 2
-# Three missed intervals make a step STALE (SPEC: a timeout of tens of seconds).
+# Three missed intervals make a step STALE (design D8.7: a timeout of tens of seconds).
 HEARTBEAT_TIMEOUT = int(3 * MODEL["heartbeat_interval"])
 # The hot project: its members' connections hold its shared channel; a few tasks granted to it
 # change often, and each change goes to every member.
@@ -697,7 +697,7 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"{args.tasks} tasks need {active} users, more than {args.connections} connections hold")
     scale_c, scale_t = args.connections / MODEL["connections"], args.tasks / MODEL["tasks"]
     print(
-        f"model (seed 15): {MODEL['connections']:,} connections, {MODEL['tasks']:,} tasks changing every"
+        f"model (design D16): {MODEL['connections']:,} connections, {MODEL['tasks']:,} tasks changing every"
         f" {MODEL['change_interval']:.0f} s, heartbeats every {MODEL['heartbeat_interval']:.0f} s"
     )
     print(

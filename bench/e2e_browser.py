@@ -1,4 +1,4 @@
-"""Commit → rendered in a real browser page, p50/p99 (SPEC §16: p99 < 150 ms).
+"""Commit → rendered in a real browser page, p50/p99 (design D16: p99 < 150 ms).
 
     .venv/bin/python bench/e2e_browser.py [--rate 20] [--seconds 15]
 

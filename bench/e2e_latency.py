@@ -1,4 +1,4 @@
-"""Commit → received by a real Centrifugo client (centrifuge-python), p50/p99 (SPEC §16).
+"""Commit → received by a real Centrifugo client (centrifuge-python), p50/p99 (design D16).
 
     .venv/bin/python bench/e2e_latency.py [--rate 50] [--seconds 10]
 

@@ -1,4 +1,4 @@
-"""Faults under load (SPEC AC27, AC29, AC31): one fault per run, steady producers, a live client.
+"""Faults under load (design P27, P29, P31): one fault per run, steady producers, a live client.
 
     .venv/bin/python bench/faults.py [--fault all|api-kill|observer-kill|centrifugo-unreachable|mariadb-restart|
                                               centrifugo-node-kill|redis-restart|database-failover|
@@ -380,7 +380,7 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             user_token = UserTokens(stack.env["TASK_OBSERVER_USER_TOKEN_SECRET"]).issue(TENANT, USER)
 
             def snapshot_versions() -> dict[str, int]:
-                """What a client does when history could not fill the gap (AC30): the tasks' snapshots."""
+                """What a client does when history could not fill the gap (design P30): the tasks' snapshots."""
                 with sa.create_engine(url).connect() as conn:
                     ids = list(conn.scalars(sa.select(t.task.c.id).where(t.task.c.tenant_id == TENANT)))
                 found: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""Ingest benchmark: HTTP event path vs. the bare-driver ceiling, on MariaDB (SPEC §16).
+"""Ingest benchmark: HTTP event path vs. the bare-driver ceiling, on MariaDB (design D16).
 
 Not a test: it prints figures and ratios.  It needs the MariaDB started by
 ``scripts/services up mariadb`` and creates (then drops) its own database.

@@ -1,4 +1,4 @@
-"""CPU of an idle observer (SPEC §16: ≤ 1 % of a core), woken by commits vs. polling every 20 ms.
+"""CPU of an idle observer (design D16: ≤ 1 % of a core), woken by commits vs. polling every 20 ms.
 
     .venv/bin/python bench/observer_idle.py [--seconds 60]
 

@@ -1,4 +1,4 @@
-"""Plugin overhead: the same worker with and without TaskStatusPlugin (SPEC §16).
+"""Plugin overhead: the same worker with and without TaskStatusPlugin (design D16).
 
     .venv/bin/python bench/plugin_overhead.py [--workflows 40] [--steps 20]
 
@@ -10,7 +10,7 @@ until its outbox is drained) with and without the plugin, and the status
 API's CPU per activity; throughput beside them.  The plugin runs twice: reporting
 over REST, then over the gRPC adapter (``grpc_target``).
 
-The anchor (SPEC §16: no dearer than Temporal's own tracing) is measured in the same run:
+The anchor (design D16: no dearer than Temporal's own tracing) is measured in the same run:
 ``temporalio.contrib.opentelemetry``'s TracingInterceptor on the same workflows, with the
 OpenTelemetry SDK's tracer provider and a batch span processor into an exporter that keeps
 nothing — what a worker with tracing on pays, less the network.

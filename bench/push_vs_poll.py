@@ -1,4 +1,4 @@
-"""Push (this project) vs. polling Temporal's describe API every second (SPEC §16).
+"""Push (this project) vs. polling Temporal's describe API every second (design D16).
 
     .venv/bin/python bench/push_vs_poll.py [--workflows 20] [--steps 3] [--step-seconds 6]
 

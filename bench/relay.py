@@ -1,4 +1,4 @@
-"""Relay benchmark (SPEC §16): drain rate of a backlog, and commit→publish latency at a steady rate.
+"""Relay benchmark (design D16): drain rate of a backlog, and commit→publish latency at a steady rate.
 
     .venv/bin/python bench/relay.py [--backlog 100000] [--rate 1000] [--seconds 10] [--producers 2]
 

@@ -1,5 +1,5 @@
 """The database server's own counters, and a watched replica's lag, onto the observer's /metrics
-(seed §14.3: lock waits and deadlocks, database failover; ``status.infra.db_status``)."""
+(design D12: lock waits and deadlocks, database failover; ``status.infra.db_status``)."""
 
 from __future__ import annotations
 

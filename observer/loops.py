@@ -5,8 +5,8 @@ forever.  The relay and the projector sleep until woken (a commit that wrote
 outbox or projector-feed rows, see ``status.infra.wakeup``) or until a slow
 safety poll, so an idle observer costs next to nothing and a lost wake-up only
 delays.  The reconciler gets a grace period after start and after database
-errors (R7: no false STALE burst after an outage); retention purges in
-bounded batches (R16).  The same passes back the Temporal activities of
+errors (design D8.7: no false STALE burst after an outage); retention purges in
+bounded batches (design D8.16).  The same passes back the Temporal activities of
 ``observer.temporal``.
 """
 
@@ -90,7 +90,7 @@ class LoopConfig:
 
 
 class Retention:
-    """R16, seed §15.1/§15.6: each kind of data purged past its own window, in bounded batches
+    """design D8.16, D14.1: each kind of data purged past its own window, in bounded batches
     that walk a watermark; the event log and corrections are archived (``status.infra.archive``),
     read back and checked, and only then deleted.  Published outbox rows go through the relay."""
 
@@ -162,7 +162,7 @@ class Retention:
 
 
 class Reconciler:
-    """R7: overdue executions become STALE through the event transaction, with a grace period.
+    """design D8.7: overdue executions become STALE through the event transaction, with a grace period.
 
     In a fleet, a step goes STALE only when others were heard after its deadline
     (``status.domain.silence.stale_cutoff``): at the start of an ingest outage nobody is, and

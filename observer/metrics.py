@@ -1,4 +1,4 @@
-"""Prometheus metrics of the observer processes (SPEC §12)."""
+"""Prometheus metrics of the observer processes (design D12)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Outbox relay (SPEC R14, seed §5.1–§5.3): committed outbox rows → Centrifugo.
+"""Outbox relay (design D8.14, D5): committed outbox rows → Centrifugo.
 
 One pass: read the due PENDING rows of this relay's partitions in id order,
 publish them *outside* any database transaction, then mark each row
@@ -168,7 +168,7 @@ class OutboxRelay:
     @staticmethod
     def superseded(rows: Sequence[ClaimedRow]) -> set[tuple[int, int, str]]:
         """The (row id, message index, channel)s a later version of the same aggregate on the
-        same channel makes redundant (R14).
+        same channel makes redundant (design D8.14).
 
         Never in a must-deliver row (terminal, new task, new attempt, removal, notice).
         """
@@ -409,7 +409,7 @@ class OutboxRelay:
 
     # ------------------------------------------------------------ retention and gauges
     def purge_published(self, cutoff: datetime, batch: int = 5000) -> int:
-        """Delete at most ``batch`` PUBLISHED rows published before ``cutoff`` (R16)."""
+        """Delete at most ``batch`` PUBLISHED rows published before ``cutoff`` (design D8.16)."""
         purged = self.store.purge_published(cutoff, batch)
         metrics.PURGED.labels(table="task_outbox").inc(purged)
         return purged

@@ -1,4 +1,4 @@
-"""Structured logs (SPEC §12): JSON lines with correlation fields, never tokens or payloads."""
+"""Structured logs (design D12): JSON lines with correlation fields, never tokens or payloads."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ CORRELATION_FIELDS = frozenset(
         "status",
         "path",
         "method",
-        # Seed §14.2's remaining correlation fields, and what retention says about a table.
+        # design D12's remaining correlation fields, and what retention says about a table.
         "taskType",
         "dataSchema",
         "errorCode",

@@ -174,7 +174,7 @@ class Settings:
     # The gRPC adapter (task_status_wire/task_events.proto) beside the HTTP API; port 0: off.
     grpc_host: str = "127.0.0.1"
     grpc_port: int = 0
-    # Seed §11.2: every request has a deadline (answered 503 UNAVAILABLE, retryable, past it), and
+    # design D13: every request has a deadline (answered 503 UNAVAILABLE, retryable, past it), and
     # the database work under it is bounded by statement and lock-wait timeouts (0: none).
     # Browser origins (scheme://host[:port]) whose pages may call the API from another origin
     # (CORS, preflight included); none by default: same-origin only (a proxy in front).
@@ -208,7 +208,7 @@ class Settings:
     # activities and stop polling; past it, it exits anyway (Temporal hands the components to
     # another observer once their heartbeats time out) rather than hang in the SDK's shutdown.
     observer_shutdown_seconds: float = 10.0
-    # Retention (seed §15.1/§15.6; 0 keeps that data forever): events older than the maximum age are
+    # Retention (design D14.1, D8.16; 0 keeps that data forever): events older than the maximum age are
     # refused (EVENT_TOO_OLD), so dedup results need live only that long plus the retry grace;
     # terminal tasks (with their steps), notifications and corrections have windows of their own.
     max_event_age_seconds: int = 6 * 24 * 3600
@@ -221,7 +221,7 @@ class Settings:
     # Event-log and correction rows are written here (JSON Lines, gzip, a manifest per file) and
     # verified before they are deleted; None: they are never deleted.
     archive_dir: Path | None = None
-    # Share of accepted changes logged with their correlation fields (seed §14.2), by eventId, by the
+    # Share of accepted changes logged with their correlation fields (design D12), by eventId, by the
     # API ("event accepted") and the relay ("published") alike; rejections are always logged.
     change_log_sample: float = 0.0
     # A replica (or failover standby) whose replication the observer watches (mysql_replica_lag_seconds),

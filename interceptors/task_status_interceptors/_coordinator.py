@@ -35,7 +35,7 @@ class TaskEventRequest:
     task_attempt: int = 1
     duration_ms: int | None = None
     failure_code: str | None = None  # TASK_FAILED: the error's stable code
-    failure_message: str | None = None  # ... its user-safe message (seed's userMessage)
+    failure_message: str | None = None  # ... its user-safe message (the error's userMessage)
     failed_step_id: str | None = None
     failure_category: str = "UNKNOWN"
     failure_retryable: bool | None = None
@@ -97,7 +97,7 @@ class CoordinatorActivities:
         if request.duration_ms is not None:
             body["durationMs"] = request.duration_ms
         if request.failure_code is not None:
-            # The seed's TASK_FAILED shape: error {category, code, retryable, userMessage} + failedStepId.
+            # TASK_FAILED's shape (design D6.1): error {category, code, retryable, userMessage} + failedStepId.
             body["error"] = {
                 "category": request.failure_category,
                 "code": request.failure_code,
@@ -170,7 +170,7 @@ class TaskStatus:
 
     @staticmethod
     async def complete_task(task_id: str, *, duration_ms: int | None = None, task_attempt: int = 1) -> dict[str, Any]:
-        """Submit TASK_COMPLETED (only the coordinator ends a task, R4)."""
+        """Submit TASK_COMPLETED (only the coordinator ends a task, design D8.4)."""
         ownership = current_ownership()
         if duration_ms is None and ownership is not None:
             duration_ms = ownership.duration_ms(task_id, workflow.now())

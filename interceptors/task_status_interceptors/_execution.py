@@ -1,7 +1,7 @@
-"""Reports of one activity execution: progress throttling (R8) and terminal events.
+"""Reports of one activity execution: progress throttling (design D8.8) and terminal events.
 
 An ``ExecutionReporter`` is bound to one activity attempt (no process-global
-"current task", seed §3.3.3); it hands events to a ``ReportSink`` — the worker's
+"current task", design D3.2); it hands events to a ``ReportSink`` — the worker's
 ``Reporter``, which owns the durable outbox and the sender. This module knows the
 sink only by that interface, so the dependency points one way (reporter → here).
 """
@@ -19,7 +19,7 @@ from task_status_interceptors._deadlines import Beats
 
 @dataclass(frozen=True)
 class ProgressPolicy:
-    """R8: at most every ``min_interval`` s, at least every ``max_interval`` s while changing,
+    """design D8.8: at most every ``min_interval`` s, at least every ``max_interval`` s while changing,
     at once on a phase change or a jump of ``min_delta`` or more."""
 
     min_interval: float = 1.0
@@ -46,7 +46,7 @@ class _Progress:
 
 
 class ExecutionReporter:
-    """Reports for one activity execution (bound: no process-global "current task", seed §3.3.3)."""
+    """Reports for one activity execution (bound: no process-global "current task", design D3.2)."""
 
     def __init__(self, sink: ReportSink, key: str, binding: StepBinding, policy: ProgressPolicy) -> None:
         self.sink = sink
@@ -92,7 +92,7 @@ class ExecutionReporter:
         phase_label: str | None = None,
         data: dict[str, Any] | None = None,
     ) -> None:
-        """Throttled STEP_PROGRESS (R8): at most every 1 s, at least every 5 s while changing,
+        """Throttled STEP_PROGRESS (design D8.8): at most every 1 s, at least every 5 s while changing,
         immediately on a phase change or a jump of 5 % or more."""
         body: dict[str, Any] = {"eventType": "STEP_PROGRESS", "progress": {"current": current}}
         if total is not None:

@@ -1,4 +1,4 @@
-"""``TaskStatusPlugin``: one line in a worker adds step reporting (SPEC §10)."""
+"""``TaskStatusPlugin``: one line in a worker adds step reporting (design D10)."""
 
 from __future__ import annotations
 

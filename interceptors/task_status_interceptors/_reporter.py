@@ -7,7 +7,7 @@ events in per-execution order over a transport (``_transport``: REST, or the
 gRPC adapter). This module decides what an answer means: delivered, refused
 for good (kept as undeliverable), a handle to renew, or a retry with backoff.
 If the status service is down, events wait in the file — across worker
-restarts — and are resent with their original ids (AC9). Heartbeats are kept
+restarts — and are resent with their original ids (design P9). Heartbeats are kept
 in memory (only the latest sequence matters) and sent in batches with jitter.
 """
 
@@ -553,7 +553,7 @@ def execution_key(workflow_run_id: str | None, activity_id: str, attempt: int, t
 
 
 def never_raises(fn: Callable[..., None]) -> Callable[..., None]:
-    """Reporting must never fail the user's activity (SPEC §10)."""
+    """Reporting must never fail the user's activity (design D10)."""
 
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:

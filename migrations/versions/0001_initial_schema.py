@@ -1,4 +1,4 @@
-"""Initial schema: every table of SPEC §5 (seed §4.6, §4.7, §5, §5.1).
+"""Initial schema: every table of design D5 (with the definitions of D5.1).
 
 Revision ID: 0001_initial
 Revises:

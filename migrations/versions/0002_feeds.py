@@ -1,4 +1,4 @@
-"""Workflow change feed (projector, R15) and realtime grants (detail subscription limit).
+"""Workflow change feed (projector, design D8.15) and realtime grants (detail subscription limit).
 
 Revision ID: 0002_feeds
 Revises: 0001_initial

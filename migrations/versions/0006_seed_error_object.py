@@ -1,4 +1,4 @@
-"""TASK_FAILED carries the seed's error object: its category, retryable flag and (server-side only)
+"""TASK_FAILED carries the error object of design D6.1: its category, retryable flag and (server-side only)
 diagnostics reference join the task's failure code and user message.
 
 Revision ID: 0006_seed_error_object

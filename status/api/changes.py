@@ -1,7 +1,7 @@
 """What the ingest routes say about each change beyond their answer, the same over REST and gRPC:
 events and heartbeats counted by result and transport, the ingest latency of single events and of
-batches, a sampled log line per accepted change with seed §14.2's correlation fields, a line per
-rejection, executions' rejections and steps' failures counted by operation (seed §14.3)."""
+batches, a sampled log line per accepted change with design D12's correlation fields, a line per
+rejection, executions' rejections and steps' failures counted by operation (design D12)."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ class ChangeLog:
 
     @staticmethod
     def rejected_by_operation(caller: EventCaller, code: str) -> None:
-        """Seed §14.3: one operation's rejections spiking (only executions: their operation is the one
+        """design D12: one operation's rejections spiking (only executions: their operation is the one
         their token was issued for, a registered definition — a bounded label set)."""
         if isinstance(caller, ExecutionClaims):
             metrics.REJECTIONS_BY_OPERATION.labels(operation=caller.operation_code, code=code).inc()

@@ -1,4 +1,4 @@
-"""Every request has a deadline (seed §11.2: "每个请求有 deadline").
+"""Every request has a deadline (design D13).
 
 A database that stops answering must not hold requests (and the connections, threads and client
 sockets behind them) for as long as it stays stuck. A request that has not begun its answer within

@@ -1,7 +1,7 @@
 """The one table mapping domain errors to HTTP, and the error body shape.
 
 Every rejection is ``{"error": {"code", "message", "retryable"}}`` with a
-stable code (SPEC §6); stack traces and SQL never reach a response.
+stable code (design D6.1); stack traces and SQL never reach a response.
 """
 
 from __future__ import annotations

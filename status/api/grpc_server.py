@@ -1,5 +1,5 @@
 """The gRPC adapter (``task_status_wire/task_events.proto``): authentication, decoding and
-protocol-level error mapping only (seed §3.3).  Each message becomes the command
+protocol-level error mapping only (design D4).  Each message becomes the command
 REST builds for the same body, checked field by field by REST's own field types
 (``status.api.proto_commands``), and runs through the same application service, so the same
 eventId gets the same result and taskVersion over REST, REST batch and gRPC.

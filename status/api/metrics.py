@@ -1,4 +1,4 @@
-"""Prometheus metrics of the status API (SPEC §12); one registry per process."""
+"""Prometheus metrics of the status API (design D12); one registry per process."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ INGEST_SECONDS = Histogram(
     buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
     registry=REGISTRY,
 )
-# Seed §14.3: one operation's error codes surging (accepted STEP_FAILED reports; producers' codes,
+# design D12: one operation's error codes surging (accepted STEP_FAILED reports; producers' codes,
 # bounded per process by status.api.changes.MAX_FAILURE_LABELS).
 STEP_FAILURES = Counter(
     "task_status_step_failures_total",
@@ -28,7 +28,7 @@ STEP_FAILURES = Counter(
     ["operation", "code"],
     registry=REGISTRY,
 )
-# Seed §14.3: one operation's schema rejections or error codes spiking. Only executions' reports
+# design D12: one operation's schema rejections or error codes spiking. Only executions' reports
 # (their operation is the one their token was issued for: a registered definition, a bounded set).
 REJECTIONS_BY_OPERATION = Counter(
     "task_status_rejections_by_operation_total",
@@ -59,7 +59,7 @@ GRPC_CALLS = Counter(
     registry=REGISTRY,
 )
 
-# What browsers report (POST /api/me/telemetry): the seed's state_commit_to_visible_seconds and
+# What browsers report (POST /api/me/telemetry): state_commit_to_visible_seconds (design D12) and
 # the realtime problems only clients see.
 CLIENT_EVENTS = Counter(
     "client_events_total",

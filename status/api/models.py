@@ -100,7 +100,7 @@ RefValue = Annotated[str, StringConstraints(min_length=1, max_length=255, patter
 
 
 class ExternalRefIn(Strict):
-    """Another system's id for the task, in the credential's authority scope (seed §5)."""
+    """Another system's id for the task, in the credential's authority scope (design D5)."""
 
     ref_type: RefType
     ref_value: RefValue
@@ -303,7 +303,7 @@ UserMessage = Annotated[str, StringConstraints(max_length=512)]
 
 
 class ErrorIn(Strict):
-    """Seed §3.7's error object; ``userMessage`` is redacted before anyone sees it, ``diagnosticsRef``
+    """The error object of design D6.1; ``userMessage`` is redacted before anyone sees it, ``diagnosticsRef``
     is kept for operators and never appears in a projection or read API."""
 
     category: Annotated[str, StringConstraints(min_length=1, max_length=64)]
@@ -327,7 +327,7 @@ class ErrorIn(Strict):
 
 
 class FailureIn(Strict):
-    """Deprecated TASK_FAILED body (before the seed's ``error`` + ``failedStepId``)."""
+    """Deprecated TASK_FAILED body (before ``error`` + ``failedStepId``, design D6.1)."""
 
     code: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     message: UserMessage | None = None
@@ -335,7 +335,7 @@ class FailureIn(Strict):
 
 
 class EventIn(Strict):
-    """One event, full (seed §3.5) or compact (seed §3.3.4) form."""
+    """One event, full (design D6) or compact (design D6) form."""
 
     event_id: Key
     event_type: Annotated[str, StringConstraints(min_length=1, max_length=64)]
@@ -424,7 +424,7 @@ class EventIn(Strict):
 
 
 class CorrectionIn(Strict):
-    """An operator's correction of a task (no stepId) or of one step attempt (seed's admin command)."""
+    """An operator's correction of a task (no stepId) or of one step attempt (an operator's command, design D6)."""
 
     correction_id: Key
     operator_id: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f]+$")]
@@ -584,7 +584,7 @@ class ClientCountersIn(Body):
 
 
 class ClientTelemetryIn(Body):
-    """A page's realtime health since its last report (seed §14: what operators cannot see otherwise)."""
+    """A page's realtime health since its last report (design D12: what operators cannot see otherwise)."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 

@@ -29,7 +29,9 @@ ERROR = {
                 "code": {
                     "type": "string",
                     "enum": sorted({c.value for c in ErrorCode} | {"INTERNAL"}),
-                    "description": "stable error code (SPEC §6); INTERNAL is a fault of the service, never retryable",
+                    "description": (
+                        "stable error code (design D6.1); INTERNAL is a fault of the service, never retryable"
+                    ),
                 },
                 "message": {"type": "string"},
                 "retryable": {"type": "boolean"},

@@ -1,4 +1,4 @@
-"""HTTP adapter of external references (seed §5): attach, look up (internal), find a task (public)."""
+"""HTTP adapter of external references (design D5): attach, look up (internal), find a task (public)."""
 
 from __future__ import annotations
 

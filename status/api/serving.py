@@ -2,7 +2,7 @@
 
 A replica that gets SIGTERM first reports unready (``/readyz`` 503 ``draining``) for
 ``DRAIN_SECONDS`` while it keeps serving — the load balancer moves new requests to other replicas —
-then stops accepting and finishes what is in flight (seed §11.7). With ``--workers N`` uvicorn's
+then stops accepting and finishes what is in flight (design D13). With ``--workers N`` uvicorn's
 supervisor passes SIGTERM to each worker process; every worker drains the same way, so the port
 stays served until the drain window has passed.
 """

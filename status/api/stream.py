@@ -1,4 +1,4 @@
-"""Native SSE (SPEC §7): the user's summary stream over Centrifugo's uni-directional SSE, resumed
+"""Native SSE (design D7): the user's summary stream over Centrifugo's uni-directional SSE, resumed
 from ``Last-Event-ID`` (``stream_positions``), and the bounded, ACL-checked watch set of details
 that a stream's session follows (applied with Centrifugo's server-side subscribe API)."""
 

@@ -1,1 +1,1 @@
-"""Application layer: one service, one method per command (SPEC AC11)."""
+"""Application layer: one service, one method per command (design P11)."""

@@ -1,8 +1,8 @@
-"""Access to tasks (SPEC §3, AC26): grants and revocations, each a new task version.
+"""Access to tasks (design D3AC26): grants and revocations, each a new task version.
 
 A grant sends the current summary to the new viewer: a USER's summary channel,
 or the shared channel of a PROJECT or ROLE (its members' connections subscribe
-to it; seed §6.6). Revoking sends a ``task.removed`` tombstone to the channel
+to it; design D9). Revoking sends a ``task.removed`` tombstone to the channel
 that received the task.  Reads and subscription tokens check ``task_acl`` at
 the time of asking, so a revocation also blocks them.
 """
@@ -28,7 +28,7 @@ from status.domain.model import TaskState
 from status.domain.projections import Projection, detail_channel, shared_channel, user_channel
 
 # Each PROJECT or ROLE grant adds a channel to every change of the task: the fan-out of one event
-# stays bounded (seed §6.6: wider audiences, bounded work).
+# stays bounded (design D9: wider audiences, bounded work).
 MAX_GROUP_GRANTS = 20
 
 
@@ -39,13 +39,13 @@ class AccessCommands:
     def grant_access(
         self, caller: ServicePrincipal, task_id: str, principal_type: str, principal_id: str, permission: str = "VIEW"
     ) -> dict[str, Any]:
-        """Grant a principal access; the new user's summary channel gets the current state (seed §5)."""
+        """Grant a principal access; the new user's summary channel gets the current state (design D5)."""
         return self._change_access(caller, task_id, principal_type, principal_id, permission, grant=True)
 
     def revoke_access(
         self, caller: ServicePrincipal, task_id: str, principal_type: str, principal_id: str
     ) -> dict[str, Any]:
-        """Revoke access; the user's summary channel gets a ``task.removed`` tombstone (AC26)."""
+        """Revoke access; the user's summary channel gets a ``task.removed`` tombstone (design P26)."""
         return self._change_access(caller, task_id, principal_type, principal_id, "VIEW", grant=False)
 
     def _change_access(  # noqa: C901

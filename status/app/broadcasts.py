@@ -1,4 +1,4 @@
-"""Broadcast notices (R12, seed §6.6): system, tenant, project and user fan-out, idempotent by id."""
+"""Broadcast notices (design D8.12, D9): system, tenant, project and user fan-out, idempotent by id."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A decided change to one task, as one value, and the one function that writes it (SPEC R1,
-AC11; seed: state, event, dedup result and outbox commit together or not at all).
+"""A decided change to one task, as one value, and the one function that writes it (design D8.1,
+design P11, D5: state, event, dedup result and outbox commit together or not at all).
 
 Whoever decided it — an event, an operator's correction — says what changed as a ``Change``:
 the task and step rows before and after, the event-log entry, the dedup result that answers a

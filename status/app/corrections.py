@@ -1,4 +1,4 @@
-"""The admin correction command (seed: "管理员纠错命令"; domain rules in ``status.domain.corrections``).
+"""The admin correction command (design D6; domain rules in ``status.domain.corrections``).
 
 ADMIN only, idempotent by ``correctionId``; one transaction writes the corrected task/step, the
 event-log record (``ADMIN_CORRECTION``, shown in the timeline), the dedup result, the audit record

@@ -1,4 +1,4 @@
-"""Loading, freezing and caching versioned definitions (SPEC R3, R10, AC16)."""
+"""Loading, freezing and caching versioned definitions (design D8.3, D8.10, P16)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def parse_status_set(raw: Mapping[str, Any]) -> StatusDefinitionSet:
 def save_definitions(
     stores: Stores, validator: SchemaValidator, document: Mapping[str, Any], tenant_id: str, scope: str
 ) -> dict[str, int]:
-    """Insert new definition versions; re-sending a stored version must be identical (frozen, AC16)."""
+    """Insert new definition versions; re-sending a stored version must be identical (frozen, design P16)."""
     if not isinstance(document, Mapping):
         raise Invalid("definitions must be an object with 'operations' and 'statuses'")
     for part in ("operations", "statuses"):

@@ -1,10 +1,10 @@
-"""Events (SPEC R1): one pass per event, many events per transaction.
+"""Events (design D8.1): one pass per event, many events per transaction.
 
 Every event — REST single, REST batch, the reconciler's health changes —
 goes through ``report_group``: one transaction for the group, tasks locked in
 id order, each event decided by the domain and staged; the event log, dedup
 results, projector feed and outbox rows of the whole group are then written
-with one multi-row INSERT each and committed together (AC11, AC17).
+with one multi-row INSERT each and committed together (design P11, P17).
 
 Per event the database sees: the task row locked while reading only its
 version and the event's dedup entry, then UPDATEs of the step's and task's
@@ -83,14 +83,14 @@ class EventCommands:
 
     # ------------------------------------------------------------ entry points
     def report_event(self, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
-        """One event through R1; raises its rejection."""
+        """One event through design D8.1; raises its rejection."""
         (outcome,) = self.report_group([(caller, cmd)])
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
     def report_events(self, caller: EventCaller, cmds: Sequence[c.ReportEvent]) -> list[dict[str, Any]]:
-        """Many events, one result each: what each would get alone (AC11)."""
+        """Many events, one result each: what each would get alone (design P11)."""
         outcomes = self.report_group([(caller, cmd) for cmd in cmds])
         results = []
         for cmd, outcome in zip(cmds, outcomes, strict=True):
@@ -311,7 +311,7 @@ class EventCommands:
         event_type: EventType,
         received_at: datetime,
     ) -> dict[str, Any]:
-        # R4: only the Coordinator submits task-level events, with its service token; Temporal's
+        # design D8.4: only the Coordinator submits task-level events, with its service token; Temporal's
         # verdict (RECONCILER: the run that owned the task has closed) ends tasks too, and is the
         # only one that sees a run time out.
         verdict = task_event_speaker(caller, event_type, producer_id=cmd.producer_id)

@@ -1,4 +1,4 @@
-"""Executions: activating attempts of known steps and registering dynamic steps (seed §3.1.1, §3.3, R9).
+"""Executions: activating attempts of known steps and registering dynamic steps (design D8.9, D4R9).
 
 Each returns the Execution Context with a signed token and a fresh handle; a
 newer attempt supersedes the previous one, whose handles are revoked.
@@ -36,7 +36,7 @@ from status.domain.reports import check_key
 
 @dataclass(frozen=True)
 class ExecutionContext:
-    """What activation/registration returns (seed §3.3)."""
+    """What activation/registration returns (design D4)."""
 
     workflow_id: str
     task_id: str
@@ -307,7 +307,7 @@ class ExecutionCommands:
         return bound, frozen
 
     def register_execution(self, caller: EventCaller, cmd: c.RegisterExecution) -> ExecutionContext:
-        """Register a dynamic step execution (seed §3.1.1, R9), idempotent per clientStepKey+attempt."""
+        """Register a dynamic step execution (design D8.9R9), idempotent per clientStepKey+attempt."""
         return self._one(
             self._check_registration(caller, cmd),
             cmd.task_id,
@@ -474,7 +474,7 @@ class ExecutionCommands:
         )
 
     def _freeze_operation(self, uow: UnitOfWork, op: OperationDefinition) -> OperationKey | None:
-        """Freeze the definition a step now uses (AC16); once committed, later activations skip the write."""
+        """Freeze the definition a step now uses (design P16); once committed, later activations skip the write."""
         key = op.key
         if key in self._frozen:
             return None

@@ -1,4 +1,4 @@
-"""External references (seed §5 ``task_external_ref``): other systems' ids for one canonical task.
+"""External references (design D5 ``task_external_ref``): other systems' ids for one canonical task.
 
 An order system knows ``ORDER_ID=SO-1042``, a ticket system ``TICKET=INC-7``; both must land on
 the same taskId.  A reference is unique per ``(tenant, authorityScope, refType, refValue)``; the

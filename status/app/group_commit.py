@@ -1,4 +1,4 @@
-"""Group commit for single-event requests (SPEC §16).
+"""Group commit for single-event requests (design D16).
 
 Concurrent ``POST /internal/v1/task-events`` requests in one API process
 share transactions: while ``max_in_flight`` groups are being committed, new

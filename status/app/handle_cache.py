@@ -1,4 +1,4 @@
-"""What an execution handle names, kept in memory for the heartbeat path (SPEC R6).
+"""What an execution handle names, kept in memory for the heartbeat path (design D8.6).
 
 A worker names each heartbeat's execution by its handle. Resolving a batch of 1,000 handles read
 1,000 handle rows and the tasks' tenancy — PyMySQL decodes every row in Python, about a third of

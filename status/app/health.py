@@ -1,4 +1,4 @@
-"""Heartbeats and health (SPEC R6, R7; seed §3.5.1, §5.2).
+"""Heartbeats and health (design D8.6, D8.7; design D8.6).
 
 Plain heartbeats take a light path: they touch only ``last_heartbeat_*`` and
 the deadline of their step row, creating no version, event or message.  A
@@ -57,7 +57,7 @@ class HealthCommands:
         self.events = events
 
     def record_heartbeats(self, caller: ServicePrincipal, items: Sequence[c.Heartbeat]) -> dict[str, Any]:  # noqa: C901
-        """R6: plain heartbeats touch only last_heartbeat_*; no version, event or message.
+        """design D8.6: plain heartbeats touch only last_heartbeat_*; no version, event or message.
 
         The usual batch — one beat per execution, each handle known to this process, every
         attempt RUNNING, HEALTHY and beating newer — costs one statement and its commit. Anything
@@ -112,7 +112,7 @@ class HealthCommands:
                 resolved = resolve()  # what memory said may be gone (a purged task): read it afresh
             if resolved:
                 self.ctx.db.run(work)
-        # STALE -> HEALTHY goes through the full event transaction, exactly once (R6).
+        # STALE -> HEALTHY goes through the full event transaction, exactly once (design D8.6).
         for index, task_id, step_id, attempt, execution_id in recover:
             results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
         elsewhere = [
@@ -345,7 +345,7 @@ class HealthCommands:
         ask: AskTemporal | None = None,
         due_by: datetime | None = None,
     ) -> list[dict[str, Any]]:
-        """R7: overdue RUNNING+HEALTHY executions become STALE through the event transaction.
+        """design D8.7: overdue RUNNING+HEALTHY executions become STALE through the event transaction.
 
         Overdue means a heartbeat deadline at or before ``due_by`` (default: now); the reconciler
         passes the newest beat of a fleet (``status.domain.silence.stale_cutoff``).

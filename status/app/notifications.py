@@ -1,4 +1,4 @@
-"""Users' durable notifications (seed "可选离线通知" and its unread paragraph): list, mark read.
+"""Users' durable notifications (design D8.13): list, mark read.
 
 Records are written with the change that caused them (events, corrections); here users read
 them.  Read state is stored, so it is the same on every device; a notification of a task the

@@ -4,7 +4,7 @@ Every writer of the service (events, activations, classification, access,
 workflows, broadcasts) and the observer's workflow projector builds its messages
 here, so a message's shape (channels, projections, delivery flags) is defined
 once.  The builders are pure; the caller writes the messages inside its
-transaction (SPEC R1, AC17), where the outbox stores each change's messages as
+transaction (design D8.1, P17), where the outbox stores each change's messages as
 one row; ``change.write_change`` is where a task's change becomes its rows.
 """
 
@@ -245,5 +245,5 @@ def event_record(
 
 
 def change_record(task: TaskState, now: datetime) -> ChangeRecord:
-    """The workflow projector's feed entry (R15): insert-only, so task commits never lock the workflow."""
+    """The workflow projector's feed entry (design D8.15): insert-only, so task commits never lock the workflow."""
     return ChangeRecord(task.workflow_id, task.task_id, task.version, now)

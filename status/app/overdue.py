@@ -1,4 +1,4 @@
-"""Operators see what is overdue (seed §17: long-RUNNING and STALE tasks get a reconciliation path).
+"""Operators see what is overdue (design D18: long-RUNNING and STALE tasks get a reconciliation path).
 
 A task is overdue when it has been RUNNING (or STALE) longer than it should: one of its running
 attempts longer than its operation's ``maxRuntimeSeconds``, or the task itself longer than the

@@ -3,7 +3,7 @@
 The application layer decides; it does not know SQL, the database's dialect or
 how a token is signed.  Each capability talks to the stores of one unit of work
 (``UnitOfWork``): a transaction whose writes commit together or not at all
-(SPEC R1).  ``status.infra`` implements these protocols and the composition
+(design D8.1).  ``status.infra`` implements these protocols and the composition
 root (``status.bootstrap``) wires the implementation in.
 """
 
@@ -123,7 +123,7 @@ class DefinitionStore(Protocol):
     def operation(self, key: OperationKey) -> OperationDefinition | None: ...
     def insert_operation(self, operation: OperationDefinition) -> None: ...
     def freeze_operation(self, key: OperationKey, now: datetime) -> None:
-        """An operation version in use can no longer be replaced (AC16)."""
+        """An operation version in use can no longer be replaced (design P16)."""
         ...
 
     def statuses(
@@ -195,7 +195,7 @@ class GrantStore(Protocol):
 
 
 class HeartbeatStore(Protocol):
-    """The heartbeat light path and the reconciler's reads (SPEC R6, R7): step rows' heartbeat columns only."""
+    """The heartbeat light path and the reconciler's reads (design D8.6, D8.7): step rows' heartbeat columns only."""
 
     def handles(self, hashes: Iterable[str]) -> dict[str, StoredHandle]:
         """Execution handles by hash (task, step, attempt, execution, producer, expiry)."""
@@ -284,7 +284,7 @@ class OverdueStore(Protocol):
 
 
 class ReadStore(Protocol):
-    """The reads of the public API, each limited to what a user may see (SPEC §3, §7)."""
+    """The reads of the public API, each limited to what a user may see (design D3, D7)."""
 
     def can_see(self, user: UserPrincipal, task_id: str) -> bool: ...
     def visible_task(self, user: UserPrincipal, task_id: str) -> TaskState | None: ...
@@ -462,7 +462,7 @@ class WorkflowStore(Protocol):
         temporal_owner: tuple[str, str, str | None] | None,
     ) -> None: ...
     def freeze_statuses(self, task_type: str, version: int, now: datetime) -> None:
-        """A status set in use can no longer be replaced (AC16)."""
+        """A status set in use can no longer be replaced (design P16)."""
         ...
 
     def claim_changes(self, limit: int) -> list[tuple[int, str]]:

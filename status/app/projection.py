@@ -1,4 +1,4 @@
-"""Workflow projection (SPEC R15, seed §6.1.1): task changes → workflow aggregates.
+"""Workflow projection (design D8.15, D8.15): task changes → workflow aggregates.
 
 Task commits append to ``workflow_change`` (insert-only) and never lock the
 workflow.  A pass claims change rows with ``SKIP LOCKED``, recomputes each

@@ -1,4 +1,4 @@
-"""Reads of the public API (SPEC §7): snapshots, timelines, lists — always ACL-checked.
+"""Reads of the public API (design D7): snapshots, timelines, lists — always ACL-checked.
 
 A task the user can't see answers exactly like a task that does not exist
 (no probing by id).
@@ -47,7 +47,7 @@ class Queries:
             return task_snapshot(task, steps, self.ctx.now(), self.ctx.durations.for_task(stores, task, steps))
 
     def task_events(self, user: UserPrincipal, task_id: str, after_version: int, limit: int) -> dict[str, Any]:
-        """The committed timeline after ``after_version`` (AC18); says when history was purged."""
+        """The committed timeline after ``after_version`` (design P18); says when history was purged."""
         limit = max(1, min(limit, 500))
         with self.ctx.db.reading() as stores:
             if not stores.reads.can_see(user, task_id):

@@ -1,4 +1,4 @@
-"""Realtime credentials (SPEC §3, §7; seed §7): Centrifugo connection and subscription tokens.
+"""Realtime credentials (design D3, D7; design D3.1): Centrifugo connection and subscription tokens.
 
 A connection token names the user's own summary channel and the shared
 channels of the projects and roles their login names (subscribed server-side
@@ -113,7 +113,7 @@ class RealtimeService:
     def subscription_token(
         self, user: UserPrincipal, session_id: str, *, task_id: str | None, workflow_id: str | None
     ) -> dict[str, Any]:
-        """A subscription JWT for one detail/workflow channel after an ACL check (AC25, AC26)."""
+        """A subscription JWT for one detail/workflow channel after an ACL check (design P25, P26)."""
         if (task_id is None) == (workflow_id is None):
             raise Invalid("send exactly one of taskId, workflowId, projectId or broadcast")
         if task_id is not None:
@@ -151,7 +151,7 @@ class RealtimeService:
         token, exp = self.tokens.subscription(user, channel)
         return {"channel": channel, "token": token, "expiresAt": exp, "grantExpiresAt": iso(expires)}
 
-    # ------------------------------------------------------------ native SSE (seed §6.7.2)
+    # ------------------------------------------------------------ native SSE (design D9)
     def stream_channels(self, user: UserPrincipal) -> tuple[str, str, list[str]]:
         """The connection token for an SSE session, its summary channel, and every channel the token
         follows (that one and their groups' shared channels)."""

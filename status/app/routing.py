@@ -1,9 +1,9 @@
-"""The frozen routing rule (seed §15.3.3): which of 4096 virtual buckets a task belongs to.
+"""The frozen routing rule (design D14.2): which of 4096 virtual buckets a task belongs to.
 
 Every language and every release must compute the same bucket for the same routing key,
 so the rule is fixed like a wire protocol and named by ``HASH_VERSION``:
 
-* key: ``tenantId`` and ``ownerId`` (the seed's recommended routing subject);
+* key: ``tenantId`` and ``ownerId`` (the routing subject of design D14.2);
 * bytes: ``"v1" 0x1F tenantId 0x1F ownerId`` encoded as UTF-8;
 * hash: XXH64 with seed 0, taken as an unsigned 64-bit integer (the value whose canonical
   big-endian 8-byte digest XXH64 defines — ``xxh64_hexdigest`` prints it);

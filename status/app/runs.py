@@ -1,4 +1,4 @@
-"""Temporal's verdict (seed §17): tasks end when the Temporal run that owns them ends, however it ends.
+"""Temporal's verdict (design D18): tasks end when the Temporal run that owns them ends, however it ends.
 
 The run that creates a task owns it (``CreateWorkflow.temporal_owner``) until it hands it over
 (``set_owner``). The observer's run follower (``observer/runs.py``) reads closed runs from

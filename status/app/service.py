@@ -3,9 +3,9 @@
 It owns nothing but the wiring: each capability lives in a module of its own
 (workflows, executions, events, health, access, broadcasts, queries) over one
 shared ``AppContext``, and every command reached through here is the same
-method HTTP, batch, the reconciler and tests call (SPEC AC11).  Each state
+method HTTP, batch, the reconciler and tests call (design P11).  Each state
 change runs in one unit of work and writes current state, the immutable
-event, the dedup result and the outbox rows before COMMIT (SPEC R1, AC17);
+event, the dedup result and the outbox rows before COMMIT (design D8.1, P17);
 nothing is published here.  The composition root (``status.bootstrap``)
 builds it from settings.
 """

@@ -1,4 +1,4 @@
-"""Workflows and tasks: idempotent creation (seed §3.1, AC3) and classification (R11)."""
+"""Workflows and tasks: idempotent creation (design D6AC3) and classification (design D8.11)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class WorkflowCommands:
         self.ctx = ctx
 
     def create_workflow(self, caller: ServicePrincipal, cmd: c.CreateWorkflow) -> dict[str, Any]:
-        """Create a workflow and its initial tasks idempotently, in one transaction (seed §3.1)."""
+        """Create a workflow and its initial tasks idempotently, in one transaction (design D6)."""
         require(caller, Role.COORDINATOR)
         check_key("clientWorkflowKey", cmd.client_workflow_key)
         check_key("ownerId", cmd.owner_id, 64)
@@ -277,7 +277,7 @@ class WorkflowCommands:
         )
 
     def classify(self, caller: ServicePrincipal, cmd: c.Classify) -> dict[str, Any]:  # noqa: C901
-        """Bind productId / taskType / definition version (R11); each change is an event."""
+        """Bind productId / taskType / definition version (design D8.11); each change is an event."""
         require(caller, Role.COORDINATOR)
         for name, value, limit in (("productId", cmd.product_id, 64), ("taskType", cmd.task_type, 128)):
             if value is not None:

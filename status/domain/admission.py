@@ -1,4 +1,4 @@
-"""Whether a step event may change its step at all (SPEC R1, R2; seed §3.3): the checks between
+"""Whether a step event may change its step at all (design D8.1, D8.2; design D4): the checks between
 the event's binding and its state change, as one pure decision.
 
 The application has found the task, the step attempt and what the event's credential binds, and
@@ -55,7 +55,7 @@ def check_envelope(
     operation_code: str | None = None,
     task_type: str | None = None,
 ) -> None:
-    """What a body says of its task and step must be what they are (seed §3.3.2, §17): a compact
+    """What a body says of its task and step must be what they are (design D3.2, D18): a compact
     handle binds the execution, and the envelope's other fields may not claim something else.
 
     Checked before the eventId's dedup entry is consulted: these name facts that never change
@@ -71,7 +71,7 @@ def check_envelope(
 
 
 def task_event_speaker(caller: object, event_type: EventType, *, producer_id: str | None) -> bool:
-    """Who may end a task (R4), given the event's credential (a service principal; an execution's
+    """Who may end a task (design D8.4), given the event's credential (a service principal; an execution's
     claims never may): the Coordinator, or Temporal's verdict (the RECONCILER role: the
     run that owned the task has closed), the only one that sees a run time out. True when the
     event is Temporal's verdict (the truth however late it is read), False for the Coordinator's;

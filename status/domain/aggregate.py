@@ -1,4 +1,4 @@
-"""The workflow aggregate (R15): a pure fold of its tasks' committed state."""
+"""The workflow aggregate (design D8.15): a pure fold of its tasks' committed state."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def fold(tasks: Sequence[tuple[Lifecycle, Health]]) -> tuple[Lifecycle, Health, 
 
     Purely descriptive: the workflow is SUCCEEDED only when every task is, and
     a FAILED task with others still running leaves it RUNNING + DEGRADED; the
-    projector never decides what the work does next (SPEC §1).
+    projector never decides what the work does next (design D1).
 
     Once every task has ended, the workflow's ending is the gravest of theirs:
     FAILED if one failed, else TIMED_OUT if one timed out, else CANCELLED (some

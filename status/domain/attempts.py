@@ -1,4 +1,4 @@
-"""Which step attempt an activation binds: Temporal's attempt numbers are the truth (seed §3.3, R2).
+"""Which step attempt an activation binds: Temporal's attempt numbers are the truth (design D4R2).
 
 Pure decision over a step's attempts as stored. Temporal numbers the attempts of one activity
 (``activity.info().attempt``); a step's attempts run on across everything that re-runs it — the

@@ -1,4 +1,4 @@
-"""Principals and credential claims (SPEC §3): plain data, no crypto here."""
+"""Principals and credential claims (design D3): plain data, no crypto here."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class StoredHandle(NamedTuple):
 
 @dataclass(frozen=True)
 class ExecutionClaims:
-    """What an execution token binds (SPEC §3)."""
+    """What an execution token binds (design D3)."""
 
     workflow_id: str
     task_id: str

@@ -1,4 +1,4 @@
-"""Admin corrections (seed: "管理员纠错命令"): an operator sets a task's or a step attempt's status.
+"""Admin corrections (design D6): an operator sets a task's or a step attempt's status.
 
 A correction is never a fake worker report: it is its own command with an operator, a reason and
 an audit record of old and new values, and it may do what no report may — move a terminal state
@@ -30,7 +30,7 @@ class Correction:
     reason: str
     lifecycle: Lifecycle | None = None
     business_status: str | None = None
-    error: StepError | None = None  # a correction to FAILED may say why, in the seed's shape
+    error: StepError | None = None  # a correction to FAILED may say why, in the shape of design D6.1
 
 
 @dataclass(frozen=True)

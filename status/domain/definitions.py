@@ -1,4 +1,4 @@
-"""Versioned definitions and policies (SPEC R3, R5, R9, R10; seed §4.6, §4.7, §3.1.1)."""
+"""Versioned definitions and policies (design D8.3, D8.5, D8.9, D8.10; design D5.1, D8.9)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class OperationKey(NamedTuple):
 
 @dataclass(frozen=True)
 class OperationDefinition:
-    """Who may report an operation, which events, and which data contracts (seed §4.7)."""
+    """Who may report an operation, which events, and which data contracts (design D5.1)."""
 
     operation_code: str  # exact code, a namespace pattern "SEARCH.*", or "*"
     version: int
@@ -115,7 +115,7 @@ class OperationDefinition:
             raise Invalid(f"data does not match {schema_id}: {problems[0]}", ErrorCode.SCHEMA_REJECTED)
 
     def strip_to_schema(self, schema_id: str, value: Any) -> Any:
-        """Keep only the properties the schema declares (R10: unknown fields never reach projections)."""
+        """Keep only the properties the schema declares (design D8.10: unknown fields never reach projections)."""
         document = self.schema_documents.get(schema_id, {})
         properties = document.get("properties")
         if isinstance(value, dict) and isinstance(properties, Mapping):
@@ -158,7 +158,7 @@ def require_defined(found: OperationDefinition | None, code: str) -> OperationDe
 
 @dataclass(frozen=True)
 class StatusDefinition:
-    """One registered business status of a task type (seed §4.6)."""
+    """One registered business status of a task type (design D5.1)."""
 
     code: str
     display_name: str
@@ -171,14 +171,14 @@ class StatusDefinition:
 
 @dataclass(frozen=True)
 class StatusDefinitionSet:
-    """The business statuses a task may use, frozen at one version once bound (AC16)."""
+    """The business statuses a task may use, frozen at one version once bound (design P16)."""
 
     task_type: str | None
     version: int | None
     statuses: Mapping[str, StatusDefinition]
 
     def resolve(self, code: str | None, lifecycle: Lifecycle, previous: str | None) -> StatusDefinition:
-        """The business status an event moves to; callers can't declare terminality (R3, AC7)."""
+        """The business status an event moves to; callers can't declare terminality (design D8.3, P7)."""
         if code is None:
             return self.statuses.get(lifecycle.value) or StatusDefinition(lifecycle.value, lifecycle.value, lifecycle)
         status = self.statuses.get(code)
@@ -213,7 +213,7 @@ def generic_statuses() -> StatusDefinitionSet:
 
 @dataclass(frozen=True)
 class DynamicRegistrationPolicy:
-    """Limits on steps registered at run time (R9, seed §3.1.1)."""
+    """Limits on steps registered at run time (design D8.9, D8.9)."""
 
     # Namespace patterns, in the order the policy gave them: the stored document and the request's
     # fingerprint (``to_json``) are the ones the client sent.

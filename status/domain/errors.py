@@ -1,4 +1,4 @@
-"""The error hierarchy with the stable codes of SPEC §6.
+"""The error hierarchy with the stable codes of design D6.1.
 
 Every rejection the service can return is a :class:`DomainError` whose
 ``code`` is part of the public contract.  Adapters map the error *class* to a
@@ -36,7 +36,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_BUSINESS_STATUS = "UNKNOWN_BUSINESS_STATUS"
     VALIDATION_FAILED = "VALIDATION_FAILED"
     # occurredAt is older than the maximum accepted event age: its dedup entry may be gone, so
-    # accepting it could apply a retry twice (seed §15.6). Not retryable.
+    # accepting it could apply a retry twice (design D8.16). Not retryable.
     EVENT_TOO_OLD = "EVENT_TOO_OLD"
     # occurredAt is later than the service's clock by more than the tolerated skew: the dedup
     # retention argument assumes no event is from the future (status.domain.retention). Not retryable.
@@ -133,7 +133,7 @@ CODE_CLASS: dict[ErrorCode, type[DomainError]] = {
     ErrorCode.TERMINAL_STATE: Conflict,
     ErrorCode.VERSION_PRECONDITION_FAILED: Conflict,
     ErrorCode.DEFINITION_FROZEN: Conflict,
-    # Not a rate: the client must release a detail subscription (LRU) first (seed §6.5).
+    # Not a rate: the client must release a detail subscription (LRU) first (design D9).
     ErrorCode.DETAIL_SUBSCRIPTION_LIMIT: Conflict,
     # A policy refusal: retrying the same registration can never succeed.
     ErrorCode.DYNAMIC_STEP_NOT_ALLOWED: Forbidden,

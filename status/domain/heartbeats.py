@@ -1,4 +1,4 @@
-"""A heartbeat judged against its step attempt (SPEC R6): pure decisions, the stored row passed in.
+"""A heartbeat judged against its step attempt (design D8.6): pure decisions, the stored row passed in.
 
 A heartbeat is no event: it moves no version and publishes nothing, and the worker sends the
 next one whatever this one got. So a refusal here is a reason in the answer, never an error

@@ -1,4 +1,4 @@
-"""What a request sent again under an id already answered gets (SPEC R1): its first answer.
+"""What a request sent again under an id already answered gets (design D8.1): its first answer.
 
 The service keeps each answer with a fingerprint of what was asked. The same content again is
 that answer, marked a duplicate — one change however often it is sent; other content under the

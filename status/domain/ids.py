@@ -1,7 +1,7 @@
-"""Identifiers (SPEC §4): globally unique, sortable, with a bucket hint on taskIds.
+"""Identifiers (design D4): globally unique, sortable, with a bucket hint on taskIds.
 
 A taskId is ``tsk_<hashVersion>_<bucket, 3 hex>_<ULID>``: the bucket is a routing hint
-computed by the frozen rule named by ``hashVersion`` (``status.app.routing``, seed §15.3.3),
+computed by the frozen rule named by ``hashVersion`` (``status.app.routing``, design D14.2),
 never an authorization. Ids minted before the rule was frozen read ``tsk_<bucket>_<ULID>``
 and decode as version ``v0``.
 """

@@ -1,4 +1,4 @@
-"""Lifecycle state machine (SPEC R2, R4, R6) and event types."""
+"""Lifecycle state machine (design D8.2, D8.4, D8.6) and event types."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ STEP_TRANSITIONS: dict[EventType, dict[Lifecycle, Lifecycle]] = {
     EventType.STEP_HEALTH_CHANGED: {Lifecycle.RUNNING: Lifecycle.RUNNING},
 }
 
-#: Task-level events of the Coordinator (R4).
+#: Task-level events of the Coordinator (design D8.4).
 TASK_TRANSITIONS: dict[EventType, dict[Lifecycle, Lifecycle]] = {
     EventType.TASK_COMPLETED: {
         Lifecycle.PENDING: Lifecycle.SUCCEEDED,

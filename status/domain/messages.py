@@ -37,7 +37,7 @@ class Message:
     channels: tuple[str, ...]
     projection: str
     payload: Mapping[str, Any]
-    # Never coalesced away by a later version (SPEC R14): terminal, new task, new attempt,
+    # Never coalesced away by a later version (design D8.14): terminal, new task, new attempt,
     # removal, notice.
     must_deliver: bool
     event_id: str | None

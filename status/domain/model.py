@@ -24,7 +24,7 @@ class Progress:
 
 @dataclass(frozen=True)
 class StepError:
-    """A classified error (seed §3.7): ``code`` drives clients' actions, ``user_message`` is safe to
+    """A classified error (design D6.1): ``code`` drives clients' actions, ``user_message`` is safe to
     show (length-limited and redacted before it gets here), ``diagnostics_ref`` is for operators only
     and never leaves the service."""
 

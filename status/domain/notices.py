@@ -1,5 +1,5 @@
 """What users are told about a change as it happens: a notice rides on the task's summary
-message (R13, seed §6.8); ``status.domain.notifications`` keeps the ones that must outlive a page."""
+message (design D8.13, D8.13); ``status.domain.notifications`` keeps the ones that must outlive a page."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ class NoticeKind(StrEnum):
 
 @dataclass(frozen=True)
 class Notice:
-    """A user-facing notice on the summary channel (R13, seed §6.8); id = taskId:taskVersion.
+    """A user-facing notice on the summary channel (design D8.13, D8.13); id = taskId:taskVersion.
 
-    ``level`` follows the seed's notice policy: a step failure that will be retried or that the
+    ``level`` follows the notice policy of design D8.13: a step failure that will be retried or that the
     task survives is a WARNING, a task failure an ERROR; ``requires_action`` marks what the user
     must act on (clients keep those and errors until dismissed).
     """

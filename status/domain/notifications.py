@@ -1,4 +1,4 @@
-"""Which changes become durable notifications for offline users (seed "可选离线通知").
+"""Which changes become durable notifications for offline users (design D8.13).
 
 Realtime notices reach only connected clients.  A task reaching a terminal state, and anything
 that needs the user's action, also becomes a notification record per viewer, idempotent by
@@ -26,7 +26,7 @@ _TERMINAL_TYPES = {
 
 @dataclass(frozen=True)
 class Notification:
-    """A durable notice, as the live one said it (seed §6.8): after a reload, or on another device,
+    """A durable notice, as the live one said it (design D8.13): after a reload, or on another device,
     the user reads how the task ended (an operator's stop with its reason, a timeout's length)
     exactly as a connected page showed it."""
 
@@ -54,7 +54,7 @@ class Notification:
         return self.lifecycle_status is not None and Lifecycle(self.lifecycle_status).terminal
 
     def details(self) -> dict[str, Any]:
-        """What the record keeps beside its listed columns (the rest of the seed's notice)."""
+        """What the record keeps beside its listed columns (the rest of the notice)."""
         return {
             "reason": self.reason,
             "operationCode": self.operation_code,

@@ -1,4 +1,4 @@
-"""Projections (SPEC R12, §9): whitelisted views built from validated current state.
+"""Projections (design D8.12, D9): whitelisted views built from validated current state.
 
 Nothing here forwards producer JSON: each builder picks named fields from the
 current state, so a producer can't leak a field into a wider audience.
@@ -168,7 +168,7 @@ _SEEN_STEPS: dict[int, tuple[StepState, views.StepDetail]] = {}
 def _step_shown(step: StepState) -> views.StepDetail:
     error: views.StepError | None = None
     if step.error is not None:
-        # diagnosticsRef stays server-side (seed §5: for operators only).
+        # diagnosticsRef stays server-side (design D5: for operators only).
         error = {
             "category": step.error.category,
             "code": step.error.code,
@@ -226,7 +226,7 @@ def _task_core(task: TaskState, now: datetime) -> views.TaskFacts:
         "finishedAt": iso(task.finished_at),
         "asOf": iso(now),
         **task_timing(task, now),
-        # The projection of TASK_FAILED's error (SPEC §6): never its diagnosticsRef.
+        # The projection of TASK_FAILED's error (design D6.1): never its diagnosticsRef.
         "failure": {
             "category": task.failure.category,
             "code": task.failure.code,

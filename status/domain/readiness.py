@@ -1,4 +1,4 @@
-"""Whether an API replica should take traffic (seed §11.2, §11.7): pure decisions, time passed in.
+"""Whether an API replica should take traffic (design D13): pure decisions, time passed in.
 
 A readiness probe that answers "no" on one failed database round trip takes every replica out of
 the load balancer at once on a blip the next request would have survived.  So a replica turns

@@ -1,4 +1,4 @@
-"""Whether and how a dynamic step execution is registered (seed §3.1.1, R9): pure decisions over
+"""Whether and how a dynamic step execution is registered (design D8.9R9): pure decisions over
 the task's stored attempts, its registration policy and the operation's definition, with the
 time and the new execution's id passed in.
 

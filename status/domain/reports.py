@@ -1,8 +1,8 @@
-"""A report before its task's state is asked (SPEC R1, R4; seed §3.3): what kind of event it is,
+"""A report before its task's state is asked (design D8.1, D8.4; design D4): what kind of event it is,
 which execution or task it speaks for, and whether it repeats an event already answered.
 
 The application reads what these decisions need (the handle rows a group names, the task's row,
-the eventId's dedup entry) and calls them in R1's order; everything they decide is decided here,
+the eventId's dedup entry) and calls them in design D8.1's order; everything they decide is decided here,
 from the report's own fields, the caller's credential and the time passed in. What the state
 machine then does with an admitted event is ``admission`` and ``rules``.
 
@@ -154,7 +154,7 @@ def bind_step_event(  # noqa: C901
     them; ``revoked_now``: executions whose handles this transaction revoked, with why).
 
     Body fields the credential binds must match it exactly; ``taskId`` alone is never enough
-    (AC4, AC10). A revoked or expired handle is the binding's ``problem``, not a refusal here."""
+    (design P4, P10). A revoked or expired handle is the binding's ``problem``, not a refusal here."""
     if isinstance(caller, ExecutionClaims):
         if event_type is EventType.STEP_HEALTH_CHANGED:
             raise Forbidden("health changes come from the health role only", ErrorCode.EVENT_TYPE_NOT_ALLOWED)

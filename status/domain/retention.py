@@ -1,6 +1,6 @@
 """How long each kind of data lives, and the one rule that makes purging dedup entries safe.
 
-Seed §15.1/§15.6: current state, events, dedup results, published outbox rows, notifications and
+design D14.1, D8.16: current state, events, dedup results, published outbox rows, notifications and
 corrections have different lives, so each has its own window (``None``: kept forever).  The
 windows are not independent: a dedup entry answers a retried event with its first result, so
 once it is purged the same event must no longer be accepted — it would be applied again.  The

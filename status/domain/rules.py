@@ -1,7 +1,7 @@
-"""Event rules (SPEC R1–R8, R10, R13): pure decisions over current state.
+"""Event rules (design D8.1–D8.8, D8.10, D8.13): pure decisions over current state.
 
 The service resolves credentials, locks rows and checks dedup; these functions
-then decide — in R1's order — whether an event is accepted and what the new
+then decide — in design D8.1's order — whether an event is accepted and what the new
 task and step states are.  They never read a clock: ``now`` is passed in.
 """
 
@@ -37,7 +37,7 @@ PHASE_CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 ERROR_CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 MAX_PHASE_LABEL = 128
 MAX_ERROR_MESSAGE = 512
-# The seed's categories (BUSINESS_INPUT, DEPENDENCY, SYSTEM …) plus the short forms accepted before.
+# The error categories of design D6.1 (BUSINESS_INPUT, DEPENDENCY, SYSTEM …) plus the short forms accepted before.
 ERROR_CATEGORIES = frozenset(
     {
         "BUSINESS_INPUT",
@@ -52,7 +52,7 @@ ERROR_CATEGORIES = frozenset(
     }
 )
 
-# What a user must never see in a message (seed §3.7: no stacks, SQL, storage addresses, keys,
+# What a user must never see in a message (design D6.1: no stacks, SQL, storage addresses, keys,
 # third-party responses).  Producers should send a curated text; these catch what slips through.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]+")
 _URL_RE = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{1,15}://\S+")
@@ -121,7 +121,7 @@ class TaskEvent:
     occurred_at: datetime
     business_status: str | None = None
     duration_ms: int | None = None
-    error: StepError | None = None  # TASK_FAILED: seed §3.7 error object
+    error: StepError | None = None  # TASK_FAILED: design D6.1 error object
     failed_step_id: str | None = None
     summary: DataBody | None = None
     reason: str | None = None  # user-safe: why the task ended this way (Temporal's verdict)
@@ -132,7 +132,7 @@ class Outcome:
     task: TaskState
     step: StepState | None
     notice: Notice | None
-    must_deliver: bool  # terminal, new attempt, notice: never coalesced away (R14)
+    must_deliver: bool  # terminal, new attempt, notice: never coalesced away (design D8.14)
     # Step attempts a task-level event ended with the task (its run closed under them).
     ended_steps: tuple[StepState, ...] = ()
 
@@ -149,7 +149,7 @@ def validate_progress(progress: Progress | None) -> None:
 
 
 def validate_phase(code: str | None, label: str | None) -> None:
-    """Free phase codes are allowed within charset/length limits (R3, AC7)."""
+    """Free phase codes are allowed within charset/length limits (design D8.3, P7)."""
     if code is not None and not PHASE_CODE_RE.match(code):
         raise Invalid("phaseCode must be 1–64 characters of [A-Za-z0-9_.:-]")
     if label is not None and len(label) > MAX_PHASE_LABEL:
@@ -189,7 +189,7 @@ def apply_step_event(  # noqa: C901
     other_steps_stale: bool,
     now: datetime,
 ) -> Outcome:
-    """Decide a step event (R1 from "sourceSeq" on); returns the new states.
+    """Decide a step event (design D8.1 from "sourceSeq" on); returns the new states.
 
     The caller has already checked dedup, the execution binding (token/handle,
     current attempt and execution, producer and operation match).
@@ -245,7 +245,7 @@ def apply_step_event(  # noqa: C901
         state_data=state_data,
         started_at=step.started_at or (now if lifecycle is not Lifecycle.PENDING else None),
         finished_at=now if lifecycle.terminal else step.finished_at,
-        # The producer's monotonic duration is kept as reported (AC19).
+        # The producer's monotonic duration is kept as reported (design P19).
         duration_ms=event.duration_ms if event.duration_ms is not None else step.duration_ms,
         error=error or step.error,
         stale_since=(now if health is Health.STALE else None),
@@ -293,7 +293,7 @@ def _step_notice(  # noqa: C901
     operation: OperationDefinition,
     requires_action: bool,
 ) -> Notice | None:
-    """The seed's notice policy (§6.8) for a step change; None when users need not be told."""
+    """The notice policy (design D8.13) for a step change; None when users need not be told."""
     if task.lifecycle.terminal:
         # The task has ended and its users were told how: a late report of an attempt that ran
         # before (an abandoned activity, a local activity's last word) is history, not news.
@@ -369,7 +369,7 @@ def apply_task_event(
     open_steps_become: Lifecycle | None = None,
     step_outcomes: Mapping[str, Lifecycle] | None = None,
 ) -> Outcome:
-    """Decide a Coordinator event (R4): task attempt, coordinator sequence, state machine.
+    """Decide a Coordinator event (design D8.4): task attempt, coordinator sequence, state machine.
 
     A task's end ends its steps: the unfinished attempts in ``open_steps`` end with the task, in
     its version, so no step claims to run, or to be still to come, after the work stopped. Each
@@ -524,7 +524,7 @@ def apply_run_health(
 
 
 def task_timing(task: TaskState, now: datetime) -> views.Timing:
-    """queue/run/total durations (SPEC §4); run time is the producer's when known."""
+    """queue/run/total durations (design D4); run time is the producer's when known."""
     end = task.finished_at or now
     return {
         "queueDurationMs": ms_between(task.created_at, task.started_at) if task.started_at else None,
@@ -536,7 +536,7 @@ def task_timing(task: TaskState, now: datetime) -> views.Timing:
 
 
 def bound_fields_match(bound: Mapping[str, Any], claimed: Mapping[str, Any]) -> None:
-    """Every field a token/handle binds must match the body exactly (AC4)."""
+    """Every field a token/handle binds must match the body exactly (design P4)."""
     codes = {
         "producerId": ErrorCode.PRODUCER_MISMATCH,
         "operationCode": ErrorCode.OPERATION_MISMATCH,

@@ -1,4 +1,4 @@
-"""Is a silent executor dead, or is it the status service that cannot hear anyone? (seed §17, R7)
+"""Is a silent executor dead, or is it the status service that cannot hear anyone? (design D18R7)
 
 When the workers' heartbeats stop arriving across the board — the status API or its database was
 unreachable for them — every running step looks silent at once, and marking them STALE would

@@ -1,4 +1,4 @@
-"""Temporal's verdict is the task's verdict (seed §17): how a closed Temporal run ends its tasks.
+"""Temporal's verdict is the task's verdict (design D18): how a closed Temporal run ends its tasks.
 
 Pure decisions over plain data, time passed in. The observer's run follower reads closed runs
 from Temporal's visibility API and their close events; these functions say whether the tasks

@@ -1,6 +1,7 @@
 """Archive files: rows leave the database only after a verified copy of them is on disk.
 
-One batch of rows is one data file and one manifest (seed §15.6: "校验条数/校验和后，再清理"):
+One batch of rows is one data file and one manifest (design D8.16: rows are counted and
+checksummed before they are purged):
 
     <dir>/<table>/<YYYY-MM-DD>/<table>-<first row's date>-<key digest>.jsonl.gz
     <dir>/<table>/<YYYY-MM-DD>/<table>-<first row's date>-<key digest>.manifest.json

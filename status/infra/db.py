@@ -25,7 +25,7 @@ def create_engine(database_url: str, *, statement_timeout: float = 0.0, **kwargs
     * SQLite: one writer at a time; transactions start with ``BEGIN IMMEDIATE``
       so a read-then-write never upgrades a lock mid-transaction.
 
-    ``statement_timeout`` (seconds, 0: none; seed §11.2) bounds what one statement may take, so a
+    ``statement_timeout`` (seconds, 0: none; design D13) bounds what one statement may take, so a
     stuck database cannot hold a request, a connection and a thread for good: the server ends a
     statement past it (MariaDB ``max_statement_time``; MySQL ``MAX_EXECUTION_TIME``, reads only),
     a lock wait at half of it (``innodb_lock_wait_timeout``, whole seconds; retried), and the

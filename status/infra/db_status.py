@@ -1,4 +1,4 @@
-"""What the database server itself says about contention and replication (seed §14.3's lock waits,
+"""What the database server itself says about contention and replication (design D12's lock waits,
 deadlocks and failover), read by the observer every few seconds and exported on its /metrics.
 
 The names follow mysqld_exporter's (``mysql_global_status_*``), so a deployment that runs it gets

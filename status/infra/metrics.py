@@ -1,4 +1,4 @@
-"""The status service's Prometheus registry, and the database-level metrics (SPEC §12)."""
+"""The status service's Prometheus registry, and the database-level metrics (design D12)."""
 
 from __future__ import annotations
 

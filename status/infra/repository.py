@@ -404,7 +404,7 @@ def acl_grants(conn: sa.Connection, task_id: str) -> list[tuple[str, str]]:
 
 
 def visible_task_filter(tenant_id: str, user_id: str, projects: Iterable[str], roles: Iterable[str]) -> Any:
-    """SQL condition: the user owns the task or holds an unrevoked grant (SPEC §3)."""
+    """SQL condition: the user owns the task or holds an unrevoked grant (design D3)."""
     grants = [sa.and_(t.task_acl.c.principal_type == "USER", t.task_acl.c.principal_id == user_id)]
     if projects:
         grants.append(sa.and_(t.task_acl.c.principal_type == "PROJECT", t.task_acl.c.principal_id.in_(list(projects))))

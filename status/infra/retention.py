@@ -1,4 +1,4 @@
-"""Bounded purges behind the observer's retention (R16, seed §15.1/§15.6): the statements, per table.
+"""Bounded purges behind the observer's retention (design D8.16, D14.1): the statements, per table.
 
 Every purge walks its table in date order from a watermark (``retention_watermark``): the date
 of the last row it removed, so a pass starts where the last one ended instead of scanning the

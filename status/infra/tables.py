@@ -5,7 +5,7 @@ and the code can never disagree about a column.  Types are chosen so the same
 definitions work on MySQL 8.0, MariaDB 10.6+ and SQLite (the ``dev`` default):
 
 * timestamps are ``DATETIME(3)`` on MySQL/MariaDB (millisecond precision, UTC);
-* identifiers are strings (``tsk_v1_<bucket>_<ULID>`` and friends, SPEC §4);
+* identifiers are strings (``tsk_v1_<bucket>_<ULID>`` and friends, design D4);
 * version columns are 64-bit; versions travel as decimal strings in JSON.
 """
 
@@ -56,7 +56,7 @@ workflow = sa.Table(
     sa.Column("health", sa.String(16), nullable=False, server_default="HEALTHY"),
     sa.Column("version", Version, nullable=False, server_default="1"),
     sa.Column("task_count", sa.Integer, nullable=False, server_default="0"),
-    # Folded by the workflow projector (R15): counts per lifecycle, progress.
+    # Folded by the workflow projector (design D8.15): counts per lifecycle, progress.
     sa.Column("aggregate", Json, nullable=True),
     sa.Column("dynamic_registration_policy", Json, nullable=True),
     sa.Column("request_hash", sa.String(64), nullable=False),
@@ -98,7 +98,7 @@ task = sa.Table(
     sa.Column("summary_data", Json, nullable=True),
     sa.Column("dynamic_registration_policy", Json, nullable=True),
     sa.Column("dynamic_step_count", sa.Integer, nullable=False, server_default="0"),
-    # TASK_FAILED's error object (seed §3.7); failure_diagnostics_ref is for operators only.
+    # TASK_FAILED's error object (design D6.1); failure_diagnostics_ref is for operators only.
     sa.Column("failure_code", sa.String(128), nullable=True),
     sa.Column("failure_message", sa.String(512), nullable=True),
     sa.Column("failed_step_id", sa.String(128), nullable=True),
@@ -193,7 +193,7 @@ task_step = sa.Table(
     sa.Column("heartbeat_timeout_seconds", sa.Integer, nullable=True),  # up to 86,400 (the contract)
     sa.Column("last_heartbeat_seq", Version, nullable=False, server_default="0"),
     sa.Column("last_heartbeat_at", Timestamp, nullable=True),
-    # last_heartbeat_at + timeout, kept so the reconciler scan is an index range (seed §5.2).
+    # last_heartbeat_at + timeout, kept so the reconciler scan is an index range (design D8.6).
     sa.Column("heartbeat_deadline_at", Timestamp, nullable=True),
     sa.Column("stale_since", Timestamp, nullable=True),
     sa.Column("progress_current", sa.Float, nullable=True),
@@ -228,7 +228,7 @@ task_step = sa.Table(
 task_execution_handle = sa.Table(
     "task_execution_handle",
     metadata,
-    # SHA-256 of the opaque handle; the handle itself is never stored (SPEC §3).
+    # SHA-256 of the opaque handle; the handle itself is never stored (design D3).
     sa.Column("handle_hash", sa.String(64), primary_key=True),
     sa.Column("execution_id", Id, nullable=False),
     sa.Column("task_id", Id, nullable=False),
@@ -246,7 +246,7 @@ task_execution_handle = sa.Table(
 task_event_log = sa.Table(
     "task_event_log",
     metadata,
-    # Event ids are unique per tenant (R1 holds inside a tenant): another tenant's
+    # Event ids are unique per tenant (design D8.1 holds inside a tenant): another tenant's
     # producer can neither take an id first nor read a result through it.
     sa.Column("tenant_id", sa.String(64), primary_key=True),
     sa.Column("event_id", sa.String(128), primary_key=True),
@@ -311,7 +311,7 @@ task_outbox = sa.Table(
     sa.Column("aggregate_version", Version, nullable=False),
     sa.Column("channel", sa.String(255), nullable=False),
     sa.Column("projection", sa.String(32), nullable=False),
-    # Marks messages the relay must never coalesce away (R14): terminal, new
+    # Marks messages the relay must never coalesce away (design D8.14): terminal, new
     # task, new attempt, removal, notice.
     sa.Column("must_deliver", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("event_id", sa.String(128), nullable=True),
@@ -446,7 +446,7 @@ task_correction = sa.Table(
 user_notification = sa.Table(
     "user_notification",
     metadata,
-    # Durable notices for users who were offline (seed "可选离线通知"): one per
+    # Durable notices for users who were offline (design D8.13): one per
     # userId + taskId + taskVersion + notificationType, so a retried write never notifies twice;
     # read state lives here, shared by every device of the user.
     sa.Column("tenant_id", sa.String(64), primary_key=True),
@@ -458,7 +458,7 @@ user_notification = sa.Table(
     sa.Column("level", sa.String(16), nullable=False),
     sa.Column("title", sa.String(300), nullable=False),
     sa.Column("message", sa.String(600), nullable=True),
-    # The rest of the live notice (seed §6.8): the state it reports, why it ended so, the error
+    # The rest of the live notice (design D8.13): the state it reports, why it ended so, the error
     # code, whether a retry helps, the actions offered; so a reload says what the live page said.
     sa.Column("lifecycle_status", sa.String(32), nullable=True),
     sa.Column("details", Json, nullable=True),
@@ -486,7 +486,7 @@ task_status_definition = sa.Table(
     sa.Column("presentation", Json, nullable=True),
     sa.Column("allowed_from", Json, nullable=False),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
-    # Set once a task binds this version; a frozen definition never changes (AC16).
+    # Set once a task binds this version; a frozen definition never changes (design P16).
     sa.Column("frozen_at", Timestamp, nullable=True),
     **MYSQL_TABLE_ARGS,
 )
@@ -513,7 +513,7 @@ task_operation_definition = sa.Table(
     **MYSQL_TABLE_ARGS,
 )
 
-# Insert-only feed of committed task changes for the workflow projector (R15):
+# Insert-only feed of committed task changes for the workflow projector (design D8.15):
 # task commits append here instead of touching the workflow row, so they never
 # contend on it; the projector claims rows with SKIP LOCKED and deletes them.
 workflow_change = sa.Table(

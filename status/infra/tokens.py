@@ -1,4 +1,4 @@
-"""Signed credentials (SPEC §3) with PyJWT (HS256; JWKS for user tokens when configured).
+"""Signed credentials (design D3) with PyJWT (HS256; JWKS for user tokens when configured).
 
 Each kind of token has its own secret and a ``typ`` claim, so a token of one
 kind is never accepted as another.
@@ -426,7 +426,7 @@ class UserTokens:
 
 
 class RealtimeTokens:
-    """Centrifugo connection and subscription JWTs (SPEC §3, seed §7), with an audience and an
+    """Centrifugo connection and subscription JWTs (design D3.1), with an audience and an
     issuer Centrifugo checks (``client.token.audience`` / ``issuer``): a token minted for another
     purpose with the same secret is not a connection."""
 

@@ -1,4 +1,4 @@
-"""Broadcasts (R12, seed §6.6): tenant/system channels and a user fan-out, text only."""
+"""Broadcasts (design D8.12, D9): tenant/system channels and a user fan-out, text only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dashboard in headless Chromium against the real stack (SPEC §11, AC20–AC22, AC30, AC32).
+"""The dashboard in headless Chromium against the real stack (design D11AC20–P22, P30, P32).
 
 Status API on a real socket (MariaDB), a Centrifugo v6 process of its own (it
 gets restarted here), and the outbox relay pumping continuously in a thread —
@@ -240,7 +240,8 @@ def test_a_delta_compressed_detail_channel_converges(stack: Stack, browser: Brow
 
 
 def test_dashboard_recovers_from_snapshots_after_a_centrifugo_restart(stack: Stack, browser: Browser) -> None:
-    """AC30: the restarted Centrifugo has no history (new epoch), so only snapshots can bring the page up to date."""
+    """design P30: the restarted Centrifugo has no history (new epoch), so only snapshots can bring
+    the page up to date."""
     user = f"carol-{uuid.uuid4().hex[:6]}"
     page = open_dashboard(browser, stack.base_url, stack.user_token(user))
     wait_live(page)
@@ -294,7 +295,7 @@ def test_dashboard_recovers_from_snapshots_after_a_centrifugo_restart(stack: Sta
 def test_with_centrifugo_down_the_page_keeps_moving_from_snapshots_and_goes_live_again(
     stack: Stack, browser: Browser
 ) -> None:
-    """Seed §13: polling is the fallback when live delivery is gone, not a frozen page.
+    """design D9: polling is the fallback when live delivery is gone, not a frozen page.
 
     Centrifugo is killed under an open page; a run that finishes afterwards (and one that moves on)
     reaches the page over HTTP within the offline polling interval (5 s, jittered, slowing while

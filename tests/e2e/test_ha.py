@@ -1,4 +1,4 @@
-"""Two Centrifugo nodes on one Redis engine (AC28): a node dies, clients fail over and converge."""
+"""Two Centrifugo nodes on one Redis engine (design P28): a node dies, clients fail over and converge."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Behind a real nginx (deploy/nginx): WebSocket upgrades, and a rolling restart of every process
 under load — two API replicas, two Centrifugo nodes on Redis, two observers — loses no report,
-duplicates none, shows nothing backwards, and every client converges (seed §11.2, §11.7)."""
+duplicates none, shows nothing backwards, and every client converges (design D13)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ async def test_a_rolling_restart_behind_nginx_loses_nothing_and_every_client_con
 async def test_ac27_an_api_replica_killed_with_minus_9_under_load_loses_nothing(
     api: Http, e2e_settings: Settings, centrifugo_factory: type[CentrifugoNode], tmp_path: Path
 ) -> None:
-    """The seed's AC27: each API replica behind nginx killed with -9 while producers report (no
+    """design P27: each API replica behind nginx killed with -9 while producers report (no
     drain: requests in flight are cut off), then started again. Every report acknowledged is in
     the database, none twice, and the client converges; producers saw only answers a retry fixes."""
     result = await _restart_everything(api, e2e_settings, centrifugo_factory, tmp_path, kill_apis=True)

@@ -1,4 +1,4 @@
-"""Native SSE (SPEC §7): the user's summary stream, and a bounded, ACL-checked watch set of details."""
+"""Native SSE (design D7): the user's summary stream, and a bounded, ACL-checked watch set of details."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Overload (seed §13.3): a subscriber that cannot keep up is disconnected by Centrifugo's
+"""Overload (design D9): a subscriber that cannot keep up is disconnected by Centrifugo's
 per-connection queue limit (``client.queue_max_size``) instead of holding the node's memory; it
 recovers what it missed from history on reconnect, other subscribers of the same channel are
 unaffected, and the terminal state is among what both get — never dropped or coalesced."""

@@ -1,4 +1,4 @@
-"""The Temporal plugin against a real Temporal dev server and the real status service (SPEC §10, AC8, AC9)."""
+"""The Temporal plugin against a real Temporal dev server and the real status service (design D10AC8, design P9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plugin under stress and failure: concurrency (AC8), status service down and restarts (AC9), replay."""
+"""Plugin under stress and failure: concurrency (design P8), status service down and restarts (design P9), replay."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recovery, notices, detail limits and workflow versions through a real Centrifugo (AC20, AC22, AC30, AC32)."""
+"""Recovery, notices, detail limits and workflow versions through a real Centrifugo (design P20, P22, P30, P32)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Outbox relay against a real Centrifugo: at-least-once, no double claims, DEAD, backoff, coalescing (R14, AC29)."""
+"""Outbox relay against a real Centrifugo: at-least-once, no double claims, DEAD, backoff,
+coalescing (design D8.14, P29)."""
 
 from __future__ import annotations
 
@@ -222,7 +223,7 @@ async def test_ac24_coalescing_under_backlog_never_drops_notices_or_terminal(
 async def test_published_changes_are_logged_with_their_outbox_ids_and_channels(
     api: Http, relay: OutboxRelay, make_relay: Any, e2e_engine: sa.Engine
 ) -> None:
-    """Seed §14.2: the relay's sampled "published" line carries outboxId and channel beside the
+    """design D12: the relay's sampled "published" line carries outboxId and channel beside the
     eventId, so an operator goes from the API's "event accepted" line to what users were sent."""
     await _drain(relay)
     relay.release_partitions()

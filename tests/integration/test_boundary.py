@@ -1,4 +1,4 @@
-"""The boundary is total (issue 21 §1, §2): whatever passes validation is storable and decodable,
+"""The boundary is total : whatever passes validation is storable and decodable,
 everything else is VALIDATION_FAILED; nothing a client sends gets a 5xx; a refusal commits nothing.
 
 First the inputs seen from the outside, one by one; then Hypothesis throws generated JSON, strings,
@@ -228,7 +228,7 @@ def test_the_envelope_of_a_compact_event_must_match_its_execution(
     http: Http, engine: sa.Engine, ctx: dict[str, Any], field: str, value: Any, code: str
 ) -> None:
     """The handle binds the execution; the body may not claim another workflow, operation, task
-    type or task attempt (seed §3.3.2): those used to be ignored on the compact path."""
+    type or task attempt (design D3.2): those used to be ignored on the compact path."""
     before = _committed(engine)
     body = event_body("STEP_PROGRESS", 2, progress={"current": 1}, executionHandle=ctx["executionHandle"])
     response = http.client.post("/internal/v1/task-events", json={**body, field: value}, headers=http.worker)

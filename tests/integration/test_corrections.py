@@ -1,4 +1,4 @@
-"""The admin correction command over HTTP and the CLI (seed: an operator's correction is its own
+"""The admin correction command over HTTP and the CLI (design D6: an operator's correction is its own
 audited command, never a fake worker report)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every request has a deadline, and the database work under it a time limit (seed §11.2; issue 29
+"""Every request has a deadline, and the database work under it a time limit (design D13; issue 29
 item 6): a stuck database (here: a row lock, or SQLite's write lock, held elsewhere) gets the
 caller a clear 503 UNAVAILABLE (retryable) within REQUEST_DEADLINE_SECONDS instead of a request
 that hangs; the same request again, once the database answers, is applied once. On MariaDB a

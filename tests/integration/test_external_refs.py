@@ -1,4 +1,4 @@
-"""External references over HTTP (seed §5 task_external_ref): attach at creation or later, unique per
+"""External references over HTTP (design D5 task_external_ref): attach at creation or later, unique per
 scope, idempotent, looked up internally and publicly with the usual ACL."""
 
 from __future__ import annotations

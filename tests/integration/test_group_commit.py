@@ -1,4 +1,4 @@
-"""Group commit and the one-pass event path (SPEC R1, AC1, AC2, AC11, AC15, AC17; §16 cost growth)."""
+"""Group commit and the one-pass event path (design D8.1, P1, P2, P11, P15, P17; D16 cost growth)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_the_same_event_id_twice_in_one_group(service: StatusService, coordinato
     assert first["duplicate"] is False and again["duplicate"] is True
     assert {k: v for k, v in again.items() if k != "duplicate"} == {k: v for k, v in first.items() if k != "duplicate"}
     assert isinstance(conflict, DomainError) and conflict.code is ErrorCode.EVENT_ID_CONFLICT
-    # Outside the group, the retry gets the same first result (AC1).
+    # Outside the group, the retry gets the same first result (design P1).
     assert service.report_event(claims, started)["taskVersion"] == first["taskVersion"]
 
 

@@ -1,4 +1,4 @@
-"""Credentials at the edge: JWKS user tokens, per-producer rate limits (SPEC §3, AC26)."""
+"""Credentials at the edge: JWKS user tokens, per-producer rate limits (design D3AC26)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Event ingestion over HTTP: idempotency, binding, state machine, data contracts (SPEC §6, §8, §13)."""
+"""Event ingestion over HTTP: idempotency, binding, state machine, data contracts (design D6.1, D8, D18)."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_ac12_unregistered_schema_is_rejected_and_state_untouched(http: Http, en
     assert parse["data"] == {
         "schema": "document.parse.progress.v1",
         "value": {"page": 1},
-    }  # unknown field stripped (R10)
+    }  # unknown field stripped (design D8.10)
 
 
 def test_one_poison_item_never_fails_its_batch(http: Http, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,7 +156,7 @@ def test_event_ids_are_scoped_to_the_tenant(http: Http) -> None:
     assert [r.status_code for r in results] == [200, 200], [r.text for r in results]
     assert results[0].json()["taskId"] != results[1].json()["taskId"]
     assert not results[1].json().get("duplicate")
-    # Inside a tenant, R1 still holds: the same id with other content conflicts.
+    # Inside a tenant, design D8.1 still holds: the same id with other content conflicts.
     task_id = create_workflow(other)["tasks"][0]["taskId"]
     ctx = activate(other, task_id)
     again = report(other, ctx, "STEP_STARTED", 1, eventId="evt-shared-across-tenants")
@@ -194,7 +194,7 @@ def test_an_event_from_further_ahead_than_the_tolerated_clock_skew_is_refused_wi
 
 
 def test_rejections_are_counted_by_operation(http: Http) -> None:
-    """Seed §14.3: an operation's schema rejections spiking is an alert (OperationRejectionsSpike)."""
+    """design D12: an operation's schema rejections spiking is an alert (OperationRejectionsSpike)."""
     from status.infra.metrics import REGISTRY
 
     def count() -> float:

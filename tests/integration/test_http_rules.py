@@ -1,4 +1,4 @@
-"""Acceptance items of the fact layer over HTTP (SPEC §13: AC3–AC7, AC10, AC11, AC13, AC14, AC16, AC18–AC20, AC25)."""
+"""Acceptance items of the fact layer over HTTP (design P3–P7, P10, P11, P13, P14, P16, P18–P20, P25)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _step(snapshot: dict, step_id: str, attempt: int | None = None) -> dict:
     return matches[-1]
 
 
-# ------------------------------------------------------------------ AC3
+# ------------------------------------------------------------------ design P3
 def test_ac3_idempotent_creation_and_tasks_never_move(http: Http) -> None:
     key = f"order-{uuid.uuid4().hex}"
     body = {
@@ -61,7 +61,7 @@ def test_ac3_idempotent_creation_and_tasks_never_move(http: Http) -> None:
     assert again_add.json()["taskId"] == add.json()["taskId"] and again_add.json()["created"] is False
     task_a = first.json()["tasks"][0]["taskId"]
     assert _snapshot(http, task_a)["workflowId"] == first.json()["workflowId"]
-    # Workflow version moved when the task was added (AC20: its own domain).
+    # Workflow version moved when the task was added (design P20: its own domain).
     assert int(add.json()["workflowVersion"]) == int(other["workflowVersion"]) + 1
 
 
@@ -89,7 +89,7 @@ def test_tenant_and_scope_come_from_the_credential(http: Http) -> None:
     assert unknown_field.status_code == 422 and unknown_field.json()["error"]["code"] == "VALIDATION_FAILED"
 
 
-# ------------------------------------------------------------------ AC4
+# ------------------------------------------------------------------ design P4
 def test_ac4_every_bound_field_must_match(http: Http) -> None:
     task_id, ctx = _task(http)
     other_task, _ = _task(http)
@@ -110,7 +110,7 @@ def test_ac4_every_bound_field_must_match(http: Http) -> None:
     # taskId alone is never a credential.
     anonymous = http.client.post("/internal/v1/task-events", json=event_body("STEP_STARTED", 1, taskId=task_id))
     assert anonymous.status_code == 401
-    # A worker service token can't end the task (R4).
+    # A worker service token can't end the task (design D8.4).
     done = http.client.post(
         "/internal/v1/task-events",
         json=event_body("TASK_COMPLETED", 1, taskId=task_id, taskAttempt=1),
@@ -125,7 +125,7 @@ def test_ac4_every_bound_field_must_match(http: Http) -> None:
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
 
 
-# ------------------------------------------------------------------ AC5
+# ------------------------------------------------------------------ design P5
 def test_ac5_unclassified_tasks_work_end_to_end(http: Http) -> None:
     task_id, ctx = _task(http)  # productId/taskType null
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
@@ -152,7 +152,7 @@ def test_ac5_unclassified_tasks_work_end_to_end(http: Http) -> None:
     assert task_id in [x["taskId"] for x in listed]
 
 
-# ------------------------------------------------------------------ AC6
+# ------------------------------------------------------------------ design P6
 def _agent_task(http: Http, policy: dict) -> tuple[str, dict]:
     """A task with one known AGENT.RUN step under ``policy``, its agent execution activated."""
     created = http.client.post(
@@ -237,7 +237,7 @@ def test_ac6_dynamic_registration_is_idempotent_and_limited(http: Http) -> None:
     )
 
 
-# ------------------------------------------------------------------ AC7 / AC16
+# ------------------------------------------------------------------ design P7 / design P16
 def test_ac7_phase_codes_cannot_declare_terminal_state(http: Http) -> None:
     task_id, ctx = _task(http)
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
@@ -314,7 +314,7 @@ def test_ac16_definition_upgrades_do_not_change_running_steps(http: Http) -> Non
     )
 
 
-# ------------------------------------------------------------------ AC10 / AC14 / retries
+# ------------------------------------------------------------------ design P10 / design P14 / retries
 def test_ac10_ac14_old_attempts_and_revoked_handles(http: Http) -> None:
     task_id, first = _task(http)
     assert report(http, first, "STEP_STARTED", 1).status_code == 200
@@ -359,7 +359,7 @@ def test_ac10_expired_and_forged_tokens(http: Http, service: object) -> None:
     assert user_as_service.status_code == 401
 
 
-# ------------------------------------------------------------------ AC11
+# ------------------------------------------------------------------ design P11
 def test_ac11_single_and_batch_give_the_same_result(http: Http) -> None:
     _, ctx = _task(http)
     body = event_body("STEP_STARTED", 1)
@@ -381,7 +381,7 @@ def test_ac11_single_and_batch_give_the_same_result(http: Http) -> None:
     assert retried["taskVersion"] == results[0]["taskVersion"] and retried["duplicate"] is True
 
 
-# ------------------------------------------------------------------ AC13
+# ------------------------------------------------------------------ design P13
 def test_ac13_projections_respect_their_whitelists(http: Http, engine: sa.Engine) -> None:
     task_id, ctx = _task(http, projectId="proj-1")
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
@@ -422,7 +422,7 @@ def test_ac13_projections_respect_their_whitelists(http: Http, engine: sa.Engine
     assert failed["notice"]["type"] == "STEP_FAILED" and failed["notice"]["id"] == f"{task_id}:{failed['taskVersion']}"
 
 
-# ------------------------------------------------------------------ AC18 / AC19
+# ------------------------------------------------------------------ design P18 / design P19
 def test_ac18_timeline_resumes_and_reports_purged_history(http: Http, engine: sa.Engine) -> None:
     task_id, ctx = _task(http)
     for seq, kind in enumerate(["STEP_STARTED", "STEP_PROGRESS", "STEP_PROGRESS"], start=1):
@@ -467,7 +467,7 @@ def test_ac19_producer_duration_is_kept_as_reported(http: Http) -> None:
     assert _step(_snapshot(http, task_id), "02_parse")["durationMs"] == 987654
 
 
-# ------------------------------------------------------------------ AC25 (read side)
+# ------------------------------------------------------------------ design P25 (read side)
 def test_ac25_invisible_tasks_are_404_and_ids_are_not_credentials(http: Http) -> None:
     task_id, _ = _task(http)
     assert http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-2")).status_code == 404

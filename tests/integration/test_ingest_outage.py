@@ -103,7 +103,7 @@ def test_a_30_s_ingest_outage_produces_no_stale_while_a_silent_worker_still_goes
     dead, alive = executions[0], executions[1:]
     clock.advance(2)
     _beat(service, alive, 2)
-    for _ in range(6):  # the grace the seed asks for after reports resume: nothing turns STALE
+    for _ in range(6):  # the grace design D8.7 asks for after reports resume: nothing turns STALE
         clock.advance(5)
         _beat(service, alive, 3 + _)
         assert reconciler.run_once() == 0 or clock.at >= reconciler.quiet_until

@@ -1,4 +1,4 @@
-"""Durable notifications for offline users over HTTP (seed "可选离线通知", unread state shared
+"""Durable notifications for offline users over HTTP (design D8.13, unread state shared
 across devices): which changes create them, idempotency, the unread list, marking read, ACL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Observer passes without Centrifugo: projector folds, reconciler grace, retention (R7, R15, R16)."""
+"""Observer passes without Centrifugo: projector folds, reconciler grace, retention (design D8.7, D8.15, D8.16)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_no_false_stale_burst_after_a_restart(
     service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
 ) -> None:
     """After the observer (re)starts or the database comes back, heartbeats that could not land must
-    not turn into STALE at once: the reconciler waits a grace period first (R7, AC23)."""
+    not turn into STALE at once: the reconciler waits a grace period first (design D8.7, P23)."""
     task_id = create_task(service, coordinator)
     ctx = activate(service, coordinator, task_id, heartbeat_interval_seconds=5, heartbeat_timeout_seconds=20)
     claims = service._tokens.verify(ctx.execution_token, service.now())

@@ -1,4 +1,4 @@
-"""Retention with archives (seed §15.1/§15.6, R16) on MariaDB and SQLite: each kind of data past
+"""Retention with archives (design D14.1, D8.16R16) on MariaDB and SQLite: each kind of data past
 its own window, purged in batches along a watermark; event-log and correction rows archived to
 files, read back and checked before they are deleted; events older than the maximum age refused.
 

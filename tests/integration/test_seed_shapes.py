@@ -1,4 +1,4 @@
-"""The seed's wire shapes over HTTP (seed §3.7, §6.5, §6.8; SPEC §6): error objects, TASK_FAILED,
+"""The wire shapes over HTTP (design D6.1, D9, D8.13): error objects, TASK_FAILED,
 notices and their policy, and the explicit refusal codes."""
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def test_task_failed_takes_the_seed_error_and_failed_step_id(http: Http, engine:
     }
     with engine.connect() as conn:
         must_deliver = publications(conn, task_id, projection="USER_SUMMARY")[-1].must_deliver
-    assert must_deliver  # never coalesced away (seed §6.8)
+    assert must_deliver  # never coalesced away (design D8.13)
     assert "secret-diagnostics" not in _all_payloads(engine, task_id)
 
 
@@ -185,7 +185,7 @@ def test_the_notice_policy_follows_the_seed(http: Http, engine: sa.Engine) -> No
     # Waiting for the user: an action the user must take.
     _, waiting = _step_failure_notice(http, engine, {**base, "retryable": False}, failurePolicy="WAIT_FOR_USER")
     assert waiting["requiresAction"] is True
-    # Every notice carries the seed's fields, and no others of the old shape.
+    # Every notice carries the fields of design D8.13, and no others of the old shape.
     for notice in (retrying, optional, fatal, waiting):
         assert set(notice) >= {
             "id",

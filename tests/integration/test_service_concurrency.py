@@ -1,4 +1,4 @@
-"""Concurrency, atomicity and ordering properties of the write path (AC15, AC17, AC14, AC16)."""
+"""Concurrency, atomicity and ordering properties of the write path (design P15, P17, P14, P16)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The main write path of StatusService on MariaDB and SQLite (SPEC R1, R2, AC1, AC2, AC14, AC15)."""
+"""The main write path of StatusService on MariaDB and SQLite (design D8.1, D8.2, P1, P2, P14, P15)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Heartbeats and staleness on the fact side (R6, R7, AC23)."""
+"""Heartbeats and staleness on the fact side (design D8.6, D8.7, P23)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_ac23_stale_once_and_healthy_once(
     row = _step_row(service, task_id)
     assert (row["health"], row["lifecycle_status"]) == ("STALE", "RUNNING")  # STALE never means FAILED
     version_stale, outbox_stale, _ = _versions_and_outbox(service, task_id)
-    # Seed §6.8: a silent executor is a WARNING that the status is unconfirmed, never a failure.
+    # design D8.13: a silent executor is a WARNING that the status is unconfirmed, never a failure.
     with service.db.engine.connect() as conn:
         summary = publications(conn, task_id, projection="USER_SUMMARY")[-1].payload
     assert summary["notice"]["type"] == "STALE" and summary["notice"]["level"] == "WARNING"

@@ -1,4 +1,4 @@
-"""STALE and the reporting path's silence (R7, seed §17): the reconciler on a real database,
+"""STALE and the reporting path's silence (design D8.7, D18): the reconciler on a real database,
 time passed in.
 
 A fleet of six steps on two producers beats every 5 s with a 10 s timeout. One step's last

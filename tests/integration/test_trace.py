@@ -1,4 +1,4 @@
-"""Tracing a change (seed §14.2): accepted changes are logged, sampled by eventId, with the
+"""Tracing a change (design D12): accepted changes are logged, sampled by eventId, with the
 correlation fields; ``task-observer trace EVENT_ID`` goes from an eventId to the task version it
 committed and each outbox row with its channel and publish state."""
 

@@ -66,7 +66,7 @@ def report(http: Http, ctx: dict[str, Any], event_type: str, seq: int, **fields:
 
 
 def fail_task(http: Http, task_id: str, code: str, message: str | None = None, occurred_at: str | None = None) -> Any:
-    """The coordinator ends the task as FAILED (TASK_FAILED, attempt 1) with the seed's error object."""
+    """The coordinator ends the task as FAILED (TASK_FAILED, attempt 1) with the error object of design D6.1."""
     error = {"category": "BUSINESS_INPUT", "code": code, "retryable": False, "userMessage": message or ""}
     return http.client.post(
         "/internal/v1/task-events",

@@ -4,7 +4,7 @@ Two status API replicas (``task-observer serve``), two Centrifugo nodes on one R
 two observers (``observer --mode loops``) run behind the nginx configuration that ships in
 deploy/nginx. Producers report progress through nginx, each report retried with its eventId until
 acknowledged (as the plugin does); a user's client follows the summary channel through nginx and,
-when a reconnect could not recover from history, loads snapshots through nginx (AC30). Meanwhile
+when a reconnect could not recover from history, loads snapshots through nginx (design P30). Meanwhile
 each process is restarted in turn — SIGTERM, wait for it to exit, start it again, wait until it
 is ready — API replicas first, then Centrifugo nodes, then observers.
 
@@ -63,7 +63,7 @@ class Process:
             return False
 
     def kill(self) -> float:
-        """kill -9: no draining, whatever it was doing is cut off (AC27)."""
+        """kill -9: no draining, whatever it was doing is cut off (design P27)."""
         if self.proc is None or self.proc.poll() is not None:
             return 0.0
         began = time.monotonic()
@@ -250,7 +250,7 @@ async def rolling_restart(  # noqa: C901
             await asyncio.sleep(settle_seconds)
 
         for i, replica in enumerate(replicas):
-            # kill_apis: each replica killed with -9 under load (AC27) instead of drained.
+            # kill_apis: each replica killed with -9 under load (design P27) instead of drained.
             await restart(f"api-{i + 1}", replica.kill if kill_apis else replica.stop, replica.start)
         for name, node in (("centrifugo-a", node_a), ("centrifugo-b", node_b)):
             await restart(name, node.stop, node.start)

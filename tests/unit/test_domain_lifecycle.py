@@ -1,4 +1,4 @@
-"""The lifecycle state machine, table-driven over every event and state (SPEC R2, R4)."""
+"""The lifecycle state machine, table-driven over every event and state (design D8.2, D8.4)."""
 
 from __future__ import annotations
 

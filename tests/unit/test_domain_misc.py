@@ -21,8 +21,8 @@ from status.domain.projections import project_broadcast, task_detail, user_summa
 
 DOMAIN = Path(__file__).resolve().parents[2] / "status" / "domain"
 
-# SPEC §6: the code is the contract, with its HTTP status.
-SPEC_STATUS = {
+# design D6.1: the code is the contract, with its HTTP status.
+STATUS_OF_CODE = {
     "UNAUTHENTICATED": 401,
     "PRODUCER_MISMATCH": 403,
     "OPERATION_MISMATCH": 403,
@@ -48,7 +48,7 @@ SPEC_STATUS = {
 }
 
 
-@pytest.mark.parametrize(("code", "status"), sorted(SPEC_STATUS.items()))
+@pytest.mark.parametrize(("code", "status"), sorted(STATUS_OF_CODE.items()))
 def test_spec_error_codes_map_to_their_http_status(code: str, status: int) -> None:
     assert status_for(error(ErrorCode(code), "x")) == status
 

@@ -1,4 +1,4 @@
-"""The routing rule is frozen like a wire protocol (seed §15.3.3): these vectors pin every part of it.
+"""The routing rule is frozen like a wire protocol (design D14.2): these vectors pin every part of it.
 
 Each vector was produced by this implementation once and is written down here, not recomputed:
 another language's implementation of ``v1`` must reproduce the same numbers. If any part of the
@@ -14,7 +14,7 @@ from status.domain import ids
 
 # (tenantId, ownerId, routing key bytes, XXH64 as unsigned 64-bit, bucket)
 VECTORS = [
-    # The seed's two example inputs, v1␟t-01␟u-88 and v1␟t-01␟u-99, with the values XXH64 gives.
+    # Two example inputs, v1␟t-01␟u-88 and v1␟t-01␟u-99, with the values XXH64 gives.
     ("t-01", "u-88", b"v1\x1ft-01\x1fu-88", 0xCCA84E59E17D5D07, 3335),
     ("t-01", "u-99", b"v1\x1ft-01\x1fu-99", 0xDC74AE5BD58F8AA2, 2722),
     # UTF-8 bytes, not code points; an identity-provider subject; the fields swapped are another key.

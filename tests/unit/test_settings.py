@@ -68,7 +68,7 @@ def test_relay_idle_interval_reaches_the_observer(clean_env: Path, monkeypatch: 
 
 
 def test_dedup_results_must_outlive_the_maximum_event_age(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Seed §15.6: dedup covers the maximum accepted event age plus a retry grace, or a retry past
+    """design D8.16: dedup covers the maximum accepted event age plus a retry grace, or a retry past
     it could be applied twice; a configuration that breaks it refuses to start."""
     policy = Settings.from_env().retention_policy()
     assert policy.problems() == [] and policy.max_event_age is not None and policy.dedup is not None

@@ -48,6 +48,6 @@ def test_no_step_of_a_beating_fleet_is_due_while_nobody_is_heard(
     outage) never have a deadline at or before the cutoff, however long nobody is heard."""
     newest = NOW - timedelta(seconds=outage)
     fleet = HeartbeatCensus(len(behind), 2, newest, interval)
-    timeout = timedelta(seconds=interval * timeout_intervals)  # at least two intervals (SPEC)
+    timeout = timedelta(seconds=interval * timeout_intervals)  # at least two intervals (design D8.7)
     deadlines = [newest - timedelta(seconds=interval * b) + timeout for b in behind]
     assert all(deadline > stale_cutoff(fleet, NOW) for deadline in deadlines)

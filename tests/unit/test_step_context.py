@@ -1,4 +1,4 @@
-"""The plugin's workflow-side context survives being closed elsewhere (issue 21 §6); a binding keeps its fields.
+"""The plugin's workflow-side context survives being closed elsewhere ; a binding keeps its fields.
 
 A worker that stops (or evicts a workflow) in the middle of a step closes the workflow's
 coroutine from elsewhere: the ``task_step`` block then exits in a context other than the one it

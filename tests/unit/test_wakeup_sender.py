@@ -1,4 +1,4 @@
-"""Wake-up datagrams leave from the configured interface, not from every one (issue 21 §8)."""
+"""Wake-up datagrams leave from the configured interface, not from every one ."""
 
 from __future__ import annotations
 

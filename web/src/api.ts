@@ -1,4 +1,4 @@
-/** The user-facing HTTP API of the status service (SPEC §7), with typed errors. */
+/** The user-facing HTTP API of the status service (design D7), with typed errors. */
 
 import type {
   BatchGetResult,
@@ -25,7 +25,7 @@ export abstract class TaskStatusError extends Error {
   abstract readonly retryable: boolean;
 }
 
-/** An error answer of the status service: its stable `code` (SPEC §6) and HTTP status. */
+/** An error answer of the status service: its stable `code` (design D6.1) and HTTP status. */
 export class ApiError extends TaskStatusError {
   constructor(
     readonly status: number,

@@ -13,7 +13,7 @@
  *   `status:batchGet`. Snapshots are also checked when the page becomes
  *   visible again and on a slow jittered timer for running tasks.
  * - While live delivery is down (STALE), what is shown is read again over
- *   HTTP on a jittered timer that slows down while nothing changes (seed §13:
+ *   HTTP on a jittered timer that slows down while nothing changes (design D9:
  *   polling is the fallback, not a frozen page); it stops once LIVE again.
  * - The connection state is `CONNECTING` (before the first live connection),
  *   `LIVE`, `RECOVERING` (live delivery lost, reconnecting), `STALE` (down for
@@ -90,7 +90,7 @@ export interface TaskStatusClientOptions {
   detailCatchUpMs?: number;
   /** Upper bound for open detail subscriptions; the server's limit wins when lower. */
   detailLimit?: number;
-  /** Reconnect back-off bounds handed to the SDK, which adds jitter (AC31). */
+  /** Reconnect back-off bounds handed to the SDK, which adds jitter (design P31). */
   minReconnectDelayMs?: number;
   maxReconnectDelayMs?: number;
   /** For tests: build the realtime connection. */
@@ -514,7 +514,7 @@ export class TaskStatusClient {
     return this.details.get(taskId)?.subscription.deltaStats();
   }
 
-  /** Stop following a task's details; its summary and other details are untouched (AC32). */
+  /** Stop following a task's details; its summary and other details are untouched (design P32). */
   closeDetail(taskId: string): void {
     void this.closeDetailAndRelease(taskId);
   }

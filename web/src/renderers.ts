@@ -2,7 +2,7 @@
  * Operation-specific rendering of step data, looked up by `operationCode` and
  * `data.schema`. Anything without a registered renderer falls back to the
  * generic card, which shows the lifecycle, phase and progress every step has —
- * so a client older than a new operation still shows an honest status (AC21).
+ * so a client older than a new operation still shows an honest status (design P21).
  */
 
 import type { StepDetail } from './types.js';

@@ -4,7 +4,7 @@
  *
  * Every input goes through a version gate, so the order in which messages,
  * history replays and snapshots arrive does not matter: the store only ever
- * moves forward (SPEC §11, AC20). Nothing here touches the network or the DOM.
+ * moves forward (design D11AC20). Nothing here touches the network or the DOM.
  */
 
 import {

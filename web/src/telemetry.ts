@@ -1,7 +1,7 @@
 /**
  * What a page's realtime connection went through, for operators: reconnects, recoveries that
  * history could not fill, snapshot loads and their time, messages this client did not understand,
- * and how long each live change took from its commit to the page (the seed's
+ * and how long each live change took from its commit to the page (the
  * `state_commit_to_visible_seconds`). {@link TaskStatusClient} reports it to
  * `POST /api/me/telemetry` about once a minute; Prometheus does the rest.
  *

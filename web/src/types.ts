@@ -48,7 +48,7 @@ export type NoticeKind =
   | 'CORRECTED'
   | (string & {});
 
-/** A notice on the summary channel (seed §6.8); `id` is `taskId:taskVersion`. */
+/** A notice on the summary channel (design D8.13); `id` is `taskId:taskVersion`. */
 export interface Notice {
   id: string;
   type: NoticeKind;
@@ -66,7 +66,7 @@ export interface Notice {
   stepId: string | null;
 }
 
-/** The projection of TASK_FAILED's error (SPEC §6). */
+/** The projection of TASK_FAILED's error (design D6.1). */
 export interface TaskFailure {
   category: string | null;
   code: string;

@@ -28,7 +28,7 @@ export function compareVersions(a: string | bigint, b: string | bigint): number 
  *
  * One gate per (projection, aggregate kind): summary and detail are gated
  * separately (a summary and a detail of the same taskVersion are both news),
- * and workflow versions live in a gate of their own (SPEC AC20).
+ * and workflow versions live in a gate of their own (design P20).
  */
 export class VersionGate {
   private readonly seen = new Map<string, bigint>();

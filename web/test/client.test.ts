@@ -270,7 +270,7 @@ describe('TaskStatusClient', () => {
     const sub = h.centrifuge.subs.get('task_detail:demo/c')!;
     expect(sub.options.token).toBe('sub-c');
     await expect(sub.options.getToken!()).resolves.toBe('sub-c');
-    // The summary channel is untouched by detail churn (AC32).
+    // The summary channel is untouched by detail churn (design P32).
     expect(h.client.store.taskIds().sort()).toEqual(['a', 'b', 'c']);
     expect(h.client.state).toBe('LIVE');
     h.client.stop();
@@ -552,7 +552,7 @@ describe('TaskStatusClient', () => {
     h.client.stop();
   });
 
-  it('hands the SDK bounded reconnect back-off (the SDK adds jitter), so reconnect storms spread out (AC31)', async () => {
+  it('hands the SDK bounded reconnect back-off (the SDK adds jitter), so reconnect storms spread out (design P31)', async () => {
     const h = harness({ 'GET /api/realtime/session': () => SESSION });
     await h.client.start();
     expect(h.centrifuge.options.minReconnectDelay).toBe(500);

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { RendererRegistry, exampleRenderers, genericCard } from '../src/renderers.js';
 import { step } from './fixtures.js';
 
-describe('renderer registry (AC21)', () => {
+describe('renderer registry (design P21)', () => {
   it('falls back to the generic card for an unknown operation and schema, still showing lifecycle', () => {
     const registry = exampleRenderers();
     const rendered = registry.render(

@@ -69,7 +69,7 @@ describe('summary version gate', () => {
   });
 });
 
-describe('summary vs detail gates (AC20)', () => {
+describe('summary vs detail gates (design P20)', () => {
   it('a summary does not block a detail of the same version and vice versa', () => {
     const { store } = storeWithLog();
     store.wantDetail('t1');
@@ -159,7 +159,7 @@ describe('notices', () => {
     expect(notices).toHaveLength(1);
   });
 
-  it('are delivered even when a detail already moved the summary to that version (AC22/AC24)', () => {
+  it('are delivered even when a detail already moved the summary to that version (design P22/design P24)', () => {
     const { store, changes } = storeWithLog();
     store.applyDetail(detail('t1', 6, 'FAILED'));
     expect(store.applySummary(summary('t1', 6, { lifecycleStatus: 'FAILED', notice: notice('n-6') }))).toBe(false);

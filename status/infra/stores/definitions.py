@@ -57,7 +57,7 @@ class SqlDefinitionStore:
         self._conn.execute(sa.insert(_OPS).values(_operation_row(operation)))
 
     def freeze_operation(self, key: OperationKey, now: datetime) -> None:
-        """An operation version in use can no longer be replaced (AC16)."""
+        """An operation version in use can no longer be replaced (design P16)."""
         self._conn.execute(
             sa.update(_OPS).where(*_operation_key(key), _OPS.c.frozen_at.is_(None)).values(frozen_at=now)
         )

@@ -1,4 +1,4 @@
-"""The heartbeat light path and the reconciler's reads (SPEC R6, R7): step rows' heartbeat columns only."""
+"""The heartbeat light path and the reconciler's reads (design D8.6, D8.7): step rows' heartbeat columns only."""
 
 from __future__ import annotations
 

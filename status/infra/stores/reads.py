@@ -1,4 +1,4 @@
-"""The reads of the public API, each limited to what a user may see (SPEC §3, §7)."""
+"""The reads of the public API, each limited to what a user may see (design D3, D7)."""
 
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ class SqlWorkflowStore:
         )
 
     def freeze_statuses(self, task_type: str, version: int, now: datetime) -> None:
-        """A status set in use can no longer be replaced (AC16)."""
+        """A status set in use can no longer be replaced (design P16)."""
         sd = t.task_status_definition
         self._conn.execute(
             sa.update(sd)
