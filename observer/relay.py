@@ -197,7 +197,7 @@ class OutboxRelay:
         publish to each of its versioned channels and one publish or broadcast to the others."""
         return [command for row in rows for command in _plan(row, skipped).commands]
 
-    async def run_once(self, *, wait_for_mark: bool = True) -> PassResult:  # noqa: C901
+    async def run_once(self, *, wait_for_mark: bool = True) -> PassResult:
         """One read → publish → mark pass.
 
         With ``wait_for_mark=False`` (the observer's loop) the pass returns once its rows
@@ -210,14 +210,7 @@ class OutboxRelay:
         if time.monotonic() < self._unreachable_until:
             await self.flush()  # a batch published before Centrifugo went away is still recorded
             return result  # Centrifugo was unreachable a moment ago: wait before trying again
-        # Database work runs in a thread so the publishing event loop never blocks on it. A mark
-        # left for this pass is written on the claim's connection, just before it reads.
-        marks, self._unwritten = self._unwritten, None
-        try:
-            rows = await asyncio.to_thread(self.claim, self._in_flight, marks)
-        except BaseException:
-            self._unwritten = marks  # perhaps not recorded: again with the next pass (PENDING-guarded)
-            raise
+        rows = await self._read()
         result.claimed = len(rows)
         if not rows:
             await self.flush()
@@ -227,11 +220,34 @@ class OutboxRelay:
         plans = [_plan(row, skipped) for row in rows]
         sent = [plan for plan in plans if plan.commands or plan.unsubscribes]
         coalesced = {plan.row.id for plan in plans if plan.row.messages and not (plan.commands or plan.unsubscribes)}
-        started = time.perf_counter()
         # A revoked user's live subscriptions end first: the revoke's own messages (later in the
         # batch on the same channel) must not reach them.
         ended = {plan.row.id: await self._unsubscribe(plan.unsubscribes) for plan in sent if plan.unsubscribes}
-        commands = [command for plan in sent for command in plan.commands]
+        published = await self._publish([command for plan in sent for command in plan.commands])
+        outcomes = self._outcomes(sent, published, ended)
+        # A row whose payload cannot be read never will be: it goes DEAD at once.
+        damaged = [plan.row for plan in plans if not plan.row.messages]
+        to_mark = [plan.row for plan in sent] + damaged
+        outcomes += [PublishResult(ok=False, permanent=True, error="the row's payload cannot be read")] * len(damaged)
+        marks = self._mark(rows, to_mark, outcomes, coalesced, result)
+        await self.flush()  # the previous batch's mark
+        await self._record(rows, marks, result, wait_for_mark=wait_for_mark)
+        return result
+
+    async def _read(self) -> list[ClaimedRow]:
+        """Claim the next rows. Database work runs in a thread so the publishing event loop never
+        blocks on it; a mark left by the previous pass is written on the claim's connection, just
+        before it reads."""
+        marks, self._unwritten = self._unwritten, None
+        try:
+            return await asyncio.to_thread(self.claim, self._in_flight, marks)
+        except BaseException:
+            self._unwritten = marks  # perhaps not recorded: again with the next pass (PENDING-guarded)
+            raise
+
+    async def _publish(self, commands: list[Command]) -> list[PublishResult]:
+        """One batch to Centrifugo; one result per command, whatever went wrong."""
+        started = time.perf_counter()
         try:
             published: list[PublishResult] = await self.publisher.publish_batch(commands)
             self._problems.cleared("publish", "publishing to Centrifugo works again")
@@ -254,7 +270,12 @@ class OutboxRelay:
                 metrics.PUBLISH_ERRORS.labels(kind="rejected").inc(permanent)
             if len(answered) > permanent:
                 metrics.PUBLISH_ERRORS.labels(kind="temporary").inc(len(answered) - permanent)
-        # Each row's outcome: its commands' worst.
+        return published
+
+    def _outcomes(
+        self, sent: list[_Plan], published: list[PublishResult], ended: dict[int, PublishResult]
+    ) -> list[PublishResult]:
+        """Each sent row's outcome (its commands' worst), and whether to back off from Centrifugo."""
         outcomes, at = [], 0
         for plan in sent:
             own = published[at : at + len(plan.commands)]
@@ -271,12 +292,12 @@ class OutboxRelay:
             self._unreachable_until = time.monotonic() + self._unreachable_backoff * random.uniform(0.5, 1.0)
         else:
             self._unreachable_backoff = 0.0
-        # A row whose payload cannot be read never will be: it goes DEAD at once.
-        damaged = [plan.row for plan in plans if not plan.row.messages]
-        to_mark = [plan.row for plan in sent] + damaged
-        outcomes += [PublishResult(ok=False, permanent=True, error="the row's payload cannot be read")] * len(damaged)
-        marks = self._mark(rows, to_mark, outcomes, coalesced, result)
-        await self.flush()  # the previous batch's mark
+        return outcomes
+
+    async def _record(
+        self, rows: list[ClaimedRow], marks: tuple[Marks, datetime], result: PassResult, *, wait_for_mark: bool
+    ) -> None:
+        """Write this pass's mark now, with the next pass's claim, or while the next pass runs."""
         if wait_for_mark:
             await asyncio.to_thread(self._write, marks)
         elif len(rows) < self.config.batch_size or result.held:
@@ -288,7 +309,6 @@ class OutboxRelay:
             # A backlog: the mark is written while the next batch is read and published.
             self._in_flight = [r.id for r in rows]
             self._marking = asyncio.ensure_future(asyncio.to_thread(self._write, marks))
-        return result
 
     async def _unsubscribe(self, orders: Sequence[tuple[str, Sequence[str]]]) -> PublishResult:
         """End each (channel, users) order's subscriptions."""

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BUDGET = 29
+BUDGET = 28
 MARK = re.compile(r"#\s*noqa: C901\s*$")
 
 
