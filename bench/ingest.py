@@ -51,7 +51,7 @@ import sqlalchemy as sa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import SERVER, process_tree_cpu  # type: ignore[import-not-found]  # noqa: E402
+from common import SERVER, process_tree_cpu, profile_summary, py_spy  # type: ignore[import-not-found]  # noqa: E402
 from task_status_wire import convert  # noqa: E402
 from task_status_wire import task_events_pb2 as pb  # noqa: E402
 from task_status_wire import task_events_pb2_grpc as pb_grpc  # noqa: E402
@@ -584,7 +584,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="API processes (serve --workers)")
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--skip-growth", action="store_true", help="skip the 1M-row event log figure")
+    parser.add_argument("--http-only", action="store_true", help="stop after the HTTP single and batch figures")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="directory: py-spy the API through the HTTP phases (api-single.txt, api-batch.txt) and print the heaviest",
+    )
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
 
     db = f"tso_bench_{secrets.token_hex(3)}"
     server = sa.create_engine(SERVER + "/", poolclass=sa.pool.NullPool)
@@ -611,8 +619,18 @@ def main() -> None:
         api = Api(db, args.port, env, args.workers, args.port + 1)
         try:
             load = Load(api, ServiceTokens(env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]), db)
-            single = http_single(load, args.producers, args.seconds)
-            batch = http_batch(load, args.producers, args.seconds, args.batch_size)
+            profiles = (
+                (None, None)
+                if args.profile is None
+                else (args.profile / "api-single.txt", args.profile / "api-batch.txt")
+            )
+            with py_spy(api.proc.pid, profiles[0]):
+                single = http_single(load, args.producers, args.seconds)
+            with py_spy(api.proc.pid, profiles[1]):
+                batch = http_batch(load, args.producers, args.seconds, args.batch_size)
+            for profile in profiles:
+                if profile is not None:
+                    print(f"profile of the API ({profile.name}):\n{profile_summary(profile, 25)}")
             print(
                 f"ratio single/ceiling: {single['events_per_s'] / ceil['events_per_s']:.2f}"
                 f"  (target >= 0.75 at p99 < 50 ms; p99 {single['p99_ms']:.0f} ms)"
@@ -628,6 +646,8 @@ def main() -> None:
                 f"API CPU per event:    single {single['cpu_ms_per_event']:.2f} ms,"
                 f" batch {batch['cpu_ms_per_event']:.2f} ms  (target <= 0.7 single, <= 0.25 batch)"
             )
+            if args.http_only:
+                return
             g_single = grpc_single(load, args.producers, args.seconds)
             g_batch = grpc_batch(load, args.producers, args.seconds, args.batch_size)
             print(

@@ -331,14 +331,15 @@ def _if_match_version(header: str | None) -> int | None:
 
 def routes(api: Api) -> list[Route]:
     return [
+        # The routes every activity calls, first: Starlette tries routes in order, a pattern each.
+        Route("/internal/v1/task-events", api.report_event, methods=["POST"]),
+        Route("/internal/v1/task-events:batch", api.report_events, methods=["POST"]),
+        Route("/internal/v1/executions:bind", api.bind_executions, methods=["POST"]),
+        Route("/internal/v1/task-heartbeats:batch", api.heartbeats, methods=["POST"]),
         Route("/internal/v1/workflows", api.create_workflow, methods=["POST"]),
         Route("/internal/v1/workflows/{workflow_id}/tasks", api.add_task, methods=["POST"]),
         Route("/internal/v1/tasks/{task_id}/steps/{step_id}:activate", api.activate_step, methods=["POST"]),
         Route("/internal/v1/tasks/{task_id}/executions:register", api.register_execution, methods=["POST"]),
-        Route("/internal/v1/executions:bind", api.bind_executions, methods=["POST"]),
-        Route("/internal/v1/task-events:batch", api.report_events, methods=["POST"]),
-        Route("/internal/v1/task-events", api.report_event, methods=["POST"]),
-        Route("/internal/v1/task-heartbeats:batch", api.heartbeats, methods=["POST"]),
         Route("/internal/v1/tasks/{task_id}/classification", api.classify, methods=["PATCH"]),
         Route("/internal/v1/tasks/{task_id}/temporal-owner", api.set_temporal_owner, methods=["PUT"]),
         Route("/internal/v1/tasks/{task_id}/acl/{principal_type}/{principal_id}", api.acl, methods=["PUT", "DELETE"]),
@@ -483,11 +484,11 @@ def app_of(parts: Components) -> Starlette:
             ),
         ],
         routes=[
+            *routes(api),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/openapi.json", openapi_json),
             Route("/metrics", metrics_endpoint),
-            *routes(api),
             *dashboard_routes(settings),
         ],
         exception_handlers={
