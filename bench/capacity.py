@@ -899,9 +899,9 @@ def backlog(args: argparse.Namespace, s: dict[str, Any], clients: Clients, produ
 
     from status.domain.clock import utcnow
     from status.domain.messages import Aggregate, Message
-    from status.infra import repository as repo
     from status.infra import tables as t
     from status.infra.outbox_rows import unpack
+    from status.infra.stores import sql
 
     ot = t.task_outbox
     engine = sa.create_engine(s["url"], poolclass=sa.pool.NullPool)
@@ -933,7 +933,7 @@ def backlog(args: argparse.Namespace, s: dict[str, Any], clients: Clients, produ
                     # channel, and these must neither swallow nor be swallowed by live rows.
                     backlogged = Aggregate("TASK", f"backlog-{i}", i, parts[0][1][0])
                     messages += [Message(backlogged, ch, proj, data, False, None, now) for proj, ch, data in parts]
-                repo.insert_outbox(conn, messages)
+                sql.insert_outbox(conn, messages)
         before = clients.command("stats")
         _dump_arrivals(clients)
     finally:

@@ -33,11 +33,11 @@ from status.domain.auth import Role, ServicePrincipal
 from status.domain.clock import utcnow
 from status.domain.messages import Aggregate, Message
 from status.domain.model import Progress
-from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.outbox_rows import unpack
+from status.infra.stores import sql
 from status.infra.uow import SqlDatabase
 from status.infra.wakeup import OutboxSignal, WakeReceiver
 from tests.support.settings import make_settings
@@ -61,7 +61,7 @@ async def drain_backlog(url: str, node, rows: int, batch: int) -> None:
     chunk = 5000
     with engine.begin() as conn:
         for start in range(0, rows, chunk):
-            repo.insert_outbox(
+            sql.insert_outbox(
                 conn,
                 [
                     # one message per row, as a change seen on one channel

@@ -1,6 +1,6 @@
 """Outbox partitions: which relay publishes which channels.
 
-A row's partition is a hash of its channel (``status.infra.repository``).
+A row's partition is a hash of its channel (``status.infra.stores.sql``).
 ``outbox_partition`` gives each partition to one live relay at a time under a
 lease the relay renews; ``outbox_relay`` lists the live relays (each renews its
 row in the same round), so a newcomer counts before it holds anything, and says

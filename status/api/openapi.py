@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 from pydantic import BaseModel
 
 from status.api import models as m
-from status.domain import views
+from status.domain import shapes
 from status.domain.errors import ErrorCode
 
 ERROR = {
@@ -50,10 +50,10 @@ _PRIMITIVES: dict[Any, dict[str, Any]] = {
 }
 
 
-def view_schemas() -> dict[str, dict[str, Any]]:
-    """JSON schemas of the published shapes (``status.domain.views``), by name, with those they refer to."""
+def shape_schemas() -> dict[str, dict[str, Any]]:
+    """JSON schemas of the published shapes (``status.domain.shapes``), by name, with those they refer to."""
     schemas: dict[str, dict[str, Any]] = {}
-    pending: list[type] = list(views.MESSAGES)
+    pending: list[type] = list(shapes.MESSAGES)
     while pending:
         shape = pending.pop()
         if shape.__name__ not in schemas:
@@ -369,7 +369,7 @@ def _response(method: str, path: str) -> dict[str, Any]:
 
 
 def build_openapi() -> dict[str, Any]:
-    components: dict[str, Any] = {"Error": ERROR, **view_schemas()}
+    components: dict[str, Any] = {"Error": ERROR, **shape_schemas()}
     paths: dict[str, Any] = {}
     for method, path, summary, model, auth, ok in OPERATIONS:
         op: dict[str, Any] = {

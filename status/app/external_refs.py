@@ -17,7 +17,7 @@ from typing import Any
 from status.app.context import AppContext, require
 from status.app.ports import Stores, UnitOfWork
 from status.app.queries import Queries
-from status.domain import views
+from status.domain import shapes
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.projections import iso
@@ -98,7 +98,7 @@ class ExternalRefCommands:
 
     def task_for_user(
         self, user: UserPrincipal, ref_type: str, ref_value: str, authority_scope: str | None
-    ) -> views.TaskSnapshot:
+    ) -> shapes.TaskSnapshot:
         """The snapshot of the task a reference maps to, if this user may see it (public API).
 
         An invisible task answers exactly like an unknown reference (no probing).

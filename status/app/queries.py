@@ -12,7 +12,7 @@ from typing import Any
 from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
 from status.app.ports import Stores
-from status.domain import views
+from status.domain import shapes
 from status.domain.aggregate import trimmed
 from status.domain.auth import UserPrincipal
 from status.domain.errors import ErrorCode, Invalid, NotFound
@@ -37,7 +37,7 @@ class Queries:
     def can_see_task(stores: Stores, user: UserPrincipal, task_id: str) -> bool:
         return stores.reads.can_see(user, task_id)
 
-    def get_task(self, user: UserPrincipal, task_id: str) -> views.TaskSnapshot:
+    def get_task(self, user: UserPrincipal, task_id: str) -> shapes.TaskSnapshot:
         """The snapshot, or NOT_FOUND when the task doesn't exist *or* isn't visible (no probing)."""
         with self.ctx.db.reading() as stores:
             task = stores.reads.visible_task(user, task_id)
@@ -169,7 +169,7 @@ class Queries:
 
     def get_workflow(
         self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool
-    ) -> views.WorkflowSummaryMessage | views.WorkflowTasks:
+    ) -> shapes.WorkflowSummaryMessage | shapes.WorkflowTasks:
         """The workflow summary and its ACL-trimmed tasks; NOT_FOUND unless the user sees it."""
         with self.ctx.db.reading() as stores:
             seen = self._seen_workflow(stores, user, workflow_id, with_tasks=with_tasks)
@@ -187,7 +187,7 @@ class Queries:
             ]
             return {"workflow": result, "tasks": summaries}
 
-    def snapshot(self, task_id: str) -> views.TaskSnapshot | None:
+    def snapshot(self, task_id: str) -> shapes.TaskSnapshot | None:
         """The current detail state of a task (no access check: callers check visibility)."""
         with self.ctx.db.reading() as stores:
             task = stores.tasks.load(task_id)

@@ -25,7 +25,7 @@ from status.domain.lifecycle import Lifecycle
 from status.domain.model import StepState
 
 if TYPE_CHECKING:
-    from status.domain import views
+    from status.domain import shapes
 
 MIN_SAMPLES = 3
 MIN_RATE_FRACTION = 0.02
@@ -60,7 +60,7 @@ class Estimate:
     remaining_ms: int
     confidence: float
 
-    def to_json(self) -> views.Estimate:
+    def to_json(self) -> shapes.Estimate:
         return {"etaMs": self.remaining_ms, "etaConfidence": round(self.confidence, 2)}
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from status.domain.definitions import Severity
 
 if TYPE_CHECKING:
-    from status.domain import views
+    from status.domain import shapes
 
 
 class NoticeKind(StrEnum):
@@ -52,7 +52,7 @@ class Notice:
     actions: tuple[str, ...] = ()
     step_id: str | None = None
 
-    def to_json(self) -> views.Notice:
+    def to_json(self) -> shapes.Notice:
         return {
             "id": self.id,
             "type": str(self.type),

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, overload
 
-from status.domain import views
+from status.domain import shapes
 from status.domain.eta import DurationStats, Estimate, pending_estimate, step_estimate, task_estimate
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
@@ -76,7 +76,7 @@ def tenant_channel(tenant_id: str) -> str:
 SYSTEM_CHANNEL = "task_system:public"
 
 
-def _progress(progress: Progress | None) -> views.Progress | None:
+def _progress(progress: Progress | None) -> shapes.Progress | None:
     if progress is None:
         return None
     return {"current": progress.current, "total": progress.total, "unit": progress.unit, "percent": progress.percent}
@@ -121,7 +121,7 @@ def _as_set(steps: Steps) -> StepSet:
     return steps if isinstance(steps, StepSet) else StepSet.of(steps)
 
 
-def task_progress(steps: Steps, lifecycle: Lifecycle | None = None) -> views.TaskProgress:
+def task_progress(steps: Steps, lifecycle: Lifecycle | None = None) -> shapes.TaskProgress:
     """Progress over the KNOWN steps (their count is fixed up front, so it never goes backwards);
     ``addedSteps`` counts the steps registered while running and ``addedCompletedSteps`` those of
     them that succeeded, shown beside it. A SUCCEEDED task is done: 100 %, though a known step it
@@ -143,7 +143,7 @@ def task_progress(steps: Steps, lifecycle: Lifecycle | None = None) -> views.Tas
     }
 
 
-def _step_detail(step: StepState, estimate: Estimate | None = None) -> views.StepDetail:
+def _step_detail(step: StepState, estimate: Estimate | None = None) -> shapes.StepDetail:
     """A step attempt as detail messages list it: what the step says, plus its estimate (which
     moves with time, so it is added fresh every time)."""
     seen = _SEEN_STEPS.get(id(step))
@@ -162,11 +162,11 @@ def _step_detail(step: StepState, estimate: Estimate | None = None) -> views.Ste
 # seen last, by the object itself (held here, so its id is not reused while it is kept); a task's
 # next message builds only the steps that changed. Messages are encoded, never changed.
 SEEN_STEPS_KEPT = 8192
-_SEEN_STEPS: dict[int, tuple[StepState, views.StepDetail]] = {}
+_SEEN_STEPS: dict[int, tuple[StepState, shapes.StepDetail]] = {}
 
 
-def _step_shown(step: StepState) -> views.StepDetail:
-    error: views.StepError | None = None
+def _step_shown(step: StepState) -> shapes.StepDetail:
+    error: shapes.StepError | None = None
     if step.error is not None:
         # diagnosticsRef stays server-side (design D5: for operators only).
         error = {
@@ -208,7 +208,7 @@ def _step_shown(step: StepState) -> views.StepDetail:
     }
 
 
-def _task_core(task: TaskState, now: datetime) -> views.TaskFacts:
+def _task_core(task: TaskState, now: datetime) -> shapes.TaskFacts:
     return {
         "taskVersion": str(task.version),
         "title": task.title,
@@ -240,7 +240,7 @@ def _task_core(task: TaskState, now: datetime) -> views.TaskFacts:
     }
 
 
-def task_snapshot(task: TaskState, steps: Steps, now: datetime, history: History | None = None) -> views.TaskSnapshot:
+def task_snapshot(task: TaskState, steps: Steps, now: datetime, history: History | None = None) -> shapes.TaskSnapshot:
     """The full detail state (GET /api/tasks/{id}): every step attempt."""
     step_set = _as_set(steps)
     return _state(task, step_set, step_set.all(), now, history)
@@ -252,8 +252,8 @@ def _state(
     shown: Sequence[StepState],
     now: datetime,
     history: History | None,
-    common: views.TaskCore | None = None,
-) -> views.TaskSnapshot:
+    common: shapes.TaskCore | None = None,
+) -> shapes.TaskSnapshot:
     return {
         "workflowId": task.workflow_id,
         "taskId": task.task_id,
@@ -263,10 +263,10 @@ def _state(
     }
 
 
-NO_ESTIMATE: views.Estimate = {}
+NO_ESTIMATE: shapes.Estimate = {}
 
 
-def _common(task: TaskState, steps: StepSet, now: datetime, history: History | None) -> views.TaskCore:
+def _common(task: TaskState, steps: StepSet, now: datetime, history: History | None) -> shapes.TaskCore:
     """What the summary and the detail state both say of a task, in the order both list it."""
     overall = _task_eta(task, steps, history, now)
     estimate = overall.to_json() if overall else NO_ESTIMATE
@@ -281,15 +281,15 @@ def _common(task: TaskState, steps: StepSet, now: datetime, history: History | N
 
 def user_summary(
     task: TaskState, steps: Steps, now: datetime, notice: Notice | None = None, history: History | None = None
-) -> views.TaskSummaryMessage:
+) -> shapes.TaskSummaryMessage:
     """USER_SUMMARY: list-level state; no step data, no results, no diagnostics."""
     step_set = _as_set(steps)
     return _summary(task, step_set, notice, _common(task, step_set, now, history))
 
 
 def _summary(
-    task: TaskState, steps: StepSet, notice: Notice | None, common: views.TaskCore
-) -> views.TaskSummaryMessage:
+    task: TaskState, steps: StepSet, notice: Notice | None, common: shapes.TaskCore
+) -> shapes.TaskSummaryMessage:
     running = steps.running()
     current = running[-1] if running else None
     return {
@@ -317,7 +317,7 @@ def task_detail(
     now: datetime,
     trigger: dict[str, Any] | None,
     history: History | None = None,
-) -> views.TaskDetailMessage:
+) -> shapes.TaskDetailMessage:
     """TASK_DETAIL: the task state plus the event that produced this version.
 
     Its steps are the task's attempts up to ``DETAIL_WINDOW``; a larger task
@@ -335,8 +335,8 @@ def _detail(
     now: datetime,
     trigger: dict[str, Any] | None,
     history: History | None,
-    common: views.TaskCore | None = None,
-) -> views.TaskDetailMessage:
+    common: shapes.TaskCore | None = None,
+) -> shapes.TaskDetailMessage:
     shown, omitted = steps.window()
     state = _state(task, steps, shown, now, history, common)
     return {
@@ -357,7 +357,7 @@ def summary_and_detail(
     notice: Notice | None,
     trigger: dict[str, Any] | None,
     history: History | None = None,
-) -> tuple[views.TaskSummaryMessage, views.TaskDetailMessage]:
+) -> tuple[shapes.TaskSummaryMessage, shapes.TaskDetailMessage]:
     """``user_summary`` and ``task_detail`` of one change, what they share built once (the task's
     core, its estimate, its progress: half of what each costs). They may hold the same inner
     values: messages are encoded, never changed."""
@@ -365,7 +365,7 @@ def summary_and_detail(
     return _summary(task, steps, notice, common), _detail(task, steps, now, trigger, history, common)
 
 
-def task_removed(task: TaskState) -> views.TaskRemovedMessage:
+def task_removed(task: TaskState) -> shapes.TaskRemovedMessage:
     """A tombstone: the principal no longer sees the task (ACL revoked)."""
     return {
         "kind": "task.removed",
@@ -376,7 +376,7 @@ def task_removed(task: TaskState) -> views.TaskRemovedMessage:
     }
 
 
-def project_broadcast(task: TaskState, steps: Steps, now: datetime) -> views.TaskProjectMessage:
+def project_broadcast(task: TaskState, steps: Steps, now: datetime) -> shapes.TaskProjectMessage:
     """PROJECT_BROADCAST: aggregate progress only; no titles of personal inputs, no results, no errors' text."""
     return {
         "kind": "task.project",
@@ -392,7 +392,7 @@ def project_broadcast(task: TaskState, steps: Steps, now: datetime) -> views.Tas
     }
 
 
-def workflow_summary(workflow: WorkflowState, now: datetime) -> views.WorkflowSummaryMessage:
+def workflow_summary(workflow: WorkflowState, now: datetime) -> shapes.WorkflowSummaryMessage:
     """WORKFLOW_SUMMARY: the aggregate with its own workflowVersion (never a taskVersion)."""
     return {
         "kind": "workflow.summary",
@@ -413,7 +413,7 @@ def workflow_summary(workflow: WorkflowState, now: datetime) -> views.WorkflowSu
     }
 
 
-def system_broadcast(message_id: str, level: str, text: str, now: datetime) -> views.SystemNoticeMessage:
+def system_broadcast(message_id: str, level: str, text: str, now: datetime) -> shapes.SystemNoticeMessage:
     """Broadcast notices (system, tenant, project, user fan-out): service text only, never task data."""
     return {
         "kind": "system.notice",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from status.domain import views
+from status.domain import shapes
 from status.domain.definitions import (
     FailurePolicy,
     OperationDefinition,
@@ -523,7 +523,7 @@ def apply_run_health(
     return Outcome(new_task, None, notice, must_deliver=True)
 
 
-def task_timing(task: TaskState, now: datetime) -> views.Timing:
+def task_timing(task: TaskState, now: datetime) -> shapes.Timing:
     """queue/run/total durations (design D4); run time is the producer's when known."""
     end = task.finished_at or now
     return {

@@ -1,6 +1,6 @@
 """SQLAlchemy Core tables: the whole schema in one ``MetaData``.
 
-Alembic's ``env.py`` and every repository use this module, so the migration
+Alembic's ``env.py`` and every store use this module, so the migration
 and the code can never disagree about a column.  Types are chosen so the same
 definitions work on MySQL 8.0, MariaDB 10.6+ and SQLite (the ``dev`` default):
 

@@ -18,10 +18,10 @@ from cent import AsyncClient, HistoryRequest
 
 from observer.relay import OutboxRelay, RelayConfig
 from status.domain.clock import utcnow
-from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.outbox_rows import OUTBOX_PARTITIONS
+from status.infra.stores import sql
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
 from tests.support.outbox import message, publications
@@ -151,7 +151,7 @@ async def test_permanent_errors_go_dead_and_stay_dead(relay: OutboxRelay, e2e_en
     now = utcnow()
     with e2e_engine.begin() as conn:
         bad_task = f"tsk_bad_{uuid.uuid4().hex}"
-        repo.insert_outbox(
+        sql.insert_outbox(
             conn, [message(bad_task, 1, "no_such_namespace:x", payload={"kind": "task.summary"}, created_at=now)]
         )
         bad_id = conn.scalar(sa.select(ot.c.id).where(ot.c.aggregate_id == bad_task))

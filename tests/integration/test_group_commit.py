@@ -16,9 +16,9 @@ from status.app.service import StatusService
 from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.errors import DomainError, ErrorCode
 from status.domain.model import Progress
-from status.infra import repository as repo
 from status.infra import tables as t
 from status.infra.schemas import JsonSchemaValidator
+from status.infra.stores import sql
 from status.infra.stores.tasks import SqlTaskStore
 from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, event, wide_task
@@ -86,8 +86,8 @@ def test_the_same_event_id_twice_in_one_group(service: StatusService, coordinato
 
 def _crash(monkeypatch: pytest.MonkeyPatch, name: str, when: Any = lambda *a, **k: True) -> None:
     """Fail right after a write of the group (the group's task and step rows are written by the
-    task store in one statement each; the inserts by the repository)."""
-    target: Any = SqlTaskStore if hasattr(SqlTaskStore, name) else repo
+    task store in one statement each; the inserts by status.infra.stores.sql)."""
+    target: Any = SqlTaskStore if hasattr(SqlTaskStore, name) else sql
     original = getattr(target, name)
 
     def crashing(*args: Any, **kwargs: Any) -> Any:

@@ -169,16 +169,16 @@ def test_the_gauges_tell_apart_what_users_must_see_from_what_may_be_coalesced(tm
     """``outbox_oldest_must_deliver_pending_age_seconds`` backs the alert "a terminal state is committed
     but not published" (issue: running it in production, item 1)."""
     from status.infra import migrate
-    from status.infra import repository as repo
     from status.infra.db import create_engine
+    from status.infra.stores import sql
 
     url = f"sqlite:///{tmp_path / 'gauges.sqlite3'}"
     migrate.upgrade(url)
     engine = create_engine(url)
     now = utcnow()
     with engine.begin() as conn:
-        repo.insert_outbox(conn, [message("tsk_progress", 1, "task_user:t/u", created_at=now - timedelta(seconds=90))])
-        repo.insert_outbox(
+        sql.insert_outbox(conn, [message("tsk_progress", 1, "task_user:t/u", created_at=now - timedelta(seconds=90))])
+        sql.insert_outbox(
             conn,
             [message("tsk_failed", 1, "task_user:t/u", must_deliver=True, created_at=now - timedelta(seconds=30))],
         )

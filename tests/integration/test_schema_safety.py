@@ -127,14 +127,14 @@ def test_costly_schemas_are_refused_at_registration(http: Http, schema: dict[str
 
 def test_data_is_validated_before_the_task_row_is_locked(http: Http, monkeypatch: pytest.MonkeyPatch) -> None:
     """A costly validation must not hold the task's other reports: it runs before the lock, once."""
-    from status.infra import repository
     from status.infra.schemas import JsonSchemaValidator
+    from status.infra.stores import sql
 
     task_id = create_workflow(http)["tasks"][0]["taskId"]
     ctx = activate(http, task_id)
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
     order: list[str] = []
-    validate, lock = JsonSchemaValidator._validate, repository.lock_task_version
+    validate, lock = JsonSchemaValidator._validate, sql.lock_task_version
 
     def validating(*args: Any) -> list[str]:
         order.append("validate")
@@ -145,7 +145,7 @@ def test_data_is_validated_before_the_task_row_is_locked(http: Http, monkeypatch
         return lock(*args)
 
     monkeypatch.setattr(JsonSchemaValidator, "_validate", staticmethod(validating))
-    monkeypatch.setattr(repository, "lock_task_version", locking)
+    monkeypatch.setattr(sql, "lock_task_version", locking)
     value = {"page": 3, "pageCount": 9, "nonce": str(id(order))}  # a value no earlier test validated
     response = report(http, ctx, "STEP_PROGRESS", 2, data={"schema": "document.parse.progress.v1", "value": value})
     assert response.status_code == 200, response.text

@@ -15,8 +15,8 @@ from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from status.domain.errors import DomainError
 from status.domain.model import StepError
-from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra.stores import sql
 from status.infra.stores.tasks import SqlTaskStore
 from tests.support.factories import activate, event, wide_task
 
@@ -117,7 +117,7 @@ def test_ac17_a_crash_between_statements_leaves_nothing(
     ctx = activate(service, coordinator, task_id)
     claims = service._tokens.verify(ctx.execution_token, service.now())
     before = _counts(service.db.engine, task_id)
-    _crash_after(monkeypatch, SqlTaskStore if hasattr(SqlTaskStore, point) else repo, point)
+    _crash_after(monkeypatch, SqlTaskStore if hasattr(SqlTaskStore, point) else sql, point)
     the_event = event("STEP_STARTED", 1)
     with pytest.raises(RuntimeError, match="injected crash"):
         service.report_event(claims, the_event)

@@ -14,8 +14,9 @@ import sqlalchemy as sa
 
 from status.app.ports import DuplicateKey
 from status.app.records import DedupRecord
-from status.infra import repository, write_batch
 from status.infra import tables as t
+from status.infra import write_batch
+from status.infra.stores import sql
 from status.infra.uow import SqlDatabase, UnitOfWork
 
 NOW = datetime(2026, 12, 4, 12, 0, 0)
@@ -60,7 +61,7 @@ def test_writes_in_a_batch_are_one_round_trip_and_all_commit(engine: sa.Engine) 
         sent = _round_trips(uow)
         try:
             with uow.batched():
-                repository.insert_dedups(uow.conn, [_dedup(tenant, "e1"), _dedup(tenant, "e2")])  # executemany
+                sql.insert_dedups(uow.conn, [_dedup(tenant, "e1"), _dedup(tenant, "e2")])  # executemany
                 uow.conn.execute(  # a Core statement, SQLAlchemy-compiled
                     sa.insert(t.task_event_dedup).values(**_dedup(tenant, "e3")._asdict() | {"result": {"n": 3}})
                 )
@@ -78,10 +79,10 @@ def test_a_read_in_a_batch_sees_the_writes_before_it(engine: sa.Engine) -> None:
     d = t.task_event_dedup
     with UnitOfWork(engine) as uow:
         with uow.batched():
-            repository.insert_dedups(uow.conn, [_dedup(tenant, "e1")])
+            sql.insert_dedups(uow.conn, [_dedup(tenant, "e1")])
             seen = uow.conn.execute(sa.select(sa.func.count()).select_from(d).where(d.c.tenant_id == tenant))
             assert seen.scalar_one() == 1
-            repository.insert_dedups(uow.conn, [_dedup(tenant, "e2")])
+            sql.insert_dedups(uow.conn, [_dedup(tenant, "e2")])
         uow.commit()
     assert [e for e, _ in _stored(engine, tenant)] == ["e1", "e2"]
 
@@ -90,15 +91,15 @@ def test_a_failing_write_fails_the_batch_and_nothing_of_it_commits(engine: sa.En
     tenant = f"t_{secrets.token_hex(4)}"
     secret = uuid.uuid4().hex
     with UnitOfWork(engine) as uow:
-        repository.insert_dedups(uow.conn, [_dedup(tenant, "taken")])
+        sql.insert_dedups(uow.conn, [_dedup(tenant, "taken")])
         uow.commit()
     db = SqlDatabase(engine)
 
     def work(uow: UnitOfWork) -> None:
         with uow.batched():
-            repository.insert_dedups(uow.conn, [_dedup(tenant, "fresh", secret)])
-            repository.insert_dedups(uow.conn, [_dedup(tenant, "later", secret)])
-            repository.insert_dedups(uow.conn, [_dedup(tenant, "taken", secret)])  # the key is stored
+            sql.insert_dedups(uow.conn, [_dedup(tenant, "fresh", secret)])
+            sql.insert_dedups(uow.conn, [_dedup(tenant, "later", secret)])
+            sql.insert_dedups(uow.conn, [_dedup(tenant, "taken", secret)])  # the key is stored
         uow.commit()
 
     # Classified as a statement's own error is: the duplicate key the unit of work reports.
@@ -109,7 +110,7 @@ def test_a_failing_write_fails_the_batch_and_nothing_of_it_commits(engine: sa.En
     # The connection that failed serves the next transaction as any other would.
     with UnitOfWork(engine) as uow:
         with uow.batched():
-            repository.insert_dedups(uow.conn, [_dedup(tenant, "after")])
+            sql.insert_dedups(uow.conn, [_dedup(tenant, "after")])
         uow.commit()
     assert [e for e, _ in _stored(engine, tenant)] == ["after", "taken"]
 
@@ -125,8 +126,8 @@ def test_a_batch_past_the_query_bound_goes_as_several_queries_and_all_commits(en
         sent = _round_trips(uow) if counted else []
         try:
             with uow.batched():
-                repository.insert_dedups(uow.conn, rows)
-                repository.insert_dedups(uow.conn, [_dedup(tenant, "last")])
+                sql.insert_dedups(uow.conn, rows)
+                sql.insert_dedups(uow.conn, [_dedup(tenant, "last")])
         finally:
             if counted:
                 _restore(uow)

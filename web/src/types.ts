@@ -1,6 +1,6 @@
 /**
  * Wire types of the Task Status Observer realtime and HTTP APIs. The service's shapes
- * (status/domain/views.py) are the source: a test holds these interfaces to them field by field.
+ * (status/domain/shapes.py) are the source: a test holds these interfaces to them field by field.
  *
  * Versions travel as decimal strings; compare them with {@link compareVersions}
  * (BigInt), never as JavaScript numbers.

@@ -9,14 +9,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.domain.auth import UserPrincipal
-from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra.stores import sql
 
 n = t.user_notification
 
 
 def _mine(user: UserPrincipal) -> Any:
-    visible = repo.visible_task_filter(user.tenant_id, user.user_id, user.project_ids, user.role_ids)
+    visible = sql.visible_task_filter(user.tenant_id, user.user_id, user.project_ids, user.role_ids)
     return sa.and_(
         n.c.tenant_id == user.tenant_id,
         n.c.user_id == user.user_id,

@@ -12,8 +12,8 @@ from status.domain.auth import UserPrincipal
 from status.domain.definitions import FailurePolicy
 from status.domain.lifecycle import Lifecycle
 from status.domain.model import TaskState, WorkflowState
-from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra.stores import sql
 
 _RUNNING = (Lifecycle.PENDING.value, Lifecycle.RUNNING.value)
 _FAILED = (Lifecycle.FAILED.value, Lifecycle.TIMED_OUT.value)
@@ -21,7 +21,7 @@ _DONE = (Lifecycle.SUCCEEDED.value, Lifecycle.CANCELLED.value)
 
 
 def _visible(user: UserPrincipal) -> Any:
-    return repo.visible_task_filter(user.tenant_id, user.user_id, user.project_ids, user.role_ids)
+    return sql.visible_task_filter(user.tenant_id, user.user_id, user.project_ids, user.role_ids)
 
 
 def _status_filter(status: str) -> Any:
@@ -58,11 +58,11 @@ class SqlReadStore:
 
     def visible_task(self, user: UserPrincipal, task_id: str) -> TaskState | None:
         row = self._conn.execute(sa.select(t.task).where(t.task.c.id == task_id, _visible(user))).mappings().first()
-        return repo.task_from_row(row) if row is not None else None
+        return sql.task_from_row(row) if row is not None else None
 
     def visible_tasks(self, user: UserPrincipal, task_ids: list[str]) -> list[TaskState]:
         rows = self._conn.execute(sa.select(t.task).where(t.task.c.id.in_(task_ids), _visible(user))).mappings()
-        return [repo.task_from_row(r) for r in rows]
+        return [sql.task_from_row(r) for r in rows]
 
     def events_after(self, task_id: str, after_version: int, limit: int) -> tuple[list[EventRecord], int | None, int]:
         """(up to ``limit`` event-log rows after a version, the oldest version kept, the task's version)."""
@@ -134,11 +134,11 @@ class SqlReadStore:
                 branches.append(granted.order_by(*order).limit(limit))
         seen = sa.union(*(sa.select(branch.subquery()) for branch in branches)).subquery()
         query = sa.select(task).join(seen, seen.c.id == task.c.id).order_by(*order).limit(limit)
-        return [repo.task_from_row(r) for r in self._conn.execute(query).mappings()]
+        return [sql.task_from_row(r) for r in self._conn.execute(query).mappings()]
 
     def workflow(self, workflow_id: str) -> WorkflowState | None:
         row = self._conn.execute(sa.select(t.workflow).where(t.workflow.c.id == workflow_id)).mappings().first()
-        return repo.workflow_from_row(row) if row is not None else None
+        return sql.workflow_from_row(row) if row is not None else None
 
     def visible_tasks_of_workflow(self, user: UserPrincipal, workflow_id: str) -> list[TaskState]:
         rows = self._conn.execute(
@@ -146,4 +146,4 @@ class SqlReadStore:
             .where(t.task.c.workflow_id == workflow_id, _visible(user))
             .order_by(t.task.c.created_at, t.task.c.id)
         ).mappings()
-        return [repo.task_from_row(r) for r in rows]
+        return [sql.task_from_row(r) for r in rows]

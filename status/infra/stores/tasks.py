@@ -12,8 +12,8 @@ from status.app.records import ChangeRecord, DedupRecord, EventRecord, Notificat
 from status.domain.auth import StoredHandle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
-from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra.stores import sql
 from status.infra.stores.bulk import changed_columns, update_rows
 
 _HANDLES = sa.select(
@@ -74,7 +74,7 @@ class SqlTaskStore:
         if not task_ids:
             return {}
         rows = self._conn.execute(sa.select(t.task).where(t.task.c.id.in_(list(task_ids)))).mappings()
-        return {row["id"]: repo.task_from_row(row) for row in rows}
+        return {row["id"]: sql.task_from_row(row) for row in rows}
 
     def acl_grants_of(self, task_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """Unrevoked grants as (principal type, principal id), per task."""
@@ -93,9 +93,9 @@ class SqlTaskStore:
         """New step attempts, as a group leaves them (one multi-row INSERT)."""
         if steps:
             self._conn.execute(
-                repo.INSERT_STEP,
+                sql.INSERT_STEP,
                 [
-                    {"task_id": s.task_id, "step_id": s.step_id, "attempt": s.attempt, **repo.step_values(s)}
+                    {"task_id": s.task_id, "step_id": s.step_id, "attempt": s.attempt, **sql.step_values(s)}
                     for s in steps
                 ],
             )
@@ -130,7 +130,7 @@ class SqlTaskStore:
             [
                 (
                     {"id": after.task_id},
-                    changed_columns(repo.task_values(before) if before else None, repo.task_values(after)),
+                    changed_columns(sql.task_values(before) if before else None, sql.task_values(after)),
                 )
                 for before, after in rows
             ],
@@ -145,7 +145,7 @@ class SqlTaskStore:
             [
                 (
                     {"task_id": after.task_id, "step_id": after.step_id, "attempt": after.attempt},
-                    changed_columns(repo.step_values(before) if before else None, repo.step_values(after)),
+                    changed_columns(sql.step_values(before) if before else None, sql.step_values(after)),
                 )
                 for before, after in rows
             ],
@@ -165,29 +165,29 @@ class SqlTaskStore:
             )
 
     def lock(self, task_id: str) -> TaskState | None:
-        return repo.lock_task(self._conn, task_id)
+        return sql.lock_task(self._conn, task_id)
 
     def lock_version(self, task_id: str, event_id: str) -> tuple[int, str | None, Any] | None:
-        row = repo.lock_task_version(self._conn, task_id, event_id)
+        row = sql.lock_task_version(self._conn, task_id, event_id)
         return (int(row[0]), row[1], row[2]) if row is not None else None
 
     def load(self, task_id: str) -> TaskState | None:
-        return repo.load_task(self._conn, task_id)
+        return sql.load_task(self._conn, task_id)
 
     def steps_of(self, task_id: str, *, lock: bool = False) -> list[StepState]:
-        return repo.steps_of(self._conn, task_id, lock=lock)
+        return sql.steps_of(self._conn, task_id, lock=lock)
 
     def steps_of_tasks(self, task_ids: Sequence[str]) -> dict[str, list[StepState]]:
-        return repo.steps_of_tasks(self._conn, task_ids)
+        return sql.steps_of_tasks(self._conn, task_ids)
 
     def update(self, task: TaskState, before: TaskState | None = None) -> None:
-        repo.update_task(self._conn, task, before)
+        sql.update_task(self._conn, task, before)
 
     def update_step(self, step: StepState, before: StepState | None = None) -> None:
-        repo.update_step(self._conn, step, before)
+        sql.update_step(self._conn, step, before)
 
     def insert_step(self, step: StepState) -> None:
-        repo.insert_step(self._conn, step)
+        sql.insert_step(self._conn, step)
 
     def tenancy(self, task_id: str) -> tuple[str, str] | None:
         """(tenant, authority scope) of a task, unlocked; None when there is no such task."""
@@ -213,13 +213,13 @@ class SqlTaskStore:
         ).scalar()
 
     def acl_grants(self, task_id: str) -> list[tuple[str, str]]:
-        return repo.acl_grants(self._conn, task_id)
+        return sql.acl_grants(self._conn, task_id)
 
     def handles(self, hashes: Iterable[str]) -> dict[str, StoredHandle]:
         return handles_by_hash(self._conn, hashes)
 
     def revoke_handles(self, execution_id: str | None, reason: str, now: datetime) -> None:
-        repo.revoke_handles(self._conn, execution_id, reason, now)
+        sql.revoke_handles(self._conn, execution_id, reason, now)
 
 
 class SqlLogStore:
@@ -228,22 +228,22 @@ class SqlLogStore:
         self._wrote = wrote
 
     def insert_events(self, rows: Sequence[EventRecord]) -> None:
-        repo.insert_events(self._conn, rows)
+        sql.insert_events(self._conn, rows)
 
     def insert_dedups(self, rows: Sequence[DedupRecord]) -> None:
-        repo.insert_dedups(self._conn, rows)
+        sql.insert_dedups(self._conn, rows)
 
     def insert_changes(self, rows: Sequence[ChangeRecord]) -> None:
         if rows:
-            repo.insert_changes(self._conn, rows)
+            sql.insert_changes(self._conn, rows)
             self._wrote("feed")
 
     def insert_notifications(self, rows: Sequence[NotificationRecord]) -> None:
-        repo.insert_notifications(self._conn, rows)
+        sql.insert_notifications(self._conn, rows)
 
     def insert_outbox(self, messages: Sequence[Message]) -> None:
         if messages:
-            repo.insert_outbox(self._conn, messages)
+            sql.insert_outbox(self._conn, messages)
             self._wrote("outbox")
 
     def outbox_rows_of(self, aggregate_type: str, aggregate_id: str) -> int:

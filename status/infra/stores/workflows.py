@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from status.app.records import TaskKeyRow, WorkflowFacts
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import TaskState, WorkflowState
-from status.infra import repository as repo
 from status.infra import tables as t
+from status.infra.stores import sql
 
 wf, wc = t.workflow, t.workflow_change
 
@@ -130,7 +130,7 @@ class SqlWorkflowStore:
                 temporal_namespace=namespace,
                 temporal_workflow_id=workflow_id,
                 temporal_run_id=run_id,
-                **repo.task_values(task),
+                **sql.task_values(task),
             )
         )
 
@@ -163,4 +163,4 @@ class SqlWorkflowStore:
 def _with_facts(row: Any) -> tuple[WorkflowState, WorkflowFacts] | None:
     if row is None:
         return None
-    return repo.workflow_from_row(row), WorkflowFacts(row["request_hash"], row["dynamic_registration_policy"])
+    return sql.workflow_from_row(row), WorkflowFacts(row["request_hash"], row["dynamic_registration_policy"])

@@ -1,4 +1,4 @@
-"""The published shapes are written once (``status.domain.views``) and held everywhere else.
+"""The published shapes are written once (``status.domain.shapes``) and held everywhere else.
 
 * every message the projections build validates against the schema generated from its shape
   (no field more, none missing, each of its type), over states Hypothesis draws;
@@ -24,8 +24,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from status.api.openapi import build_openapi, view_schemas
-from status.domain import views
+from status.api.openapi import build_openapi, shape_schemas
+from status.domain import shapes
 from status.domain.eta import DurationStats
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import Progress, StepError, StepState, WorkflowState
@@ -43,15 +43,15 @@ from status.domain.stepset import StepSet
 from tests.support.states import NOW, step_state, task_state
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = view_schemas()
+SCHEMAS = shape_schemas()
 # One document, as in the OpenAPI one, so that "#/components/schemas/…" resolves as it does there.
 REGISTRY: Registry = Registry().with_resource(
-    "urn:views", Resource.from_contents({"$id": "urn:views", "components": {"schemas": SCHEMAS}}, DRAFT202012)
+    "urn:shapes", Resource.from_contents({"$id": "urn:shapes", "components": {"schemas": SCHEMAS}}, DRAFT202012)
 )
 
 
 def _valid(message: Any, shape: str) -> None:
-    schema = {"$ref": f"urn:views#/components/schemas/{shape}"}
+    schema = {"$ref": f"urn:shapes#/components/schemas/{shape}"}
     errors = list(Draft202012Validator(schema, registry=REGISTRY).iter_errors(json.loads(json.dumps(message))))
     assert not errors, [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
 
@@ -199,7 +199,7 @@ def _nullable(hint: Any) -> bool:
 
 def _shapes() -> list[type]:
     names = set(SCHEMAS)
-    return [getattr(views, name) for name in sorted(names)]
+    return [getattr(shapes, name) for name in sorted(names)]
 
 
 TYPESCRIPT = _typescript_interfaces((ROOT / "web" / "src" / "types.ts").read_text())

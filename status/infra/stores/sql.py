@@ -1,4 +1,4 @@
-"""Row <-> domain mapping and the statements of the write and read paths.
+"""The stores' SQL: row <-> domain mapping and the statements the stores share (write and read paths).
 
 All functions take an open ``Connection`` inside a unit of work; none commits.
 """
