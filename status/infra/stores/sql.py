@@ -18,6 +18,7 @@ from status.domain.model import Progress, StepError, StepState, TaskState, Workf
 from status.infra import outbox_rows
 from status.infra import tables as t
 from status.infra.inserts import Inserter
+from status.infra.prepared import PreparedRead
 
 
 # ------------------------------------------------------------------ mapping
@@ -241,19 +242,21 @@ _LOCK_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id")).with_fo
 _LOAD_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id"))
 # The event path's first statement: lock the task reading only its version (a cached
 # state at that version is current) plus the event's dedup entry, in one round trip.
-_LOCK_TASK_VERSION = (
-    sa.select(t.task.c.version, t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result)
-    .select_from(
-        t.task.outerjoin(
-            t.task_event_dedup,
-            sa.and_(
-                t.task_event_dedup.c.tenant_id == t.task.c.tenant_id,
-                t.task_event_dedup.c.event_id == sa.bindparam("_event_id"),
-            ),
+_LOCK_TASK_VERSION = PreparedRead(
+    lambda _: (
+        sa.select(t.task.c.version, t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result)
+        .select_from(
+            t.task.outerjoin(
+                t.task_event_dedup,
+                sa.and_(
+                    t.task_event_dedup.c.tenant_id == t.task.c.tenant_id,
+                    t.task_event_dedup.c.event_id == sa.bindparam("_event_id"),
+                ),
+            )
         )
+        .where(t.task.c.id == sa.bindparam("_id"))
+        .with_for_update()
     )
-    .where(t.task.c.id == sa.bindparam("_id"))
-    .with_for_update()
 )
 _STEPS = sa.select(t.task_step).where(t.task_step.c.task_id == sa.bindparam("_task_id"))
 _LOCK_STEPS = _STEPS.with_for_update()
@@ -288,7 +291,8 @@ def lock_task(conn: sa.Connection, task_id: str) -> TaskState | None:
 def lock_task_version(conn: sa.Connection, task_id: str, event_id: str) -> Any:
     """Lock a task; (version, dedup payload hash, dedup result) — the dedup entry of ``event_id`` in the
     task's tenant — or None when there is no such task."""
-    return conn.execute(_LOCK_TASK_VERSION, {"_id": task_id, "_event_id": event_id}).first()
+    rows = _LOCK_TASK_VERSION.rows(conn, {"_id": task_id, "_event_id": event_id})
+    return rows[0] if rows else None
 
 
 def load_task(conn: sa.Connection, task_id: str) -> TaskState | None:

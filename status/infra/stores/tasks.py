@@ -13,20 +13,36 @@ from status.domain.auth import StoredHandle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.infra import tables as t
+from status.infra.prepared import PreparedRead, listed
 from status.infra.stores import sql
 from status.infra.stores.bulk import changed_columns, update_rows
 
-_HANDLES = sa.select(
-    t.task_execution_handle.c.handle_hash,
-    t.task_execution_handle.c.task_id,
-    t.task_execution_handle.c.step_id,
-    t.task_execution_handle.c.step_attempt,
-    t.task_execution_handle.c.execution_id,
-    t.task_execution_handle.c.producer_id,
-    t.task_execution_handle.c.expires_at,
-    t.task_execution_handle.c.revoked_at,
-    t.task_execution_handle.c.revoke_reason,
-).where(t.task_execution_handle.c.handle_hash.in_(sa.bindparam("_hashes", expanding=True)))
+_HANDLE = t.task_execution_handle
+_HANDLES = PreparedRead(
+    lambda n: sa.select(
+        _HANDLE.c.handle_hash,
+        _HANDLE.c.task_id,
+        _HANDLE.c.step_id,
+        _HANDLE.c.step_attempt,
+        _HANDLE.c.execution_id,
+        _HANDLE.c.producer_id,
+        _HANDLE.c.expires_at,
+        _HANDLE.c.revoked_at,
+        _HANDLE.c.revoke_reason,
+    ).where(listed(_HANDLE.c.handle_hash, n))
+)
+# Locked in id order, so concurrent groups never deadlock-loop.
+_LOCK_VERSIONS = PreparedRead(
+    lambda n: (
+        sa.select(t.task.c.id, t.task.c.version).where(listed(t.task.c.id, n)).order_by(t.task.c.id).with_for_update()
+    )
+)
+_DEDUP = t.task_event_dedup
+_DEDUPS = PreparedRead(
+    lambda n: sa.select(_DEDUP.c.tenant_id, _DEDUP.c.event_id, _DEDUP.c.payload_hash, _DEDUP.c.result).where(
+        _DEDUP.c.tenant_id == sa.bindparam("_tenant"), listed(_DEDUP.c.event_id, n)
+    )
+)
 
 
 def handles_by_hash(conn: sa.Connection, hashes: Iterable[str]) -> dict[str, StoredHandle]:
@@ -34,7 +50,7 @@ def handles_by_hash(conn: sa.Connection, hashes: Iterable[str]) -> dict[str, Sto
     wanted = sorted(set(hashes))
     if not wanted:
         return {}
-    return {row[0]: StoredHandle(*row[1:]) for row in conn.execute(_HANDLES, {"_hashes": wanted})}
+    return {row[0]: StoredHandle(*row[1:]) for row in _HANDLES.rows(conn, {}, wanted)}
 
 
 class SqlTaskStore:
@@ -47,28 +63,23 @@ class SqlTaskStore:
         the version of each that exists."""
         if not task_ids:
             return {}
-        rows = self._conn.execute(
-            sa.select(t.task.c.id, t.task.c.version)
-            .where(t.task.c.id.in_(sorted(set(task_ids))))
-            .order_by(t.task.c.id)
-            .with_for_update()
-        )
-        return {row.id: int(row.version) for row in rows}
+        return {
+            task_id: int(version) for task_id, version in _LOCK_VERSIONS.rows(self._conn, {}, sorted(set(task_ids)))
+        }
 
     def dedup_entries(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, Any]]:
-        """Stored results of these (tenant, eventId)s, in one read: (payload hash, result)."""
-        wanted = set(keys)
-        if not wanted:
-            return {}
-        d = t.task_event_dedup
-        rows = self._conn.execute(
-            sa.select(d.c.tenant_id, d.c.event_id, d.c.payload_hash, d.c.result).where(
-                d.c.tenant_id.in_(sorted({tenant for tenant, _ in wanted})),
-                d.c.event_id.in_(sorted({event_id for _, event_id in wanted})),
+        """Stored results of these (tenant, eventId)s: (payload hash, result); one read per tenant
+        (a group's events are almost always one tenant's)."""
+        by_tenant: dict[str, set[str]] = {}
+        for tenant, event_id in keys:
+            by_tenant.setdefault(tenant, set()).add(event_id)
+        return {
+            (tenant, event_id): (payload_hash, result)
+            for tenant_id, event_ids in sorted(by_tenant.items())
+            for tenant, event_id, payload_hash, result in _DEDUPS.rows(
+                self._conn, {"_tenant": tenant_id}, sorted(event_ids)
             )
-        )
-        found = {(r.tenant_id, r.event_id): (r.payload_hash, r.result) for r in rows}
-        return {key: entry for key, entry in found.items() if key in wanted}
+        }
 
     def load_many(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
         if not task_ids:
