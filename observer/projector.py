@@ -1,9 +1,9 @@
-"""The workflow projector's loop side: look cheaply for change rows, fold them (``status.app.projection``)."""
+"""The workflow projector's loop side: look cheaply for change rows, fold them (``status.app.workflow_fold``)."""
 
 from __future__ import annotations
 
 from observer import metrics
-from status.app.projection import WorkflowProjection
+from status.app.workflow_fold import WorkflowFold
 from status.infra.probe import RowProbe
 
 
@@ -11,8 +11,8 @@ class WorkflowProjector:
     # The cheap look for work between passes (one indexed row, no lock).
     PROBE = "SELECT 1 FROM workflow_change LIMIT 1"
 
-    def __init__(self, projection: WorkflowProjection, changes: RowProbe, batch_size: int = 500) -> None:
-        self.projection = projection
+    def __init__(self, fold: WorkflowFold, changes: RowProbe, batch_size: int = 500) -> None:
+        self.fold = fold
         self.batch_size = batch_size
         self._changes = changes
         # Change rows folded by the last pass (a full batch means more may be waiting).
@@ -27,6 +27,6 @@ class WorkflowProjector:
         self.last_claimed = 0
         if not self._changes():
             return 0
-        self.last_claimed, bumped = self.projection.fold_changes(self.batch_size)
+        self.last_claimed, bumped = self.fold.fold_changes(self.batch_size)
         metrics.PROJECTOR_FOLDS.inc(bumped)
         return bumped

@@ -195,7 +195,7 @@ def build_observer(settings: Settings, parts: Components | None = None) -> Obser
     relay = OutboxRelay(engine, publisher, relay_id, RelayConfig(log_sample=settings.change_log_sample))
     return Observer(
         relay=relay,
-        projector=WorkflowProjector(parts.projection(), RowProbe(engine, WorkflowProjector.PROBE)),
+        projector=WorkflowProjector(parts.workflow_fold(), RowProbe(engine, WorkflowProjector.PROBE)),
         reconciler=Reconciler(service, config, ActivityProbe(lambda namespace: temporal.connect(settings, namespace))),
         retention=Retention(engine, relay, config),
         runs=RunFollower(

@@ -17,10 +17,10 @@ from functools import cached_property
 import sqlalchemy as sa
 
 from status.app.group_commit import GroupCommitter
-from status.app.projection import WorkflowProjection
 from status.app.readiness import ReadinessMonitor
 from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import StatusService
+from status.app.workflow_fold import WorkflowFold
 from status.domain.clock import utcnow
 from status.domain.readiness import ReadinessPolicy
 from status.infra.centrifugo import CentrifugoApi
@@ -108,8 +108,8 @@ class Components:
         policy = ReadinessPolicy(s.readiness_fail_after, s.readiness_recover_after, s.readiness_interval_ms / 1000)
         return ReadinessMonitor(policy, self.database.ping)
 
-    def projection(self) -> WorkflowProjection:
-        return WorkflowProjection(self.database, self.clock)
+    def workflow_fold(self) -> WorkflowFold:
+        return WorkflowFold(self.database, self.clock)
 
 
 def build(settings: Settings, engine: sa.Engine | None = None) -> Components:

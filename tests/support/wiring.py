@@ -5,13 +5,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from observer.projector import WorkflowProjector
-from status.app.projection import WorkflowProjection
+from status.app.workflow_fold import WorkflowFold
 from status.infra.probe import RowProbe
 from status.infra.uow import SqlDatabase
 
 
 def projector_for(engine: sa.Engine) -> WorkflowProjector:
-    return WorkflowProjector(WorkflowProjection(SqlDatabase(engine)), RowProbe(engine, WorkflowProjector.PROBE))
+    return WorkflowProjector(WorkflowFold(SqlDatabase(engine)), RowProbe(engine, WorkflowProjector.PROBE))
 
 
 def fold_all(engine: sa.Engine) -> None:

@@ -1,4 +1,4 @@
-"""Workflow projection (design D8.15, D8.15): task changes → workflow aggregates.
+"""Workflow aggregates folded from task changes (design D8.15): what the projector runs.
 
 Task commits append to ``workflow_change`` (insert-only) and never lock the
 workflow.  A pass claims change rows with ``SKIP LOCKED``, recomputes each
@@ -22,7 +22,7 @@ from status.domain.clock import now_ms, utcnow
 from status.domain.lifecycle import Lifecycle
 
 
-class WorkflowProjection:
+class WorkflowFold:
     def __init__(self, db: Database, clock: Callable[[], datetime] = utcnow) -> None:
         self.db = db
         self.clock = clock
