@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from status.api import metrics
+from status.api.answers import CountAnswers
 from status.api.changes import ChangeLog
 from status.api.corrections import CorrectionEndpoints
 from status.api.deadline import RequestDeadline
@@ -475,6 +476,8 @@ def app_of(parts: Components) -> Starlette:
     app = Starlette(
         lifespan=lifespan,
         middleware=[
+            # Outermost but for Starlette's own error handler (an unhandled error still counts).
+            Middleware(CountAnswers),
             *cross_origin(settings),
             Middleware(CloseWhileDraining, readiness=parts.readiness),
             Middleware(

@@ -82,3 +82,10 @@ COMMIT_TO_VISIBLE = Histogram(
 CLIENT_REPORTS = Counter(
     "client_telemetry_reports_total", "Browser telemetry reports by transport", ["transport"], registry=REGISTRY
 )
+# The availability objective's measure (docs/slo.md): every HTTP answer by status class.
+HTTP_RESPONSES = Counter(
+    "task_status_http_responses_total",
+    "HTTP answers by status class (2xx, 3xx, 4xx, 5xx)",
+    ["class"],
+    registry=REGISTRY,
+)
