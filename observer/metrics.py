@@ -32,6 +32,12 @@ CLAIM_SECONDS = Histogram(
 )
 COALESCED = Counter("relay_coalesced_total", "Superseded summaries skipped under backlog", registry=REGISTRY)
 DEAD = Counter("relay_dead_total", "Outbox rows that went DEAD", registry=REGISTRY)
+# Partitions taken from a relay that stopped renewing its lease (it died, or paused past it).
+PARTITION_TAKEOVERS = Counter(
+    "relay_partition_takeovers_total",
+    "Outbox partitions taken over from a relay whose lease ran out",
+    registry=REGISTRY,
+)
 PUBLISH_ERRORS = Counter("relay_publish_errors_total", "Failed publications by class", ["kind"], registry=REGISTRY)
 PURGED = Counter("retention_purged_total", "Rows deleted by retention", ["table"], registry=REGISTRY)
 ARCHIVED = Counter(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from observer import metrics
 from status import logs
 from status.infra.partition_store import PartitionStore
 
@@ -102,6 +103,7 @@ class PartitionLeases:
         )
         self._rounds += 1
         if decided.orphaned:
+            metrics.PARTITION_TAKEOVERS.inc(len(decided.orphaned))
             log.warning("took over outbox partitions of a relay that stopped renewing", status=str(decided.orphaned))
         self._held = decided.held
         # Stop publishing a partition before anyone else may take it (margin: one renewal).
