@@ -1,4 +1,4 @@
-"""Dashboard main-thread cost in headless Chromium with 1,000 tasks (issue: a user's first hour).
+"""Dashboard main-thread cost in headless Chromium with 1,000 tasks.
 
     .venv/bin/python bench/dashboard.py [--tasks 1000] [--busy 100] [--rate 100] [--seconds 10]
 

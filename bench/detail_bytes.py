@@ -1,4 +1,4 @@
-"""Bytes on the wire per detail change, with and without fossil delta compression (issue: notification path).
+"""Bytes on the wire per detail change, with and without fossil delta compression.
 
     .venv/bin/python bench/detail_bytes.py [--steps 50] [--changes 40]
 

@@ -1,5 +1,5 @@
 """What one change stores in the outbox and costs the relay to read, one row per change against
-one row per channel (issue: one change, one path, item 4).
+one row per channel.
 
     .venv/bin/python bench/outbox_bytes.py [--steps 3 50] [--viewers 1 3] [--groups 0 2]
 

@@ -1,4 +1,4 @@
-"""Before a silent attempt goes STALE, ask Temporal whether its activity still runs (issue 20 item 4).
+"""Before a silent attempt goes STALE, ask Temporal whether its activity still runs.
 
 For each run behind the reconciler's candidates (at most ``max_runs`` per pass): one describe —
 an activity still pending means STALE stands — and, only if some are not pending, one read of the

@@ -51,8 +51,8 @@ class IdleBackoff:
     ``base`` after a look that found work, then doubling with each look that found nothing, up to
     ``limit``. A commit's wake-up ends any wait at once, so this only decides how late a lost
     wake-up is noticed — ``base`` while there is work about, ``limit`` at most on a system that
-    has been idle a while — and lets an idle observer pay next to nothing per second (issue 30
-    item 5: fixed costs follow the load).
+    has been idle a while — and lets an idle observer pay next to nothing per second (fixed
+    costs follow the load).
     """
 
     base: float
@@ -215,7 +215,7 @@ class Reconciler:
         return len(changed)
 
     def watch_completions(self) -> int:
-        """Attempts whose activity completes elsewhere end as Temporal recorded them (issue 28 item 5)."""
+        """Attempts whose activity completes elsewhere end as Temporal recorded them."""
         if self.probe is None:
             return 0
         return len(self.service.watch_completions(self.probe.ask, limit=self.config.reconciler_batch))

@@ -1,4 +1,4 @@
-"""Multi-row INSERTs into one table, the hot path's way (issue 30 item 2)."""
+"""Multi-row INSERTs into one table, the hot path's way."""
 
 from __future__ import annotations
 

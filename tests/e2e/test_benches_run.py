@@ -1,4 +1,4 @@
-"""Every bench still runs on main (issue 30 item 7): each once, with parameters of seconds, in its
+"""Every bench still runs on main: each once, with parameters of seconds, in its
 own process as an operator runs it. Nothing here asserts a figure — performance lives in bench/
 and docs/benchmarks.md; this only keeps a bench from rotting unnoticed (bench/dashboard.py once
 crashed on main for weeks)."""

@@ -1,4 +1,4 @@
-"""A front-end developer's app (issue 32 item 6): the packed client installed into a throwaway
+"""A front-end developer's app: the packed client installed into a throwaway
 Vite + React + TypeScript app outside web/, type-checked strictly and built for production, served
 on another origin than the API, with the documented cross-origin settings (CORS_ALLOWED_ORIGINS,
 Centrifugo's allowed_origins). In Chromium its tasks appear and update live — also when the API

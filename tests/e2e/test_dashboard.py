@@ -345,7 +345,7 @@ def test_with_centrifugo_down_the_page_keeps_moving_from_snapshots_and_goes_live
 
 
 def test_after_a_reload_the_card_detail_and_unread_list_say_how_the_run_ended(stack: Stack, browser: Browser) -> None:
-    """An operator's stop and a timeout read after a reload as they did live (issue 29 item 3)."""
+    """An operator's stop and a timeout read after a reload as they did live."""
     user = f"quinn-{uuid.uuid4().hex[:6]}"
     coordinator = ServicePrincipal("coordinator-1", stack.http.tenant, "content", frozenset({Role.COORDINATOR}))
     endings = {}

@@ -1,4 +1,4 @@
-"""A stateful node killed under load, on the real HA engines (issue 31): the database's writing
+"""A stateful node killed under load, on the real HA engines: the database's writing
 node in a three-node Galera cluster behind HAProxy, and Centrifugo's Redis primary behind three
 sentinels. Every acknowledged event survives, nothing is shown backwards, the client converges,
 and the work goes on without restarting the API, the observer or Centrifugo.

@@ -1,4 +1,4 @@
-"""``task-observer observer`` as real processes, in both modes (issue: notification layer)."""
+"""``task-observer observer`` as real processes, in both modes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What operators reach, and what the internet does not (issue 29 item 6): the observer's /metrics
+"""What operators reach, and what the internet does not: the observer's /metrics
 listens where OBSERVER_METRICS_HOST says, and the shipped nginx locations keep /metrics, /readyz
 and /healthz off the public side while passing the API through."""
 

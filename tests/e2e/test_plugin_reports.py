@@ -1,4 +1,4 @@
-"""The plugin never loses a report silently (issue: hardening, item 6): credential problems keep and retry,
+"""The plugin never loses a report silently: credential problems keep and retry,
 reports refused for good are kept with why and listed by ``task-observer undeliverable``."""
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ async def test_an_activity_that_outlives_its_handle_still_reports_its_completion
 async def test_one_activity_costs_the_api_two_commits(
     api: Http, live_api: str, tmp_path: Path, e2e_engine: Any
 ) -> None:
-    """Its binding carries its STEP_STARTED (one commit), its end is the other (issue: write path, item 3)."""
+    """Its binding carries its STEP_STARTED (one commit), its end is the other."""
     import sqlalchemy as sa
 
     task_id = create_workflow(api)["tasks"][0]["taskId"]
@@ -170,7 +170,7 @@ async def test_a_burst_of_activities_is_bound_in_one_request_and_one_commit(
     api: Http, live_api: str, tmp_path: Path, e2e_engine: Any
 ) -> None:
     """Five activities that started together: their bindings (each with its STARTED) are one request and
-    one transaction, their ends another (issue: write path, item 3)."""
+    one transaction, their ends another."""
     import sqlalchemy as sa
 
     token = api.service_token("document-parser", "WORKER")
@@ -200,7 +200,7 @@ async def test_a_burst_of_activities_is_bound_in_one_request_and_one_commit(
 async def test_a_heartbeat_rides_with_its_executions_events_at_most_once_per_half_interval(
     api: Http, live_api: str, tmp_path: Path, e2e_engine: Any
 ) -> None:
-    """One request for the events and the heartbeat of an execution (issue: write path, item 3), and
+    """One request for the events and the heartbeat of an execution, and
     no more heartbeat writes than the rounds would make: the next one waits half an interval. The
     rounds themselves are an hour apart here, so what reached the service rode with the events."""
     import sqlalchemy as sa

@@ -1,4 +1,4 @@
-"""Readiness and draining (issue: running it in production, item 2): a replica leaves the load
+"""Readiness and draining: a replica leaves the load
 balancer only when the database is really gone, comes back with hysteresis, and on SIGTERM says it
 is unready before it stops — serving what it is given meanwhile."""
 

@@ -1,4 +1,4 @@
-"""Committed facts reach the right users through a real Centrifugo, and only them (issue: notification layer)."""
+"""Committed facts reach the right users through a real Centrifugo, and only them."""
 
 from __future__ import annotations
 

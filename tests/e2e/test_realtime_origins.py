@@ -1,4 +1,4 @@
-"""Which origins reach Centrifugo, on each transport the client may use (issue 39 item 1).
+"""Which origins reach Centrifugo, on each transport the client may use.
 
 Centrifugo checks ``client.allowed_origins`` on the WebSocket upgrade (403 otherwise); on
 HTTP-streaming and SSE it answers CORS for an allowed origin only, so the browser itself refuses

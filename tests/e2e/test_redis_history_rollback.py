@@ -1,4 +1,4 @@
-"""Centrifugo's history on a Redis that comes back behind what clients saw (issue 31).
+"""Centrifugo's history on a Redis that comes back behind what clients saw.
 
 Redis replicates asynchronously: when Sentinel promotes a replica, the publications the old
 primary acknowledged last may be missing from it, under the same stream epoch. That state is

@@ -1,4 +1,4 @@
-"""Several relays, database failover and cent against a real Centrifugo (issue: notification path)."""
+"""Several relays, database failover and cent against a real Centrifugo."""
 
 from __future__ import annotations
 

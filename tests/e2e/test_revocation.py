@@ -1,4 +1,4 @@
-"""A revoke stops live data at once, not when a token runs out (issue: hardening, item 3)."""
+"""A revoke stops live data at once, not when a token runs out."""
 
 from __future__ import annotations
 

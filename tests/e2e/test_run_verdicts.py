@@ -1,4 +1,4 @@
-"""Temporal's verdict is the task's verdict: tasks end when their runs end, however they end (issue 20).
+"""Temporal's verdict is the task's verdict: tasks end when their runs end, however they end.
 
 Real Temporal dev server, real status service on MariaDB, the plugin on a real worker, and the
 observer's run follower on its shipped interval. Each test ends a run one way and waits for the

@@ -1,4 +1,4 @@
-"""Every way Temporal runs work, the task tells it truly (issue 28): one case per feature.
+"""Every way Temporal runs work, the task tells it truly: one case per feature.
 
 Real Temporal dev server, the status service on MariaDB and on SQLite, the plugin on a real worker and the
 observer's run follower and completion watch on their shipped interval. Each case asserts the

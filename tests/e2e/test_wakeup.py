@@ -1,4 +1,4 @@
-"""The observer sleeps until woken; a lost wake-up only delays until the safety poll (issue: notification path)."""
+"""The observer sleeps until woken; a lost wake-up only delays until the safety poll."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Every request is all or nothing, and every limit the contract states is one the schema stores
-(issue 29 item 9): a batch is parsed whole before any of it is applied (REST; gRPC shares the
+"""Every request is all or nothing, and every limit the contract states is one the schema stores:
+a batch is parsed whole before any of it is applied (REST; gRPC shares the
 parse), the largest allowed value is taken and one past it is a 4xx, every numeric parameter has
 the same parser, and a tenant's list is filtered in the query, before its limit."""
 

@@ -1,4 +1,4 @@
-"""Activation (or registration) and the execution's STEP_STARTED commit together (issue: write path, item 3)."""
+"""Activation (or registration) and the execution's STEP_STARTED commit together."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def test_a_binding_with_its_started_event_writes_each_row_once(
     service: StatusService, coordinator: ServicePrincipal
 ) -> None:
     """The binding's writes and the STARTED's are one set: each table written once, step and task rows
-    carrying the final state (issue: write path, items 1 and 3)."""
+    carrying the final state."""
     statements: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:

@@ -1,6 +1,6 @@
 """An activity that completes elsewhere (asynchronous completion through its task token): its
 worker's last heartbeat says so; the attempt is then watched in Temporal instead of timed on
-heartbeats, and ends as Temporal recorded it (issue 28 item 5). Temporal is played by ``ask``."""
+heartbeats, and ends as Temporal recorded it. Temporal is played by ``ask``."""
 
 from __future__ import annotations
 

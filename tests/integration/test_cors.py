@@ -1,4 +1,4 @@
-"""A page on another origin (issue 32 item 1): the API answers CORS, preflight included, for the
+"""A page on another origin: the API answers CORS, preflight included, for the
 configured origins only; with none configured (the default) nothing changes."""
 
 from __future__ import annotations

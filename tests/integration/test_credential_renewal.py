@@ -1,5 +1,5 @@
 """Execution credentials are short-lived and renewed by the heartbeats that prove their execution
-alive (issue 39 item 1): a token or handle lives EXECUTION_TOKEN_TTL_SECONDS (an hour by default);
+alive: a token or handle lives EXECUTION_TOKEN_TTL_SECONDS (an hour by default);
 a beat accepted past half of that renews it — the handle's expiry moves, a token is issued again —
 and an execution that stops beating loses its credential when it runs out. Time is passed in."""
 

@@ -1,4 +1,4 @@
-"""The database's part of /metrics (issue: running it in production, item 1): transaction latency
+"""The database's part of /metrics: transaction latency
 and pool waits from the service's own units of work, and lock waits, deadlocks and replication from
 the server itself (read by the observer; names as mysqld_exporter's)."""
 

@@ -1,7 +1,7 @@
-"""Every request has a deadline, and the database work under it a time limit (design D13; issue 29
-item 6): a stuck database (here: a row lock, or SQLite's write lock, held elsewhere) gets the
-caller a clear 503 UNAVAILABLE (retryable) within REQUEST_DEADLINE_SECONDS instead of a request
-that hangs; the same request again, once the database answers, is applied once. On MariaDB a
+"""Every request has a deadline, and the database work under it a time limit (design D13): a
+stuck database (here: a row lock, or SQLite's write lock, held elsewhere) gets the caller a
+clear 503 UNAVAILABLE (retryable) within REQUEST_DEADLINE_SECONDS instead of a request that
+hangs; the same request again, once the database answers, is applied once. On MariaDB a
 statement past DB_STATEMENT_TIMEOUT_SECONDS is ended by the server and answered at once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How a run ended survives a reload (issue 29 item 3): the stored notification keeps the live
+"""How a run ended survives a reload: the stored notification keeps the live
 notice whole (title, message, reason, level, the state it reports), the task keeps its ending's
 reason, a step ended for its run has a duration, and the workflow's badge says TIMED_OUT when its
 task timed out. Temporal's verdict is played by a ClosedRun; everything else is the real service."""

@@ -1,4 +1,4 @@
-"""Tasks granted to a PROJECT or ROLE reach its members live (issue 29 item 4): every change's
+"""Tasks granted to a PROJECT or ROLE reach its members live: every change's
 summary (and notice) also goes to the group's shared channel, which the members' connections
 subscribe to; a revoke sends the tombstone there, where the task was received; the fan-out of a
 change is bounded."""

@@ -1,4 +1,4 @@
-"""Hostile input: stable codes, never a 500, never a state change (issue: fact layer)."""
+"""Hostile input: stable codes, never a 500, never a state change."""
 
 from __future__ import annotations
 

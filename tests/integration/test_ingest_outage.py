@@ -1,4 +1,4 @@
-"""No STALE burst after an ingest outage, while one silent worker still goes STALE (issue 20 item 5).
+"""No STALE burst after an ingest outage, while one silent worker still goes STALE.
 
 Its own SQLite database: the reconciler's census covers every running step, so other tests' steps
 must not be in it. Time passes through the service's clock, never by sleeping.

@@ -167,7 +167,7 @@ def test_retention_purges_old_rows_in_bounded_batches(
 
 def test_the_gauges_tell_apart_what_users_must_see_from_what_may_be_coalesced(tmp_path: Path) -> None:
     """``outbox_oldest_must_deliver_pending_age_seconds`` backs the alert "a terminal state is committed
-    but not published" (issue: running it in production, item 1)."""
+    but not published"."""
     from status.infra import migrate
     from status.infra.db import create_engine
     from status.infra.stores import sql

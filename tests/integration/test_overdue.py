@@ -1,4 +1,4 @@
-"""Operators see what is overdue (issue 20 item 6): HTTP (ADMIN), the command line, the same list."""
+"""Operators see what is overdue: HTTP (ADMIN), the command line, the same list."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tenant-registered JSON Schemas never make the service fetch anything, and cannot stall it (issue: hardening)."""
+"""Tenant-registered JSON Schemas never make the service fetch anything, and cannot stall it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Temporal's list of stuck runs (TemporalReportedProblems) as the tasks they own show it: stuck
 (health STALE, stuckSince, a WARNING notice), back when the run moves, idempotent across passes
-and observers, only for the runs listed (issue 28 item 7). Temporal is played by the list."""
+and observers, only for the runs listed. Temporal is played by the list."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Temporal's attempt numbers and a run's last word, over HTTP on MariaDB and SQLite (issue 28)."""
+"""Temporal's attempt numbers and a run's last word, over HTTP on MariaDB and SQLite."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A workflow's aggregate never tells a user about tasks they cannot see (issue: hardening, item 9)."""
+"""A workflow's aggregate never tells a user about tasks they cannot see."""
 
 from __future__ import annotations
 

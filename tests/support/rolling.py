@@ -1,4 +1,4 @@
-"""A rolling restart of every process behind nginx, under load (issue: running it in production).
+"""A rolling restart of every process behind nginx, under load.
 
 Two status API replicas (``task-observer serve``), two Centrifugo nodes on one Redis engine and
 two observers (``observer --mode loops``) run behind the nginx configuration that ships in

@@ -1,4 +1,4 @@
-"""Readiness with hysteresis and draining (issue: running it in production, item 2): the pure rules."""
+"""Readiness with hysteresis and draining: the pure rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The step event's rules, decided without a database (issue 40 item 2): who may report, which
+"""The step event's rules, decided without a database: who may report, which
 attempt and execution are current, how old an event may be, and the state machine's invariants
 as properties over random event sequences."""
 

@@ -1,4 +1,4 @@
-"""Temporal's identifiers decide the piece of work and the step attempt (issue 28), decided purely."""
+"""Temporal's identifiers decide the piece of work and the step attempt, decided purely."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Temporal's verdict, decided purely: how a closed run ends the tasks it owns (issue 20)."""
+"""Temporal's verdict, decided purely: how a closed run ends the tasks it owns."""
 
 from __future__ import annotations
 
