@@ -251,6 +251,21 @@ def _retention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _restore_fence(args: argparse.Namespace) -> int:
+    import json
+
+    from status.infra.db import create_engine
+    from status.infra.fence import fence_versions
+
+    engine = create_engine(Settings.from_env().database_url)
+    try:
+        moved = fence_versions(engine, args.jump) if args.jump else fence_versions(engine)
+    finally:
+        engine.dispose()
+    print(json.dumps(moved, sort_keys=True))
+    return 0
+
+
 def _trace(args: argparse.Namespace) -> int:
     import json
 
@@ -491,6 +506,21 @@ def build_parser() -> argparse.ArgumentParser:
         "retention",
         _retention,
         "run one retention pass now (archive, verify and purge what is past its window); prints the counts",
+    )
+
+    fence = add(
+        "restore-fence",
+        _restore_fence,
+        "after restoring the database to a point in time, before the service starts on it: every task's"
+        " and workflow's version jumps past what the discarded history may have shown clients"
+        " (docs/operations.md, Backups and point-in-time recovery); prints how many rows moved",
+    )
+    fence.add_argument(
+        "--jump",
+        type=int,
+        default=None,
+        help="how far versions jump (default 1000000000: more than a task changes in eleven days"
+        " at a thousand changes a second)",
     )
 
     trace = add(
