@@ -128,7 +128,27 @@ class Retention:
         retention.purge_expired_grants(engine, now)
         for name, position in retention.watermarks(engine).items():
             metrics.RETENTION_WATERMARK.labels(purge=name).set(position.replace(tzinfo=UTC).timestamp())
+        self._gauge_what_is_left(now)
         return purged
+
+    def _gauge_what_is_left(self, now: datetime) -> None:
+        """How far each purge is behind its window, and how large the tables are: a purge that
+        cannot keep up shows as a lag that grows, long before the disk fills."""
+        windows = {
+            "task_event_dedup": self.config.retention.dedup,
+            "user_notification": self.config.retention.notifications,
+            # Kept forever without an archive to move them to (their purge is off).
+            "task_event_log": self.config.retention.events if self.archive is not None else None,
+            "task_correction": self.config.retention.corrections if self.archive is not None else None,
+        }
+        for name, window in windows.items():
+            bound = cutoff(now, window)
+            oldest = None if bound is None else retention.oldest_kept(self.engine, name, bound)
+            lag = 0.0 if bound is None or oldest is None else (bound - oldest).total_seconds()
+            metrics.RETENTION_LAG.labels(table=name).set(max(0.0, lag))
+        for name, (rows, size) in retention.table_sizes(self.engine).items():
+            metrics.TABLE_ROWS.labels(table=name).set(rows)
+            metrics.TABLE_BYTES.labels(table=name).set(size)
 
     def _batches(self, one: Callable[[datetime], int], bound: datetime) -> int:
         """Run ``one`` batch after another while they come back full, at most the configured number."""

@@ -58,6 +58,16 @@ RETENTION_WATERMARK = Gauge(
     ["purge"],
     registry=REGISTRY,
 )
+RETENTION_LAG = Gauge(
+    "retention_lag_seconds",
+    "How long past its window the oldest row each purge still keeps is (0: on time)",
+    ["table"],
+    registry=REGISTRY,
+)
+TABLE_ROWS = Gauge("database_table_rows", "Rows per table (the server's estimate)", ["table"], registry=REGISTRY)
+TABLE_BYTES = Gauge(
+    "database_table_bytes", "Bytes of data and indexes per table (the server's estimate)", ["table"], registry=REGISTRY
+)
 RECONCILER_TRANSITIONS = Counter(
     "reconciler_transitions_total", "Health transitions committed by the reconciler", ["to"], registry=REGISTRY
 )

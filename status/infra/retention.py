@@ -72,6 +72,35 @@ def watermarks(engine: sa.Engine) -> dict[str, datetime]:
         return {name: position for name, position in conn.execute(sa.select(wm.c.name, wm.c.position))}
 
 
+def oldest_kept(engine: sa.Engine, name: str, cutoff: datetime) -> datetime | None:
+    """The date of the oldest row of ``name`` still kept though dated before ``cutoff`` (None when
+    every such row is gone): how far retention is behind (one index probe from the watermark)."""
+    aged = AGED[name]
+    column = aged.table.c[aged.dated_by]
+    with engine.connect() as conn:
+        start = watermark(conn, aged.name)
+        where = [column < cutoff] + ([column >= start - SLACK] if start is not None else [])
+        oldest: datetime | None = conn.execute(sa.select(sa.func.min(column)).where(*where)).scalar()
+    return oldest
+
+
+def table_sizes(engine: sa.Engine) -> dict[str, tuple[int, int]]:
+    """(rows, bytes of data and indexes) of the service's tables, as the server estimates them
+    (MySQL/MariaDB's statistics: no table is scanned); empty on SQLite."""
+    if engine.dialect.name != "mysql":
+        return {}
+    query = sa.text(
+        "SELECT table_name, table_rows, data_length + index_length FROM information_schema.tables"
+        " WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE'"
+    )
+    with engine.connect() as conn:
+        return {
+            str(name): (int(rows or 0), int(size or 0))
+            for name, rows, size in conn.execute(query)
+            if str(name) in t.metadata.tables
+        }
+
+
 def _oldest_first(conn: sa.Connection, aged: Aged, cutoff: datetime, batch: int, columns: Sequence[Any]) -> list[Any]:
     table, column = aged.table, aged.table.c[aged.dated_by]
     start = watermark(conn, aged.name)

@@ -165,6 +165,43 @@ def test_retention_purges_old_rows_in_bounded_batches(
     assert remaining == 0
 
 
+def test_retention_says_how_far_each_purge_is_behind_and_how_large_the_tables_are(
+    service: StatusService, coordinator: ServicePrincipal, tmp_path: Path
+) -> None:
+    from observer import metrics
+
+    def lag(table: str) -> float:
+        value = metrics.REGISTRY.get_sample_value("retention_lag_seconds", {"table": table})
+        assert value is not None
+        return value
+
+    task_id = create_task(service, coordinator)
+    ctx = activate(service, coordinator, task_id)
+    claims = service._tokens.verify(ctx.execution_token, service.now())
+    for seq, kind in enumerate(("STEP_STARTED", "STEP_PROGRESS", "STEP_COMPLETED"), start=1):
+        service.report_event(claims, event(kind, seq))
+    later = utcnow() + timedelta(days=60)
+    relay = OutboxRelay(service.db.engine, None, "retention", clock=lambda: later)  # type: ignore[arg-type]
+    config = LoopConfig(
+        retention=RetentionPolicy(dedup=timedelta(days=7), events=timedelta(days=30)),
+        archive_dir=tmp_path,
+        retention_batch=1,
+        retention_batches_per_pass=1,
+    )
+    retention = Retention(service.db.engine, relay, config)
+    retention.run_once()  # one row of each (more are past their windows)
+    # What is left is 53 days past the dedup results' 7-day window, 30 past the event log's 30.
+    assert 52 * 86400 < lag("task_event_dedup") < 54 * 86400
+    assert 29 * 86400 < lag("task_event_log") < 31 * 86400
+    if service.db.engine.dialect.name == "mysql":
+        rows = metrics.REGISTRY.get_sample_value("database_table_rows", {"table": "task"})
+        size = metrics.REGISTRY.get_sample_value("database_table_bytes", {"table": "task_event_log"})
+        assert rows is not None and size is not None and size > 0
+    retention.config.retention_batch = 100_000
+    retention.run_once()
+    assert lag("task_event_dedup") == 0 and lag("task_event_log") == 0  # caught up
+
+
 def test_the_gauges_tell_apart_what_users_must_see_from_what_may_be_coalesced(tmp_path: Path) -> None:
     """``outbox_oldest_must_deliver_pending_age_seconds`` backs the alert "a terminal state is committed
     but not published"."""
