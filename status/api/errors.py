@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from starlette.requests import Request
 
+from status.api import metrics
 from status.api.responses import JSONResponse
 from status.domain import errors as e
 from status.infra.uow import is_retryable
@@ -43,6 +44,7 @@ def error_body(code: str, message: str, retryable: bool = False) -> dict[str, ob
 
 
 def error_response(error: e.DomainError) -> JSONResponse:
+    metrics.REFUSALS.labels(code=error.code.value).inc()
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, e.Unauthenticated) else None
     return JSONResponse(
         error_body(error.code.value, error.message, error.retryable), status_code=status_for(error), headers=headers

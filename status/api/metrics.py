@@ -63,7 +63,8 @@ GRPC_CALLS = Counter(
 # the realtime problems only clients see.
 CLIENT_EVENTS = Counter(
     "client_events_total",
-    "Browser realtime events: connects, reconnects, recovered_false, snapshots, unknown_messages",
+    "Browser realtime events: connects, reconnects, recovered_false, snapshots, snapshot_failures,"
+    " unknown_messages, unknown_operations, unknown_schemas",
     ["kind"],
     registry=REGISTRY,
 )
@@ -81,6 +82,11 @@ COMMIT_TO_VISIBLE = Histogram(
 )
 CLIENT_REPORTS = Counter(
     "client_telemetry_reports_total", "Browser telemetry reports by transport", ["transport"], registry=REGISTRY
+)
+# Requests refused as a whole, by the stable code of the refusal (design D6.1's list: a fixed set);
+# the authentication and permission codes among them are what a wrong credential or a probe makes.
+REFUSALS = Counter(
+    "task_status_refusals_total", "Requests refused, by the refusal's stable code", ["code"], registry=REGISTRY
 )
 # The availability objective's measure (docs/slo.md): every HTTP answer by status class.
 HTTP_RESPONSES = Counter(

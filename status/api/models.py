@@ -581,6 +581,11 @@ class ClientCountersIn(Body):
     recovered_false: _Count = 0  # a reconnect whose history could not fill the gap (snapshots then)
     snapshots: _Count = 0
     unknown_messages: _Count = 0  # messages of a kind or schemaVersion this client does not know
+    snapshot_failures: _Count = 0  # snapshot reads that failed (each retried with backoff)
+    # Steps shown as the generic card: an operationCode, or a data.schema, the page has no renderer for
+    # (each distinct one once per page).
+    unknown_operations: _Count = 0
+    unknown_schemas: _Count = 0
 
 
 class ClientTelemetryIn(Body):

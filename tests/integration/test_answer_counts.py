@@ -39,3 +39,25 @@ def test_answers_are_counted_by_class(http: Http, monkeypatch: pytest.MonkeyPatc
     assert after["2xx"] - before["2xx"] == 2  # /healthz and the first /metrics read
     assert after["4xx"] - before["4xx"] == 2
     assert after["5xx"] - before["5xx"] == 1
+
+
+def _refusals(http: Http) -> dict[str, float]:
+    text = http.client.get("/metrics").text
+    return {
+        sample.labels["code"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "task_status_refusals"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
+def test_refusals_are_counted_by_their_stable_code(http: Http) -> None:
+    before = _refusals(http)
+    assert http.client.get("/api/tasks/tsk_nope").status_code == 401
+    assert http.client.get("/api/tasks/tsk_nope", headers={"Authorization": "Bearer not-a-token"}).status_code == 401
+    missing = http.client.get("/api/tasks/tsk_nope", headers=http.user("u"))
+    after = _refusals(http)
+    code = missing.json()["error"]["code"]
+    assert after["UNAUTHENTICATED"] - before.get("UNAUTHENTICATED", 0) == 2
+    assert after[code] - before.get(code, 0) == 1

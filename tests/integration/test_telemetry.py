@@ -22,7 +22,16 @@ def _metric(http: Http, name: str, labels: str = "") -> float:
 
 def _report(**overrides: Any) -> dict[str, Any]:
     return {
-        "counters": {"connects": 1, "reconnects": 2, "recoveredFalse": 1, "snapshots": 3, "unknownMessages": 1},
+        "counters": {
+            "connects": 1,
+            "reconnects": 2,
+            "recoveredFalse": 1,
+            "snapshots": 3,
+            "snapshotFailures": 2,
+            "unknownMessages": 1,
+            "unknownOperations": 4,
+            "unknownSchemas": 5,
+        },
         "snapshotSeconds": [0.2, 0.4],
         "commitToVisibleSeconds": [0.05, 0.3, 1.5],
         "transport": "websocket",
@@ -33,14 +42,32 @@ def _report(**overrides: Any) -> dict[str, Any]:
 def test_a_report_feeds_the_counters_and_histograms(http: Http) -> None:
     before = {
         kind: _metric(http, "client_events_total", f'kind="{kind}"')
-        for kind in ("connects", "reconnects", "recovered_false", "snapshots", "unknown_messages")
+        for kind in (
+            "connects",
+            "reconnects",
+            "recovered_false",
+            "snapshots",
+            "snapshot_failures",
+            "unknown_messages",
+            "unknown_operations",
+            "unknown_schemas",
+        )
     }
     visible, visible_sum = (_metric(http, f"state_commit_to_visible_seconds_{s}") for s in ("count", "sum"))
     snapshots = _metric(http, "client_snapshot_seconds_count")
     sent = http.client.post("/api/me/telemetry", json=_report(), headers=http.user("user-1"))
     assert sent.status_code == 204, sent.text
     after = {kind: _metric(http, "client_events_total", f'kind="{kind}"') - n for kind, n in before.items()}
-    assert after == {"connects": 1, "reconnects": 2, "recovered_false": 1, "snapshots": 3, "unknown_messages": 1}
+    assert after == {
+        "connects": 1,
+        "reconnects": 2,
+        "recovered_false": 1,
+        "snapshots": 3,
+        "snapshot_failures": 2,
+        "unknown_messages": 1,
+        "unknown_operations": 4,
+        "unknown_schemas": 5,
+    }
     assert _metric(http, "state_commit_to_visible_seconds_count") - visible == 3
     assert math.isclose(_metric(http, "state_commit_to_visible_seconds_sum") - visible_sum, 1.85)
     assert _metric(http, "client_snapshot_seconds_count") - snapshots == 2

@@ -14,6 +14,7 @@ import {
   TaskStatusClient,
   elapsedAt,
   exampleRenderers,
+  RendererRegistry,
   formatDuration,
   formatRemaining,
   isTerminal,
@@ -83,7 +84,8 @@ function transportsFromQuery(): TransportName[] | undefined {
   return undefined;
 }
 
-const renderers = exampleRenderers();
+// The page's renderers; told the client's telemetry once it exists (steps shown only as the generic card).
+let renderers = exampleRenderers();
 const ticker = new SharedTicker(1000);
 
 /**
@@ -752,6 +754,7 @@ async function boot(token: string): Promise<void> {
       }
     },
   });
+  renderers = exampleRenderers(new RendererRegistry({ telemetry: client.telemetry }));
   const dashboard = new Dashboard(client);
   dashboard.start();
   (window as unknown as { taskStatus: TaskStatusClient }).taskStatus = client;

@@ -668,6 +668,7 @@ export class TaskStatusClient {
           this.refreshed();
           return;
         } catch (error) {
+          this.telemetry.snapshotFailed();
           this.report(error, 'snapshot');
           await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + this.random())));
           delay = Math.min(delay * 2, 15000);
@@ -728,6 +729,7 @@ export class TaskStatusClient {
       const snapshot: TaskSnapshot = await this.api.task(taskId);
       if (this.details.has(taskId)) this.store.applySnapshot(snapshot, { detail: true });
     } catch (error) {
+      if (!(error instanceof ApiError && error.status === 404)) this.telemetry.snapshotFailed();
       if (error instanceof ApiError && error.status === 404) {
         this.closeDetail(taskId);
         this.store.applyNotFound(taskId);

@@ -27,7 +27,14 @@ export {
   type TransportName,
 } from './client.js';
 export { LruSet } from './lru.js';
-export { ClientTelemetry, KNOWN_KINDS, SCHEMA_VERSION, type TelemetryCounters, type TelemetryReport } from './telemetry.js';
+export {
+  ClientTelemetry,
+  KNOWN_KINDS,
+  SCHEMA_VERSION,
+  type TelemetryCounters,
+  type TelemetryReport,
+  type UnknownStepSink,
+} from './telemetry.js';
 export {
   RendererRegistry,
   exampleRenderers,
@@ -35,6 +42,7 @@ export {
   type RenderedField,
   type RenderedStep,
   type RendererKey,
+  type RendererRegistryOptions,
   type StepRenderer,
 } from './renderers.js';
 export {

@@ -5,6 +5,7 @@
  * so a client older than a new operation still shows an honest status (design P21).
  */
 
+import type { UnknownStepSink } from './telemetry.js';
 import type { StepDetail } from './types.js';
 
 export interface RenderedField {
@@ -48,8 +49,20 @@ export function genericCard(step: StepDetail): RenderedStep {
   return { renderer: 'generic', title: step.displayName ?? step.operationCode, fields };
 }
 
+export interface RendererRegistryOptions {
+  /**
+   * Told once per distinct `operationCode` and `data.schema` that could only be shown as the
+   * generic card: give it the client's telemetry (`client.telemetry`) and operators see which
+   * operations and schemas pages meet without a renderer (design D12).
+   */
+  telemetry?: UnknownStepSink;
+}
+
 export class RendererRegistry {
   private readonly renderers = new Map<string, StepRenderer>();
+  private readonly unknown = new Set<string>();
+
+  constructor(private readonly options: RendererRegistryOptions = {}) {}
 
   /** Register a renderer for an operation, a data schema, or both (most specific wins). */
   register(key: RendererKey, renderer: StepRenderer): this {
@@ -77,11 +90,28 @@ export class RendererRegistry {
   /** Render a step; a renderer that throws on unexpected data falls back to the generic card. */
   render(step: StepDetail): RenderedStep {
     const renderer = this.resolve(step);
-    if (renderer === genericCard) return genericCard(step);
+    if (renderer === genericCard) {
+      this.noteUnknown(step);
+      return genericCard(step);
+    }
     try {
       return renderer(step);
     } catch {
       return genericCard(step);
+    }
+  }
+
+  /** Each operation and schema shown only as the generic card, told once. */
+  private noteUnknown(step: StepDetail): void {
+    const sink = this.options.telemetry;
+    if (!sink) return;
+    const seen: [string, 'operation' | 'schema'][] = [[`operation:${step.operationCode}`, 'operation']];
+    const schema = step.data?.schema;
+    if (schema) seen.push([`schema:${schema}`, 'schema']);
+    for (const [key, what] of seen) {
+      if (this.unknown.has(key)) continue;
+      this.unknown.add(key);
+      sink.unknownStep(what);
     }
   }
 }

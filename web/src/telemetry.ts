@@ -1,7 +1,8 @@
 /**
  * What a page's realtime connection went through, for operators: reconnects, recoveries that
- * history could not fill, snapshot loads and their time, messages this client did not understand,
- * and how long each live change took from its commit to the page (the
+ * history could not fill, snapshot loads, their time and their failures, messages this client did
+ * not understand, steps it could only show as the generic card (with a {@link RendererRegistry}
+ * given this telemetry), and how long each live change took from its commit to the page (the
  * `state_commit_to_visible_seconds`). {@link TaskStatusClient} reports it to
  * `POST /api/me/telemetry` about once a minute; Prometheus does the rest.
  *
@@ -15,7 +16,18 @@ export interface TelemetryCounters {
   reconnects: number;
   recoveredFalse: number;
   snapshots: number;
+  /** Snapshot reads that failed (each is retried); a task that no longer exists is no failure. */
+  snapshotFailures: number;
   unknownMessages: number;
+  /** Steps shown as the generic card: an `operationCode` no renderer is registered for, each distinct one once. */
+  unknownOperations: number;
+  /** The same for a `data.schema`. */
+  unknownSchemas: number;
+}
+
+/** What a {@link RendererRegistry} tells about the steps it could only show as the generic card. */
+export interface UnknownStepSink {
+  unknownStep(what: 'operation' | 'schema'): void;
 }
 
 export interface TelemetryReport {
@@ -42,10 +54,19 @@ const MAX_SECONDS = 86_400;
 const MAX_COUNT = 1_000_000; // the service's bound per report
 
 function zero(): TelemetryCounters {
-  return { connects: 0, reconnects: 0, recoveredFalse: 0, snapshots: 0, unknownMessages: 0 };
+  return {
+    connects: 0,
+    reconnects: 0,
+    recoveredFalse: 0,
+    snapshots: 0,
+    snapshotFailures: 0,
+    unknownMessages: 0,
+    unknownOperations: 0,
+    unknownSchemas: 0,
+  };
 }
 
-export class ClientTelemetry {
+export class ClientTelemetry implements UnknownStepSink {
   private counters = zero();
   private snapshots: number[] = [];
   private latencies: number[] = [];
@@ -63,6 +84,15 @@ export class ClientTelemetry {
 
   recoveryFailed(): void {
     this.counters.recoveredFalse += 1;
+  }
+
+  snapshotFailed(): void {
+    this.counters.snapshotFailures += 1;
+  }
+
+  unknownStep(what: 'operation' | 'schema'): void {
+    if (what === 'operation') this.counters.unknownOperations += 1;
+    else this.counters.unknownSchemas += 1;
   }
 
   snapshotLoaded(milliseconds: number): void {
@@ -103,7 +133,7 @@ export class ClientTelemetry {
   get empty(): boolean {
     const c = this.counters;
     return (
-      c.connects + c.reconnects + c.recoveredFalse + c.snapshots + c.unknownMessages === 0 &&
+      Object.values(c).every((count) => count === 0) &&
       this.snapshots.length === 0 &&
       this.latencies.length === 0
     );

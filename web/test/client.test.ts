@@ -809,6 +809,25 @@ describe('TaskStatusClient', () => {
     h.client.stop();
   });
 
+  it('counts the snapshot reads that failed, not a task found gone', async () => {
+    const failing = () => new Response(JSON.stringify({ error: { code: 'UNAVAILABLE', message: 'x', retryable: true } }), { status: 503 });
+    const gone = () => new Response(JSON.stringify({ error: { code: 'UNKNOWN_TASK', message: 'x', retryable: false } }), { status: 404 });
+    const h = harness({
+      'GET /api/realtime/session': () => SESSION,
+      'GET /api/me/tasks': () => ({ tasks: [summary('a', 1), summary('b', 1)], nextCursor: null }),
+      'POST /api/realtime/subscription-token': (body) => ({ channel: `task_detail:demo/${body.taskId}`, token: `sub-${body.taskId}`, expiresAt: 0, grantExpiresAt: '' }),
+      'GET /api/tasks/a': failing,
+      'GET /api/tasks/b': gone,
+    });
+    await h.client.start();
+    await h.client.openDetail('a'); // not live yet: the detail's snapshot is read at once
+    await h.client.openDetail('b');
+    await flush();
+    expect(h.calls.filter((c) => c.path.startsWith('/api/tasks/')).map((c) => c.path).sort()).toEqual(['/api/tasks/a', '/api/tasks/b']);
+    expect(h.client.telemetry.take(null).counters.snapshotFailures).toBe(1);
+    h.client.stop();
+  });
+
   it('reports what the page went through to the service, and keeps a report that could not be sent', async () => {
     const reports: any[] = [];
     let accept = false;
@@ -837,7 +856,16 @@ describe('TaskStatusClient', () => {
     expect(reports).toHaveLength(1);
     const [sent] = reports;
     // Snapshots: the one after the first subscribe (realtime came within the grace: no other), the recovery's.
-    expect(sent.counters).toEqual({ connects: 1, reconnects: 1, recoveredFalse: 1, snapshots: 2, unknownMessages: 1 });
+    expect(sent.counters).toEqual({
+      connects: 1,
+      reconnects: 1,
+      recoveredFalse: 1,
+      snapshots: 2,
+      snapshotFailures: 0,
+      unknownMessages: 1,
+      unknownOperations: 0,
+      unknownSchemas: 0,
+    });
     expect(sent.commitToVisibleSeconds).toHaveLength(1);
     expect(sent.snapshotSeconds).toHaveLength(2);
     // Refused (503): nothing is lost; the next report carries it.

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { RendererRegistry, exampleRenderers, genericCard } from '../src/renderers.js';
+import { ClientTelemetry } from '../src/telemetry.js';
 import { step } from './fixtures.js';
 
 describe('renderer registry (design P21)', () => {
@@ -30,6 +31,20 @@ describe('renderer registry (design P21)', () => {
       throw new Error('unexpected shape');
     });
     expect(registry.render(step('a', { data: { schema: 's.v1', value: 3 } }))).toEqual(genericCard(step('a', { data: { schema: 's.v1', value: 3 } })));
+  });
+
+  it("tells the page's telemetry each operation and schema it could only show generically, once", () => {
+    const telemetry = new ClientTelemetry(() => 0);
+    const registry = exampleRenderers(new RendererRegistry({ telemetry }));
+    const unknown = step('x', { operationCode: 'SOMETHING.NEW', data: { schema: 'new.v9', value: {} } });
+    registry.render(unknown);
+    registry.render(unknown); // the same step again (every update re-renders it): told once
+    registry.render(step('y', { operationCode: 'SOMETHING.NEW' }));
+    registry.render(step('z', { operationCode: 'OTHER.NEW' }));
+    registry.render(step('p', { operationCode: 'DOCUMENT.PARSE', data: { schema: 'document.parse.progress.v1', value: { page: 1 } } }));
+    const counters = telemetry.take(null).counters;
+    expect(counters.unknownOperations).toBe(2); // SOMETHING.NEW, OTHER.NEW; the parse step has its renderer
+    expect(counters.unknownSchemas).toBe(1); // new.v9
   });
 
   it('renders the example document progress schema', () => {

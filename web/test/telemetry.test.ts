@@ -15,7 +15,16 @@ describe('ClientTelemetry', () => {
     t.recoveryFailed();
     t.snapshotLoaded(250);
     const report = t.take('websocket');
-    expect(report.counters).toEqual({ connects: 1, reconnects: 2, recoveredFalse: 1, snapshots: 1, unknownMessages: 0 });
+    expect(report.counters).toEqual({
+      connects: 1,
+      reconnects: 2,
+      recoveredFalse: 1,
+      snapshots: 1,
+      snapshotFailures: 0,
+      unknownMessages: 0,
+      unknownOperations: 0,
+      unknownSchemas: 0,
+    });
     expect(report.snapshotSeconds).toEqual([0.25]);
     expect(report.transport).toBe('websocket');
     expect(t.empty).toBe(true); // taken: the next report starts from zero
