@@ -241,12 +241,17 @@ class Reconciler:
         return len(self.service.watch_completions(self.probe.ask, limit=self.config.reconciler_batch))
 
     def _count_overdue(self, now: datetime) -> None:
-        """The overdue_tasks gauge, refreshed every ``overdue_interval`` (a read, never a write)."""
+        """The overdue_tasks gauge and the heartbeats' freshness, refreshed every ``overdue_interval``
+        (reads, never a write)."""
         last = self._overdue_counted_at
         if last is not None and (now - last).total_seconds() < self.config.overdue_interval:
             return
         self._overdue_counted_at = now
         metrics.OVERDUE_TASKS.set(len(self.service.overdue(None, limit=OVERDUE_GAUGE_LIMIT)))
+        fresh = self.service.heartbeat_freshness(metrics.HEARTBEAT_AGE_BUCKETS)
+        metrics.RUNNING_HEARTBEATS.set(fresh.running)
+        metrics.RUNNING_HEARTBEATS_OVERDUE.set(fresh.overdue)
+        metrics.HEARTBEAT_AGES.set(fresh.running, fresh.heard_within)
 
 
 class ObserverLoops:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeHistogramMetricFamily
+from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -68,6 +70,43 @@ TABLE_ROWS = Gauge("database_table_rows", "Rows per table (the server's estimate
 TABLE_BYTES = Gauge(
     "database_table_bytes", "Bytes of data and indexes per table (the server's estimate)", ["table"], registry=REGISTRY
 )
+# The freshness objective (docs/slo.md): running executions that heartbeat, those past their
+# timeout, and how old their last heartbeats are (counted by the reconciler every minute).
+RUNNING_HEARTBEATS = Gauge("running_heartbeats", "Running step attempts that heartbeat", registry=REGISTRY)
+RUNNING_HEARTBEATS_OVERDUE = Gauge(
+    "running_heartbeats_overdue",
+    "Running step attempts that heartbeat, silent past their heartbeat timeout (STALE or about to be)",
+    registry=REGISTRY,
+)
+HEARTBEAT_AGE_BUCKETS = (5, 15, 30, 45, 60, 120, 300, 900)
+
+
+class HeartbeatAges(Collector):
+    """``running_heartbeat_age_seconds``: a gauge histogram (a distribution now, not events
+    counted over time) of running executions' last heartbeat ages."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.heard_within: dict[int, int] = {}
+
+    def set(self, running: int, heard_within: dict[int, int]) -> None:
+        self.running, self.heard_within = running, dict(heard_within)
+
+    def collect(self) -> list[GaugeHistogramMetricFamily]:
+        if not self.heard_within:
+            return []
+        buckets = [(str(float(age)), self.heard_within[age]) for age in sorted(self.heard_within)]
+        return [
+            GaugeHistogramMetricFamily(
+                "running_heartbeat_age_seconds",
+                "How long ago running step attempts were last heard (the never heard count in +Inf)",
+                buckets=[*buckets, ("+Inf", self.running)],
+            )
+        ]
+
+
+HEARTBEAT_AGES = HeartbeatAges()
+REGISTRY.register(HEARTBEAT_AGES)
 RECONCILER_TRANSITIONS = Counter(
     "reconciler_transitions_total", "Health transitions committed by the reconciler", ["to"], registry=REGISTRY
 )
@@ -75,6 +114,12 @@ PROJECTOR_FOLDS = Counter("projector_folds_total", "Workflow aggregates recomput
 LOOP_ERRORS = Counter("observer_loop_errors_total", "Errors in observer loops", ["loop"], registry=REGISTRY)
 RUN_VERDICTS = Counter(
     "run_verdicts_total", "Tasks ended by Temporal's verdict after their run closed", ["status"], registry=REGISTRY
+)
+RUN_CLOSE_TO_TASK_END = Histogram(
+    "run_close_to_task_end_seconds",
+    "From a Temporal run's close to the commit ending a task it left open (the run-end objective)",
+    buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
 )
 RUN_HANDOVERS = Counter(
     "run_handovers_total", "Open tasks handed to the run that continues a closed one", registry=REGISTRY

@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from observer import metrics
 from status import logs
+from status.app.runs import FollowResult
 from status.app.service import StatusService
 from status.domain.verdicts import ClosedRun, RunStatus, continuation
 
@@ -116,15 +117,7 @@ class RunFollower:
             run = await self._closed_run(client, namespace, execution)
             continued_by = continuation(run, *await self._newest_run(client, run))
             result = await asyncio.to_thread(self.service.runs.follow, run, continued_by, tasks)
-            metrics.RUN_VERDICTS.labels(status=run.status.value).inc(len(result.ended))
-            metrics.RUN_HANDOVERS.inc(len(result.handed_over))
-            if result.ended or result.handed_over:
-                log.info(
-                    "a Temporal run closed",
-                    status=run.status.value,
-                    ended=len(result.ended),
-                    handedOver=len(result.handed_over),
-                )
+            _counted(run, result)
             changed += len(result.ended) + len(result.handed_over)
             if continued_by is not None:  # later closes of this page see the tasks with their new run
                 moved = set(result.handed_over)
@@ -204,3 +197,21 @@ class RunFollower:
         description = await client.get_workflow_handle(run.workflow_id).describe()
         first = description.raw_description.workflow_execution_info.first_run_id or None
         return description.run_id, description.start_time, first
+
+
+def _counted(run: ClosedRun, result: FollowResult) -> None:
+    """What following a closed run did, for operators: verdicts, hand-overs, and how long after
+    the close each task it ended ended (the run-end objective, docs/slo.md)."""
+    metrics.RUN_VERDICTS.labels(status=run.status.value).inc(len(result.ended))
+    metrics.RUN_HANDOVERS.inc(len(result.handed_over))
+    closed = run.close_time if run.close_time.tzinfo else run.close_time.replace(tzinfo=UTC)
+    late = max(0.0, (datetime.now(UTC) - closed).total_seconds())
+    for _ in result.ended:
+        metrics.RUN_CLOSE_TO_TASK_END.observe(late)
+    if result.ended or result.handed_over:
+        log.info(
+            "a Temporal run closed",
+            status=run.status.value,
+            ended=len(result.ended),
+            handedOver=len(result.handed_over),
+        )

@@ -28,7 +28,7 @@ from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import StepError
 from status.domain.projections import iso
 from status.domain.reports import HEALTH_PRODUCER
-from status.domain.silence import HeartbeatCensus
+from status.domain.silence import HeartbeatCensus, HeartbeatFreshness
 from status.domain.verdicts import (
     ActivityOutcome,
     ActivityRef,
@@ -336,6 +336,13 @@ class HealthCommands:
         """What the reconciler needs to tell a dead worker from an ingest outage (one aggregate read)."""
         with self.ctx.db.reading() as stores:
             return HeartbeatCensus(*stores.heartbeats.census())
+
+    def heartbeat_freshness(self, ages: Sequence[int]) -> HeartbeatFreshness:
+        """How fresh running executions' heartbeats are now (one aggregate read)."""
+        now = self.ctx.now()
+        with self.ctx.db.reading() as stores:
+            running, overdue, heard = stores.heartbeats.freshness(now, ages)
+        return HeartbeatFreshness(running, overdue, dict(zip(ages, heard, strict=True)))
 
     def mark_stale(  # noqa: C901
         self,

@@ -235,6 +235,11 @@ class HeartbeatStore(Protocol):
         """(running executions with a deadline, their producers, newest heartbeat, shortest interval)."""
         ...
 
+    def freshness(self, now: datetime, ages: Sequence[int]) -> tuple[int, int, list[int]]:
+        """(running executions that heartbeat, those past their timeout, and per age in ``ages``
+        how many were heard within it)."""
+        ...
+
     def overdue_executions(self, now: datetime, limit: int, tenant_scope: tuple[str, str] | None = None) -> list[Any]:
         """RUNNING + HEALTHY attempts past their heartbeat deadline (unlocked), oldest deadline first,
         with their tenant, scope and Temporal activity (when known); of one tenant's scope when given."""

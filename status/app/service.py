@@ -98,6 +98,7 @@ class StatusService:
         self.mark_stale = self.health.mark_stale
         self.watch_completions = self.health.watch_completions
         self.heartbeat_census = self.health.heartbeat_census
+        self.heartbeat_freshness = self.health.heartbeat_freshness
         self.grant_access = self.access.grant_access
         self.revoke_access = self.access.revoke_access
         self.broadcast = self.broadcasts.broadcast

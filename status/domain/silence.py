@@ -32,6 +32,17 @@ class HeartbeatCensus:
     shortest_interval_seconds: int | None  # the shortest heartbeat interval among them
 
 
+@dataclass(frozen=True)
+class HeartbeatFreshness:
+    """How fresh the running executions' heartbeats are at one instant (the freshness objective,
+    docs/slo.md): how many heartbeat, how many are past their timeout (silent: STALE, or about to
+    be), and per age in seconds how many were heard within it."""
+
+    running: int
+    overdue: int
+    heard_within: dict[int, int]
+
+
 def _a_fleet(census: HeartbeatCensus) -> bool:
     return census.producers >= 2 or census.running >= MIN_STEPS_FOR_A_FLEET
 

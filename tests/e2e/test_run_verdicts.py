@@ -22,6 +22,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
+from observer import metrics
 from observer.loops import LoopConfig
 from observer.runs import RunFollower
 from status.app.service import StatusService
@@ -144,10 +145,13 @@ async def test_a_terminated_run_stops_its_task_with_the_operators_reason(
     e2e_service: StatusService,
     e2e_engine: sa.Engine,
 ) -> None:
+    ended_late = metrics.REGISTRY.get_sample_value("run_close_to_task_end_seconds_count") or 0
     async with _worker(api, live_api, temporal_env, task_queue, tmp_path), _following(e2e_service, temporal_env):
         handle, task_id = await _start_waiting(temporal_env, task_queue, api)
         await handle.terminate(reason="maintenance window")
         snap = await _eventually(lambda: _ended(api, task_id), "the terminated run's task ended")
+    # The run-end objective's measure (docs/slo.md): from the run's close to the task's end.
+    assert metrics.REGISTRY.get_sample_value("run_close_to_task_end_seconds_count") == ended_late + 1
     assert snap["lifecycleStatus"] == "CANCELLED"
     assert _no_step_running(snap)
     assert [s["lifecycleStatus"] for s in snap["steps"] if s["stepId"] == "01_work"] == ["CANCELLED"]
