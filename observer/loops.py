@@ -251,7 +251,7 @@ class Reconciler:
         fresh = self.service.heartbeat_freshness(metrics.HEARTBEAT_AGE_BUCKETS)
         metrics.RUNNING_HEARTBEATS.set(fresh.running)
         metrics.RUNNING_HEARTBEATS_OVERDUE.set(fresh.overdue)
-        metrics.HEARTBEAT_AGES.set(fresh.running, fresh.heard_within)
+        metrics.HEARTBEAT_AGES.set(fresh.running, fresh.heard_within, fresh.age_sum_seconds)
 
 
 class ObserverLoops:

@@ -88,9 +88,10 @@ class HeartbeatAges(Collector):
     def __init__(self) -> None:
         self.running = 0
         self.heard_within: dict[int, int] = {}
+        self.age_sum = 0.0
 
-    def set(self, running: int, heard_within: dict[int, int]) -> None:
-        self.running, self.heard_within = running, dict(heard_within)
+    def set(self, running: int, heard_within: dict[int, int], age_sum: float) -> None:
+        self.running, self.heard_within, self.age_sum = running, dict(heard_within), age_sum
 
     def collect(self) -> list[GaugeHistogramMetricFamily]:
         if not self.heard_within:
@@ -101,6 +102,7 @@ class HeartbeatAges(Collector):
                 "running_heartbeat_age_seconds",
                 "How long ago running step attempts were last heard (the never heard count in +Inf)",
                 buckets=[*buckets, ("+Inf", self.running)],
+                gsum_value=self.age_sum,
             )
         ]
 

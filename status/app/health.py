@@ -341,8 +341,8 @@ class HealthCommands:
         """How fresh running executions' heartbeats are now (one aggregate read)."""
         now = self.ctx.now()
         with self.ctx.db.reading() as stores:
-            running, overdue, heard = stores.heartbeats.freshness(now, ages)
-        return HeartbeatFreshness(running, overdue, dict(zip(ages, heard, strict=True)))
+            running, overdue, heard, age_sum = stores.heartbeats.freshness(now, ages)
+        return HeartbeatFreshness(running, overdue, dict(zip(ages, heard, strict=True)), age_sum)
 
     def mark_stale(  # noqa: C901
         self,

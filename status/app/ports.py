@@ -235,9 +235,9 @@ class HeartbeatStore(Protocol):
         """(running executions with a deadline, their producers, newest heartbeat, shortest interval)."""
         ...
 
-    def freshness(self, now: datetime, ages: Sequence[int]) -> tuple[int, int, list[int]]:
-        """(running executions that heartbeat, those past their timeout, and per age in ``ages``
-        how many were heard within it)."""
+    def freshness(self, now: datetime, ages: Sequence[int]) -> tuple[int, int, list[int], float]:
+        """(running executions that heartbeat, those past their timeout, per age in ``ages`` how
+        many were heard within it, and the sum of the heard ones' ages in seconds)."""
         ...
 
     def overdue_executions(self, now: datetime, limit: int, tenant_scope: tuple[str, str] | None = None) -> list[Any]:

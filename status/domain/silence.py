@@ -41,6 +41,7 @@ class HeartbeatFreshness:
     running: int
     overdue: int
     heard_within: dict[int, int]
+    age_sum_seconds: float = 0.0  # of the last beats' ages (executions never heard have none)
 
 
 def _a_fleet(census: HeartbeatCensus) -> bool:

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from observer import metrics
 from observer.loops import LoopConfig, Reconciler
@@ -79,10 +80,15 @@ def test_running_executions_are_counted_by_how_long_ago_they_were_heard(
     ][0]["accepted"]
     assert freshness(start + timedelta(seconds=26)) == (3, 2, {5: 1, 30: 3, 60: 3})
     assert freshness(start + timedelta(seconds=44)) == (3, 2, {5: 0, 30: 1, 60: 3})
+    assert abs(service.heartbeat_freshness((5,)).age_sum_seconds - (19 + 44 + 44)) < 0.01
 
     Reconciler(service, LoopConfig())._count_overdue(clock[0])  # what the observer exports
     assert metrics.REGISTRY.get_sample_value("running_heartbeats") == 3
     assert metrics.REGISTRY.get_sample_value("running_heartbeats_overdue") == 2
     assert metrics.REGISTRY.get_sample_value("running_heartbeat_age_seconds_bucket", {"le": "30.0"}) == 1
     assert metrics.REGISTRY.get_sample_value("running_heartbeat_age_seconds_bucket", {"le": "+Inf"}) == 3
+    exposed = generate_latest(metrics.REGISTRY).decode()  # what Prometheus scrapes
+    assert "running_heartbeat_age_seconds_gcount 3.0" in exposed and "running_heartbeats_overdue 2.0" in exposed
+    gsum = metrics.REGISTRY.get_sample_value("running_heartbeat_age_seconds_gsum")
+    assert gsum is not None and abs(gsum - 107) < 0.01
     engine.dispose()

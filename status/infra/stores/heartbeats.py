@@ -261,22 +261,27 @@ class SqlHeartbeatStore:
         ).one()
         return int(running), int(producers), newest, shortest
 
-    def freshness(self, now: datetime, ages: Sequence[int]) -> tuple[int, int, list[int]]:
-        """(running executions that heartbeat, those past their timeout, and per age in ``ages``
-        how many were heard within it), in one aggregate over the rows ``census`` reads."""
+    def freshness(self, now: datetime, ages: Sequence[int]) -> tuple[int, int, list[int], float]:
+        """(running executions that heartbeat, those past their timeout, per age in ``ages`` how
+        many were heard within it, and the sum of the heard ones' ages in seconds), in one
+        aggregate over the rows ``census`` reads."""
         overdue = sa.and_(*self._overdue(now))
         heard = [
             sa.func.sum(sa.case((ts.c.last_heartbeat_at >= now - timedelta(seconds=age), 1), else_=0)) for age in ages
         ]
+        if self._conn.dialect.name == "sqlite":
+            age = (sa.func.julianday(now.isoformat(sep=" ")) - sa.func.julianday(ts.c.last_heartbeat_at)) * 86400
+        else:
+            age = sa.func.timestampdiff(sa.literal_column("MICROSECOND"), ts.c.last_heartbeat_at, now) / 1e6
         row = self._conn.execute(
-            sa.select(sa.func.count(), sa.func.sum(sa.case((overdue, 1), else_=0)), *heard).where(
+            sa.select(sa.func.count(), sa.func.sum(sa.case((overdue, 1), else_=0)), sa.func.sum(age), *heard).where(
                 ts.c.lifecycle_status == Lifecycle.RUNNING.value,
                 ts.c.superseded.is_(sa.false()),
                 ts.c.heartbeat_deadline_at.is_not(None),
                 ~_completes_elsewhere(),
             )
         ).one()
-        return int(row[0]), int(row[1] or 0), [int(n or 0) for n in row[2:]]
+        return int(row[0]), int(row[1] or 0), [int(n or 0) for n in row[3:]], float(row[2] or 0.0)
 
     def overdue_executions(self, now: datetime, limit: int, tenant_scope: tuple[str, str] | None = None) -> list[Any]:
         """RUNNING + HEALTHY attempts past their heartbeat deadline (unlocked), oldest deadline first,
