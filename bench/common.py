@@ -51,6 +51,75 @@ def scratch_database() -> Iterator[str]:
             conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
 
 
+def stack_env(url: str, node: CentrifugoNode, data_dir: Path, centrifugo_api_url: str | None = None) -> dict[str, str]:
+    """The settings of a bench's own API and observer processes (to merge over ``os.environ``):
+    test mode on ``url``, Centrifugo ``node`` (its API through ``centrifugo_api_url`` where a proxy
+    stands in front of it), fresh signing secrets, the observer's metrics on a port of the system's."""
+    return {
+        "TASK_OBSERVER_ENV": "test",
+        "TASK_OBSERVER_DATABASE_URL": url,
+        "TASK_OBSERVER_CENTRIFUGO_API_URL": centrifugo_api_url or node.api_url,
+        "TASK_OBSERVER_CENTRIFUGO_API_KEY": node.api_key,
+        "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node.token_secret,
+        "TASK_OBSERVER_CENTRIFUGO_PUBLIC_URL": node.ws_url,
+        "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
+        "TASK_OBSERVER_DATA_DIR": str(data_dir),
+        **{
+            f"TASK_OBSERVER_{n}": secrets.token_hex(32)
+            for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
+        },
+    }
+
+
+def running_executions_http(base_url: str, token: str, count: int, owner: str, producer: str) -> list[dict[str, Any]]:
+    """``count`` one-step tasks of ``owner`` (a workflow each), each step activated by ``producer``
+    and STARTED (eventId ``{producer}-{executionId}-1``): executions ready for progress reports,
+    each its binding's answer (``executionId``, ``executionToken`` …) with its ``taskId``."""
+    import time
+    import uuid
+
+    import httpx
+
+    executions = []
+    with httpx.Client(base_url=base_url, timeout=10, headers={"Authorization": f"Bearer {token}"}) as http:
+        for n in range(count):
+            created = http.post(
+                "/internal/v1/workflows",
+                json={
+                    "clientWorkflowKey": f"wf-{uuid.uuid4().hex}",
+                    "ownerId": owner,
+                    "title": f"{producer} {n}",
+                    "initialTasks": [
+                        {
+                            "clientTaskKey": "t",
+                            "title": "t",
+                            "knownSteps": [{"stepId": "s", "operationCode": "DOCUMENT.PARSE"}],
+                        }
+                    ],
+                },
+            )
+            created.raise_for_status()
+            task_id = created.json()["tasks"][0]["taskId"]
+            bound = http.post(
+                f"/internal/v1/tasks/{task_id}/steps/s:activate", json={"attempt": 1, "producerId": producer}
+            )
+            bound.raise_for_status()
+            execution = {**bound.json(), "taskId": task_id}
+            started = http.post(
+                "/internal/v1/task-events",
+                json={
+                    "eventId": f"{producer}-{execution['executionId']}-1",
+                    "eventType": "STEP_STARTED",
+                    "sourceSeq": 1,
+                    "occurredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+                headers={"Authorization": f"Bearer {execution['executionToken']}"},
+            )
+            started.raise_for_status()
+            executions.append(execution)
+    return executions
+
+
 @contextmanager
 def centrifugo_node() -> Iterator[CentrifugoNode]:
     with tempfile.TemporaryDirectory() as tmp:

@@ -73,7 +73,13 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from common import REPO, centrifugo_node, scratch_database  # type: ignore[import-not-found]
+from common import (  # type: ignore[import-not-found]
+    REPO,
+    centrifugo_node,
+    running_executions_http,
+    scratch_database,
+    stack_env,
+)
 from task_status_interceptors import TaskStatusPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -157,19 +163,8 @@ class Stack:
         self.tmp = Path(tempfile.mkdtemp())
         self.env = {
             **os.environ,
-            "TASK_OBSERVER_ENV": "test",
-            "TASK_OBSERVER_DATABASE_URL": url,
-            "TASK_OBSERVER_CENTRIFUGO_API_URL": centrifugo_api_url,
-            "TASK_OBSERVER_CENTRIFUGO_API_KEY": node.api_key,
-            "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node.token_secret,
-            "TASK_OBSERVER_CENTRIFUGO_PUBLIC_URL": node.ws_url,
-            "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
-            "TASK_OBSERVER_DATA_DIR": str(self.tmp),
+            **stack_env(url, node, self.tmp, centrifugo_api_url),
             "TASK_OBSERVER_INTERNAL_RATE_PER_SECOND": "0",
-            **{
-                f"TASK_OBSERVER_{n}": secrets.token_hex(32)
-                for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
-            },
         }
         self.api: subprocess.Popen[bytes] | None = None
         self.observer: subprocess.Popen[bytes] | None = None
@@ -322,40 +317,7 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
             token = ServiceTokens(stack.env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
                 "faults", TENANT, "s", [Role.COORDINATOR, Role.WORKER]
             )
-            http = httpx.Client(base_url=stack.base, timeout=10, headers={"Authorization": f"Bearer {token}"})
-            executions = []
-            for n in range(8):
-                created = http.post(
-                    "/internal/v1/workflows",
-                    json={
-                        "clientWorkflowKey": f"wf-{uuid.uuid4().hex}",
-                        "ownerId": USER,
-                        "title": f"load {n}",
-                        "initialTasks": [
-                            {
-                                "clientTaskKey": "t",
-                                "title": "t",
-                                "knownSteps": [{"stepId": "s", "operationCode": "DOCUMENT.PARSE"}],
-                            }
-                        ],
-                    },
-                ).json()
-                task_id = created["tasks"][0]["taskId"]
-                ctx = http.post(
-                    f"/internal/v1/tasks/{task_id}/steps/s:activate", json={"attempt": 1, "producerId": "faults"}
-                ).json()
-                started = {
-                    "eventId": f"faults-{ctx['executionId']}-1",
-                    "eventType": "STEP_STARTED",
-                    "sourceSeq": 1,
-                    "occurredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                }
-                http.post(
-                    "/internal/v1/task-events",
-                    json=started,
-                    headers={"Authorization": f"Bearer {ctx['executionToken']}"},
-                )
-                executions.append({**ctx, "taskId": task_id})
+            executions = running_executions_http(stack.base, token, 8, USER, "faults")
 
             conn_token, _ = RealtimeTokens(node.token_secret, 3600).connection(
                 UserPrincipal(TENANT, USER), [f"task_user:{TENANT}/{USER}"]

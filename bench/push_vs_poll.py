@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from common import (  # type: ignore[import-not-found]
     create_tasks_http,
     percentile,
     scratch_database,
+    stack_env,
     wait_observer_settled,
 )
 from push_poll_workflows import STEP_STARTED_AT, SteppedWorkflow, slow_step  # type: ignore[import-not-found]
@@ -210,20 +210,7 @@ async def push_phase(  # noqa: C901
     # Push: plugin → status API → outbox → observer → Centrifugo → WebSocket client.
     push = Phase(f"push, {viewers} viewer(s)")
     with scratch_database() as url:
-        secrets_env = {
-            "TASK_OBSERVER_ENV": "test",
-            "TASK_OBSERVER_DATABASE_URL": url,
-            "TASK_OBSERVER_CENTRIFUGO_API_URL": node.api_url,
-            "TASK_OBSERVER_CENTRIFUGO_API_KEY": node.api_key,
-            "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node.token_secret,
-            "TASK_OBSERVER_CENTRIFUGO_PUBLIC_URL": node.ws_url,
-            "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
-            "TASK_OBSERVER_DATA_DIR": str(tmp),
-            **{
-                f"TASK_OBSERVER_{n}": secrets.token_hex(32)
-                for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
-            },
-        }
+        secrets_env = stack_env(url, node, tmp)
         env = {**os.environ, **secrets_env}
         cli = str(REPO / ".venv" / "bin" / "task-observer")
         port = free_port()

@@ -33,20 +33,23 @@ import asyncio
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from common import REPO, centrifugo_node  # type: ignore[import-not-found]
+from common import (  # type: ignore[import-not-found]
+    REPO,
+    centrifugo_node,
+    running_executions_http,
+    stack_env,
+)
 
 from status.domain.auth import Role, UserPrincipal
 from status.infra import migrate
@@ -189,42 +192,6 @@ class Follower:
                     await asyncio.sleep(0.2)
 
 
-def create_tasks(base: str, token: str) -> list[dict[str, Any]]:
-    http = httpx.Client(base_url=base, timeout=10, headers={"Authorization": f"Bearer {token}"})
-    executions = []
-    for n in range(TASKS):
-        created = http.post(
-            "/internal/v1/workflows",
-            json={
-                "clientWorkflowKey": f"wf-{uuid.uuid4().hex}",
-                "ownerId": USER,
-                "title": f"drill {n}",
-                "initialTasks": [
-                    {
-                        "clientTaskKey": "t",
-                        "title": "t",
-                        "knownSteps": [{"stepId": "s", "operationCode": "DOCUMENT.PARSE"}],
-                    }
-                ],
-            },
-        ).json()
-        task_id = created["tasks"][0]["taskId"]
-        ctx = http.post(f"/internal/v1/tasks/{task_id}/steps/s:activate", json={"attempt": 1, "producerId": "drill"})
-        execution = {**ctx.json(), "taskId": task_id}
-        started = {
-            "eventId": f"drill-{execution['executionId']}-1",
-            "eventType": "STEP_STARTED",
-            "sourceSeq": 1,
-            "occurredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-        answer = http.post(
-            "/internal/v1/task-events", json=started, headers={"Authorization": f"Bearer {execution['executionToken']}"}
-        )
-        assert answer.status_code == 200, answer.text
-        executions.append(execution)
-    return executions
-
-
 def database_facts(url: str, event_ids: list[str]) -> tuple[dict[str, int], set[str], int]:
     """(task versions, which of ``event_ids`` the dedup results hold, outbox rows not published)."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
@@ -261,22 +228,11 @@ async def run(seconds: float) -> dict[str, Any]:
     with centrifugo_node() as node:
         env = {
             **os.environ,
-            "TASK_OBSERVER_ENV": "test",
-            "TASK_OBSERVER_DATABASE_URL": url,
-            "TASK_OBSERVER_CENTRIFUGO_API_URL": node.api_url,
-            "TASK_OBSERVER_CENTRIFUGO_API_KEY": node.api_key,
-            "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": node.token_secret,
-            "TASK_OBSERVER_CENTRIFUGO_PUBLIC_URL": node.ws_url,
-            "TASK_OBSERVER_OBSERVER_METRICS_PORT": "0",
-            "TASK_OBSERVER_DATA_DIR": str(work / "data"),
+            **stack_env(url, node, work / "data"),
             "TASK_OBSERVER_ARCHIVE_DIR": str(work / "archive"),
             # The event log past a second is archived, so the drill's retention passes write batches.
             "TASK_OBSERVER_EVENT_RETENTION_SECONDS": "1",
             "TASK_OBSERVER_INTERNAL_RATE_PER_SECOND": "0",
-            **{
-                f"TASK_OBSERVER_{n}": secrets.token_hex(32)
-                for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
-            },
         }
         service = Service(env)
         service.start()
@@ -286,7 +242,7 @@ async def run(seconds: float) -> dict[str, Any]:
             token = ServiceTokens(env["TASK_OBSERVER_SERVICE_TOKEN_SECRET"]).issue(
                 "drill", TENANT, "s", [Role.COORDINATOR, Role.WORKER]
             )
-            executions = create_tasks(service.base, token)
+            executions = running_executions_http(service.base, token, TASKS, USER, "drill")
             producer = Producer(executions)
 
             conn_token, _ = RealtimeTokens(node.token_secret, 3600).connection(

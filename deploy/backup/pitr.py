@@ -40,6 +40,7 @@ import pymysql
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from detached import Detached  # noqa: E402 (deploy/detached.py, beside this folder)
+from localdb import grant_service_account, initialise  # noqa: E402
 
 UP_TIMEOUT = 60.0
 GTID_POSITION = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")
@@ -72,9 +73,7 @@ class Primary:
     def start(self) -> None:
         """Start the server (initialising the directory the first time) and wait until it answers."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        fresh = not (self.datadir / "mysql").is_dir()
-        if fresh and not self.datadir.exists():
-            _install(self.datadir)
+        fresh = not self.datadir.exists() and initialise(self.datadir)
         for path in (self.dir, self.binlog_dir):
             path.mkdir(parents=True, exist_ok=True)
             shutil.chown(path, "mysql", "mysql")
@@ -89,21 +88,10 @@ class Primary:
             procs.spawn("mariadbd", ["mariadbd", f"--defaults-file={config}", "--user=mysql"])
         _wait_answering(self.socket, procs, "mariadbd", self.datadir)
         if fresh:
-            self._grant()
+            grant_service_account(self.socket, self.user, self.password)
 
     def stop(self) -> None:
         Detached(self.dir).stop("mariadbd", signal.SIGTERM, wait=60)
-
-    def _grant(self) -> None:
-        who = f"'{self.user}'@'127.0.0.1', '{self.user}'@'localhost'"
-        _root(
-            self.socket,
-            f"CREATE USER IF NOT EXISTS '{self.user}'@'127.0.0.1' IDENTIFIED BY '{self.password}'",
-            f"CREATE USER IF NOT EXISTS '{self.user}'@'localhost' IDENTIFIED BY '{self.password}'",
-            f"GRANT ALL PRIVILEGES ON `tso\\_%`.* TO {who}",
-            f"GRANT ALL PRIVILEGES ON `task_observer`.* TO {who}",
-            "CREATE DATABASE IF NOT EXISTS task_observer CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-        )
 
 
 @dataclass(frozen=True)
@@ -209,12 +197,6 @@ def _logs_from(binlog_dir: Path, first: str) -> list[Path]:
     return [binlog_dir / name for name in names[names.index(first) :]]
 
 
-def _install(datadir: Path) -> None:
-    datadir.mkdir(parents=True)
-    _run(["mariadb-install-db", "--user=mysql", f"--datadir={datadir}", "--skip-test-db"])
-    shutil.chown(datadir, "mysql", "mysql")
-
-
 def _chown_tree(root: Path) -> None:
     shutil.chown(root, "mysql", "mysql")
     for path in root.rglob("*"):
@@ -233,16 +215,6 @@ def _wait_answering(socket: Path, procs: Detached, name: str, datadir: Path) -> 
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the server did not answer within {UP_TIMEOUT:.0f} s") from None
             time.sleep(0.2)
-
-
-def _root(socket: Path, *statements: str) -> None:
-    conn = pymysql.connect(unix_socket=str(socket), user="root", autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            for statement in statements:
-                cur.execute(statement)
-    finally:
-        conn.close()
 
 
 def _run(command: list[str]) -> None:

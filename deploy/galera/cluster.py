@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -34,6 +33,7 @@ import pymysql
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from detached import Detached  # noqa: E402 (deploy/detached.py, beside this folder)
+from localdb import grant_service_account, initialise  # noqa: E402
 
 NODES = (1, 2, 3)
 UP_TIMEOUT = 120.0  # a node's start, SST included
@@ -89,20 +89,8 @@ class Cluster:
         path.write_text(text)
         return path
 
-    def _initialise(self, node: int) -> None:
-        datadir = self.datadir(node)
-        if (datadir / "mysql").is_dir():
-            return
-        datadir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["mariadb-install-db", "--user=mysql", f"--datadir={datadir}", "--skip-test-db"],
-            check=True,
-            capture_output=True,
-        )
-        shutil.chown(datadir, "mysql", "mysql")
-
     def start_node(self, node: int, *, bootstrap: bool = False) -> None:
-        self._initialise(node)
+        initialise(self.datadir(node))
         if self._procs.pid(f"node{node}") is not None:
             return
         command = ["mariadbd", f"--defaults-file={self._config(node)}", "--user=mysql"]
@@ -154,25 +142,6 @@ class Cluster:
                 cur.execute("SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'")
                 row = cur.fetchone()
                 return int(row[1]) if row else 0
-        finally:
-            conn.close()
-
-    def _grant(self) -> None:
-        who = f"'{self.user}'@'127.0.0.1', '{self.user}'@'localhost'"
-        statements = [
-            f"CREATE USER IF NOT EXISTS '{self.user}'@'127.0.0.1' IDENTIFIED BY '{self.password}'",
-            f"CREATE USER IF NOT EXISTS '{self.user}'@'localhost' IDENTIFIED BY '{self.password}'",
-            f"GRANT ALL PRIVILEGES ON `tso\\_%`.* TO {who}",
-            f"GRANT ALL PRIVILEGES ON `task_observer`.* TO {who}",
-            "CREATE DATABASE IF NOT EXISTS task_observer CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-            # Reading replication status (the observer's REPLICA_STATUS_URL), as on the single server.
-            f"GRANT SLAVE MONITOR ON *.* TO {who}",
-        ]
-        conn = pymysql.connect(unix_socket=str(self.datadir(1) / "mysqld.sock"), user="root", autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                for statement in statements:
-                    cur.execute(statement)
         finally:
             conn.close()
 
@@ -245,7 +214,7 @@ class Cluster:
         if not running:
             self.start_node(1, bootstrap=True)
             self.wait_synced(1)
-            self._grant()
+            grant_service_account(self.datadir(1) / "mysqld.sock", self.user, self.password)
         for node in NODES:  # joiners one at a time: each takes its state from a synced node
             self.start_node(node)
             self.wait_synced(node)

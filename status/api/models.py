@@ -582,10 +582,8 @@ class ClientCountersIn(Body):
     snapshots: _Count = 0
     unknown_messages: _Count = 0  # messages of a kind or schemaVersion this client does not know
     snapshot_failures: _Count = 0  # snapshot reads that failed (each retried with backoff)
-    # Steps shown as the generic card: an operationCode, or a data.schema, the page has no renderer for
-    # (each distinct one once per page).
-    unknown_operations: _Count = 0
-    unknown_schemas: _Count = 0
+    unknown_operations: _Count = 0  # operationCodes shown only as the generic card (each once a page)
+    unknown_schemas: _Count = 0  # the same, of data.schema
 
 
 class ClientTelemetryIn(Body):
