@@ -26,6 +26,8 @@ class Detached:
         """The recorded process's pid while it runs, else None."""
         try:
             pid = int((self.dir / f"{name}.pid").read_text())
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # our own child that exited is a zombie until reaped
             os.kill(pid, 0)
             return pid
         except (OSError, ValueError):

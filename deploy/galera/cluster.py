@@ -202,6 +202,9 @@ class Cluster:
                 conn.close()
                 return
             except pymysql.err.MySQLError:
+                if self._procs.pid("haproxy") is None:
+                    log = (self.dir / "haproxy.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"HAProxy exited; its log ends:\n{log}") from None
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
