@@ -585,6 +585,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--skip-growth", action="store_true", help="skip the 1M-row event log figure")
     parser.add_argument("--http-only", action="store_true", help="stop after the HTTP single and batch figures")
+    parser.add_argument("--json", type=Path, help="write the ceiling's and the HTTP figures here too")
     parser.add_argument(
         "--profile",
         type=Path,
@@ -646,6 +647,8 @@ def main() -> None:
                 f"API CPU per event:    single {single['cpu_ms_per_event']:.2f} ms,"
                 f" batch {batch['cpu_ms_per_event']:.2f} ms  (target <= 0.7 single, <= 0.25 batch)"
             )
+            if args.json is not None:
+                args.json.write_text(json.dumps({"ceiling": ceil, "single": single, "batch": batch}))
             if args.http_only:
                 return
             g_single = grpc_single(load, args.producers, args.seconds)

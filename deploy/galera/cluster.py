@@ -45,6 +45,10 @@ class Cluster:
     base_port: int = 3310
     user: str = "tso"
     password: str = "tso"
+    # Each node's address and, when set, the network namespace it runs in (bench/zones.py puts
+    # the nodes in zones of their own, a delay between them); by default all on loopback.
+    addresses: tuple[str, ...] = ("127.0.0.1",) * len(NODES)
+    namespaces: tuple[str, ...] | None = None
 
     @property
     def writer_port(self) -> int:
@@ -56,6 +60,9 @@ class Cluster:
 
     def check_port(self, node: int) -> int:
         return self.base_port + 40 + node
+
+    def address(self, node: int) -> str:
+        return self.addresses[node - 1]
 
     def datadir(self, node: int) -> Path:
         return self.dir / f"node{node}"
@@ -70,13 +77,14 @@ class Cluster:
 
     # ------------------------------------------------------------ nodes
     def _config(self, node: int) -> Path:
-        others = ",".join(f"127.0.0.1:{self.base_port + 10 + n}" for n in NODES)
+        others = ",".join(f"{self.address(n)}:{self.base_port + 10 + n}" for n in NODES)
         text = (
             (HERE / "node.cnf")
             .read_text()
             .format(
                 datadir=self.datadir(node),
                 socket=self.datadir(node) / "mysqld.sock",
+                address=self.address(node),
                 port=self.port(node),
                 name=f"node{node}",
                 cluster_address=others,
@@ -94,6 +102,8 @@ class Cluster:
         if self._procs.pid(f"node{node}") is not None:
             return
         command = ["mariadbd", f"--defaults-file={self._config(node)}", "--user=mysql"]
+        if self.namespaces is not None:
+            command = ["ip", "netns", "exec", self.namespaces[node - 1], *command]
         if bootstrap:
             grastate = self.datadir(node) / "grastate.dat"
             if grastate.exists():  # the cluster is started again from this node: it is the one to trust
@@ -210,7 +220,8 @@ class Cluster:
                 time.sleep(0.2)
 
     # ------------------------------------------------------------ whole cluster
-    def up(self) -> None:
+    def up(self, *, balancer: bool = True) -> None:
+        """Every node started and synced, then (``balancer``) HAProxy in front of them."""
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o755)
         running = [n for n in NODES if self._procs.pid(f"node{n}") is not None]
@@ -221,8 +232,9 @@ class Cluster:
         for node in NODES:  # joiners one at a time: each takes its state from a synced node
             self.start_node(node)
             self.wait_synced(node)
-        self._start_balancer()
-        self.wait_writable()
+        if balancer:
+            self._start_balancer()
+            self.wait_writable()
 
     def down(self) -> None:
         for name in ("haproxy", "clustercheck"):

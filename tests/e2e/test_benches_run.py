@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,11 @@ BENCHES = [
     ),
     ("observer_idle.py", ["--seconds", "3"], "polling / woken"),
     ("relay.py", ["--backlog", "500", "--seconds", "2", "--rate", "50", "--producers", "1"], "per publication"),
-    ("ingest.py", ["--seconds", "2", "--producers", "2", "--skip-growth"], "heartbeats/s"),
+    (
+        "ingest.py",
+        ["--seconds", "2", "--producers", "2", "--skip-growth", "--json", "{tmp}/ingest.json"],
+        "heartbeats/s",
+    ),
     ("plugin_overhead.py", ["--workflows", "2", "--steps", "2"], "plugin / OpenTelemetry"),
     ("activity_path.py", ["--activities", "20", "--rounds", "1", "--steps", "2"], "per activity"),
     ("run_verdicts.py", ["--seconds", "3", "--rate", "2", "--idle", "10"], "RPCs per minute"),
@@ -55,9 +60,9 @@ def _id(bench: str, args: list[str], _: str) -> str:
 
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize(("bench", "args", "expected"), BENCHES, ids=[_id(*b) for b in BENCHES])
-def test_the_bench_runs(bench: str, args: list[str], expected: str) -> None:
+def test_the_bench_runs(bench: str, args: list[str], expected: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / bench), *args],
+        [sys.executable, str(REPO_ROOT / "bench" / bench), *(arg.format(tmp=tmp_path) for arg in args)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -68,7 +73,7 @@ def test_the_bench_runs(bench: str, args: list[str], expected: str) -> None:
 
 
 # Benches whose whole run is a test of its own, which holds its invariants: not run twice.
-OWN_TEST = {"restore_drill.py": "test_restore_drill.py"}
+OWN_TEST = {"restore_drill.py": "test_restore_drill.py", "zones.py": "test_zones.py"}
 
 
 def test_every_bench_is_run_here() -> None:
