@@ -73,7 +73,11 @@ def test_the_bench_runs(bench: str, args: list[str], expected: str, tmp_path: Pa
 
 
 # Benches whose whole run is a test of its own, which holds its invariants: not run twice.
-OWN_TEST = {"restore_drill.py": "test_restore_drill.py", "zones.py": "test_zones.py"}
+OWN_TEST = {
+    "restore_drill.py": "test_restore_drill.py",
+    "zones.py": "test_zones.py",
+    "shard_engine.py": "test_shard_engine.py",
+}
 
 
 def test_every_bench_is_run_here() -> None:
