@@ -7,7 +7,9 @@ import os
 import secrets
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -167,6 +169,36 @@ def wait_observer_settled(url: str, settle_seconds: float = 3.0) -> None:
     finally:
         engine.dispose()
     time.sleep(settle_seconds)
+
+
+def commits_at_once(
+    connect: Callable[[int], Any], threads: int, seconds: float, commit: Callable[[Any, int, int], None]
+) -> float:
+    """Commits/s of ``threads`` connections committing at once for ``seconds``, started together:
+    ``connect(n)`` opens the n-th's connection, ``commit(cursor, n, done)`` makes and commits its
+    next change (``done``: how many it committed before)."""
+    counts = [0] * threads
+    start_line = threading.Barrier(threads + 1)
+    deadline = [0.0]
+
+    def work(n: int) -> None:
+        conn = connect(n)
+        with conn.cursor() as cur:
+            start_line.wait()
+            while time.monotonic() < deadline[0]:
+                commit(cur, n, counts[n])
+                counts[n] += 1
+        conn.close()
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    deadline[0] = time.monotonic() + seconds
+    start_line.wait()
+    began = time.monotonic()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / (time.monotonic() - began)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -43,7 +43,10 @@ import pymysql
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "deploy"))
 from detached import Detached  # type: ignore[import-not-found]  # noqa: E402
-from localdb import initialise  # type: ignore[import-not-found]  # noqa: E402
+from localdb import initialise, run_as_root  # type: ignore[import-not-found]  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from common import commits_at_once  # type: ignore[import-not-found]  # noqa: E402
 
 SHARDS = 3
 BUCKETS = 12  # bucket b lives on shard b % SHARDS
@@ -121,13 +124,7 @@ class Server:
         return pymysql.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD, **kwargs)
 
     def run(self, *statements: str) -> None:
-        conn = self.root()
-        try:
-            with conn.cursor() as cur:
-                for statement in statements:
-                    cur.execute(statement)
-        finally:
-            conn.close()
+        run_as_root(self.socket, statements)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -296,31 +293,13 @@ def throughput(server: Server, threads: int, seconds: float, buckets: list[int])
         for task_id, bucket in tasks:
             cur.execute("INSERT INTO task (task_id, bucket, version) VALUES (%s, %s, 0)", (task_id, bucket))
     setup.close()
-    counts = [0] * threads
-    start_line = threading.Barrier(threads + 1)
-    deadline = [0.0]
+    body = "y" * 500
 
-    def work(n: int) -> None:
-        task_id, bucket = tasks[n]
-        conn = server.tcp(database="probe", autocommit=False)
-        body = "y" * 500
-        with conn.cursor() as cur:
-            start_line.wait()
-            while time.monotonic() < deadline[0]:
-                _change(cur, task_id, bucket, body)
-                conn.commit()
-                counts[n] += 1
-        conn.close()
+    def change(cur: Any, n: int, _done: int) -> None:
+        _change(cur, *tasks[n], body)
+        cur.connection.commit()
 
-    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
-    for worker in workers:
-        worker.start()
-    deadline[0] = time.monotonic() + seconds
-    start_line.wait()
-    began = time.monotonic()
-    for worker in workers:
-        worker.join()
-    return sum(counts) / (time.monotonic() - began)
+    return float(commits_at_once(lambda n: server.tcp(database="probe", autocommit=False), threads, seconds, change))
 
 
 def move_stall(shards: list[Server], head: Server, rows: int) -> dict[str, float]:

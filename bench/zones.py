@@ -34,14 +34,13 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pymysql
-from common import DRIVER  # type: ignore[import-not-found]
+from common import DRIVER, commits_at_once, percentile  # type: ignore[import-not-found]
 
 REPO = Path(__file__).resolve().parent.parent
 ZONES = 3
@@ -299,29 +298,15 @@ def commit_latencies(cluster: Any, seconds: float) -> list[float]:
 
 def commits_per_second(cluster: Any, connections: int, seconds: float) -> float:
     """``connections`` connections committing at once (each its own rows: no conflicts)."""
-    counts = [0] * connections
-    start_line = threading.Barrier(connections + 1)
-    deadline = [0.0]
-
-    def work(writer: int) -> None:
-        conn = _root(cluster, database="zones")
-        body = "y" * 500
-        with conn.cursor() as cur:
-            start_line.wait()
-            while time.monotonic() < deadline[0]:
-                _commit(cur, writer + 1, counts[writer], body)
-                counts[writer] += 1
-        conn.close()
-
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(connections)]
-    for thread in threads:
-        thread.start()
-    deadline[0] = time.monotonic() + seconds
-    start_line.wait()
-    began = time.monotonic()
-    for thread in threads:
-        thread.join()
-    return sum(counts) / (time.monotonic() - began)
+    body = "y" * 500
+    return float(
+        commits_at_once(
+            lambda n: _root(cluster, database="zones"),
+            connections,
+            seconds,
+            lambda cur, n, done: _commit(cur, n + 1, done, body),
+        )
+    )
 
 
 def service_ingest(cluster: Any, seconds: float, producers: int) -> dict[str, dict[str, float]]:
@@ -346,11 +331,6 @@ def service_ingest(cluster: Any, seconds: float, producers: int) -> dict[str, di
         return figures_read
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def measure(rtts: list[float], seconds: float, connections: int, producers: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with zoned_cluster() as (cluster, relay_proc):
@@ -364,8 +344,8 @@ def measure(rtts: list[float], seconds: float, connections: int, producers: int)
                 {
                     "rtt_set_ms": rtt,
                     "rtt_measured_ms": probe_rtt(cluster, namespace),
-                    "commit_p50_ms": _percentile(latencies, 0.5),
-                    "commit_p99_ms": _percentile(latencies, 0.99),
+                    "commit_p50_ms": percentile(latencies, 0.5),
+                    "commit_p99_ms": percentile(latencies, 0.99),
                     "commits": len(latencies),
                     "commits_per_s": commits_per_second(cluster, connections, seconds),
                     "service": service_ingest(cluster, seconds, producers) if producers else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 import pymysql
@@ -38,6 +39,11 @@ def grant_service_account(socket: Path, user: str, password: str) -> None:
         # Reading replication status (the observer's REPLICA_STATUS_URL), as on the single server.
         f"GRANT SLAVE MONITOR ON *.* TO {who}",
     ]
+    run_as_root(socket, statements)
+
+
+def run_as_root(socket: Path, statements: Iterable[str]) -> None:
+    """Each statement in turn, as the server's root over its socket, each committed."""
     conn = pymysql.connect(unix_socket=str(socket), user="root", autocommit=True)
     try:
         with conn.cursor() as cur:

@@ -9,15 +9,12 @@ producers and WebSocket client); this test holds its invariants, the bench print
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import REPO_ROOT, missing_service, needs_service
+from tests.support.processes import bench_figures, missing_service, needs_service
 
 pytestmark = [pytest.mark.centrifugo, pytest.mark.mariadb]
 
@@ -27,16 +24,7 @@ def test_a_point_in_time_restore_keeps_what_was_acknowledged_before_it_and_clien
     needs_service("mariadb-backup", "scripts/services install backup")
     if shutil.which("mariadb-backup") is None:
         missing_service("mariadb-backup", "scripts/services install backup")
-    figures = tmp_path / "drill.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / "restore_drill.py"), "--json", str(figures)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=360,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run,) = json.loads(figures.read_text())
+    (run,) = bench_figures("restore_drill.py", [], tmp_path / "drill.json", timeout=360)
     assert run["acked_before"] > 0 and run["acked_after"] > 0 and run["acked_restored"] > 0
     assert run["lost"] == [], "a change acknowledged before the point is not in the restored database"
     assert run["resurrected"] == [], "a change acknowledged after the point came back with the restore"

@@ -9,14 +9,12 @@ the bench prints the throughput and the head's CPU per change beside these."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import REPO_ROOT, missing_service, needs_service
+from tests.support.processes import REPO_ROOT, bench_figures, missing_service, needs_service
 
 pytestmark = [pytest.mark.mariadb]
 
@@ -29,20 +27,12 @@ def test_spider_routes_a_change_but_neither_claims_the_outbox_nor_moves_a_bucket
 
     if not SPIDER_PLUGIN.exists():
         missing_service("MariaDB's Spider engine", "scripts/services install spider")
-    figures = tmp_path / "engine.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "bench" / "shard_engine.py"),
-            *("--seconds", "1", "--threads", "4", "--rows", "2000", "--json", str(figures)),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
+    result = bench_figures(
+        "shard_engine.py",
+        ["--seconds", "1", "--threads", "4", "--rows", "2000"],
+        tmp_path / "engine.json",
         timeout=240,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads(figures.read_text())
     assert result["atomicity"] == {
         "commit_on_its_shard": True,
         "rollback_leaves_nothing": True,

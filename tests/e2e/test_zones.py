@@ -9,15 +9,12 @@ test_benches_run.py), here left out for the suite's time."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import REPO_ROOT, missing_service, needs_service
+from tests.support.processes import bench_figures, missing_service, needs_service
 
 pytestmark = [pytest.mark.galera]
 
@@ -31,21 +28,12 @@ def test_every_commit_waits_for_the_other_zones_and_for_nothing_else(tmp_path: P
         missing_service("Galera", "scripts/services install galera")
     if os.geteuid() != 0 or not Path("/dev/net/tun").exists():
         pytest.fail("zones need root (network namespaces) and /dev/net/tun", pytrace=False)
-    figures = tmp_path / "zones.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "bench" / "zones.py"),
-            *("--rtt", f"0,{DELAYED_RTT_MS:g}", "--seconds", "1", "--connections", "4", "--producers", "0"),
-            *("--json", str(figures)),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
+    near, far = bench_figures(
+        "zones.py",
+        ["--rtt", f"0,{DELAYED_RTT_MS:g}", "--seconds", "1", "--connections", "4", "--producers", "0"],
+        tmp_path / "zones.json",
         timeout=360,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    near, far = json.loads(figures.read_text())
     # The relay delays what it carries: the round trip between zones is the one set.
     assert far["rtt_measured_ms"] >= DELAYED_RTT_MS
     assert near["rtt_measured_ms"] < DELAYED_RTT_MS / 4

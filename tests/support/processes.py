@@ -14,6 +14,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -55,6 +56,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def bench_figures(bench: str, args: list[str], figures: Path, timeout: float) -> Any:
+    """Run ``bench/<bench>`` as an operator does (its own process) with ``args`` and ``--json
+    figures``; what it wrote there, once it exited 0."""
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "bench" / bench), *args, "--json", str(figures)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(figures.read_text())
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
