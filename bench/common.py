@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import secrets
+import socket
 import sys
 import tempfile
 import threading
@@ -169,6 +171,36 @@ def wait_observer_settled(url: str, settle_seconds: float = 3.0) -> None:
     finally:
         engine.dispose()
     time.sleep(settle_seconds)
+
+
+def free_port_block(size: int) -> int:
+    """The first of ``size`` consecutive loopback ports that are all free now, taken below the
+    kernel's ephemeral range: a block inside it can be free when chosen and taken by some outgoing
+    connection's local port before the cluster's balancer binds it (the balancer then exits and
+    every connection is refused)."""
+    ephemeral_low = _ephemeral_ports()[0]
+    for _ in range(200):
+        base = random.randrange(10000, max(ephemeral_low - size, 10001))
+        if all(_port_free(base + i) for i in range(size)):
+            return base
+    raise RuntimeError(f"no block of {size} free ports")
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def commits_at_once(

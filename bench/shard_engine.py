@@ -28,7 +28,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -46,7 +45,7 @@ from detached import Detached  # type: ignore[import-not-found]  # noqa: E402
 from localdb import initialise, run_as_root  # type: ignore[import-not-found]  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from common import commits_at_once  # type: ignore[import-not-found]  # noqa: E402
+from common import commits_at_once, free_port_block  # type: ignore[import-not-found]  # noqa: E402
 
 SHARDS = 3
 BUCKETS = 12  # bucket b lives on shard b % SHARDS
@@ -127,26 +126,14 @@ class Server:
         run_as_root(self.socket, statements)
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets, ports = [], []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-        ports.append(sock.getsockname()[1])
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 @contextlib.contextmanager
 def servers() -> Iterator[tuple[list[Server], Server]]:
     """Three shards with the tables, and the head with Spider's tables over them."""
     workdir = Path(tempfile.mkdtemp(prefix="shards-"))
     os.chmod(workdir, 0o755)
-    ports = _free_ports(SHARDS + 1)
-    shards = [Server(f"shard{n}", workdir, ports[n]) for n in range(SHARDS)]
-    head = Server("head", workdir, ports[SHARDS])
+    base = free_port_block(SHARDS + 1)
+    shards = [Server(f"shard{n}", workdir, base + n) for n in range(SHARDS)]
+    head = Server("head", workdir, base + SHARDS)
     started: list[Server] = []
     try:
         for shard in shards:

@@ -64,7 +64,7 @@ def galera_node() -> Iterator[int]:
     if not Path("/usr/lib/galera/libgalera_smm.so").exists():
         missing_service("Galera", "scripts/services install galera")
     sys.path.insert(0, str(REPO_ROOT / "bench"))
-    from faults import free_port_block  # type: ignore[import-not-found]
+    from common import free_port_block  # type: ignore[import-not-found]
 
     base = free_port_block(50)
     workdir = Path(tempfile.mkdtemp(prefix="galera-exporter-"))
