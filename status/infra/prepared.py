@@ -8,6 +8,10 @@ events with a few parameters, so their SQL text is rendered once per dialect (an
 their ``IN`` list) and handed to the driver as it is; the rows come back as tuples with the
 columns' result processing applied (SQLite's timestamps are text, JSON columns are text
 everywhere), so callers get what ``Connection.execute`` would have given them.
+
+An ``IN`` list is padded to the next power of two with its last value (the same rows: ``IN``
+is a set), so a read has a handful of renderings, not one per group size: groups come in every
+size up to the committer's maximum, and rendering one anew cost more than running it.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ class PreparedRead:
 
     def rows(self, conn: sa.Connection, params: dict[str, Any], listed: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         dialect = conn.dialect
-        key = (dialect.name, dialect.driver, len(listed))
+        size = _padded(len(listed))
+        key = (dialect.name, dialect.driver, size)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = self._compile(dialect, len(listed))
+            compiled = self._compiled[key] = self._compile(dialect, size)
         text, order, positional, processors = compiled
         values = {**params, **{f"_in{i}": value for i, value in enumerate(listed)}}
+        values.update((f"_in{i}", listed[-1]) for i in range(len(listed), size))
         bound: Any = tuple(values[name] for name in order) if positional else values
         rows = conn.exec_driver_sql(text, bound).fetchall()
         if not any(processors):
@@ -57,6 +63,10 @@ class PreparedRead:
             for column in statement.selected_columns
         ]
         return compiled.string, order, dialect.positional, processors
+
+
+def _padded(n: int) -> int:
+    return 0 if n == 0 else 1 << (n - 1).bit_length()
 
 
 def listed(column: sa.ColumnElement[Any], n: int) -> sa.ColumnElement[bool]:

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import jwt
 import sqlalchemy as sa
+from jwt.algorithms import HMACAlgorithm
 
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, UserPrincipal
 from status.domain.errors import ErrorCode, Forbidden, Unauthenticated
@@ -26,6 +27,36 @@ from status.infra import tables as t
 
 ALGORITHM = "HS256"
 T = TypeVar("T")
+
+
+class _SecretCheckedOnce(HMACAlgorithm):
+    """HS256 whose secret is checked once, not on every token signed or verified.
+
+    PyJWT checks an HMAC secret each time it is used — that it is no PEM, SSH or DER key and no
+    JSON text, parsing it as each (its guard against algorithm confusion) — and that check cost
+    more than the signature: 5–10 % of the API's CPU per plugin activity, which signs an execution
+    token per activation (docs/benchmarks.md, 2026-12-06, fourth session). This service's secrets are
+    few and fixed: each is checked the first time, as before, and its prepared form kept; a secret
+    that fails the check is refused every time.
+    """
+
+    _KEPT = 64  # secrets remembered; past that (never, in practice) each use is checked again
+
+    def __init__(self) -> None:
+        super().__init__(HMACAlgorithm.SHA256)
+        self._prepared: dict[str | bytes, bytes] = {}
+
+    def prepare_key(self, key: str | bytes) -> bytes:
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = super().prepare_key(key)
+            if len(self._prepared) < self._KEPT:
+                self._prepared[key] = prepared
+        return prepared
+
+
+jwt.unregister_algorithm(ALGORITHM)
+jwt.register_algorithm(ALGORITHM, _SecretCheckedOnce())
 
 
 def token_type(token: str) -> str | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import time
 from datetime import datetime, timedelta
 
@@ -61,3 +64,22 @@ def test_only_verified_tokens_are_remembered_and_kinds_stay_apart() -> None:
     assert token_type(exe) == "exe" and token_type(forged) == "svc" and token_type("not.a.jwt") is None
     with pytest.raises(Unauthenticated):
         service.verify(exe)
+
+
+def test_a_secret_checked_once_is_still_checked_and_still_signs_as_pyjwt_does() -> None:
+    """The HS256 secret's check is remembered per secret: the token is byte for byte PyJWT's own
+    (signed with the secret), a wrong secret still fails, an asymmetric key as secret is refused
+    on every use, not only the first."""
+    secret = "y" * 32
+    claims = {"typ": "svc", "sub": "p", "n": 1}
+    token = jwt.encode(claims, secret, algorithm="HS256")
+    header, payload, signature = token.split(".")
+    expected = hmac.new(secret.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    assert signature == base64.urlsafe_b64encode(expected).rstrip(b"=").decode()
+    assert jwt.decode(token, secret, algorithms=["HS256"]) == claims
+    with pytest.raises(jwt.InvalidSignatureError):
+        jwt.decode(token, "z" * 32, algorithms=["HS256"])
+    pem = "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"
+    for _ in range(2):
+        with pytest.raises(jwt.InvalidKeyError):
+            jwt.encode(claims, pem, algorithm="HS256")
