@@ -83,6 +83,29 @@ def thread_cpu() -> dict[str, float]:
     return groups
 
 
+def api_thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the API's threads: its event loop (the main thread: HTTP, parsing,
+    answers), its other Python threads (the units of work run off the loop) and the native ones
+    by their kernel name (gRPC's)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    groups: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        group = (
+            "event loop (main)"
+            if int(task.name) == pid
+            else "units of work (Python threads)"
+            if comm == "task-observer"
+            else f"native: {comm.rstrip('0123456789-')}"
+        )
+        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return groups
+
+
 class DiscardingExporter(SpanExporter):
     """Takes every span and keeps none: the tracing phase pays for spans, not for a network."""
 
@@ -235,11 +258,12 @@ async def main() -> None:  # noqa: C901
                 provider.shutdown()
                 breakdown["OpenTelemetry"] = dict(LAST_THREADS)
                 figures = {}
+                api_breakdown: dict[str, dict[str, float]] = {}
                 for transport, target in (("REST", None), ("gRPC", f"127.0.0.1:{grpc_port}")):
                     outbox = Path(tempfile.mkdtemp()) / "o.sqlite3"
                     plugin = TaskStatusPlugin(base, worker_token, outbox_path=outbox, grpc_target=target)
                     tasks = new_tasks(args.workflows)
-                    api_cpu = process_tree_cpu(api.pid)
+                    api_cpu, api_threads = process_tree_cpu(api.pid), api_thread_cpu(api.pid)
                     profiles = (
                         (None, None)
                         if args.profile is None
@@ -248,6 +272,10 @@ async def main() -> None:  # noqa: C901
                     with py_spy(api.pid, profiles[0]), py_spy(os.getpid(), profiles[1]):
                         rate, cpu = await run_batch(env, [plugin], tasks, args.steps)
                     api_ms = 1000 * (process_tree_cpu(api.pid) - api_cpu) / activities
+                    api_breakdown[transport] = {
+                        group: 1000 * (seconds - api_threads.get(group, 0.0)) / activities
+                        for group, seconds in api_thread_cpu(api.pid).items()
+                    }
                     figures[transport] = (rate, cpu, api_ms)
                     breakdown[transport] = dict(LAST_THREADS)
             finally:
@@ -283,6 +311,11 @@ async def main() -> None:  # noqa: C901
                 (args.profile / f"{who}-{transport}.summary").write_text(summary + "\n")
                 print(f"{who} profile ({transport}, py-spy --gil): {collapsed}")
                 print(summary)
+    print("API CPU by thread group, ms/activity (REST / gRPC):")
+    for group in sorted({g for b in api_breakdown.values() for g in b}, key=lambda g: -api_breakdown["REST"].get(g, 0)):
+        cells = " / ".join(f"{api_breakdown[k].get(group, 0.0):5.2f}" for k in api_breakdown)
+        if any(b.get(group, 0.0) >= 0.005 for b in api_breakdown.values()):
+            print(f"  {group:32s} {cells}")
     columns = [k for k in ("without", "OpenTelemetry", "REST", "gRPC") if k in breakdown]
     print(f"worker CPU by thread group, ms/activity ({' / '.join(columns)}):")
     groups = sorted({g for b in breakdown.values() for g in b}, key=lambda g: -breakdown.get("REST", {}).get(g, 0.0))
