@@ -18,7 +18,7 @@ from typing import Any
 from status.app.definitions import DefinitionCache, Definitions
 from status.app.durations import DurationHistory
 from status.app.handle_cache import HandleCache
-from status.app.ports import Database, ExecutionTokens, Stores
+from status.app.ports import Database, ExecutionTokens, Shards, Stores
 from status.app.step_cache import StepCache
 from status.domain.admission import TEMPORAL_VERDICT
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
@@ -40,6 +40,8 @@ class AppContext:
     db: Database
     tokens: ExecutionTokens
     validator: SchemaValidator
+    # Where each bucket's tasks are (design D14.2): ``db`` alone on a single database.
+    shards: Shards
     clock: Callable[[], datetime] = utcnow
     token_ttl: timedelta = timedelta(hours=1)
     max_data_bytes: int = 16 * 1024

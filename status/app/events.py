@@ -27,7 +27,8 @@ from status.app import outbox
 from status.app.change import Change, Entry, write_change
 from status.app.context import AppContext, EventCaller, content_hash, operation
 from status.app.group import Group
-from status.app.ports import UnitOfWork
+from status.app.ports import RouteChanged, ShardGroup, UnitOfWork
+from status.app.shards import MOVING, on_shards
 from status.app.step_cache import TaskView, view_of
 from status.app.views import locked_view
 from status.domain import ids
@@ -106,15 +107,21 @@ class EventCommands:
         return results
 
     def report_group(self, items: Sequence[tuple[EventCaller, c.ReportEvent]]) -> Outcomes:
-        """Events of any callers in one transaction; each item gets its result or its error.
+        """Events of any callers in one transaction per shard; each item gets its result or its error.
 
         Items are applied grouped by task (their order within a task kept), so
         task locks are taken in one fixed order and concurrent groups never
-        deadlock-loop.  If the group's transaction fails for a reason that is
-        not one event's rejection, each event runs again in a transaction of
+        deadlock-loop.  If a transaction fails for a reason that is not one
+        event's rejection, each of its events runs again in a transaction of
         its own, so one poison item can't take its neighbours down.
         """
+        self._validate_ahead(items)
+        buckets = [_bucket_of(caller, cmd) for caller, cmd in items]
+        return on_shards(
+            self.ctx.shards, buckets, lambda shard: self._report_on(shard, [items[i] for i in shard.indexes]), _moving
+        )
 
+    def _report_on(self, shard: ShardGroup, items: Sequence[tuple[EventCaller, c.ReportEvent]]) -> Outcomes:
         def work(uow: UnitOfWork) -> tuple[Outcomes, Group]:
             group = Group()
             hashes = {ids.handle_hash(cmd.execution_handle) for _, cmd in items if cmd.execution_handle}
@@ -133,13 +140,14 @@ class EventCommands:
             uow.commit()
             return outcomes, group
 
-        self._validate_ahead(items)
         if len(items) == 1:
-            outcomes, group = self.ctx.db.run(work)
+            outcomes, group = self.ctx.shards.run(shard, work)
             self.publish(group)
             return outcomes
         try:
-            outcomes, group = self.ctx.db.run(work)
+            outcomes, group = self.ctx.shards.run(shard, work)
+        except RouteChanged:
+            raise
         except Exception:
             return [self._alone(item) for item in items]
         self.publish(group)
@@ -540,3 +548,17 @@ def _answer(event_id: str, outcome: Outcome) -> dict[str, Any]:
         "businessStatus": (step or task).business_status,
         "taskLifecycleStatus": task.lifecycle.value,
     }
+
+
+def _bucket_of(caller: EventCaller, cmd: c.ReportEvent) -> int | None:
+    """The bucket an event's task is in, as its credential or its body says (a hint that routes,
+    never one that authorizes: the shard it leads to decides); None: the home database's."""
+    if isinstance(caller, ExecutionClaims):
+        return caller.bucket_id
+    if cmd.execution_handle:
+        return ids.handle_bucket(cmd.execution_handle)
+    return ids.bucket_hint(cmd.task_id) if cmd.task_id else None
+
+
+def _moving(_: int) -> BaseException:
+    return Unavailable(MOVING)

@@ -16,15 +16,16 @@ from status.app.change import Change, messages_of, write_change
 from status.app.context import AppContext, EventCaller, check_heartbeat_settings, operation, require_binder
 from status.app.events import EventCommands, rejection
 from status.app.group import Group
-from status.app.ports import UnitOfWork
+from status.app.ports import RouteChanged, ShardGroup, UnitOfWork
 from status.app.records import ActivityRecord
+from status.app.shards import MOVING, on_shards, run_for
 from status.app.step_cache import TaskView
 from status.app.views import locked_view
 from status.domain import ids
 from status.domain.attempts import decide_activation, lost_attempt, next_attempt, superseded_attempt
 from status.domain.auth import ExecutionClaims, ServicePrincipal
 from status.domain.definitions import DynamicRegistrationPolicy, OperationDefinition, OperationKey, Severity
-from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid
+from status.domain.errors import DomainError, ErrorCode, Forbidden, Invalid, Unavailable
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, evolve
@@ -110,13 +111,13 @@ class ExecutionCommands:
             self._finish(uow, group, [bound])
             return bound, frozen
 
-        bound, frozen = self.ctx.db.run(work)
+        bound, frozen = run_for(self.ctx.shards, ids.bucket_hint(task_id), work)
         self._committed([bound], [frozen])
         return bound.context
 
-    def bind_many(self, items: Bindings) -> list[ExecutionContext | BaseException]:  # noqa: C901
+    def bind_many(self, items: Bindings) -> list[ExecutionContext | BaseException]:
         """Many bindings (activations and registrations, each with its STARTED or not) in one
-        transaction: their tasks locked in one statement, their STARTED eventIds probed in one, each
+        transaction per shard: their tasks locked in one statement, their STARTED eventIds probed in one, each
         row written once (a group of bindings is a set, as a group of events is). Each item gets its
         context or its own error; if the transaction fails for a reason that is no item's
         rejection, each runs again alone, so one poison item can't take its neighbours down."""
@@ -130,6 +131,17 @@ class ExecutionCommands:
             except DomainError as err:
                 checked.append(err)
 
+        buckets = [ids.bucket_hint(cmd.task_id) for _, cmd in items]
+        return on_shards(
+            self.ctx.shards,
+            buckets,
+            lambda shard: self._bind_on(shard, [items[i] for i in shard.indexes], [checked[i] for i in shard.indexes]),
+            lambda _: Unavailable(MOVING),
+        )
+
+    def _bind_on(
+        self, shard: ShardGroup, items: Bindings, checked: Sequence[tuple[str, str] | DomainError]
+    ) -> list[ExecutionContext | BaseException]:
         def work(uow: UnitOfWork) -> list[Staged | DomainError]:
             now = self.ctx.now()
             group = Group()
@@ -157,7 +169,9 @@ class ExecutionCommands:
             return staged
 
         try:
-            staged = self.ctx.db.run(work)
+            staged = self.ctx.shards.run(shard, work)
+        except RouteChanged:
+            raise
         except Exception:
             return [self._alone(caller, cmd) for caller, cmd in items]
         done = [s for s in staged if not isinstance(s, DomainError)]
@@ -450,7 +464,7 @@ class ExecutionCommands:
             expires_at=expires_at,
             allowed_event_types=frozenset(e.value for e in WORKER_EVENT_TYPES),
         )
-        handle = ids.new_execution_handle()
+        handle = ids.new_execution_handle(task.bucket_id)
         return (
             ExecutionContext(
                 workflow_id=task.workflow_id,

@@ -542,3 +542,48 @@ class Database(Protocol):
     def reading(self) -> AbstractContextManager[Stores]:
         """Stores for reads outside a write (one connection, nothing committed)."""
         ...
+
+
+class RouteChanged(Exception):
+    """A shard refused a bucket of the transaction: the bucket moved since the map was read (the
+    map is refreshed): split the items again and run them where they now belong."""
+
+
+@dataclass(frozen=True)
+class ShardGroup:
+    """Items whose buckets one shard writes (design D14.2): their indexes in the caller's sequence
+    and, per bucket, the route epoch the map gave (empty on a single database: nothing fenced)."""
+
+    shard: str
+    indexes: tuple[int, ...]
+    routes: Mapping[int, int]
+
+
+@dataclass(frozen=True)
+class Split:
+    """A sequence of items by shard, and the items whose bucket is fenced now (between shards)."""
+
+    groups: tuple[ShardGroup, ...]
+    fenced: tuple[int, ...] = ()
+
+
+class Shards(Protocol):
+    """Which database holds each virtual bucket's tasks: every read and write of a task goes to its
+    bucket's shard, in one local transaction (None: no bucket, the home database's)."""
+
+    def split(self, buckets: Sequence[int | None]) -> Split:
+        """The caller's items (by their buckets) grouped by the shard that writes them now."""
+        ...
+
+    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T]) -> T:
+        """``work`` in one transaction on the group's shard that first checks, under shared locks held
+        to its commit, that the shard still writes the group's buckets; ``RouteChanged`` when not."""
+        ...
+
+    def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
+        """Stores for reads on the bucket's shard."""
+        ...
+
+    def every(self) -> Sequence[Database]:
+        """Each shard's database once (reads across shards, sweeps of each)."""
+        ...

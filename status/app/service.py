@@ -27,9 +27,10 @@ from status.app.external_refs import ExternalRefCommands
 from status.app.health import HealthCommands
 from status.app.notifications import NotificationQueries
 from status.app.overdue import OverdueQueries
-from status.app.ports import Database, ExecutionTokens, UnitOfWork
+from status.app.ports import Database, ExecutionTokens, Shards, UnitOfWork
 from status.app.queries import Queries
 from status.app.runs import RunCommands
+from status.app.shards import OneShard
 from status.app.workflows import WorkflowCommands
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.clock import utcnow
@@ -54,11 +55,13 @@ class StatusService:
         max_event_age_seconds: int | None = None,
         max_clock_skew_seconds: int | None = 300,
         clock: Callable[[], datetime] = utcnow,
+        shards: Shards | None = None,
     ) -> None:
         self.ctx = AppContext(
             db,
             execution_tokens,
             validator,
+            shards if shards is not None else OneShard(db),
             clock=clock,
             token_ttl=timedelta(seconds=execution_token_ttl_seconds),
             max_data_bytes=max_data_bytes,

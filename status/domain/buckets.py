@@ -23,6 +23,7 @@ bucket* only — a newer map in which other buckets moved does not make its rout
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -171,3 +172,34 @@ class BucketMap:
     def shards(self) -> frozenset[str]:
         """Every shard a route names: the writers and the targets of moves."""
         return frozenset(r.shard for r in self.routes) | frozenset(r.target for r in self.routes if r.target)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A shard's own word on one bucket (its ``bucket_write_fence`` row): the epoch it holds the
+    bucket at, and whether it may write it now."""
+
+    bucket: int
+    epoch: int
+    writable: bool
+
+
+def fence_refusals(fences: Mapping[int, Fence], routed: Mapping[int, int]) -> dict[int, Fenced | StaleRoute]:
+    """Which of the buckets a transaction was routed to write (bucket → the route's epoch) this
+    shard refuses, read under the fences' shared locks in that transaction; empty: write them all.
+
+    The shard, not the map the writer holds, has the last word: a process whose map is seconds
+    old still sends writes of a moved bucket to its old shard, and only that shard knows the
+    bucket left. A fence ahead of the route (the bucket moved on: its old shard keeps the new
+    epoch, not writable) sends the writer to re-resolve; one at the route's epoch but not
+    writable (the move's cut-over), one behind it (the target not yet switched on) or none at
+    all (the shard never held the bucket) is retried later, never written.
+    """
+    refused: dict[int, Fenced | StaleRoute] = {}
+    for bucket, epoch in routed.items():
+        fence = fences.get(bucket)
+        if fence is not None and fence.epoch > epoch:
+            refused[bucket] = StaleRoute(fence.epoch)
+        elif fence is None or fence.epoch < epoch or not fence.writable:
+            refused[bucket] = Fenced(FENCE_BOUND)
+    return refused

@@ -79,9 +79,24 @@ def new_execution_id(now_ms: int) -> str:
     return f"exe_{ulid(now_ms)}"
 
 
-def new_execution_handle() -> str:
-    """An opaque handle with 256 random bits; only its hash is stored."""
-    return "exh_" + base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+def new_execution_handle(bucket: int) -> str:
+    """An opaque handle with 256 random bits after its task's bucket (``exh_<3 hex>_<43>``), so a
+    compact event or heartbeat is routed to its bucket's shard without a lookup (design D14.2);
+    only the handle's hash is stored, and the bucket, like a taskId's, is a hint, never an
+    authorization."""
+    if not 0 <= bucket < BUCKET_COUNT:
+        raise ValueError(f"bucket {bucket} outside 0..{BUCKET_COUNT - 1}")
+    return f"exh_{bucket:03x}_" + base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+
+
+_HANDLE_RE = re.compile(r"^exh_(?P<bucket>[0-9a-f]{3})_[A-Za-z0-9_-]{43}$")
+
+
+def handle_bucket(handle: str) -> int | None:
+    """The bucket a handle carries; None for a handle minted before handles carried one
+    (``exh_<43>``: four characters shorter, so never read as one that does) or not ours."""
+    match = _HANDLE_RE.match(handle)
+    return None if match is None else int(match["bucket"], 16)
 
 
 def handle_hash(handle: str) -> str:

@@ -13,6 +13,7 @@ from status.domain.buckets import (
     MOVE_TRANSITIONS,
     BucketMap,
     BucketRoute,
+    Fence,
     Fenced,
     MapBehind,
     MoveRefused,
@@ -21,6 +22,7 @@ from status.domain.buckets import (
     StaleRoute,
     WriteTo,
     fence_overdue,
+    fence_refusals,
     move,
 )
 from status.domain.ids import BUCKET_COUNT
@@ -116,3 +118,17 @@ def test_only_a_newer_usable_snapshot_replaces_the_one_in_use() -> None:
     no_target = _map_with(replace(BucketRoute(7, 2, "a"), state=RouteState.COPYING), version=4)
     assert no_target.problems() == ["bucket 7 moves without a target"]
     assert newer.shards() == {"a", "b"}
+
+
+def test_a_shard_writes_only_the_buckets_it_holds_writable_at_the_routes_epoch() -> None:
+    fences = {
+        1: Fence(1, 3, True),  # held here at the route's epoch
+        2: Fence(2, 4, False),  # moved on: this shard keeps the new epoch, not writable
+        3: Fence(3, 3, False),  # the move's cut-over
+        4: Fence(4, 2, True),  # behind the route: the target not switched on yet
+    }
+    refused = fence_refusals(fences, {1: 3, 2: 3, 3: 3, 4: 3, 5: 3})
+    assert set(refused) == {2, 3, 4, 5}
+    assert refused[2] == StaleRoute(4)
+    assert refused[3] == refused[4] == refused[5] == Fenced(FENCE_BOUND)  # 5: never held here
+    assert fence_refusals(fences, {1: 3}) == {}

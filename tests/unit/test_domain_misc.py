@@ -59,9 +59,25 @@ def test_every_code_has_a_class() -> None:
 
 
 def test_handles_are_long_random_and_hashed() -> None:
-    handle = ids.new_execution_handle()
-    assert handle.startswith("exh_") and len(handle) >= 40 and handle != ids.new_execution_handle()
+    handle = ids.new_execution_handle(7)
+    assert handle.startswith("exh_007_") and len(handle) == 51 and handle != ids.new_execution_handle(7)
     assert ids.handle_hash(handle) != handle and len(ids.handle_hash(handle)) == 64
+
+
+@pytest.mark.parametrize("bucket", [0, 1, 0xABC, ids.BUCKET_COUNT - 1])
+def test_a_handle_carries_its_bucket(bucket: int) -> None:
+    assert ids.handle_bucket(ids.new_execution_handle(bucket)) == bucket
+
+
+def test_a_handle_without_a_bucket_is_never_read_as_one() -> None:
+    """Handles minted before they carried a bucket are 43 random characters after ``exh_``, which
+    may begin with three hex digits and an underscore: their length tells them apart."""
+    legacy = "exh_abc_" + "x" * 39
+    assert len(legacy) == 47 and ids.handle_bucket(legacy) is None
+    assert ids.handle_bucket("exh_nonexistent") is None
+    assert ids.handle_bucket("exh_ABC_" + "x" * 43) is None  # the bucket is lower-case hex
+    with pytest.raises(ValueError):
+        ids.new_execution_handle(ids.BUCKET_COUNT)
 
 
 def _state() -> tuple[TaskState, list[StepState]]:

@@ -1,0 +1,86 @@
+"""Work routed to the shards that hold its buckets (design D14.2), and the single-database case.
+
+A group of items (events, bindings) may span buckets that different shards write: it runs as one
+transaction per shard, each item's outcome where it was, in the caller's order. A shard that
+refuses a bucket because it moved (``RouteChanged``) has its items split again under the
+refreshed map and run where they now belong; an item whose bucket is between shards gets the
+caller's retryable refusal, and so does one still moving after a few rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TypeVar
+
+from status.app.ports import Database, RouteChanged, ShardGroup, Shards, Split, Stores, UnitOfWork
+from status.domain.errors import Unavailable
+
+T = TypeVar("T")
+
+HOME = "home"
+MOVING = "the task's bucket is moving between shards; send it again with the same request"
+ROUNDS = 3  # splits of a group's items before a bucket still moving is refused for now
+
+
+class OneShard:
+    """Every bucket on one database: a single-database install (nothing routed, nothing fenced)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def split(self, buckets: Sequence[int | None]) -> Split:
+        return Split((ShardGroup(HOME, tuple(range(len(buckets))), {}),) if buckets else ())
+
+    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T]) -> T:
+        return self.db.run(work)
+
+    def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
+        return self.db.reading()
+
+    def every(self) -> Sequence[Database]:
+        return (self.db,)
+
+
+def on_shards(
+    shards: Shards,
+    buckets: Sequence[int | None],
+    run: Callable[[ShardGroup], Sequence[T]],
+    moving: Callable[[int], T],
+) -> list[T]:
+    """Each item's outcome: ``run(group)`` gives those of a group's items (its indexes are the
+    caller's, in the order given) and runs them with ``shards.run``; ``moving(i)`` is the outcome
+    of item ``i`` while its bucket is between shards."""
+    outcomes: dict[int, T] = {}
+    pending = list(range(len(buckets)))
+    for _ in range(ROUNDS):
+        split = shards.split([buckets[i] for i in pending])
+        outcomes.update((pending[j], moving(pending[j])) for j in split.fenced)
+        again: list[int] = []
+        for group in split.groups:
+            mine = ShardGroup(group.shard, tuple(pending[j] for j in group.indexes), group.routes)
+            try:
+                results = run(mine)
+            except RouteChanged:
+                again += mine.indexes
+                continue
+            outcomes.update(zip(mine.indexes, results, strict=True))
+        pending = sorted(again)
+        if not pending:
+            break
+    outcomes.update((i, moving(i)) for i in pending)
+    return [outcomes[i] for i in range(len(buckets))]
+
+
+def run_for(shards: Shards, bucket: int | None, work: Callable[[UnitOfWork], T]) -> T:
+    """One bucket's ``work`` in one transaction on its shard; ``Unavailable`` (retryable) while the
+    bucket is between shards."""
+    for _ in range(ROUNDS):
+        split = shards.split([bucket])
+        if split.fenced:
+            break
+        try:
+            return shards.run(split.groups[0], work)
+        except RouteChanged:
+            continue
+    raise Unavailable(MOVING)
