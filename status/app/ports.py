@@ -575,9 +575,10 @@ class Shards(Protocol):
         """The caller's items (by their buckets) grouped by the shard that writes them now."""
         ...
 
-    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T]) -> T:
+    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T], *, unique: bool = False) -> T:
         """``work`` in one transaction on the group's shard that first checks, under shared locks held
-        to its commit, that the shard still writes the group's buckets; ``RouteChanged`` when not."""
+        to its commit, that the shard still writes the group's buckets; ``RouteChanged`` when not
+        (``unique``: run once more after a ``DuplicateKey``, as ``Database.run_unique``)."""
         ...
 
     def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
@@ -585,5 +586,5 @@ class Shards(Protocol):
         ...
 
     def every(self) -> Sequence[Database]:
-        """Each shard's database once (reads across shards, sweeps of each)."""
+        """Each shard's database once, the home database first (reads across shards, sweeps of each)."""
         ...

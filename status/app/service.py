@@ -146,7 +146,9 @@ class StatusService:
             uow.commit()
             return result
 
-        result = self.db.run(work)
+        # Every shard holds the definitions its transactions decide by (small, read often, frozen
+        # once written: a retry of a document that reached some shards only completes it).
+        result, *_ = [database.run(work) for database in self.ctx.shards.every()]
         self.definitions.invalidate()
         return result
 

@@ -32,8 +32,8 @@ class OneShard:
     def split(self, buckets: Sequence[int | None]) -> Split:
         return Split((ShardGroup(HOME, tuple(range(len(buckets))), {}),) if buckets else ())
 
-    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T]) -> T:
-        return self.db.run(work)
+    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T], *, unique: bool = False) -> T:
+        return self.db.run_unique(work) if unique else self.db.run(work)
 
     def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
         return self.db.reading()
@@ -72,15 +72,16 @@ def on_shards(
     return [outcomes[i] for i in range(len(buckets))]
 
 
-def run_for(shards: Shards, bucket: int | None, work: Callable[[UnitOfWork], T]) -> T:
-    """One bucket's ``work`` in one transaction on its shard; ``Unavailable`` (retryable) while the
-    bucket is between shards."""
+def run_for(shards: Shards, bucket: int | None, work: Callable[[UnitOfWork], T], *, unique: bool = False) -> T:
+    """One bucket's ``work`` in one transaction on its shard (``unique``: once more after a
+    duplicate key, as ``Database.run_unique``); ``Unavailable`` (retryable) while the bucket is
+    between shards."""
     for _ in range(ROUNDS):
         split = shards.split([bucket])
         if split.fenced:
             break
         try:
-            return shards.run(split.groups[0], work)
+            return shards.run(split.groups[0], work, unique=unique)
         except RouteChanged:
             continue
     raise Unavailable(MOVING)

@@ -13,6 +13,7 @@ from status.app.context import AppContext, check_title, content_hash, lock_task_
 from status.app.external_refs import attach_in, check_refs
 from status.app.group import Group
 from status.app.ports import UnitOfWork
+from status.app.shards import run_for
 from status.app.step_cache import view_of
 from status.app.views import load_view
 from status.domain import ids
@@ -46,6 +47,8 @@ class WorkflowCommands:
             }
         )
 
+        bucket = routing.bucket_of(caller.tenant_id, cmd.owner_id)
+
         def work(uow: UnitOfWork) -> dict[str, Any]:
             now = self.ctx.now()
             key = cmd.client_workflow_key
@@ -68,7 +71,7 @@ class WorkflowCommands:
                 created = False
             else:
                 workflow = WorkflowState(
-                    workflow_id=ids.new_workflow_id(int(now.replace(tzinfo=UTC).timestamp() * 1000)),
+                    workflow_id=ids.new_workflow_id(bucket, int(now.replace(tzinfo=UTC).timestamp() * 1000)),
                     tenant_id=caller.tenant_id,
                     owner_id=cmd.owner_id,
                     authority_scope=caller.authority_scope,
@@ -108,7 +111,7 @@ class WorkflowCommands:
                 "tasks": results,
             }
 
-        result: dict[str, Any] = self.ctx.db.run_unique(work)
+        result: dict[str, Any] = run_for(self.ctx.shards, bucket, work, unique=True)
         return result
 
     def add_task(self, caller: ServicePrincipal, workflow_id: str, new_task: c.NewTask) -> dict[str, Any]:
@@ -137,7 +140,7 @@ class WorkflowCommands:
             uow.commit()
             return {**result, "workflowId": workflow.workflow_id, "workflowVersion": str(workflow.version)}
 
-        result: dict[str, Any] = self.ctx.db.run_unique(work)
+        result: dict[str, Any] = run_for(self.ctx.shards, ids.workflow_bucket(workflow_id), work, unique=True)
         return result
 
     def _add_task(
@@ -207,7 +210,11 @@ class WorkflowCommands:
         status_version = defs.latest_status_version(new_task.task_type) if new_task.task_type else None
         statuses = defs.status_set(new_task.task_type, status_version)
         task = TaskState(
-            task_id=routing.new_task_id(caller.tenant_id, owner, int(now.replace(tzinfo=UTC).timestamp() * 1000)),
+            # The workflow's owner routes its tasks, whoever owns each: a workflow and its tasks
+            # are on one shard, so adding a task and counting it commit together.
+            task_id=routing.new_task_id(
+                caller.tenant_id, workflow.owner_id, int(now.replace(tzinfo=UTC).timestamp() * 1000)
+            ),
             workflow_id=workflow.workflow_id,
             client_task_key=new_task.client_task_key,
             tenant_id=caller.tenant_id,

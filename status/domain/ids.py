@@ -71,8 +71,21 @@ def bucket_hint(task_id: str) -> int | None:
     return None if hint is None else hint.bucket
 
 
-def new_workflow_id(now_ms: int) -> str:
-    return f"wf_{ulid(now_ms)}"
+def new_workflow_id(bucket: int, now_ms: int) -> str:
+    """A workflowId carrying the bucket of its owner, where its tasks are too (``wf_<3 hex>_<ULID>``);
+    ids minted before (``wf_<ULID>``) carry none."""
+    if not 0 <= bucket < BUCKET_COUNT:
+        raise ValueError(f"bucket {bucket} outside 0..{BUCKET_COUNT - 1}")
+    return f"wf_{bucket:03x}_{ulid(now_ms)}"
+
+
+_WORKFLOW_ID_RE = re.compile(r"^wf_(?P<bucket>[0-9a-f]{3})_[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def workflow_bucket(workflow_id: str) -> int | None:
+    """The bucket a workflowId carries; None for one minted before they did, or not ours."""
+    match = _WORKFLOW_ID_RE.match(workflow_id)
+    return None if match is None else int(match["bucket"], 16)
 
 
 def new_execution_id(now_ms: int) -> str:

@@ -69,6 +69,13 @@ def test_a_handle_carries_its_bucket(bucket: int) -> None:
     assert ids.handle_bucket(ids.new_execution_handle(bucket)) == bucket
 
 
+def test_a_workflow_id_carries_its_bucket() -> None:
+    workflow_id = ids.new_workflow_id(0x2F1, 1_700_000_000_000)
+    assert workflow_id.startswith("wf_2f1_") and ids.workflow_bucket(workflow_id) == 0x2F1
+    assert ids.workflow_bucket("wf_" + ids.ulid(1_700_000_000_000)) is None  # minted before buckets
+    assert ids.workflow_bucket("wf_someone_else") is None
+
+
 def test_a_handle_without_a_bucket_is_never_read_as_one() -> None:
     """Handles minted before they carried a bucket are 43 random characters after ``exh_``, which
     may begin with three hex digits and an underscore: their length tells them apart."""

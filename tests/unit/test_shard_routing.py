@@ -34,7 +34,7 @@ class FakeShards:
         )
         return Split(groups, tuple(fenced))
 
-    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], Any]) -> Any:
+    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], Any], *, unique: bool = False) -> Any:
         if any(self.truth[b] != group.shard for b in group.routes):
             self.where = dict(self.truth)  # the refusal refreshes the map
             raise RouteChanged
@@ -53,7 +53,8 @@ def _run(shards: FakeShards, buckets: list[int | None]) -> list[str]:
             shards.ran.append((group.shard, group.indexes))
             return [f"{group.shard}:{i}" for i in group.indexes]
 
-        return shards.run(group, work)
+        result: list[str] = shards.run(group, work)
+        return result
 
     return on_shards(shards, buckets, run, lambda i: f"moving:{i}")
 
@@ -80,7 +81,7 @@ def test_a_bucket_that_keeps_moving_is_refused_after_a_few_rounds() -> None:
     shards = FakeShards({1: "a"})
 
     class Restless(FakeShards):
-        def run(self, group: ShardGroup, work: Callable[[UnitOfWork], Any]) -> Any:
+        def run(self, group: ShardGroup, work: Callable[[UnitOfWork], Any], *, unique: bool = False) -> Any:
             raise RouteChanged
 
     restless = Restless({1: "a"})
@@ -98,5 +99,5 @@ def test_one_database_is_one_shard_for_everything() -> None:
     split = one.split([5, None, 4095])
     assert split.fenced == () and len(split.groups) == 1 and split.groups[0].indexes == (0, 1, 2)
     assert split.groups[0].routes == {}  # nothing fenced on a single database
-    assert one.run(split.groups[0], lambda uow: uow) == "uow"
+    assert one.run(split.groups[0], lambda uow: str(uow)) == "uow"
     assert one.split([]).groups == ()

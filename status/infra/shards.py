@@ -1,0 +1,230 @@
+"""Shards (design D14.2; docs/architecture.md, "Shards: the engine"): the bucket map read from the
+control store, each shard's write fence, and ``Shards`` over one database per shard.
+
+Every API process holds the whole map and replaces it whole when the control store's version
+moves (checked at most every ``refresh_seconds``, on the request path: one single-row read). A
+shard's transaction first reads the fences of the buckets it was routed to write ``FOR SHARE``
+— one statement for a group, the locks held to its commit — so a move, which takes a fence
+``FOR UPDATE``, waits for the writes under way and refuses every later one, including a
+process's whose map is still the old one: that process is told ``RouteChanged``, re-reads the
+map and sends the items where they now belong.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import TypeVar
+
+import sqlalchemy as sa
+
+from status.app.ports import RouteChanged, ShardGroup, Split, UnitOfWork
+from status.domain.buckets import BucketMap, BucketRoute, Fence, Fenced, RouteState, WriteTo, fence_refusals
+from status.domain.ids import BUCKET_COUNT
+from status.infra import tables as t
+from status.infra.uow import SqlDatabase, SqlStores
+
+T = TypeVar("T")
+
+_ROUTE = t.shard_bucket_route
+_FENCE = t.bucket_write_fence
+
+
+class _Refused(Exception):
+    """A shard refused buckets of the transaction (rolled back; the map is re-read)."""
+
+
+def map_version(conn: sa.Connection) -> int | None:
+    """The control store's map version; None: no map (a single-database install)."""
+    version = conn.scalar(sa.select(t.shard_map.c.version).where(t.shard_map.c.id == 1))
+    return None if version is None else int(version)
+
+
+def load_map(conn: sa.Connection) -> BucketMap | None:
+    """The whole map, read in one transaction with its version; None when there is none."""
+    version = map_version(conn)
+    if version is None:
+        return None
+    rows = conn.execute(
+        sa.select(
+            _ROUTE.c.bucket_id,
+            _ROUTE.c.route_epoch,
+            _ROUTE.c.physical_shard,
+            _ROUTE.c.route_state,
+            _ROUTE.c.target_shard,
+            _ROUTE.c.fenced_at,
+        ).order_by(_ROUTE.c.bucket_id)
+    ).all()
+    routes = tuple(BucketRoute(int(b), int(e), s, RouteState(st), tg, f) for b, e, s, st, tg, f in rows)
+    return BucketMap(version, routes)
+
+
+def save_routes(conn: sa.Connection, routes: Iterable[BucketRoute], now: datetime) -> int:
+    """Write routes and raise the map's version in the caller's transaction; the new version."""
+    values = [
+        {
+            "bucket_id": r.bucket,
+            "route_epoch": r.epoch,
+            "physical_shard": r.shard,
+            "route_state": r.state.value,
+            "target_shard": r.target,
+            "fenced_at": r.fenced_at,
+            "updated_at": now,
+        }
+        for r in routes
+    ]
+    buckets = [v["bucket_id"] for v in values]
+    for start in range(0, len(buckets), 1000):
+        conn.execute(sa.delete(_ROUTE).where(_ROUTE.c.bucket_id.in_(buckets[start : start + 1000])))
+    if values:
+        conn.execute(sa.insert(_ROUTE), values)
+    version = (map_version(conn) or 0) + 1
+    if version == 1:
+        conn.execute(sa.insert(t.shard_map).values(id=1, version=1, updated_at=now))
+    else:
+        conn.execute(sa.update(t.shard_map).where(t.shard_map.c.id == 1).values(version=version, updated_at=now))
+    return version
+
+
+def save_fences(conn: sa.Connection, fences: Iterable[Fence], now: datetime) -> None:
+    """Set a shard's fences for the buckets given, in the caller's transaction."""
+    values = [
+        {"bucket_id": f.bucket, "route_epoch": f.epoch, "writable": f.writable, "updated_at": now} for f in fences
+    ]
+    buckets = [v["bucket_id"] for v in values]
+    for start in range(0, len(buckets), 1000):
+        conn.execute(sa.delete(_FENCE).where(_FENCE.c.bucket_id.in_(buckets[start : start + 1000])))
+    if values:
+        conn.execute(sa.insert(_FENCE), values)
+
+
+def read_fences(conn: sa.Connection, buckets: Iterable[int], *, lock: bool = True) -> dict[int, Fence]:
+    """The shard's fences of ``buckets``, read ``FOR SHARE`` (held to the transaction's end)."""
+    wanted = sorted(set(buckets))
+    if not wanted:
+        return {}
+    query = sa.select(_FENCE.c.bucket_id, _FENCE.c.route_epoch, _FENCE.c.writable).where(_FENCE.c.bucket_id.in_(wanted))
+    if lock:
+        query = query.with_for_update(read=True)
+    return {int(b): Fence(int(b), int(e), bool(w)) for b, e, w in conn.execute(query)}
+
+
+def initial_routes(shards: Sequence[str]) -> list[BucketRoute]:
+    """Every bucket ACTIVE at epoch 1, the shards taking contiguous ranges of nearly equal size."""
+    return [BucketRoute(b, 1, shards[b * len(shards) // BUCKET_COUNT]) for b in range(BUCKET_COUNT)]
+
+
+def install_map(control: sa.Engine, shards: Mapping[str, sa.Engine], now: datetime) -> BucketMap:
+    """A first map over ``shards`` (in the order given): the routes in the control store and, on
+    each shard, its buckets' fences writable at epoch 1. Refused when a map exists: a map changes
+    by moving buckets, never by being installed again."""
+    names = list(shards)
+    routes = initial_routes(names)
+    with control.begin() as conn:
+        if map_version(conn) is not None:
+            raise ValueError("a bucket map is installed already; buckets change shards by moving")
+        for name, engine in shards.items():
+            with engine.begin() as shard:
+                save_fences(shard, [Fence(r.bucket, r.epoch, True) for r in routes if r.shard == name], now)
+        version = save_routes(conn, routes, now)
+    return BucketMap(version, tuple(routes))
+
+
+class ShardedDatabases:
+    """``status.app.ports.Shards`` over one database per shard and the control store's map."""
+
+    def __init__(
+        self,
+        control: sa.Engine,
+        databases: Mapping[str, SqlDatabase],
+        home: str,
+        *,
+        refresh_seconds: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._control = control
+        self._databases = dict(databases)
+        self._home = home
+        self._refresh_seconds = refresh_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        with control.connect() as conn:
+            loaded = load_map(conn)
+        if loaded is None or loaded.problems():
+            # Without a trusted map a process cannot know where anything is: it must not guess.
+            raise RuntimeError(f"no usable bucket map in the control store: {loaded and loaded.problems()}")
+        unknown = loaded.shards() - set(self._databases)
+        if unknown or home not in self._databases:
+            raise RuntimeError(f"the map names shards this process has no database for: {sorted(unknown)}")
+        self._map = loaded
+        self._checked = clock()
+
+    @property
+    def map(self) -> BucketMap:
+        return self._map
+
+    def refresh(self, *, force: bool = False) -> BucketMap:
+        """The map, re-read when the control store's version moved (at most every
+        ``refresh_seconds`` unless forced); a broken or older snapshot never replaces the one in use,
+        and an unreachable control store leaves it in use."""
+        now = self._clock()
+        if not force and now - self._checked < self._refresh_seconds:
+            return self._map
+        with self._lock:
+            self._checked = now
+            try:
+                with self._control.connect() as conn:
+                    if map_version(conn) == self._map.version:
+                        return self._map
+                    loaded = load_map(conn)
+            except sa.exc.DBAPIError:
+                return self._map  # keep serving the last trusted snapshot
+            if loaded is not None and not (loaded.shards() - set(self._databases)):
+                self._map = self._map.replaced_by(loaded)
+            return self._map
+
+    def split(self, buckets: Sequence[int | None]) -> Split:
+        current = self.refresh()
+        by_shard: dict[str, tuple[list[int], dict[int, int]]] = {}
+        fenced: list[int] = []
+        for i, bucket in enumerate(buckets):
+            if bucket is None:
+                by_shard.setdefault(self._home, ([], {}))[0].append(i)
+                continue
+            where = current.writer(bucket)
+            if isinstance(where, Fenced):
+                fenced.append(i)
+                continue
+            assert isinstance(where, WriteTo)  # no epoch was given: never stale, never ahead
+            indexes, routes = by_shard.setdefault(where.shard, ([], {}))
+            indexes.append(i)
+            routes[bucket] = where.epoch
+        groups = tuple(ShardGroup(shard, tuple(ix), routes) for shard, (ix, routes) in by_shard.items())
+        return Split(groups, tuple(fenced))
+
+    def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T], *, unique: bool = False) -> T:
+        database = self._databases[group.shard]
+
+        def fenced(uow: UnitOfWork) -> T:
+            if group.routes:
+                assert isinstance(uow, SqlStores)
+                if fence_refusals(read_fences(uow.conn, group.routes), group.routes):
+                    raise _Refused
+            return work(uow)
+
+        try:
+            return database.run_unique(fenced) if unique else database.run(fenced)
+        except _Refused:
+            self.refresh(force=True)
+            raise RouteChanged from None
+
+    def reading(self, bucket: int | None) -> AbstractContextManager[SqlStores]:
+        shard = self._home if bucket is None else self.refresh().route(bucket).shard
+        return self._databases[shard].reading()
+
+    def every(self) -> Sequence[SqlDatabase]:
+        """The home database first, then the other shards'."""
+        return (self._databases[self._home], *(db for name, db in self._databases.items() if name != self._home))

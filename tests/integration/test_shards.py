@@ -1,0 +1,204 @@
+"""Tasks routed to the shard of their bucket (status/infra/shards.py), on three MariaDB
+databases: each workflow, task and event lands on its bucket's shard only; a group of events or
+bindings spanning shards commits on each; a shard's fence refuses writes of a bucket it does not
+hold writable, even from a process whose map is old, and that process finds the new shard."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app.routing import bucket_of
+from status.app.service import StatusService
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.buckets import BucketRoute, Fence
+from status.domain.errors import ErrorCode, Unavailable
+from status.infra import tables as t
+from status.infra.db import create_engine
+from status.infra.schemas import JsonSchemaValidator
+from status.infra.shards import ShardedDatabases, install_map, load_map, save_fences, save_routes
+from status.infra.tokens import ExecutionTokens
+from status.infra.uow import SqlDatabase
+from tests.conftest import _migrated_mariadb
+from tests.support.factories import event
+from tests.support.processes import FAST_LANE
+
+pytestmark = pytest.mark.skipif(FAST_LANE, reason="shards are MariaDB databases")
+
+SHARDS = ("a", "b", "c")
+NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).replace(tzinfo=None)
+
+
+@pytest.fixture(scope="module")
+def engines() -> Iterator[dict[str, sa.Engine]]:
+    makers = [_migrated_mariadb() for _ in SHARDS]
+    urls = [next(maker) for maker in makers]
+    engines = {name: create_engine(url) for name, url in zip(SHARDS, urls, strict=True)}
+    install_map(engines["a"], engines, NOW)
+    yield engines
+    for engine in engines.values():
+        engine.dispose()
+    for maker in makers:
+        next(maker, None)
+
+
+def _service(engines: dict[str, sa.Engine], refresh_seconds: float = 3600.0) -> tuple[StatusService, ShardedDatabases]:
+    databases = {name: SqlDatabase(engine) for name, engine in engines.items()}
+    shards = ShardedDatabases(engines["a"], databases, "a", refresh_seconds=refresh_seconds)
+    service = StatusService(
+        databases["a"],
+        execution_tokens=ExecutionTokens(secrets.token_hex(32)),
+        validator=JsonSchemaValidator(),
+        shards=shards,
+    )
+    service.install_default_definitions()
+    return service, shards
+
+
+@pytest.fixture(scope="module")
+def sharded(engines: dict[str, sa.Engine]) -> tuple[StatusService, ShardedDatabases]:
+    return _service(engines)
+
+
+@pytest.fixture
+def coordinator() -> ServicePrincipal:
+    return ServicePrincipal("coordinator-1", f"tenant-{uuid.uuid4().hex[:8]}", "content", frozenset({Role.COORDINATOR}))
+
+
+def _owner_on(shards: ShardedDatabases, tenant: str, shard: str) -> str:
+    """An owner whose bucket the map puts on ``shard``."""
+    for n in range(10_000):
+        owner = f"user-{n}"
+        if shards.map.route(bucket_of(tenant, owner)).shard == shard:
+            return owner
+    raise AssertionError(f"no owner on {shard}")
+
+
+def _where(engines: dict[str, sa.Engine], table: sa.Table, column: sa.Column[str], value: str) -> list[str]:
+    """The shards holding a row with ``column == value``."""
+    found = []
+    for name, engine in engines.items():
+        with engine.connect() as conn:
+            if conn.scalar(sa.select(sa.func.count()).select_from(table).where(column == value)):
+                found.append(name)
+    return found
+
+
+def _create(service: StatusService, coordinator: ServicePrincipal, owner: str) -> str:
+    created = service.create_workflow(
+        coordinator,
+        c.CreateWorkflow(
+            client_workflow_key=f"wf-{uuid.uuid4().hex}",
+            owner_id=owner,
+            title="Sharded",
+            initial_tasks=(
+                c.NewTask(client_task_key="t", title="t", known_steps=(c.KnownStep("s1", "DOCUMENT.PARSE"),)),
+            ),
+        ),
+    )
+    return str(created["tasks"][0]["taskId"])
+
+
+def test_a_workflow_its_tasks_and_their_events_live_on_their_buckets_shard_only(
+    engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
+) -> None:
+    service, shards = sharded
+    tasks = {shard: _create(service, coordinator, _owner_on(shards, coordinator.tenant_id, shard)) for shard in SHARDS}
+    for shard, task_id in tasks.items():
+        assert _where(engines, t.task, t.task.c.id, task_id) == [shard]
+        assert _where(engines, t.task_outbox, t.task_outbox.c.aggregate_id, task_id) == [shard]
+        with engines[shard].connect() as conn:
+            workflow_id = conn.scalar(sa.select(t.task.c.workflow_id).where(t.task.c.id == task_id))
+        assert _where(engines, t.workflow, t.workflow.c.id, str(workflow_id)) == [shard]
+
+
+def test_a_group_of_bindings_and_of_events_across_shards_commits_each_on_its_shard(
+    engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
+) -> None:
+    service, shards = sharded
+    order = ["c", "a", "b", "a"]
+    tasks = [_create(service, coordinator, _owner_on(shards, coordinator.tenant_id, shard)) for shard in order]
+    contexts = service.bind_executions(
+        [(coordinator, c.ActivateStep(task_id, "s1", 1, "coordinator-1")) for task_id in tasks]
+    )
+    assert [ctx.task_id for ctx in contexts] == tasks  # type: ignore[union-attr]
+    handles = [ctx.execution_handle for ctx in contexts]  # type: ignore[union-attr]
+    events = [event("STEP_STARTED", 1, execution_handle=handle) for handle in handles]
+    results = service.report_events(coordinator, events)
+    assert [r["taskId"] for r in results] == tasks and all(r["accepted"] for r in results)
+    for shard, task_id, sent in zip(order, tasks, events, strict=True):
+        assert _where(engines, t.task_event_log, t.task_event_log.c.event_id, sent.event_id) == [shard]
+        assert _where(engines, t.task_step, t.task_step.c.task_id, task_id) == [shard]
+
+
+def test_a_shard_refuses_a_bucket_it_does_not_hold_writable_and_only_that_item(
+    engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
+) -> None:
+    service, shards = sharded
+    fenced_owner = _owner_on(shards, coordinator.tenant_id, "b")
+    fenced_task, other_task = _create(service, coordinator, fenced_owner), _create(service, coordinator, "other")
+    bucket = bucket_of(coordinator.tenant_id, fenced_owner)
+    epoch = shards.map.route(bucket).epoch
+    with engines["b"].begin() as conn:
+        save_fences(conn, [Fence(bucket, epoch, False)], NOW)  # as a move's cut-over leaves it
+    try:
+        results = service.bind_executions(
+            [(coordinator, c.ActivateStep(task_id, "s1", 1, "coordinator-1")) for task_id in (fenced_task, other_task)]
+        )
+        assert isinstance(results[0], Unavailable) and results[0].retryable
+        assert results[0].code is ErrorCode.UNAVAILABLE
+        assert results[1].task_id == other_task  # type: ignore[union-attr]
+        with engines["b"].connect() as conn:
+            bound = conn.scalar(
+                sa.select(sa.func.count())
+                .select_from(t.task_step)
+                .where(t.task_step.c.task_id == fenced_task, t.task_step.c.execution_id.is_not(None))
+            )
+        assert bound == 0  # nothing of the refused binding was written
+    finally:
+        with engines["b"].begin() as conn:
+            save_fences(conn, [Fence(bucket, epoch, True)], NOW)
+
+
+def test_a_process_with_an_old_map_is_sent_to_the_buckets_new_shard(
+    engines: dict[str, sa.Engine], coordinator: ServicePrincipal
+) -> None:
+    service, shards = _service(engines)  # its map is read now and not re-read by itself for an hour
+    owner = _owner_on(shards, coordinator.tenant_id, "a")
+    bucket = bucket_of(coordinator.tenant_id, owner)
+    old = shards.map.route(bucket)
+    # The bucket moves to c (empty for it) behind this process's back: the control store's map
+    # and both shards' fences say so.
+    with engines["a"].begin() as conn:
+        save_routes(conn, [BucketRoute(bucket, old.epoch + 1, "c")], NOW)
+    with engines["a"].begin() as conn:
+        save_fences(conn, [Fence(bucket, old.epoch + 1, False)], NOW)
+    with engines["c"].begin() as conn:
+        save_fences(conn, [Fence(bucket, old.epoch + 1, True)], NOW)
+    try:
+        assert shards.map.route(bucket).shard == "a"
+        task_id = _create(service, coordinator, owner)
+        assert _where(engines, t.task, t.task.c.id, task_id) == ["c"]
+        assert shards.map.route(bucket) == BucketRoute(bucket, old.epoch + 1, "c")
+    finally:
+        with engines["a"].begin() as conn:
+            save_routes(conn, [old], NOW)
+            save_fences(conn, [Fence(bucket, old.epoch, True)], NOW)
+        with engines["c"].begin() as conn:
+            conn.execute(sa.delete(t.bucket_write_fence).where(t.bucket_write_fence.c.bucket_id == bucket))
+
+
+def test_a_map_is_installed_once_and_loaded_whole(engines: dict[str, sa.Engine]) -> None:
+    with engines["a"].connect() as conn:
+        loaded = load_map(conn)
+    assert loaded is not None and not loaded.problems() and loaded.shards() == frozenset(SHARDS)
+    with pytest.raises(ValueError, match="installed already"):
+        install_map(engines["a"], engines, NOW)
+    with engines["b"].connect() as conn:
+        assert load_map(conn) is None  # only the control store holds a map
