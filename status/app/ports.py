@@ -585,6 +585,12 @@ class Shards(Protocol):
         """Stores for reads on the bucket's shard."""
         ...
 
+    def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
+        """The caller's items (by their buckets) grouped by the shard that serves their reads (a
+        bucket that is moving still reads where it was); read each group with ``reading`` of any
+        of its buckets."""
+        ...
+
     def every(self) -> Sequence[Database]:
         """Each shard's database once, the home database first (reads across shards, sweeps of each)."""
         ...

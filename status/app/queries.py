@@ -12,13 +12,13 @@ from typing import Any
 from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
 from status.app.ports import Stores
-from status.domain import shapes
+from status.domain import ids, shapes
 from status.domain.aggregate import trimmed
 from status.domain.auth import UserPrincipal
 from status.domain.errors import ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType
-from status.domain.model import TaskState, WorkflowState
-from status.domain.projections import iso, task_snapshot, user_summary, workflow_summary
+from status.domain.model import StepState, TaskState, WorkflowState
+from status.domain.projections import History, iso, task_snapshot, user_summary, workflow_summary
 
 STATUS_FILTERS = ("running", "failed", "needs_action", "done")
 MAX_TITLE_QUERY = 100
@@ -30,7 +30,7 @@ class Queries:
 
     def tenancy(self, task_id: str) -> tuple[str, str] | None:
         """(tenant, authority scope) of a task, for an operator's command line (no access check)."""
-        with self.ctx.db.reading() as stores:
+        with self.ctx.shards.reading(ids.bucket_hint(task_id)) as stores:
             return stores.tasks.tenancy(task_id)
 
     @staticmethod
@@ -39,7 +39,7 @@ class Queries:
 
     def get_task(self, user: UserPrincipal, task_id: str) -> shapes.TaskSnapshot:
         """The snapshot, or NOT_FOUND when the task doesn't exist *or* isn't visible (no probing)."""
-        with self.ctx.db.reading() as stores:
+        with self.ctx.shards.reading(ids.bucket_hint(task_id)) as stores:
             task = stores.reads.visible_task(user, task_id)
             if task is None:
                 raise NotFound("task not found", ErrorCode.NOT_FOUND)
@@ -49,7 +49,7 @@ class Queries:
     def task_events(self, user: UserPrincipal, task_id: str, after_version: int, limit: int) -> dict[str, Any]:
         """The committed timeline after ``after_version`` (design P18); says when history was purged."""
         limit = max(1, min(limit, 500))
-        with self.ctx.db.reading() as stores:
+        with self.ctx.shards.reading(ids.bucket_hint(task_id)) as stores:
             if not stores.reads.can_see(user, task_id):
                 raise NotFound("task not found", ErrorCode.NOT_FOUND)
             rows, oldest, current = stores.reads.events_after(task_id, after_version, limit + 1)
@@ -96,11 +96,19 @@ class Queries:
         wanted = list(dict.fromkeys(task_ids))
         if len(wanted) > 100:
             raise Invalid("at most 100 taskIds per request")
-        with self.ctx.db.reading() as stores:
-            tasks = {task.task_id: task for task in stores.reads.visible_tasks(user, wanted)}
-            changed = [tid for tid, task in tasks.items() if task.version > known.get(tid, 0)]
-            steps = stores.tasks.steps_of_tasks(changed)
-            history = {tid: self.ctx.durations.for_task(stores, tasks[tid], steps[tid]) for tid in changed}
+        tasks: dict[str, TaskState] = {}
+        steps: dict[str, list[StepState]] = {}
+        history: dict[str, History | None] = {}
+        buckets = [ids.bucket_hint(tid) for tid in wanted]
+        for group in self.ctx.shards.readers(buckets):
+            with self.ctx.shards.reading(buckets[group[0]]) as stores:
+                seen = {task.task_id: task for task in stores.reads.visible_tasks(user, [wanted[i] for i in group])}
+                newer = [tid for tid, task in seen.items() if task.version > known.get(tid, 0)]
+                steps.update(stores.tasks.steps_of_tasks(newer))
+                history.update((tid, self.ctx.durations.for_task(stores, seen[tid], steps[tid])) for tid in newer)
+                tasks.update(seen)
+        tasks = {tid: tasks[tid] for tid in wanted if tid in tasks}  # the caller's order
+        changed = [tid for tid in tasks if tid in steps]
         now = self.ctx.now()
         return {
             "tasks": [task_snapshot(tasks[tid], steps[tid], now, history[tid]) for tid in changed],
@@ -127,11 +135,21 @@ class Queries:
         if title is not None and len(title) > MAX_TITLE_QUERY:
             raise Invalid(f"q (a title search) is at most {MAX_TITLE_QUERY} characters")
         before = decode_cursor(cursor) if cursor else None
-        with self.ctx.db.reading() as stores:
-            rows = stores.reads.page_of_tasks(user, status, before, limit + 1, title or None)
-            tasks = rows[:limit]
-            steps = stores.tasks.steps_of_tasks([task.task_id for task in tasks])
-            history = {x.task_id: self.ctx.durations.for_task(stores, x, steps[x.task_id]) for x in tasks}
+        # Each shard's first page in list order, merged: the page's tasks are among them (a keyset
+        # page, so one shard's rows never push another's out of order).
+        rows: list[TaskState] = []
+        steps: dict[str, list[StepState]] = {}
+        history: dict[str, History | None] = {}
+        for database in self.ctx.shards.every():
+            with database.reading() as stores:
+                page = stores.reads.page_of_tasks(user, status, before, limit + 1, title or None)
+                steps.update(stores.tasks.steps_of_tasks([task.task_id for task in page[:limit]]))
+                history.update(
+                    (x.task_id, self.ctx.durations.for_task(stores, x, steps[x.task_id])) for x in page[:limit]
+                )
+                rows += page
+        rows.sort(key=lambda x: (x.created_at, x.task_id), reverse=True)
+        tasks = rows[:limit]
         now = self.ctx.now()
         next_cursor = encode_cursor(tasks[-1].created_at, tasks[-1].task_id) if len(rows) > limit else None
         summaries = [user_summary(x, steps[x.task_id], now, None, history[x.task_id]) for x in tasks]
@@ -156,22 +174,26 @@ class Queries:
     def workflow_summaries(self, user: UserPrincipal, workflow_ids: Sequence[str]) -> dict[str, Any]:
         """Many workflow summaries in one read (a page's list: one request, not one per workflow);
         those the user does not see are ``notFound``, as one GET would answer them."""
-        found, missing = [], []
-        with self.ctx.db.reading() as stores:
-            now = self.ctx.now()
-            for workflow_id in dict.fromkeys(workflow_ids):
-                seen = self._seen_workflow(stores, user, workflow_id, with_tasks=False)
-                if seen is None:
-                    missing.append(workflow_id)
-                else:
-                    found.append(workflow_summary(seen[0], now))
-        return {"workflows": found, "notFound": missing}
+        wanted = list(dict.fromkeys(workflow_ids))
+        summaries: dict[str, shapes.WorkflowSummaryMessage] = {}
+        buckets = [ids.workflow_bucket(workflow_id) for workflow_id in wanted]
+        now = self.ctx.now()
+        for group in self.ctx.shards.readers(buckets):
+            with self.ctx.shards.reading(buckets[group[0]]) as stores:
+                for i in group:
+                    seen = self._seen_workflow(stores, user, wanted[i], with_tasks=False)
+                    if seen is not None:
+                        summaries[wanted[i]] = workflow_summary(seen[0], now)
+        return {
+            "workflows": [summaries[w] for w in wanted if w in summaries],
+            "notFound": [w for w in wanted if w not in summaries],
+        }
 
     def get_workflow(
         self, user: UserPrincipal, workflow_id: str, *, with_tasks: bool
     ) -> shapes.WorkflowSummaryMessage | shapes.WorkflowTasks:
         """The workflow summary and its ACL-trimmed tasks; NOT_FOUND unless the user sees it."""
-        with self.ctx.db.reading() as stores:
+        with self.ctx.shards.reading(ids.workflow_bucket(workflow_id)) as stores:
             seen = self._seen_workflow(stores, user, workflow_id, with_tasks=with_tasks)
             if seen is None:
                 raise NotFound("workflow not found", ErrorCode.NOT_FOUND)
@@ -189,7 +211,7 @@ class Queries:
 
     def snapshot(self, task_id: str) -> shapes.TaskSnapshot | None:
         """The current detail state of a task (no access check: callers check visibility)."""
-        with self.ctx.db.reading() as stores:
+        with self.ctx.shards.reading(ids.bucket_hint(task_id)) as stores:
             task = stores.tasks.load(task_id)
             if task is None:
                 return None

@@ -38,6 +38,9 @@ class OneShard:
     def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
         return self.db.reading()
 
+    def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
+        return (tuple(range(len(buckets))),) if buckets else ()
+
     def every(self) -> Sequence[Database]:
         return (self.db,)
 

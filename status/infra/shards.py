@@ -225,6 +225,13 @@ class ShardedDatabases:
         shard = self._home if bucket is None else self.refresh().route(bucket).shard
         return self._databases[shard].reading()
 
+    def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
+        current = self.refresh()
+        by_shard: dict[str, list[int]] = {}
+        for i, bucket in enumerate(buckets):
+            by_shard.setdefault(self._home if bucket is None else current.route(bucket).shard, []).append(i)
+        return tuple(tuple(indexes) for indexes in by_shard.values())
+
     def every(self) -> Sequence[SqlDatabase]:
         """The home database first, then the other shards'."""
         return (self._databases[self._home], *(db for name, db in self._databases.items() if name != self._home))
