@@ -18,7 +18,9 @@ from status.app.change import Change, write_change
 from status.app.context import AppContext, lock_task_for
 from status.app.group import Group
 from status.app.ports import Stores, UnitOfWork
+from status.app.shards import run_for
 from status.app.views import load_view
+from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import Forbidden, Invalid
 from status.domain.ids import is_principal_id
@@ -109,7 +111,7 @@ class AccessCommands:
             uow.commit()
             return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}
 
-        return self.ctx.db.run(work)
+        return run_for(self.ctx.shards, ids.bucket_hint(task_id), work)
 
     @staticmethod
     def _revoked_messages(

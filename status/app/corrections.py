@@ -15,7 +15,9 @@ from status.app.context import AppContext, content_hash, require
 from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.records import CorrectionRecord
+from status.app.shards import run_for
 from status.app.views import locked_view
+from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.corrections import (
     Correction,
@@ -148,12 +150,12 @@ class CorrectionCommands:
             uow.commit()
             return result
 
-        return self.ctx.db.run(work)
+        return run_for(self.ctx.shards, ids.bucket_hint(cmd.task_id), work)
 
     def corrections_of(self, caller: ServicePrincipal, task_id: str) -> dict[str, Any]:
         """The audit records of a task's corrections (ADMIN; operators and reasons included)."""
         require(caller, Role.ADMIN)
-        with self.ctx.db.reading() as stores:
+        with self.ctx.shards.reading(ids.bucket_hint(task_id)) as stores:
             owner = stores.tasks.tenancy(task_id)
             if owner is None or owner != (caller.tenant_id, caller.authority_scope):
                 raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)

@@ -17,7 +17,8 @@ from typing import Any
 from status.app.context import AppContext, require
 from status.app.ports import Stores, UnitOfWork
 from status.app.queries import Queries
-from status.domain import shapes
+from status.app.shards import run_for
+from status.domain import ids, shapes
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.projections import iso
@@ -75,15 +76,19 @@ class ExternalRefCommands:
             uow.commit()
             return {"taskId": task_id, "externalRefs": results}
 
-        result: dict[str, Any] = self.ctx.db.run_unique(work)
+        result: dict[str, Any] = run_for(self.ctx.shards, ids.bucket_hint(task_id), work, unique=True)
         return result
 
     def lookup(self, caller: ServicePrincipal, ref_type: str, ref_value: str) -> dict[str, Any]:
         """The task a reference maps to, in the caller's tenant and scope (internal API)."""
         require(caller, Role.COORDINATOR)
         check_refs([(ref_type, ref_value)])
-        with self.ctx.db.reading() as stores:
-            row = stores.external_refs.find(caller.tenant_id, caller.authority_scope, ref_type, ref_value)
+        row = None
+        for database in self.ctx.shards.every():  # a reference's task may be on any shard
+            with database.reading() as stores:
+                row = stores.external_refs.find(caller.tenant_id, caller.authority_scope, ref_type, ref_value)
+            if row is not None:
+                break
         if row is None:
             raise NotFound(f"no task has {ref_type} {ref_value!r}", ErrorCode.NOT_FOUND)
         return {
@@ -104,9 +109,11 @@ class ExternalRefCommands:
         An invisible task answers exactly like an unknown reference (no probing).
         """
         check_refs([(ref_type, ref_value)])
-        with self.ctx.db.reading() as stores:
-            candidates = stores.external_refs.tasks_named(user.tenant_id, ref_type, ref_value, authority_scope, 10)
-            visible = [task_id for task_id in candidates if self.queries.can_see_task(stores, user, task_id)]
+        visible: list[str] = []
+        for database in self.ctx.shards.every():  # a reference's task may be on any shard
+            with database.reading() as stores:
+                candidates = stores.external_refs.tasks_named(user.tenant_id, ref_type, ref_value, authority_scope, 10)
+                visible += [task_id for task_id in candidates if self.queries.can_see_task(stores, user, task_id)]
         if not visible:
             raise NotFound("task not found", ErrorCode.NOT_FOUND)
         if len(visible) > 1:

@@ -19,7 +19,8 @@ from status.app.context import RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
 from status.app.group import Group
 from status.app.handle_cache import KnownHandle
-from status.app.ports import Stores, UnitOfWork
+from status.app.ports import Database, ShardGroup, Stores, UnitOfWork
+from status.app.shards import on_shards, run_for
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, renewed_expiry
 from status.domain.errors import DomainError, ErrorCode
@@ -56,7 +57,7 @@ class HealthCommands:
         self.ctx = ctx
         self.events = events
 
-    def record_heartbeats(self, caller: ServicePrincipal, items: Sequence[c.Heartbeat]) -> dict[str, Any]:  # noqa: C901
+    def record_heartbeats(self, caller: ServicePrincipal, items: Sequence[c.Heartbeat]) -> dict[str, Any]:
         """design D8.6: plain heartbeats touch only last_heartbeat_*; no version, event or message.
 
         The usual batch — one beat per execution, each handle known to this process, every
@@ -65,6 +66,35 @@ class HealthCommands:
         judged against its row."""
         require(caller, Role.WORKER)
         now = self.ctx.now()
+        buckets = [self._beat_bucket(hb, now) for hb in items]
+        results = on_shards(
+            self.ctx.shards,
+            buckets,
+            lambda group: self._record_on(group, caller, [items[i] for i in group.indexes], now),
+            lambda i: {
+                "executionId": items[i].execution_id,
+                "accepted": False,
+                "health": None,
+                "reason": "UNAVAILABLE",
+            },
+        )
+        return {"results": results, "receivedAt": iso(now)}
+
+    def _beat_bucket(self, hb: c.Heartbeat, now: datetime) -> int | None:
+        """The bucket a beat's credential names (a routing hint: the shard it leads to decides)."""
+        if hb.execution_handle:
+            return ids.handle_bucket(hb.execution_handle)
+        if hb.execution_token:
+            try:
+                return self.ctx.tokens.verify(hb.execution_token, now).bucket_id
+            except DomainError:
+                return None  # refused where it is read, with its own reason
+        return None
+
+    def _record_on(  # noqa: C901
+        self, group: ShardGroup, caller: ServicePrincipal, items: Sequence[c.Heartbeat], now: datetime
+    ) -> list[dict[str, Any] | None]:
+        """One shard's beats of a batch, their results in order."""
         results: list[dict[str, Any] | None] = [None] * len(items)
         recover: list[tuple[int, str, str, int, str]] = []
         credentials: dict[int, Credential] = {}
@@ -98,20 +128,22 @@ class HealthCommands:
         def resolve() -> dict[int, tuple[str, str, int, str]]:
             # Credentials and tenants are immutable: read once, before the writes (retried like any unit of work).
             credentials.clear()
-            return self.ctx.db.run(lambda uow: self._resolve_heartbeats(uow, caller, items, now, results, credentials))
+            return self.ctx.shards.run(
+                group, lambda uow: self._resolve_heartbeats(uow, caller, items, now, results, credentials)
+            )
 
         known = self._known(caller, items, now, credentials)
         resolved = known if known is not None else resolve()
         beats = [(*resolved[i], items[i].heartbeat_seq) for i in sorted(resolved)]
         single = len({b[:3] for b in beats}) == len(beats)
-        if beats and single and self.ctx.db.run(fast):
+        if beats and single and self.ctx.shards.run(group, fast):
             for index, key in resolved.items():
                 results[index] = _accepted(key[3])
         else:
             if known is not None:
                 resolved = resolve()  # what memory said may be gone (a purged task): read it afresh
             if resolved:
-                self.ctx.db.run(work)
+                self.ctx.shards.run(group, work)
         # STALE -> HEALTHY goes through the full event transaction, exactly once (design D8.6).
         for index, task_id, step_id, attempt, execution_id in recover:
             results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
@@ -126,12 +158,16 @@ class HealthCommands:
                 uow.heartbeats.mark_completes_elsewhere(sorted(elsewhere), now)
                 uow.commit()
 
-            self.ctx.db.run(mark)
-        self._renew(results, credentials, now)
-        return {"results": results, "receivedAt": iso(now)}
+            self.ctx.shards.run(group, mark)
+        self._renew(group, results, credentials, now)
+        return results
 
     def _renew(
-        self, results: list[dict[str, Any] | None], credentials: Mapping[int, Credential], now: datetime
+        self,
+        group: ShardGroup,
+        results: list[dict[str, Any] | None],
+        credentials: Mapping[int, Credential],
+        now: datetime,
     ) -> None:
         """Accepted beats renew their execution's credential past its half-life (``renewed_expiry``):
         a handle's expiry moves (one statement for the batch), a token is issued again; the result
@@ -152,7 +188,7 @@ class HealthCommands:
                 uow.heartbeats.extend_handles(hashes, until)
                 uow.commit()
 
-            self.ctx.db.run(extend)
+            self.ctx.shards.run(group, extend)
             self.ctx.handles.extend(hashes, until)
         for index in due:
             renewed = {**(results[index] or {}), "expiresAt": iso(until)}
@@ -298,7 +334,7 @@ class HealthCommands:
             uow.heartbeats.write_recovered_beat(task_id, step_id, attempt, hb.heartbeat_seq, self.ctx.now())
             uow.commit()
 
-        self.ctx.db.run(work)
+        run_for(self.ctx.shards, ids.bucket_hint(task_id), work)
         return {"executionId": execution_id, "accepted": True, "health": "HEALTHY", "reason": "RECOVERED"}
 
     def _end_from_temporal(
@@ -334,14 +370,29 @@ class HealthCommands:
 
     def heartbeat_census(self) -> HeartbeatCensus:
         """What the reconciler needs to tell a dead worker from an ingest outage (one aggregate read)."""
-        with self.ctx.db.reading() as stores:
-            return HeartbeatCensus(*stores.heartbeats.census())
+        counts = []
+        for database in self.ctx.shards.every():
+            with database.reading() as stores:
+                counts.append(stores.heartbeats.census())
+        return HeartbeatCensus(
+            sum(running for running, *_ in counts),
+            # A producer beats on every shard its tasks are on: the largest count is the one sure.
+            max(producers for _, producers, *_ in counts),
+            max((newest for _, _, newest, _ in counts if newest is not None), default=None),
+            min((shortest for *_, shortest in counts if shortest is not None), default=None),
+        )
 
     def heartbeat_freshness(self, ages: Sequence[int]) -> HeartbeatFreshness:
         """How fresh running executions' heartbeats are now (one aggregate read)."""
         now = self.ctx.now()
-        with self.ctx.db.reading() as stores:
-            running, overdue, heard, age_sum = stores.heartbeats.freshness(now, ages)
+        running = overdue = 0
+        heard = [0] * len(ages)
+        age_sum = 0.0
+        for database in self.ctx.shards.every():
+            with database.reading() as stores:
+                shard_running, shard_overdue, shard_heard, shard_age_sum = stores.heartbeats.freshness(now, ages)
+            running, overdue, age_sum = running + shard_running, overdue + shard_overdue, age_sum + shard_age_sum
+            heard = [a + b for a, b in zip(heard, shard_heard, strict=True)]
         return HeartbeatFreshness(running, overdue, dict(zip(ages, heard, strict=True)), age_sum)
 
     def mark_stale(  # noqa: C901
@@ -365,8 +416,10 @@ class HealthCommands:
         """
         now = self.ctx.now()
         due = now if due_by is None else min(now, due_by)
-        with self.ctx.db.reading() as stores:
-            candidates = stores.heartbeats.overdue_executions(due, limit, tenant_scope)
+        candidates = []
+        for database in self.ctx.shards.every():
+            with database.reading() as stores:
+                candidates += stores.heartbeats.overdue_executions(due, limit, tenant_scope)
         outcomes: Mapping[str, ActivityOutcome] = {}
         refs = {
             row.execution_id: ActivityRef(row.namespace, row.workflow_id, row.run_id, row.activity_id)
@@ -416,7 +469,7 @@ class HealthCommands:
                 return self.events.apply_locked(uow, caller, cmd)
 
             try:
-                outcome = self.ctx.db.run(work)
+                outcome = run_for(self.ctx.shards, ids.bucket_hint(task_id), work)
             except DomainError:
                 continue
             if outcome is not None:
@@ -430,8 +483,14 @@ class HealthCommands:
         recorded it, once it has: each due one is asked about (one describe per run, and the
         run's history only when something ended), then ends that way or is asked again later
         (``next_completion_check``). Temporal unreachable: nothing changes, asked again next pass."""
+        results = []
+        for database in self.ctx.shards.every():
+            results += self._watch_completions_on(database, ask, limit)
+        return results
+
+    def _watch_completions_on(self, database: Database, ask: AskTemporal, limit: int) -> list[dict[str, Any]]:
         now = self.ctx.now()
-        with self.ctx.db.reading() as stores:
+        with database.reading() as stores:
             due = stores.heartbeats.awaited_executions(now, limit)
         checks: dict[str, datetime | None] = {
             row.execution_id: None for row in due if row.lifecycle_status != "RUNNING"
@@ -467,7 +526,7 @@ class HealthCommands:
                 uow.heartbeats.next_check(checks)
                 uow.commit()
 
-            self.ctx.db.run(work)
+            database.run(work)
         return results
 
 
@@ -484,3 +543,7 @@ def _answer(execution_id: str, verdict: BeatVerdict) -> dict[str, Any] | None:
     accepted = verdict.outcome is BeatOutcome.DUPLICATE
     reason = "DUPLICATE" if accepted else verdict.reason.value if verdict.reason else None
     return {"executionId": execution_id, "accepted": accepted, "health": verdict.health, "reason": reason}
+
+
+def _refused(execution_id: str | None, code: ErrorCode) -> dict[str, Any]:
+    return {"executionId": execution_id, "accepted": False, "health": None, "reason": code.value}

@@ -13,6 +13,7 @@ from typing import Any
 from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
 from status.app.ports import UnitOfWork
+from status.app.records import NotificationRecord
 from status.domain.auth import UserPrincipal
 from status.domain.errors import Invalid
 from status.domain.notifications import Notification
@@ -42,9 +43,15 @@ class NotificationQueries:
         """Newest first, keyset-paginated; ``unreadCount`` counts all unread ones."""
         limit = max(1, min(limit, 100))
         before = decode_cursor(cursor) if cursor else None
-        with self.ctx.db.reading() as stores:
-            rows = stores.notifications.page(user, unread_only=unread_only, before=before, limit=limit + 1)
-            unread = stores.notifications.unread_count(user)
+        # A user's notifications are written with the changes of their tasks, on those tasks'
+        # shards: each shard's first keyset page, merged in list order.
+        rows: list[NotificationRecord] = []
+        unread = 0
+        for database in self.ctx.shards.every():
+            with database.reading() as stores:
+                rows += stores.notifications.page(user, unread_only=unread_only, before=before, limit=limit + 1)
+                unread += stores.notifications.unread_count(user)
+        rows.sort(key=lambda r: (r.created_at, r.notification_id), reverse=True)
         page = rows[:limit]
         next_cursor = (
             encode_cursor(page[-1].created_at, page[-1].notification_id) if len(rows) > limit and page else None
@@ -62,7 +69,9 @@ class NotificationQueries:
             uow.commit()
             return changed
 
-        marked = self.ctx.db.run(work)
-        with self.ctx.db.reading() as stores:
-            unread = stores.notifications.unread_count(user)
+        marked = unread = 0
+        for database in self.ctx.shards.every():
+            marked += database.run(work)
+            with database.reading() as stores:
+                unread += stores.notifications.unread_count(user)
         return {"marked": marked, "unreadCount": unread}

@@ -33,24 +33,33 @@ class OverdueQueries:
         if caller is not None:
             require(caller, Role.ADMIN)
         now = self.ctx.now()
+        scope = (caller.tenant_id, caller.authority_scope) if caller is not None else None
+        found: list[dict[str, Any]] = []
+        for database in self.ctx.shards.every():  # each shard's oldest, merged
+            with database.reading() as stores:
+                found += self._overdue_on(stores, scope, now, limit)
+        found.sort(key=lambda task: -task["runningForSeconds"])
+        return found[:limit]
+
+    def _overdue_on(
+        self, stores: Stores, scope: tuple[str, str] | None, now: datetime, limit: int
+    ) -> list[dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
-        with self.ctx.db.reading() as stores:
-            scope = (caller.tenant_id, caller.authority_scope) if caller is not None else None
-            for row in stores.overdue.running_since(now - SHORTEST_LIMIT, limit=max(1, limit) * 50, tenant_scope=scope):
-                reason = self._overdue_reason(stores, row, now)
-                if reason is None or row.task_id in found:
-                    continue
-                found[row.task_id] = {
-                    "taskId": row.task_id,
-                    "tenantId": row.tenant_id,
-                    "title": row.title,
-                    "health": row.health,
-                    "startedAt": iso(row.task_started_at) if row.task_started_at else None,
-                    "runningForSeconds": int((now - (row.task_started_at or now)).total_seconds()),
-                    **reason,
-                }
-                if len(found) >= limit:
-                    break
+        for row in stores.overdue.running_since(now - SHORTEST_LIMIT, limit=max(1, limit) * 50, tenant_scope=scope):
+            reason = self._overdue_reason(stores, row, now)
+            if reason is None or row.task_id in found:
+                continue
+            found[row.task_id] = {
+                "taskId": row.task_id,
+                "tenantId": row.tenant_id,
+                "title": row.title,
+                "health": row.health,
+                "startedAt": iso(row.task_started_at) if row.task_started_at else None,
+                "runningForSeconds": int((now - (row.task_started_at or now)).total_seconds()),
+                **reason,
+            }
+            if len(found) >= limit:
+                break
         return list(found.values())
 
     def _overdue_reason(self, stores: Stores, row: RunningAttempt, now: datetime) -> dict[str, Any] | None:

@@ -37,6 +37,20 @@ class Queries:
     def can_see_task(stores: Stores, user: UserPrincipal, task_id: str) -> bool:
         return stores.reads.can_see(user, task_id)
 
+    def visible(self, user: UserPrincipal, task_ids: Sequence[str]) -> list[str]:
+        """Those of ``task_ids`` the user sees, in the order given (one read per shard)."""
+        seen: set[str] = set()
+        buckets = [ids.bucket_hint(task_id) for task_id in task_ids]
+        for group in self.ctx.shards.readers(buckets):
+            with self.ctx.shards.reading(buckets[group[0]]) as stores:
+                seen.update(task_ids[i] for i in group if stores.reads.can_see(user, task_ids[i]))
+        return [task_id for task_id in task_ids if task_id in seen]
+
+    def workflow(self, workflow_id: str) -> WorkflowState | None:
+        """A workflow as stored (no access check: callers check visibility)."""
+        with self.ctx.shards.reading(ids.workflow_bucket(workflow_id)) as stores:
+            return stores.reads.workflow(workflow_id)
+
     def get_task(self, user: UserPrincipal, task_id: str) -> shapes.TaskSnapshot:
         """The snapshot, or NOT_FOUND when the task doesn't exist *or* isn't visible (no probing)."""
         with self.ctx.shards.reading(ids.bucket_hint(task_id)) as stores:

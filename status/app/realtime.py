@@ -117,14 +117,12 @@ class RealtimeService:
         if (task_id is None) == (workflow_id is None):
             raise Invalid("send exactly one of taskId, workflowId, projectId or broadcast")
         if task_id is not None:
-            with self.status.db.reading() as stores:
-                if not stores.reads.can_see(user, task_id):
-                    raise NotFound("task not found", ErrorCode.NOT_FOUND)
+            if not self.status.queries.visible(user, [task_id]):
+                raise NotFound("task not found", ErrorCode.NOT_FOUND)
             channel = detail_channel(user.tenant_id, task_id)
         if workflow_id is not None:
             self.status.get_workflow(user, workflow_id, with_tasks=False)  # raises NOT_FOUND when not visible
-            with self.status.db.reading() as stores:
-                workflow = stores.reads.workflow(workflow_id)
+            workflow = self.status.queries.workflow(workflow_id)
             if workflow is None or workflow.owner_id != user.user_id:
                 # The channel carries the aggregate over all of the workflow's tasks; others
                 # read a summary trimmed to the tasks they see (GET /api/workflows/{id}).
@@ -172,8 +170,7 @@ class RealtimeService:
         session = f"sse:{user.subject}:{client_id}"
         now = self.status.now()
         expires = now + self.ttl
-        with self.status.db.reading() as stores:
-            visible = [task_id for task_id in wanted if stores.reads.can_see(user, task_id)]
+        visible = self.status.queries.visible(user, wanted)
         channels = {detail_channel(user.tenant_id, task_id) for task_id in visible}
 
         def replace_set(uow: UnitOfWork) -> set[str]:

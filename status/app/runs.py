@@ -20,9 +20,11 @@ from status import logs
 from status.app import commands as c
 from status.app.context import RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
-from status.app.ports import OwnedTask, UnitOfWork
+from status.app.ports import OwnedTask, ShardGroup, UnitOfWork
+from status.app.shards import MOVING, on_shards, run_for
+from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
-from status.domain.errors import Conflict, DomainError, ErrorCode, NotFound
+from status.domain.errors import Conflict, DomainError, ErrorCode, NotFound, Unavailable
 from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.verdicts import ClosedRun, verdict_event_id, verdict_for, verdict_source_seq
 
@@ -72,12 +74,17 @@ class RunCommands:
                 "temporalOwner": {"namespace": owner.namespace, "workflowId": owner.workflow_id, "runId": owner.run_id},
             }
 
-        return self.ctx.db.run(work)
+        return run_for(self.ctx.shards, ids.bucket_hint(task_id), work)
 
     # ------------------------------------------------------------ for the run follower
+    # One follower serves every shard: it reads Temporal's closed runs once, and each run's tasks
+    # are read and written on their own shards.
     def open_tasks(self, namespace: str, workflow_ids: Sequence[str]) -> list[OwnedTask]:
-        with self.ctx.db.reading() as stores:
-            return stores.runs.open_tasks_of(namespace, workflow_ids)
+        found: list[OwnedTask] = []
+        for database in self.ctx.shards.every():
+            with database.reading() as stores:
+                found += stores.runs.open_tasks_of(namespace, workflow_ids)
+        return found
 
     def follow(self, run: ClosedRun, continued_by: str | None, tasks: Sequence[OwnedTask]) -> FollowResult:
         """Apply one closed run to the open tasks it owns (the caller matched them by workflow id)."""
@@ -87,11 +94,15 @@ class RunCommands:
             return result
         if continued_by is not None:
 
-            def move(uow: UnitOfWork) -> None:
-                uow.runs.hand_over(run.namespace, [task.task_id for task in mine], continued_by)
-                uow.commit()
+            def move(group: ShardGroup) -> list[None]:
+                def work(uow: UnitOfWork) -> list[None]:
+                    uow.runs.hand_over(run.namespace, [mine[i].task_id for i in group.indexes], continued_by)
+                    uow.commit()
+                    return [None] * len(group.indexes)
 
-            self.ctx.db.run(move)
+                return self.ctx.shards.run(group, work)
+
+            on_shards(self.ctx.shards, [ids.bucket_hint(task.task_id) for task in mine], move, _moving)
             result.handed_over = [task.task_id for task in mine]
             return result
         verdict = verdict_for(run)
@@ -125,9 +136,11 @@ class RunCommands:
         run is listed turns STALE (stuck), one shown stuck whose run is listed no more recovers (the
         run moved again; a closed run's verdict ends the task anyway). Idempotent: a second observer
         or a replayed pass finds nothing left to change."""
-        with self.ctx.db.reading() as stores:
-            shown = stores.runs.stuck_tasks(namespace)
-            owned = stores.runs.open_tasks_of(namespace, sorted({workflow_id for workflow_id, _ in stuck}))
+        shown: list[OwnedTask] = []
+        for database in self.ctx.shards.every():
+            with database.reading() as stores:
+                shown += stores.runs.stuck_tasks(namespace)
+        owned = self.open_tasks(namespace, sorted({workflow_id for workflow_id, _ in stuck}))
         runs = set(stuck)
         shown_ids = {task.task_id for task in shown}
         result = StuckResult([], [])
@@ -164,8 +177,15 @@ class RunCommands:
     def watermark(self, namespace: str) -> datetime | None:
         """Where to go on reading ``namespace``'s closed runs: the stored watermark, or (first time)
         the creation of the oldest open task a run of it owns; None when there is nothing to follow."""
-        with self.ctx.db.reading() as stores:
-            return stores.runs.watermark(namespace) or stores.runs.oldest_open_owned(namespace)
+        with self.ctx.db.reading() as stores:  # the home database keeps the follower's watermark
+            kept = stores.runs.watermark(namespace)
+        if kept is not None:
+            return kept
+        oldest = []
+        for database in self.ctx.shards.every():
+            with database.reading() as stores:
+                oldest.append(stores.runs.oldest_open_owned(namespace))
+        return min((t for t in oldest if t is not None), default=None)
 
     def advance_watermark(self, namespace: str, close_time: datetime) -> None:
         def work(uow: UnitOfWork) -> None:
@@ -173,3 +193,7 @@ class RunCommands:
             uow.commit()
 
         self.ctx.db.run(work)
+
+
+def _moving(_: int) -> None:
+    raise Unavailable(MOVING)  # the pass is taken again later, the bucket then on its shard

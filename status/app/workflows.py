@@ -359,7 +359,7 @@ class WorkflowCommands:
             uow.commit()
             return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": True}
 
-        return self.ctx.db.run(work)
+        return run_for(self.ctx.shards, ids.bucket_hint(cmd.task_id), work)
 
     def _freeze_statuses(self, uow: UnitOfWork, task: TaskState) -> None:
         if task.task_type is None or task.status_definition_version is None:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from status.app import commands as c
 from status.app.routing import bucket_of
 from status.app.service import StatusService
-from status.domain.auth import Role, ServicePrincipal
+from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.buckets import BucketRoute, Fence
 from status.domain.errors import ErrorCode, Unavailable
 from status.infra import tables as t
@@ -26,7 +26,7 @@ from status.infra.shards import ShardedDatabases, install_map, load_map, save_fe
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
 from tests.conftest import _migrated_mariadb
-from tests.support.factories import event
+from tests.support.factories import event, now
 from tests.support.processes import FAST_LANE
 
 pytestmark = pytest.mark.skipif(FAST_LANE, reason="shards are MariaDB databases")
@@ -202,3 +202,78 @@ def test_a_map_is_installed_once_and_loaded_whole(engines: dict[str, sa.Engine])
         install_map(engines["a"], engines, NOW)
     with engines["b"].connect() as conn:
         assert load_map(conn) is None  # only the control store holds a map
+
+
+def _workflow_with_task_of(
+    service: StatusService, coordinator: ServicePrincipal, workflow_owner: str, task_owner: str
+) -> str:
+    created = service.create_workflow(
+        coordinator,
+        c.CreateWorkflow(
+            client_workflow_key=f"wf-{uuid.uuid4().hex}",
+            owner_id=workflow_owner,
+            title="Sharded",
+            initial_tasks=(
+                c.NewTask(
+                    client_task_key="t",
+                    title=f"of {workflow_owner}",
+                    owner_id=task_owner,
+                    known_steps=(c.KnownStep("s1", "DOCUMENT.PARSE"),),
+                ),
+            ),
+        ),
+    )
+    return str(created["tasks"][0]["taskId"])
+
+
+def test_a_users_list_merges_every_shard_in_order_and_pages_through_each_task_once(
+    engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
+) -> None:
+    service, shards = sharded
+    viewer = UserPrincipal(coordinator.tenant_id, "viewer")
+    made = [
+        _workflow_with_task_of(service, coordinator, _owner_on(shards, coordinator.tenant_id, shard), "viewer")
+        for shard in ("b", "a", "c", "b", "c")
+    ]
+    assert {shard for task_id in made for shard in _where(engines, t.task, t.task.c.id, task_id)} == set(SHARDS)
+    listed, cursor = [], None
+    while True:
+        page = service.my_tasks(viewer, cursor, 2)
+        listed += [summary["taskId"] for summary in page["tasks"]]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert listed == list(reversed(made))  # newest first, each once, across pages and shards
+    found = service.batch_get(viewer, [*made, "tsk_v1_000_01JZZZZZZZZZZZZZZZZZZZZZZZ"], {made[0]: 1})
+    assert found["unchanged"] == [made[0]] and [s["taskId"] for s in found["tasks"]] == made[1:]
+    assert found["notFound"] == ["tsk_v1_000_01JZZZZZZZZZZZZZZZZZZZZZZZ"]
+    assert service.get_task(viewer, made[2])["taskId"] == made[2]
+
+
+def test_heartbeats_of_executions_on_every_shard_land_on_each_ones_shard(
+    engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
+) -> None:
+    service, shards = sharded
+    tasks = [_create(service, coordinator, _owner_on(shards, coordinator.tenant_id, shard)) for shard in SHARDS]
+    contexts = service.bind_executions(
+        [
+            (
+                coordinator,
+                c.ActivateStep(task_id, "s1", 1, "coordinator-1", started=c.StartedEvent(f"{task_id}/s", now(), 1)),
+            )
+            for task_id in tasks
+        ]
+    )
+    worker = ServicePrincipal("coordinator-1", coordinator.tenant_id, "content", frozenset({Role.WORKER}))
+    beats = [c.Heartbeat(7, execution_handle=ctx.execution_handle) for ctx in contexts]  # type: ignore[union-attr]
+    answer = service.record_heartbeats(worker, beats)
+    assert [r["accepted"] for r in answer["results"]] == [True, True, True], answer
+    for shard, task_id in zip(SHARDS, tasks, strict=True):
+        for name, engine in engines.items():
+            with engine.connect() as conn:
+                seq = conn.scalar(
+                    sa.select(t.task_step.c.last_heartbeat_seq).where(
+                        t.task_step.c.task_id == task_id, t.task_step.c.execution_id.is_not(None)
+                    )
+                )
+            assert seq == (7 if name == shard else None)
