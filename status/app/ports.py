@@ -545,8 +545,13 @@ class Database(Protocol):
 
 
 class RouteChanged(Exception):
-    """A shard refused a bucket of the transaction: the bucket moved since the map was read (the
-    map is refreshed): split the items again and run them where they now belong."""
+    """A shard refused buckets of the transaction (rolled back): they moved since the map was read,
+    or are moving (the map is refreshed); split the items again and run them where they belong."""
+
+    def __init__(self, shard: str, buckets: Iterable[int]) -> None:
+        super().__init__(f"{shard} refused buckets {sorted(buckets)}")
+        self.shard = shard
+        self.buckets = frozenset(buckets)
 
 
 @dataclass(frozen=True)

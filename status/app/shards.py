@@ -2,9 +2,11 @@
 
 A group of items (events, bindings) may span buckets that different shards write: it runs as one
 transaction per shard, each item's outcome where it was, in the caller's order. A shard that
-refuses a bucket because it moved (``RouteChanged``) has its items split again under the
-refreshed map and run where they now belong; an item whose bucket is between shards gets the
-caller's retryable refusal, and so does one still moving after a few rounds.
+refuses buckets because they moved (``RouteChanged``) has its items split again under the
+refreshed map and run where they now belong; an item whose bucket is between shards — the map
+says so, or the shard that refused it is still where the map sends it — gets the caller's
+retryable refusal, its neighbours run without it, and an item still moving after a few rounds
+is refused too.
 """
 
 from __future__ import annotations
@@ -55,16 +57,25 @@ def on_shards(
     caller's, in the order given) and runs them with ``shards.run``; ``moving(i)`` is the outcome
     of item ``i`` while its bucket is between shards."""
     outcomes: dict[int, T] = {}
+    refused: dict[int, str] = {}  # bucket -> the shard that refused it
     pending = list(range(len(buckets)))
     for _ in range(ROUNDS):
         split = shards.split([buckets[i] for i in pending])
         outcomes.update((pending[j], moving(pending[j])) for j in split.fenced)
         again: list[int] = []
         for group in split.groups:
-            mine = ShardGroup(group.shard, tuple(pending[j] for j in group.indexes), group.routes)
+            indexes = [pending[j] for j in group.indexes]
+            held = [i for i in indexes if (b := buckets[i]) is not None and refused.get(b) == group.shard]
+            outcomes.update((i, moving(i)) for i in held)
+            runnable = tuple(i for i in indexes if i not in held)
+            if not runnable:
+                continue
+            routes = {b: e for b, e in group.routes.items() if refused.get(b) != group.shard}
+            mine = ShardGroup(group.shard, runnable, routes)
             try:
                 results = run(mine)
-            except RouteChanged:
+            except RouteChanged as change:
+                refused.update((b, change.shard) for b in change.buckets)
                 again += mine.indexes
                 continue
             outcomes.update(zip(mine.indexes, results, strict=True))

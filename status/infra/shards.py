@@ -22,7 +22,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 
 from status.app.ports import RouteChanged, ShardGroup, Split, UnitOfWork
-from status.domain.buckets import BucketMap, BucketRoute, Fence, Fenced, RouteState, WriteTo, fence_refusals
+from status.domain.buckets import BucketMap, BucketRoute, Fence, RouteState, fence_refusals
 from status.domain.ids import BUCKET_COUNT
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase, SqlStores
@@ -35,6 +35,10 @@ _FENCE = t.bucket_write_fence
 
 class _Refused(Exception):
     """A shard refused buckets of the transaction (rolled back; the map is re-read)."""
+
+    def __init__(self, buckets: Iterable[int]) -> None:
+        super().__init__()
+        self.buckets = frozenset(buckets)
 
 
 def map_version(conn: sa.Connection) -> int | None:
@@ -90,15 +94,31 @@ def save_routes(conn: sa.Connection, routes: Iterable[BucketRoute], now: datetim
 
 
 def save_fences(conn: sa.Connection, fences: Iterable[Fence], now: datetime) -> None:
-    """Set a shard's fences for the buckets given, in the caller's transaction."""
-    values = [
-        {"bucket_id": f.bucket, "route_epoch": f.epoch, "writable": f.writable, "updated_at": now} for f in fences
+    """Set a shard's fences for the buckets given, in the caller's transaction: a fence row that
+    exists is updated in place (a writer waiting on its lock then reads the new value), the others
+    inserted."""
+    wanted = {f.bucket: f for f in fences}
+    existing: set[int] = set()
+    keys = sorted(wanted)
+    for start in range(0, len(keys), 1000):
+        chunk = keys[start : start + 1000]
+        existing.update(
+            int(b) for b in conn.scalars(sa.select(_FENCE.c.bucket_id).where(_FENCE.c.bucket_id.in_(chunk)))
+        )
+    for bucket in sorted(existing):
+        fence = wanted[bucket]
+        conn.execute(
+            sa.update(_FENCE)
+            .where(_FENCE.c.bucket_id == bucket)
+            .values(route_epoch=fence.epoch, writable=fence.writable, updated_at=now)
+        )
+    new = [
+        {"bucket_id": f.bucket, "route_epoch": f.epoch, "writable": f.writable, "updated_at": now}
+        for b, f in sorted(wanted.items())
+        if b not in existing
     ]
-    buckets = [v["bucket_id"] for v in values]
-    for start in range(0, len(buckets), 1000):
-        conn.execute(sa.delete(_FENCE).where(_FENCE.c.bucket_id.in_(buckets[start : start + 1000])))
-    if values:
-        conn.execute(sa.insert(_FENCE), values)
+    if new:
+        conn.execute(sa.insert(_FENCE), new)
 
 
 def read_fences(conn: sa.Connection, buckets: Iterable[int], *, lock: bool = True) -> dict[int, Fence]:
@@ -187,23 +207,19 @@ class ShardedDatabases:
             return self._map
 
     def split(self, buckets: Sequence[int | None]) -> Split:
+        """By the shard the map names for each bucket — its source while it moves, even in the cut-over:
+        that shard's fence, not a map that may be seconds old, says whether it writes it now."""
         current = self.refresh()
         by_shard: dict[str, tuple[list[int], dict[int, int]]] = {}
-        fenced: list[int] = []
         for i, bucket in enumerate(buckets):
             if bucket is None:
                 by_shard.setdefault(self._home, ([], {}))[0].append(i)
                 continue
-            where = current.writer(bucket)
-            if isinstance(where, Fenced):
-                fenced.append(i)
-                continue
-            assert isinstance(where, WriteTo)  # no epoch was given: never stale, never ahead
-            indexes, routes = by_shard.setdefault(where.shard, ([], {}))
+            route = current.route(bucket)
+            indexes, routes = by_shard.setdefault(route.shard, ([], {}))
             indexes.append(i)
-            routes[bucket] = where.epoch
-        groups = tuple(ShardGroup(shard, tuple(ix), routes) for shard, (ix, routes) in by_shard.items())
-        return Split(groups, tuple(fenced))
+            routes[bucket] = route.epoch
+        return Split(tuple(ShardGroup(shard, tuple(ix), routes) for shard, (ix, routes) in by_shard.items()))
 
     def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T], *, unique: bool = False) -> T:
         database = self._databases[group.shard]
@@ -211,15 +227,16 @@ class ShardedDatabases:
         def fenced(uow: UnitOfWork) -> T:
             if group.routes:
                 assert isinstance(uow, SqlStores)
-                if fence_refusals(read_fences(uow.conn, group.routes), group.routes):
-                    raise _Refused
+                refused = fence_refusals(read_fences(uow.conn, group.routes), group.routes)
+                if refused:
+                    raise _Refused(refused)
             return work(uow)
 
         try:
             return database.run_unique(fenced) if unique else database.run(fenced)
-        except _Refused:
+        except _Refused as refusal:
             self.refresh(force=True)
-            raise RouteChanged from None
+            raise RouteChanged(group.shard, refusal.buckets) from None
 
     def reading(self, bucket: int | None) -> AbstractContextManager[SqlStores]:
         shard = self._home if bucket is None else self.refresh().route(bucket).shard

@@ -5,10 +5,8 @@ hold writable, even from a process whose map is old, and that process finds the 
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
@@ -20,50 +18,23 @@ from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.buckets import BucketRoute, Fence
 from status.domain.errors import ErrorCode, Unavailable
 from status.infra import tables as t
-from status.infra.db import create_engine
-from status.infra.schemas import JsonSchemaValidator
 from status.infra.shards import ShardedDatabases, install_map, load_map, save_fences, save_routes
-from status.infra.tokens import ExecutionTokens
-from status.infra.uow import SqlDatabase
-from tests.conftest import _migrated_mariadb
 from tests.support.factories import event, now
 from tests.support.processes import FAST_LANE
+from tests.support.shards import NOW, SHARDS, create, owner_on, sharded_service, three_shards, where
 
 pytestmark = pytest.mark.skipif(FAST_LANE, reason="shards are MariaDB databases")
-
-SHARDS = ("a", "b", "c")
-NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).replace(tzinfo=None)
 
 
 @pytest.fixture(scope="module")
 def engines() -> Iterator[dict[str, sa.Engine]]:
-    makers = [_migrated_mariadb() for _ in SHARDS]
-    urls = [next(maker) for maker in makers]
-    engines = {name: create_engine(url) for name, url in zip(SHARDS, urls, strict=True)}
-    install_map(engines["a"], engines, NOW)
-    yield engines
-    for engine in engines.values():
-        engine.dispose()
-    for maker in makers:
-        next(maker, None)
-
-
-def _service(engines: dict[str, sa.Engine], refresh_seconds: float = 3600.0) -> tuple[StatusService, ShardedDatabases]:
-    databases = {name: SqlDatabase(engine) for name, engine in engines.items()}
-    shards = ShardedDatabases(engines["a"], databases, "a", refresh_seconds=refresh_seconds)
-    service = StatusService(
-        databases["a"],
-        execution_tokens=ExecutionTokens(secrets.token_hex(32)),
-        validator=JsonSchemaValidator(),
-        shards=shards,
-    )
-    service.install_default_definitions()
-    return service, shards
+    with three_shards() as engines:
+        yield engines
 
 
 @pytest.fixture(scope="module")
 def sharded(engines: dict[str, sa.Engine]) -> tuple[StatusService, ShardedDatabases]:
-    return _service(engines)
+    return sharded_service(engines)
 
 
 @pytest.fixture
@@ -71,51 +42,17 @@ def coordinator() -> ServicePrincipal:
     return ServicePrincipal("coordinator-1", f"tenant-{uuid.uuid4().hex[:8]}", "content", frozenset({Role.COORDINATOR}))
 
 
-def _owner_on(shards: ShardedDatabases, tenant: str, shard: str) -> str:
-    """An owner whose bucket the map puts on ``shard``."""
-    for n in range(10_000):
-        owner = f"user-{n}"
-        if shards.map.route(bucket_of(tenant, owner)).shard == shard:
-            return owner
-    raise AssertionError(f"no owner on {shard}")
-
-
-def _where(engines: dict[str, sa.Engine], table: sa.Table, column: sa.Column[str], value: str) -> list[str]:
-    """The shards holding a row with ``column == value``."""
-    found = []
-    for name, engine in engines.items():
-        with engine.connect() as conn:
-            if conn.scalar(sa.select(sa.func.count()).select_from(table).where(column == value)):
-                found.append(name)
-    return found
-
-
-def _create(service: StatusService, coordinator: ServicePrincipal, owner: str) -> str:
-    created = service.create_workflow(
-        coordinator,
-        c.CreateWorkflow(
-            client_workflow_key=f"wf-{uuid.uuid4().hex}",
-            owner_id=owner,
-            title="Sharded",
-            initial_tasks=(
-                c.NewTask(client_task_key="t", title="t", known_steps=(c.KnownStep("s1", "DOCUMENT.PARSE"),)),
-            ),
-        ),
-    )
-    return str(created["tasks"][0]["taskId"])
-
-
 def test_a_workflow_its_tasks_and_their_events_live_on_their_buckets_shard_only(
     engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
 ) -> None:
     service, shards = sharded
-    tasks = {shard: _create(service, coordinator, _owner_on(shards, coordinator.tenant_id, shard)) for shard in SHARDS}
+    tasks = {shard: create(service, coordinator, owner_on(shards, coordinator.tenant_id, shard)) for shard in SHARDS}
     for shard, task_id in tasks.items():
-        assert _where(engines, t.task, t.task.c.id, task_id) == [shard]
-        assert _where(engines, t.task_outbox, t.task_outbox.c.aggregate_id, task_id) == [shard]
+        assert where(engines, t.task, t.task.c.id, task_id) == [shard]
+        assert where(engines, t.task_outbox, t.task_outbox.c.aggregate_id, task_id) == [shard]
         with engines[shard].connect() as conn:
             workflow_id = conn.scalar(sa.select(t.task.c.workflow_id).where(t.task.c.id == task_id))
-        assert _where(engines, t.workflow, t.workflow.c.id, str(workflow_id)) == [shard]
+        assert where(engines, t.workflow, t.workflow.c.id, str(workflow_id)) == [shard]
 
 
 def test_a_group_of_bindings_and_of_events_across_shards_commits_each_on_its_shard(
@@ -123,7 +60,7 @@ def test_a_group_of_bindings_and_of_events_across_shards_commits_each_on_its_sha
 ) -> None:
     service, shards = sharded
     order = ["c", "a", "b", "a"]
-    tasks = [_create(service, coordinator, _owner_on(shards, coordinator.tenant_id, shard)) for shard in order]
+    tasks = [create(service, coordinator, owner_on(shards, coordinator.tenant_id, shard)) for shard in order]
     contexts = service.bind_executions(
         [(coordinator, c.ActivateStep(task_id, "s1", 1, "coordinator-1")) for task_id in tasks]
     )
@@ -133,16 +70,16 @@ def test_a_group_of_bindings_and_of_events_across_shards_commits_each_on_its_sha
     results = service.report_events(coordinator, events)
     assert [r["taskId"] for r in results] == tasks and all(r["accepted"] for r in results)
     for shard, task_id, sent in zip(order, tasks, events, strict=True):
-        assert _where(engines, t.task_event_log, t.task_event_log.c.event_id, sent.event_id) == [shard]
-        assert _where(engines, t.task_step, t.task_step.c.task_id, task_id) == [shard]
+        assert where(engines, t.task_event_log, t.task_event_log.c.event_id, sent.event_id) == [shard]
+        assert where(engines, t.task_step, t.task_step.c.task_id, task_id) == [shard]
 
 
 def test_a_shard_refuses_a_bucket_it_does_not_hold_writable_and_only_that_item(
     engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
 ) -> None:
     service, shards = sharded
-    fenced_owner = _owner_on(shards, coordinator.tenant_id, "b")
-    fenced_task, other_task = _create(service, coordinator, fenced_owner), _create(service, coordinator, "other")
+    fenced_owner = owner_on(shards, coordinator.tenant_id, "b")
+    fenced_task, other_task = create(service, coordinator, fenced_owner), create(service, coordinator, "other")
     bucket = bucket_of(coordinator.tenant_id, fenced_owner)
     epoch = shards.map.route(bucket).epoch
     with engines["b"].begin() as conn:
@@ -169,8 +106,8 @@ def test_a_shard_refuses_a_bucket_it_does_not_hold_writable_and_only_that_item(
 def test_a_process_with_an_old_map_is_sent_to_the_buckets_new_shard(
     engines: dict[str, sa.Engine], coordinator: ServicePrincipal
 ) -> None:
-    service, shards = _service(engines)  # its map is read now and not re-read by itself for an hour
-    owner = _owner_on(shards, coordinator.tenant_id, "a")
+    service, shards = sharded_service(engines)  # its map is read now and not re-read by itself for an hour
+    owner = owner_on(shards, coordinator.tenant_id, "a")
     bucket = bucket_of(coordinator.tenant_id, owner)
     old = shards.map.route(bucket)
     # The bucket moves to c (empty for it) behind this process's back: the control store's map
@@ -183,8 +120,8 @@ def test_a_process_with_an_old_map_is_sent_to_the_buckets_new_shard(
         save_fences(conn, [Fence(bucket, old.epoch + 1, True)], NOW)
     try:
         assert shards.map.route(bucket).shard == "a"
-        task_id = _create(service, coordinator, owner)
-        assert _where(engines, t.task, t.task.c.id, task_id) == ["c"]
+        task_id = create(service, coordinator, owner)
+        assert where(engines, t.task, t.task.c.id, task_id) == ["c"]
         assert shards.map.route(bucket) == BucketRoute(bucket, old.epoch + 1, "c")
     finally:
         with engines["a"].begin() as conn:
@@ -204,38 +141,16 @@ def test_a_map_is_installed_once_and_loaded_whole(engines: dict[str, sa.Engine])
         assert load_map(conn) is None  # only the control store holds a map
 
 
-def _workflow_with_task_of(
-    service: StatusService, coordinator: ServicePrincipal, workflow_owner: str, task_owner: str
-) -> str:
-    created = service.create_workflow(
-        coordinator,
-        c.CreateWorkflow(
-            client_workflow_key=f"wf-{uuid.uuid4().hex}",
-            owner_id=workflow_owner,
-            title="Sharded",
-            initial_tasks=(
-                c.NewTask(
-                    client_task_key="t",
-                    title=f"of {workflow_owner}",
-                    owner_id=task_owner,
-                    known_steps=(c.KnownStep("s1", "DOCUMENT.PARSE"),),
-                ),
-            ),
-        ),
-    )
-    return str(created["tasks"][0]["taskId"])
-
-
 def test_a_users_list_merges_every_shard_in_order_and_pages_through_each_task_once(
     engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
 ) -> None:
     service, shards = sharded
     viewer = UserPrincipal(coordinator.tenant_id, "viewer")
     made = [
-        _workflow_with_task_of(service, coordinator, _owner_on(shards, coordinator.tenant_id, shard), "viewer")
+        create(service, coordinator, owner_on(shards, coordinator.tenant_id, shard), "viewer")
         for shard in ("b", "a", "c", "b", "c")
     ]
-    assert {shard for task_id in made for shard in _where(engines, t.task, t.task.c.id, task_id)} == set(SHARDS)
+    assert {shard for task_id in made for shard in where(engines, t.task, t.task.c.id, task_id)} == set(SHARDS)
     listed, cursor = [], None
     while True:
         page = service.my_tasks(viewer, cursor, 2)
@@ -254,7 +169,7 @@ def test_heartbeats_of_executions_on_every_shard_land_on_each_ones_shard(
     engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
 ) -> None:
     service, shards = sharded
-    tasks = [_create(service, coordinator, _owner_on(shards, coordinator.tenant_id, shard)) for shard in SHARDS]
+    tasks = [create(service, coordinator, owner_on(shards, coordinator.tenant_id, shard)) for shard in SHARDS]
     contexts = service.bind_executions(
         [
             (

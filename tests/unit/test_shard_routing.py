@@ -19,6 +19,7 @@ class FakeShards:
         self.where = where  # what the map says
         self.truth = dict(where)  # what the shards say
         self.fenced = fenced
+        self.stuck: set[int] = set()  # refused by their shard though the map sends them there
         self.ran: list[tuple[str, tuple[int, ...]]] = []
 
     def split(self, buckets: Sequence[int | None]) -> Split:
@@ -35,12 +36,16 @@ class FakeShards:
         return Split(groups, tuple(fenced))
 
     def run(self, group: ShardGroup, work: Callable[[UnitOfWork], Any], *, unique: bool = False) -> Any:
-        if any(self.truth[b] != group.shard for b in group.routes):
+        wrong = [b for b in group.routes if self.truth[b] != group.shard or b in self.stuck]
+        if wrong:
             self.where = dict(self.truth)  # the refusal refreshes the map
-            raise RouteChanged
+            raise RouteChanged(group.shard, wrong)
         return work(None)  # type: ignore[arg-type]
 
     def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
+        raise NotImplementedError
+
+    def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
         raise NotImplementedError
 
     def every(self) -> Sequence[Database]:
@@ -82,7 +87,7 @@ def test_a_bucket_that_keeps_moving_is_refused_after_a_few_rounds() -> None:
 
     class Restless(FakeShards):
         def run(self, group: ShardGroup, work: Callable[[UnitOfWork], Any], *, unique: bool = False) -> Any:
-            raise RouteChanged
+            raise RouteChanged(group.shard, group.routes)
 
     restless = Restless({1: "a"})
     assert _run(restless, [1, 1]) == ["moving:0", "moving:1"]
@@ -101,3 +106,12 @@ def test_one_database_is_one_shard_for_everything() -> None:
     assert split.groups[0].routes == {}  # nothing fenced on a single database
     assert one.run(split.groups[0], lambda uow: str(uow)) == "uow"
     assert one.split([]).groups == ()
+
+
+def test_a_bucket_its_shard_keeps_refusing_is_refused_alone_and_its_neighbours_run() -> None:
+    """The map sends bucket 2 to shard a, which refuses it (its fence says cut-over before the map
+    does): its neighbour on a runs in the next round without it, and it gets the moving outcome."""
+    shards = FakeShards({1: "a", 2: "a"})
+    shards.stuck.add(2)
+    assert _run(shards, [1, 2, 1]) == ["a:0", "moving:1", "a:2"]
+    assert shards.ran == [("a", (0, 2))]

@@ -1,0 +1,253 @@
+"""A bucket moved between shards live (status/infra/bucket_move.py), on three MariaDB databases
+with each shard's outbox relayed to a real Centrifugo: under a producer's steady events nothing
+acknowledged is lost, nothing is stored twice, no version is reused or skipped, the target's
+first publication comes after the source's last; the fence's duration is measured; an abort at
+each step leaves the source the writer, and a source that does not drain in time aborts."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from status.app import commands as c
+from status.app.routing import bucket_of
+from status.app.service import ExecutionContext, StatusService
+from status.domain.auth import Role, ServicePrincipal
+from status.domain.buckets import FENCE_BOUND, BucketRoute, RouteState
+from status.domain.clock import utcnow
+from status.domain.errors import Unavailable
+from status.infra import tables as t
+from status.infra.bucket_move import BucketMover, MoveFailed
+from status.infra.shards import ShardedDatabases, read_fences
+from tests.support.factories import event, now
+from tests.support.processes import FAST_LANE, CentrifugoNode
+from tests.support.relay_pump import RelayPump
+from tests.support.shards import create, owner_on, sharded_service, three_shards, where
+from tests.support.wiring import projector_for
+
+pytestmark = pytest.mark.skipif(FAST_LANE, reason="shards are MariaDB databases")
+
+
+@pytest.fixture
+def engines() -> Iterator[dict[str, sa.Engine]]:
+    with three_shards() as engines:
+        yield engines
+
+
+@pytest.fixture
+def coordinator() -> ServicePrincipal:
+    return ServicePrincipal("coordinator-1", f"tenant-{uuid.uuid4().hex[:8]}", "content", frozenset({Role.COORDINATOR}))
+
+
+def _bucket_of_tasks(
+    service: StatusService, shards: ShardedDatabases, coordinator: ServicePrincipal, shard: str, count: int
+) -> tuple[int, list[ExecutionContext]]:
+    """``count`` tasks of one owner on ``shard`` (so one bucket), each with its step s1 running."""
+    owner = owner_on(shards, coordinator.tenant_id, shard)
+    tasks = [create(service, coordinator, owner) for _ in range(count)]
+    contexts = service.bind_executions(
+        [
+            (coordinator, c.ActivateStep(task, "s1", 1, "coordinator-1", started=c.StartedEvent(f"{task}/s", now(), 1)))
+            for task in tasks
+        ]
+    )
+    assert all(isinstance(ctx, ExecutionContext) for ctx in contexts), contexts
+    return bucket_of(coordinator.tenant_id, owner), contexts  # type: ignore[return-value]
+
+
+class Producer:
+    """Progress events round the tasks until stopped, each retried with its eventId while refused
+    as moving (what a producer does with a retryable answer); what was acknowledged, at which version."""
+
+    def __init__(self, service: StatusService, caller: ServicePrincipal, contexts: list[ExecutionContext]) -> None:
+        self.service, self.caller, self.contexts = service, caller, contexts
+        self.acked: dict[str, tuple[str, int]] = {}  # eventId -> (taskId, taskVersion)
+        self.refused = 0
+        self.stop = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        seq = 1
+        try:
+            while not self.stop.is_set():
+                seq += 1
+                for ctx in self.contexts:
+                    event_id = f"{ctx.task_id}/progress/{seq}"
+                    while True:
+                        try:
+                            result = self.service.report_event(
+                                self.caller,
+                                event("STEP_PROGRESS", seq, event_id, execution_handle=ctx.execution_handle),
+                            )
+                        except Unavailable:
+                            self.refused += 1
+                            time.sleep(0.005)
+                            continue
+                        break
+                    assert result["accepted"] and not result["duplicate"], result
+                    self.acked[event_id] = (ctx.task_id, int(result["taskVersion"]))
+        except BaseException as exc:  # reported by the test
+            self.failure = exc
+
+    def __enter__(self) -> Producer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+
+class Projectors:
+    """Each shard's workflow projector passing continuously on a thread, as each shard's observer does."""
+
+    def __init__(self, engines: dict[str, sa.Engine]) -> None:
+        self.projectors = [projector_for(engine) for engine in engines.values()]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for projector in self.projectors:
+                projector.run_once()
+            self.stop.wait(0.01)
+
+    def __enter__(self) -> Projectors:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        for projector in self.projectors:
+            projector.close()
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the producer stopped moving"
+        time.sleep(0.01)
+
+
+def _log(engine: sa.Engine, tasks: list[str]) -> list[tuple[str, str, int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(t.task_event_log.c.event_id, t.task_event_log.c.task_id, t.task_event_log.c.task_version).where(
+                t.task_event_log.c.task_id.in_(tasks)
+            )
+        ).all()
+    return [(str(e), str(task), int(v)) for e, task, v in rows]
+
+
+def _published_versions(engine: sa.Engine, task_id: str) -> list[int]:
+    with engine.connect() as conn:
+        return sorted(
+            int(v)
+            for v in conn.scalars(
+                sa.select(t.task_outbox.c.aggregate_version).where(t.task_outbox.c.aggregate_id == task_id)
+            )
+        )
+
+
+def test_a_bucket_moved_under_steady_events_loses_nothing_and_never_goes_back(
+    engines: dict[str, sa.Engine], coordinator: ServicePrincipal, centrifugo: CentrifugoNode
+) -> None:
+    service, shards = sharded_service(engines)
+    bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 4)
+    tasks = [ctx.task_id for ctx in contexts]
+    mover = BucketMover(engines["a"], engines)
+    relays = [RelayPump(engine, centrifugo.api_url, centrifugo.api_key) for engine in engines.values()]
+    for relay in relays:
+        relay.__enter__()
+    try:
+        with Projectors(engines), Producer(service, coordinator, contexts) as producer:
+            _wait_for(lambda: len(producer.acked) >= 40 or producer.failure is not None)
+            report = mover.move(bucket, "b")
+            moved_at = len(producer.acked)
+            _wait_for(lambda: len(producer.acked) >= moved_at + 40 or producer.failure is not None)
+        assert producer.failure is None, producer.failure
+    finally:
+        for relay in relays:
+            relay.__exit__()
+    assert report.fenced_seconds < FENCE_BOUND.total_seconds() and report.tasks == len(tasks)
+    print(f"bucket {bucket} moved a -> b: fenced {1000 * report.fenced_seconds:.0f} ms, {producer.refused} refusals")
+    assert shards.map.route(bucket) == BucketRoute(bucket, report.epoch, "b")  # the process followed
+    log = _log(engines["b"], tasks)
+    stored = [event_id for event_id, _, _ in log]
+    assert len(stored) == len(set(stored))  # nothing twice
+    assert set(producer.acked) <= set(stored)  # nothing acknowledged lost
+    for task_id in tasks:
+        versions = sorted(v for _, task, v in log if task == task_id)
+        assert versions == list(range(versions[0], versions[0] + len(versions)))  # none reused or skipped
+        acked = {v for task, v in producer.acked.values() if task == task_id}
+        assert acked <= set(versions)
+        # The source published everything it committed before the target published anything.
+        before, after = _published_versions(engines["a"], task_id), _published_versions(engines["b"], task_id)
+        assert before and after and max(before) < min(after)
+    with engines["a"].connect() as conn:
+        pending = conn.scalar(
+            sa.select(sa.func.count())
+            .select_from(t.task_outbox)
+            .where(t.task_outbox.c.aggregate_id.in_(tasks), t.task_outbox.c.status != "PUBLISHED")
+        )
+    assert pending == 0
+    assert mover.release(bucket, "a") == len(tasks)
+    assert all(where(engines, t.task, t.task.c.id, task_id) == ["b"] for task_id in tasks)
+    assert not _log(engines["a"], tasks)
+    with pytest.raises(MoveFailed):
+        mover.release(bucket, "b")  # the shard that holds it
+
+
+@pytest.mark.parametrize("steps", [("copy",), ("copy", "fence")])
+def test_an_abort_at_any_step_leaves_the_source_the_writer(
+    engines: dict[str, sa.Engine], coordinator: ServicePrincipal, steps: tuple[str, ...]
+) -> None:
+    service, shards = sharded_service(engines)
+    bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 2)
+    before = BucketMover(engines["a"], engines).route(bucket)
+    mover = BucketMover(engines["a"], engines)
+    mover.copy(bucket, "c")
+    assert all(where(engines, t.task, t.task.c.id, ctx.task_id) == ["a", "c"] for ctx in contexts)
+    if "fence" in steps:
+        mover.fence(bucket)
+        with pytest.raises(Unavailable):
+            service.report_event(coordinator, event("STEP_PROGRESS", 2, execution_handle=contexts[0].execution_handle))
+    after = mover.abort(bucket)
+    assert after == before and after.state is RouteState.ACTIVE
+    assert all(where(engines, t.task, t.task.c.id, ctx.task_id) == ["a"] for ctx in contexts)
+    with engines["c"].connect() as conn:
+        assert read_fences(conn, [bucket], lock=False) == {}
+    sent = event("STEP_PROGRESS", 3, execution_handle=contexts[0].execution_handle)
+    assert service.report_event(coordinator, sent)["accepted"]
+    assert where(engines, t.task_event_log, t.task_event_log.c.event_id, sent.event_id) == ["a"]
+
+
+def test_a_source_that_does_not_drain_within_the_fences_bound_aborts_the_move(
+    engines: dict[str, sa.Engine], coordinator: ServicePrincipal
+) -> None:
+    service, shards = sharded_service(engines)
+    bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 1)
+    late = [timedelta(0)]
+    mover = BucketMover(engines["a"], engines, clock=lambda: utcnow() + late[0])
+
+    def fence_then_age(bucket: int) -> BucketRoute:
+        route = BucketMover.fence(mover, bucket)
+        late[0] = FENCE_BOUND + timedelta(seconds=1)  # no relay runs: the outbox never drains
+        return route
+
+    mover.fence = fence_then_age  # type: ignore[method-assign]
+    with pytest.raises(MoveFailed, match="drain"):
+        mover.move(bucket, "b")
+    route = mover.route(bucket)
+    assert route.shard == "a" and route.state is RouteState.ACTIVE
+    sent = event("STEP_PROGRESS", 2, execution_handle=contexts[0].execution_handle)
+    assert service.report_event(coordinator, sent)["accepted"]
+    assert where(engines, t.task, t.task.c.id, contexts[0].task_id) == ["a"]
