@@ -188,14 +188,17 @@ def build_observer(settings: Settings, parts: Components | None = None) -> Obser
     """The observer over the composition root's parts (``parts``: shared with an API in this process)."""
     serve_metrics(settings)
     parts = parts if parts is not None else Components(settings)
-    engine, service = parts.engine, parts.service
+    # The relay, the projector and retention serve one shard's rows (OBSERVE_SHARD); the reconciler
+    # and the run follower go through the service, which reads and writes every shard.
+    observed = settings.observe_shard or settings.shard_name
+    engine, service = parts.shard_engines[observed], parts.service
     publisher = CentrifugoApi(settings.centrifugo_api_url, settings.centrifugo_api_key)
     config = observer_config(settings)
     relay_id, slot = relay_identity(settings.data_dir)
     relay = OutboxRelay(engine, publisher, relay_id, RelayConfig(log_sample=settings.change_log_sample))
     return Observer(
         relay=relay,
-        projector=WorkflowProjector(parts.workflow_fold(), RowProbe(engine, WorkflowProjector.PROBE)),
+        projector=WorkflowProjector(parts.workflow_fold(observed), RowProbe(engine, WorkflowProjector.PROBE)),
         reconciler=Reconciler(service, config, ActivityProbe(lambda namespace: temporal.connect(settings, namespace))),
         retention=Retention(engine, relay, config),
         runs=RunFollower(
@@ -203,7 +206,7 @@ def build_observer(settings: Settings, parts: Components | None = None) -> Obser
         ),
         config=config,
         publisher=publisher,
-        wake=WakeReceiver(parts.signal, settings.wakeup_host, settings.wakeup_port),
+        wake=WakeReceiver(parts.shard_signals[observed], settings.wakeup_host, settings.wakeup_port),
         advertise_host=settings.wakeup_advertise_host,
         slot=slot,
         database=DatabaseWatch(

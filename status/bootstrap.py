@@ -17,6 +17,7 @@ from functools import cached_property
 import sqlalchemy as sa
 
 from status.app.group_commit import GroupCommitter
+from status.app.ports import Shards
 from status.app.readiness import ReadinessMonitor
 from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import StatusService
@@ -26,6 +27,7 @@ from status.domain.readiness import ReadinessPolicy
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
+from status.infra.shards import ShardedDatabases
 from status.infra.tokens import ExecutionTokens, RealtimeTokens, RevokedCredentials, ServiceTokens, UserTokens
 from status.infra.uow import SqlDatabase
 from status.infra.wakeup import OutboxSignal
@@ -49,6 +51,23 @@ class Components:
         # (in this process directly, other processes' relays by datagram).
         self.signal = OutboxSignal(self.engine, settings.wakeup_host)
         self.database = SqlDatabase(self.engine, [self.signal.committed])
+        # Each shard's engine, database and wake-up signal, DATABASE_URL's (the home shard) first.
+        self.shard_engines: dict[str, sa.Engine] = {settings.shard_name: self.engine}
+        self.shard_signals: dict[str, OutboxSignal] = {settings.shard_name: self.signal}
+        self.shard_databases: dict[str, SqlDatabase] = {settings.shard_name: self.database}
+        for name, url in settings.shards.items():
+            engine = create_engine(url, statement_timeout=settings.db_statement_timeout_seconds)
+            self.shard_engines[name] = engine
+            self.shard_signals[name] = OutboxSignal(engine, settings.wakeup_host)
+            self.shard_databases[name] = SqlDatabase(engine, [self.shard_signals[name].committed])
+
+    @cached_property
+    def shards(self) -> Shards | None:
+        """The bucket map over the shards (None: a single database). A sharded process without a
+        usable map in the control store does not start: it cannot know where anything is."""
+        if not self.settings.sharded:
+            return None
+        return ShardedDatabases(self.engine, self.shard_databases, self.settings.shard_name)
 
     @cached_property
     def service(self) -> StatusService:
@@ -63,6 +82,7 @@ class Components:
             max_event_age_seconds=s.max_event_age_seconds,
             max_clock_skew_seconds=s.max_clock_skew_seconds,
             clock=self.clock,
+            shards=self.shards,
         )
 
     @cached_property
@@ -108,8 +128,9 @@ class Components:
         policy = ReadinessPolicy(s.readiness_fail_after, s.readiness_recover_after, s.readiness_interval_ms / 1000)
         return ReadinessMonitor(policy, self.database.ping)
 
-    def workflow_fold(self) -> WorkflowFold:
-        return WorkflowFold(self.database, self.clock)
+    def workflow_fold(self, shard: str | None = None) -> WorkflowFold:
+        """The workflow fold over one shard's changes (None: the home database's)."""
+        return WorkflowFold(self.shard_databases[shard or self.settings.shard_name], self.clock)
 
 
 def build(settings: Settings, engine: sa.Engine | None = None) -> Components:

@@ -9,6 +9,7 @@ dev-generated secret refuses to start.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,6 +63,35 @@ def _origins(name: str) -> tuple[str, ...]:
 
 def _float(name: str, default: float) -> float:
     return _number(name, default, float, "a number")
+
+
+_SHARD_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def _shard_name(variable: str, name: str) -> str:
+    if not _SHARD_NAME.match(name):
+        raise SettingsError(f"{PREFIX}{variable}: {name!r} is not a shard name (a-z 0-9 _ -, at most 64)")
+    return name
+
+
+def _shards() -> dict[str, str]:
+    """``SHARDS``: the other shards, ``name=url`` separated by spaces (a URL holds no space)."""
+    found: dict[str, str] = {}
+    for entry in (_env("SHARDS", "") or "").split():
+        name, _, url = entry.partition("=")
+        if not url:
+            raise SettingsError(f"{PREFIX}SHARDS: {entry.split('://')[0]!r}… is not name=url")
+        if _shard_name("SHARDS", name) in found:
+            raise SettingsError(f"{PREFIX}SHARDS names {name!r} twice")
+        found[name] = url
+    return found
+
+
+def _check_shards(settings: Settings) -> None:
+    if settings.observe_shard not in (None, settings.shard_name, *settings.shards):
+        raise SettingsError(f"{PREFIX}OBSERVE_SHARD names no shard: {settings.observe_shard!r}")
+    if settings.shard_name in settings.shards:
+        raise SettingsError(f"{PREFIX}SHARDS names {settings.shard_name!r}, which is DATABASE_URL's shard")
 
 
 def _int(name: str, default: int) -> int:
@@ -227,6 +257,16 @@ class Settings:
     # A replica (or failover standby) whose replication the observer watches (mysql_replica_lag_seconds),
     # through an account with the REPLICATION CLIENT / SLAVE MONITOR privilege; None: none.
     replica_status_url: str | None = field(default=None, repr=False)
+    # Shards (docs/architecture.md, "Shards: routing"): the name of the database DATABASE_URL
+    # names (the control store, which holds the bucket map, and the home of ids without a bucket),
+    # the other shards by name, and the shard whose outbox an observer relays.
+    shard_name: str = "home"
+    shards: dict[str, str] = field(default_factory=dict, repr=False)
+    observe_shard: str | None = None
+
+    @property
+    def sharded(self) -> bool:
+        return bool(self.shards)
 
     def retention_policy(self) -> RetentionPolicy:
         def window(seconds: int) -> timedelta | None:
@@ -344,7 +384,11 @@ class Settings:
             archive_dir=_archive_dir(data_dir),
             change_log_sample=min(1.0, max(0.0, _float("CHANGE_LOG_SAMPLE", 0.01))),
             replica_status_url=_env("REPLICA_STATUS_URL"),
+            shard_name=_shard_name("SHARD_NAME", _env("SHARD_NAME", "home") or "home"),
+            shards=_shards(),
+            observe_shard=_env("OBSERVE_SHARD"),
         )
+        _check_shards(settings)
         for problem in settings.retention_policy().problems():
             names = f"{PREFIX}DEDUP_RETENTION_SECONDS, {PREFIX}MAX_EVENT_AGE_SECONDS"
             raise SettingsError(f"retention: {problem} ({names})")

@@ -13,6 +13,7 @@ from typing import Any
 from status.domain.auth import Role
 from status.settings import Settings, SettingsError
 from task_observer.archive_cli import add_archive_actions
+from task_observer.shards_cli import add_shard_actions
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -21,7 +22,8 @@ def _migrate(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if settings.database_url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    migrate.upgrade(settings.database_url, args.revision)
+    for url in (settings.database_url, *settings.shards.values()):  # every shard has the schema
+        migrate.upgrade(url, args.revision)
     print(f"database migrated to {args.revision}")
     return 0
 
@@ -501,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     archive = add("archive", lambda _: 2, "read, check and restore the retention archive (event log and corrections)")
     add_archive_actions(archive)
+
+    shards = add("shards", lambda _: 2, "install the bucket map over the shards, move a bucket live, release it")
+    add_shard_actions(shards)
 
     add(
         "retention",

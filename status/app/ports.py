@@ -586,14 +586,16 @@ class Shards(Protocol):
         (``unique``: run once more after a ``DuplicateKey``, as ``Database.run_unique``)."""
         ...
 
-    def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
-        """Stores for reads on the bucket's shard."""
+    def reading(self, *buckets: int | None) -> AbstractContextManager[Stores]:
+        """Stores for reads on the shard that holds ``buckets`` (one shard: as ``readers`` groups
+        them). That shard is asked first whether it still holds them, so a read never answers from
+        a shard a bucket has left; ``RouteChanged`` when they are no longer on one shard."""
         ...
 
     def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
         """The caller's items (by their buckets) grouped by the shard that serves their reads (a
-        bucket that is moving still reads where it was); read each group with ``reading`` of any
-        of its buckets."""
+        bucket that is moving still reads where it was); read each group with ``reading`` of its
+        buckets."""
         ...
 
     def every(self) -> Sequence[Database]:

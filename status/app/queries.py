@@ -12,6 +12,7 @@ from typing import Any
 from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
 from status.app.ports import Stores
+from status.app.shards import read_each
 from status.domain import ids, shapes
 from status.domain.aggregate import trimmed
 from status.domain.auth import UserPrincipal
@@ -40,10 +41,11 @@ class Queries:
     def visible(self, user: UserPrincipal, task_ids: Sequence[str]) -> list[str]:
         """Those of ``task_ids`` the user sees, in the order given (one read per shard)."""
         seen: set[str] = set()
-        buckets = [ids.bucket_hint(task_id) for task_id in task_ids]
-        for group in self.ctx.shards.readers(buckets):
-            with self.ctx.shards.reading(buckets[group[0]]) as stores:
-                seen.update(task_ids[i] for i in group if stores.reads.can_see(user, task_ids[i]))
+
+        def read(stores: Stores, group: tuple[int, ...]) -> None:
+            seen.update(task_ids[i] for i in group if stores.reads.can_see(user, task_ids[i]))
+
+        read_each(self.ctx.shards, [ids.bucket_hint(task_id) for task_id in task_ids], read)
         return [task_id for task_id in task_ids if task_id in seen]
 
     def workflow(self, workflow_id: str) -> WorkflowState | None:
@@ -113,14 +115,15 @@ class Queries:
         tasks: dict[str, TaskState] = {}
         steps: dict[str, list[StepState]] = {}
         history: dict[str, History | None] = {}
-        buckets = [ids.bucket_hint(tid) for tid in wanted]
-        for group in self.ctx.shards.readers(buckets):
-            with self.ctx.shards.reading(buckets[group[0]]) as stores:
-                seen = {task.task_id: task for task in stores.reads.visible_tasks(user, [wanted[i] for i in group])}
-                newer = [tid for tid, task in seen.items() if task.version > known.get(tid, 0)]
-                steps.update(stores.tasks.steps_of_tasks(newer))
-                history.update((tid, self.ctx.durations.for_task(stores, seen[tid], steps[tid])) for tid in newer)
-                tasks.update(seen)
+
+        def read(stores: Stores, group: tuple[int, ...]) -> None:
+            seen = {task.task_id: task for task in stores.reads.visible_tasks(user, [wanted[i] for i in group])}
+            newer = [tid for tid, task in seen.items() if task.version > known.get(tid, 0)]
+            steps.update(stores.tasks.steps_of_tasks(newer))
+            history.update((tid, self.ctx.durations.for_task(stores, seen[tid], steps[tid])) for tid in newer)
+            tasks.update(seen)
+
+        read_each(self.ctx.shards, [ids.bucket_hint(tid) for tid in wanted], read)
         tasks = {tid: tasks[tid] for tid in wanted if tid in tasks}  # the caller's order
         changed = [tid for tid in tasks if tid in steps]
         now = self.ctx.now()
@@ -190,14 +193,15 @@ class Queries:
         those the user does not see are ``notFound``, as one GET would answer them."""
         wanted = list(dict.fromkeys(workflow_ids))
         summaries: dict[str, shapes.WorkflowSummaryMessage] = {}
-        buckets = [ids.workflow_bucket(workflow_id) for workflow_id in wanted]
         now = self.ctx.now()
-        for group in self.ctx.shards.readers(buckets):
-            with self.ctx.shards.reading(buckets[group[0]]) as stores:
-                for i in group:
-                    seen = self._seen_workflow(stores, user, wanted[i], with_tasks=False)
-                    if seen is not None:
-                        summaries[wanted[i]] = workflow_summary(seen[0], now)
+
+        def read(stores: Stores, group: tuple[int, ...]) -> None:
+            for i in group:
+                seen = self._seen_workflow(stores, user, wanted[i], with_tasks=False)
+                if seen is not None:
+                    summaries[wanted[i]] = workflow_summary(seen[0], now)
+
+        read_each(self.ctx.shards, [ids.workflow_bucket(workflow_id) for workflow_id in wanted], read)
         return {
             "workflows": [summaries[w] for w in wanted if w in summaries],
             "notFound": [w for w in wanted if w not in summaries],

@@ -37,7 +37,7 @@ class OneShard:
     def run(self, group: ShardGroup, work: Callable[[UnitOfWork], T], *, unique: bool = False) -> T:
         return self.db.run_unique(work) if unique else self.db.run(work)
 
-    def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
+    def reading(self, *buckets: int | None) -> AbstractContextManager[Stores]:
         return self.db.reading()
 
     def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
@@ -98,4 +98,24 @@ def run_for(shards: Shards, bucket: int | None, work: Callable[[UnitOfWork], T],
             return shards.run(split.groups[0], work, unique=unique)
         except RouteChanged:
             continue
+    raise Unavailable(MOVING)
+
+
+def read_each(shards: Shards, buckets: Sequence[int | None], read: Callable[[Stores, tuple[int, ...]], None]) -> None:
+    """``read(stores, indexes)`` once for each group of the caller's items that one shard serves,
+    grouped again under the re-read map when a shard says a bucket left it; ``Unavailable``
+    (retryable) for items whose buckets keep moving."""
+    pending = list(range(len(buckets)))
+    for _ in range(ROUNDS):
+        again: list[int] = []
+        for group in shards.readers([buckets[i] for i in pending]):
+            indexes = tuple(pending[j] for j in group)
+            try:
+                with shards.reading(*(buckets[i] for i in indexes)) as stores:
+                    read(stores, indexes)
+            except RouteChanged:
+                again += indexes
+        pending = again
+        if not pending:
+            return
     raise Unavailable(MOVING)

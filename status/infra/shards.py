@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TypeVar
 
 import sqlalchemy as sa
 
 from status.app.ports import RouteChanged, ShardGroup, Split, UnitOfWork
+from status.app.shards import MOVING
 from status.domain.buckets import BucketMap, BucketRoute, Fence, RouteState, fence_refusals
+from status.domain.errors import Unavailable
 from status.domain.ids import BUCKET_COUNT
 from status.infra import tables as t
 from status.infra.uow import SqlDatabase, SqlStores
@@ -238,9 +240,26 @@ class ShardedDatabases:
             self.refresh(force=True)
             raise RouteChanged(group.shard, refusal.buckets) from None
 
-    def reading(self, bucket: int | None) -> AbstractContextManager[SqlStores]:
-        shard = self._home if bucket is None else self.refresh().route(bucket).shard
-        return self._databases[shard].reading()
+    @contextmanager
+    def reading(self, *buckets: int | None) -> Iterator[SqlStores]:
+        """Reads on the shard the map names, once its fences (read without a lock) say it still
+        holds ``buckets``: a bucket whose source's fence has moved to a later epoch was switched
+        away, and its rows there are what they were at the switch."""
+        wanted = [b for b in buckets if b is not None]
+        for attempt in range(2):
+            current = self.refresh(force=attempt > 0)
+            shards = {current.route(b).shard for b in wanted} or {self._home}
+            if None in buckets:
+                shards.add(self._home)
+            if len(shards) > 1:
+                raise RouteChanged(next(iter(shards)), wanted)
+            (shard,) = shards
+            with self._databases[shard].reading() as stores:
+                fences = read_fences(stores.conn, wanted, lock=False)
+                if not any(b in fences and fences[b].epoch > current.route(b).epoch for b in wanted):
+                    yield stores
+                    return
+        raise Unavailable(MOVING)  # moved again since the map was re-read: the caller retries
 
     def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
         current = self.refresh()

@@ -28,8 +28,7 @@ from status.infra.shards import ShardedDatabases, read_fences
 from tests.support.factories import event, now
 from tests.support.processes import FAST_LANE, CentrifugoNode
 from tests.support.relay_pump import RelayPump
-from tests.support.shards import create, owner_on, sharded_service, three_shards, where
-from tests.support.wiring import projector_for
+from tests.support.shards import Projectors, create, owner_on, sharded_service, three_shards, where
 
 pytestmark = pytest.mark.skipif(FAST_LANE, reason="shards are MariaDB databases")
 
@@ -103,31 +102,6 @@ class Producer:
     def __exit__(self, *_: object) -> None:
         self.stop.set()
         self.thread.join(30)
-
-
-class Projectors:
-    """Each shard's workflow projector passing continuously on a thread, as each shard's observer does."""
-
-    def __init__(self, engines: dict[str, sa.Engine]) -> None:
-        self.projectors = [projector_for(engine) for engine in engines.values()]
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            for projector in self.projectors:
-                projector.run_once()
-            self.stop.wait(0.01)
-
-    def __enter__(self) -> Projectors:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        for projector in self.projectors:
-            projector.close()
 
 
 def _wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from status.infra.shards import ShardedDatabases, install_map
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
 from tests.conftest import _migrated_mariadb
+from tests.support.wiring import projector_for
 
 SHARDS = ("a", "b", "c")
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).replace(tzinfo=None)
@@ -98,3 +100,28 @@ def create(service: StatusService, coordinator: ServicePrincipal, owner: str, ta
         ),
     )
     return str(created["tasks"][0]["taskId"])
+
+
+class Projectors:
+    """Each shard's workflow projector passing continuously on a thread, as each shard's observer does."""
+
+    def __init__(self, engines: dict[str, sa.Engine]) -> None:
+        self.projectors = [projector_for(engine) for engine in engines.values()]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for projector in self.projectors:
+                projector.run_once()
+            self.stop.wait(0.01)
+
+    def __enter__(self) -> Projectors:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        for projector in self.projectors:
+            projector.close()
