@@ -14,12 +14,23 @@ from status.settings import Settings
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
+    from status.infra.bucket_move import BucketMover
+
 
 def _engines(settings: Settings) -> dict[str, sa.Engine]:
     from status.infra.db import create_engine
 
     urls = {settings.shard_name: settings.database_url, **settings.shards}
     return {name: create_engine(url) for name, url in urls.items()}
+
+
+def _mover() -> tuple[BucketMover, set[str]]:
+    """The mover over the configured shards, and their names."""
+    from status.infra.bucket_move import BucketMover
+
+    settings = Settings.from_env()
+    engines = _engines(settings)
+    return BucketMover(engines[settings.shard_name], engines), set(engines)
 
 
 def _refused(what: str) -> int:
@@ -47,11 +58,9 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from status.infra.bucket_move import BucketMover, MoveFailed
+    from status.infra.bucket_move import MoveFailed
 
-    settings = Settings.from_env()
-    engines = _engines(settings)
-    mover = BucketMover(engines[settings.shard_name], engines)
+    mover, _ = _mover()
     try:
         route = mover.route(args.bucket)
     except MoveFailed as exc:
@@ -71,14 +80,13 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _move(args: argparse.Namespace) -> int:
-    from status.infra.bucket_move import BucketMover, MoveFailed
+    from status.infra.bucket_move import MoveFailed
 
-    settings = Settings.from_env()
-    engines = _engines(settings)
-    if args.target not in engines:
+    mover, names = _mover()
+    if args.target not in names:
         return _refused(f"no shard {args.target!r} is configured")
     try:
-        report = BucketMover(engines[settings.shard_name], engines).move(args.bucket, args.target)
+        report = mover.move(args.bucket, args.target)
     except MoveFailed as exc:
         return _refused(f"the move was aborted; {exc}")
     print(
@@ -97,14 +105,13 @@ def _move(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from status.infra.bucket_move import BucketMover, MoveFailed
+    from status.infra.bucket_move import MoveFailed
 
-    settings = Settings.from_env()
-    engines = _engines(settings)
-    if args.shard not in engines:
+    mover, names = _mover()
+    if args.shard not in names:
         return _refused(f"no shard {args.shard!r} is configured")
     try:
-        deleted = BucketMover(engines[settings.shard_name], engines).release(args.bucket, args.shard)
+        deleted = mover.release(args.bucket, args.shard)
     except MoveFailed as exc:
         return _refused(str(exc))
     print(json.dumps({"bucket": args.bucket, "shard": args.shard, "tasksDeleted": deleted}))
@@ -112,12 +119,11 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _abort(args: argparse.Namespace) -> int:
-    from status.infra.bucket_move import BucketMover, MoveFailed
+    from status.infra.bucket_move import MoveFailed
 
-    settings = Settings.from_env()
-    engines = _engines(settings)
+    mover, _ = _mover()
     try:
-        route = BucketMover(engines[settings.shard_name], engines).abort(args.bucket)
+        route = mover.abort(args.bucket)
     except MoveFailed as exc:
         return _refused(str(exc))
     print(json.dumps({"bucket": route.bucket, "shard": route.shard, "epoch": route.epoch}))
