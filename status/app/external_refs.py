@@ -84,11 +84,12 @@ class ExternalRefCommands:
         require(caller, Role.COORDINATOR)
         check_refs([(ref_type, ref_value)])
         row = None
-        for database in self.ctx.shards.every():  # a reference's task may be on any shard
+        for name, database in self.ctx.shards.every():  # a reference's task may be on any shard
             with database.reading() as stores:
                 row = stores.external_refs.find(caller.tenant_id, caller.authority_scope, ref_type, ref_value)
-            if row is not None:
+            if row is not None and self.ctx.shards.holds(name, ids.bucket_hint(row.task_id)):
                 break
+            row = None
         if row is None:
             raise NotFound(f"no task has {ref_type} {ref_value!r}", ErrorCode.NOT_FOUND)
         return {
@@ -110,10 +111,15 @@ class ExternalRefCommands:
         """
         check_refs([(ref_type, ref_value)])
         visible: list[str] = []
-        for database in self.ctx.shards.every():  # a reference's task may be on any shard
+        for name, database in self.ctx.shards.every():  # a reference's task may be on any shard
             with database.reading() as stores:
                 candidates = stores.external_refs.tasks_named(user.tenant_id, ref_type, ref_value, authority_scope, 10)
-                visible += [task_id for task_id in candidates if self.queries.can_see_task(stores, user, task_id)]
+                visible += [
+                    task_id
+                    for task_id in candidates
+                    if self.ctx.shards.holds(name, ids.bucket_hint(task_id))
+                    and self.queries.can_see_task(stores, user, task_id)
+                ]
         if not visible:
             raise NotFound("task not found", ErrorCode.NOT_FOUND)
         if len(visible) > 1:

@@ -371,7 +371,7 @@ class HealthCommands:
     def heartbeat_census(self) -> HeartbeatCensus:
         """What the reconciler needs to tell a dead worker from an ingest outage (one aggregate read)."""
         counts = []
-        for database in self.ctx.shards.every():
+        for _, database in self.ctx.shards.every():
             with database.reading() as stores:
                 counts.append(stores.heartbeats.census())
         return HeartbeatCensus(
@@ -388,7 +388,7 @@ class HealthCommands:
         running = overdue = 0
         heard = [0] * len(ages)
         age_sum = 0.0
-        for database in self.ctx.shards.every():
+        for _, database in self.ctx.shards.every():
             with database.reading() as stores:
                 shard_running, shard_overdue, shard_heard, shard_age_sum = stores.heartbeats.freshness(now, ages)
             running, overdue, age_sum = running + shard_running, overdue + shard_overdue, age_sum + shard_age_sum
@@ -417,9 +417,10 @@ class HealthCommands:
         now = self.ctx.now()
         due = now if due_by is None else min(now, due_by)
         candidates = []
-        for database in self.ctx.shards.every():
+        for name, database in self.ctx.shards.every():
             with database.reading() as stores:
-                candidates += stores.heartbeats.overdue_executions(due, limit, tenant_scope)
+                overdue = stores.heartbeats.overdue_executions(due, limit, tenant_scope)
+            candidates += [row for row in overdue if self.ctx.shards.holds(name, ids.bucket_hint(row[0]))]
         outcomes: Mapping[str, ActivityOutcome] = {}
         refs = {
             row.execution_id: ActivityRef(row.namespace, row.workflow_id, row.run_id, row.activity_id)
@@ -484,14 +485,20 @@ class HealthCommands:
         run's history only when something ended), then ends that way or is asked again later
         (``next_completion_check``). Temporal unreachable: nothing changes, asked again next pass."""
         results = []
-        for database in self.ctx.shards.every():
-            results += self._watch_completions_on(database, ask, limit)
+        for name, database in self.ctx.shards.every():
+            results += self._watch_completions_on(name, database, ask, limit)
         return results
 
-    def _watch_completions_on(self, database: Database, ask: AskTemporal, limit: int) -> list[dict[str, Any]]:
+    def _watch_completions_on(
+        self, name: str, database: Database, ask: AskTemporal, limit: int
+    ) -> list[dict[str, Any]]:
         now = self.ctx.now()
         with database.reading() as stores:
-            due = stores.heartbeats.awaited_executions(now, limit)
+            due = [
+                row
+                for row in stores.heartbeats.awaited_executions(now, limit)
+                if self.ctx.shards.holds(name, ids.bucket_hint(row.task_id))
+            ]
         checks: dict[str, datetime | None] = {
             row.execution_id: None for row in due if row.lifecycle_status != "RUNNING"
         }

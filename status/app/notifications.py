@@ -14,6 +14,7 @@ from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
 from status.app.ports import UnitOfWork
 from status.app.records import NotificationRecord
+from status.domain import ids as identifiers
 from status.domain.auth import UserPrincipal
 from status.domain.errors import Invalid
 from status.domain.notifications import Notification
@@ -47,9 +48,11 @@ class NotificationQueries:
         # shards: each shard's first keyset page, merged in list order.
         rows: list[NotificationRecord] = []
         unread = 0
-        for database in self.ctx.shards.every():
+        for name, database in self.ctx.shards.every():
             with database.reading() as stores:
-                rows += stores.notifications.page(user, unread_only=unread_only, before=before, limit=limit + 1)
+                page = stores.notifications.page(user, unread_only=unread_only, before=before, limit=limit + 1)
+                rows += [r for r in page if self.ctx.shards.holds(name, identifiers.bucket_hint(r.task_id))]
+                # A count over the rows: a bucket moved and not yet released counts on both shards.
                 unread += stores.notifications.unread_count(user)
         rows.sort(key=lambda r: (r.created_at, r.notification_id), reverse=True)
         page = rows[:limit]
@@ -70,7 +73,7 @@ class NotificationQueries:
             return changed
 
         marked = unread = 0
-        for database in self.ctx.shards.every():
+        for _, database in self.ctx.shards.every():
             marked += database.run(work)
             with database.reading() as stores:
                 unread += stores.notifications.unread_count(user)

@@ -14,6 +14,7 @@ from typing import Any
 
 from status.app.context import AppContext, operation, require
 from status.app.ports import RunningAttempt, Stores
+from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.errors import DomainError
 from status.domain.projections import iso
@@ -35,9 +36,13 @@ class OverdueQueries:
         now = self.ctx.now()
         scope = (caller.tenant_id, caller.authority_scope) if caller is not None else None
         found: list[dict[str, Any]] = []
-        for database in self.ctx.shards.every():  # each shard's oldest, merged
+        for name, database in self.ctx.shards.every():  # each shard's oldest, merged
             with database.reading() as stores:
-                found += self._overdue_on(stores, scope, now, limit)
+                found += [
+                    task
+                    for task in self._overdue_on(stores, scope, now, limit)
+                    if self.ctx.shards.holds(name, ids.bucket_hint(task["taskId"]))
+                ]
         found.sort(key=lambda task: -task["runningForSeconds"])
         return found[:limit]
 

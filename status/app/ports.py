@@ -598,6 +598,12 @@ class Shards(Protocol):
         buckets."""
         ...
 
-    def every(self) -> Sequence[Database]:
-        """Each shard's database once, the home database first (reads across shards, sweeps of each)."""
+    def every(self) -> Sequence[tuple[str, Database]]:
+        """Each shard's name and database, the home database first (reads across shards, sweeps)."""
+        ...
+
+    def holds(self, shard: str, bucket: int | None) -> bool:
+        """Whether ``shard`` holds ``bucket`` for reads now. A bucket being copied, or moved and not
+        yet released, has rows on two shards: a read across shards keeps each row only from the
+        shard that holds its bucket."""
         ...

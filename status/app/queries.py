@@ -157,9 +157,10 @@ class Queries:
         rows: list[TaskState] = []
         steps: dict[str, list[StepState]] = {}
         history: dict[str, History | None] = {}
-        for database in self.ctx.shards.every():
+        for name, database in self.ctx.shards.every():
             with database.reading() as stores:
                 page = stores.reads.page_of_tasks(user, status, before, limit + 1, title or None)
+                page = [x for x in page if self.ctx.shards.holds(name, x.bucket_id)]
                 steps.update(stores.tasks.steps_of_tasks([task.task_id for task in page[:limit]]))
                 history.update(
                     (x.task_id, self.ctx.durations.for_task(stores, x, steps[x.task_id])) for x in page[:limit]

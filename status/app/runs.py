@@ -81,9 +81,10 @@ class RunCommands:
     # are read and written on their own shards.
     def open_tasks(self, namespace: str, workflow_ids: Sequence[str]) -> list[OwnedTask]:
         found: list[OwnedTask] = []
-        for database in self.ctx.shards.every():
+        for name, database in self.ctx.shards.every():
             with database.reading() as stores:
-                found += stores.runs.open_tasks_of(namespace, workflow_ids)
+                owned = stores.runs.open_tasks_of(namespace, workflow_ids)
+            found += [task for task in owned if self.ctx.shards.holds(name, ids.bucket_hint(task.task_id))]
         return found
 
     def follow(self, run: ClosedRun, continued_by: str | None, tasks: Sequence[OwnedTask]) -> FollowResult:
@@ -137,9 +138,10 @@ class RunCommands:
         run moved again; a closed run's verdict ends the task anyway). Idempotent: a second observer
         or a replayed pass finds nothing left to change."""
         shown: list[OwnedTask] = []
-        for database in self.ctx.shards.every():
+        for name, database in self.ctx.shards.every():
             with database.reading() as stores:
-                shown += stores.runs.stuck_tasks(namespace)
+                stuck_here = stores.runs.stuck_tasks(namespace)
+            shown += [task for task in stuck_here if self.ctx.shards.holds(name, ids.bucket_hint(task.task_id))]
         owned = self.open_tasks(namespace, sorted({workflow_id for workflow_id, _ in stuck}))
         runs = set(stuck)
         shown_ids = {task.task_id for task in shown}
@@ -182,7 +184,7 @@ class RunCommands:
         if kept is not None:
             return kept
         oldest = []
-        for database in self.ctx.shards.every():
+        for _, database in self.ctx.shards.every():
             with database.reading() as stores:
                 oldest.append(stores.runs.oldest_open_owned(namespace))
         return min((t for t in oldest if t is not None), default=None)

@@ -148,7 +148,7 @@ class StatusService:
 
         # Every shard holds the definitions its transactions decide by (small, read often, frozen
         # once written: a retry of a document that reached some shards only completes it).
-        result, *_ = [database.run(work) for database in self.ctx.shards.every()]
+        result, *_ = [database.run(work) for _, database in self.ctx.shards.every()]
         self.definitions.invalidate()
         return result
 

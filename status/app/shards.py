@@ -43,8 +43,11 @@ class OneShard:
     def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
         return (tuple(range(len(buckets))),) if buckets else ()
 
-    def every(self) -> Sequence[Database]:
-        return (self.db,)
+    def every(self) -> Sequence[tuple[str, Database]]:
+        return ((HOME, self.db),)
+
+    def holds(self, shard: str, bucket: int | None) -> bool:
+        return True
 
 
 def on_shards(

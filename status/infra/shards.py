@@ -268,6 +268,10 @@ class ShardedDatabases:
             by_shard.setdefault(self._home if bucket is None else current.route(bucket).shard, []).append(i)
         return tuple(tuple(indexes) for indexes in by_shard.values())
 
-    def every(self) -> Sequence[SqlDatabase]:
+    def every(self) -> Sequence[tuple[str, SqlDatabase]]:
         """The home database first, then the other shards'."""
-        return (self._databases[self._home], *(db for name, db in self._databases.items() if name != self._home))
+        home = (self._home, self._databases[self._home])
+        return (home, *((name, db) for name, db in self._databases.items() if name != self._home))
+
+    def holds(self, shard: str, bucket: int | None) -> bool:
+        return shard == (self._home if bucket is None else self.refresh().route(bucket).shard)

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from status.app import commands as c
 from status.app.routing import bucket_of
 from status.app.service import ExecutionContext, StatusService
-from status.domain.auth import Role, ServicePrincipal
+from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.buckets import FENCE_BOUND, BucketRoute, RouteState
 from status.domain.clock import utcnow
 from status.domain.errors import Unavailable
@@ -136,6 +136,7 @@ def test_a_bucket_moved_under_steady_events_loses_nothing_and_never_goes_back(
 ) -> None:
     service, shards = sharded_service(engines)
     bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 4)
+    owner = UserPrincipal(coordinator.tenant_id, owner_on(shards, coordinator.tenant_id, "a"))  # theirs
     tasks = [ctx.task_id for ctx in contexts]
     mover = BucketMover(engines["a"], engines)
     relays = [RelayPump(engine, centrifugo.api_url, centrifugo.api_key) for engine in engines.values()]
@@ -173,6 +174,8 @@ def test_a_bucket_moved_under_steady_events_loses_nothing_and_never_goes_back(
             .where(t.task_outbox.c.aggregate_id.in_(tasks), t.task_outbox.c.status != "PUBLISHED")
         )
     assert pending == 0
+    listed = [summary["taskId"] for summary in service.my_tasks(owner, None, 10)["tasks"]]
+    assert sorted(listed) == sorted(tasks)  # each once, though still on the shard it left
     assert mover.release(bucket, "a") == len(tasks)
     assert all(where(engines, t.task, t.task.c.id, task_id) == ["b"] for task_id in tasks)
     assert not _log(engines["a"], tasks)
@@ -190,6 +193,9 @@ def test_an_abort_at_any_step_leaves_the_source_the_writer(
     mover = BucketMover(engines["a"], engines)
     mover.copy(bucket, "c")
     assert all(where(engines, t.task, t.task.c.id, ctx.task_id) == ["a", "c"] for ctx in contexts)
+    owner = UserPrincipal(coordinator.tenant_id, owner_on(shards, coordinator.tenant_id, "a"))
+    listed = [summary["taskId"] for summary in service.my_tasks(owner, None, 10)["tasks"]]
+    assert sorted(listed) == sorted(ctx.task_id for ctx in contexts)  # each once, though on two shards
     if "fence" in steps:
         mover.fence(bucket)
         with pytest.raises(Unavailable):

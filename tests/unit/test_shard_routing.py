@@ -42,14 +42,17 @@ class FakeShards:
             raise RouteChanged(group.shard, wrong)
         return work(None)  # type: ignore[arg-type]
 
-    def reading(self, bucket: int | None) -> AbstractContextManager[Stores]:
+    def reading(self, *buckets: int | None) -> AbstractContextManager[Stores]:
         raise NotImplementedError
 
     def readers(self, buckets: Sequence[int | None]) -> Sequence[tuple[int, ...]]:
         raise NotImplementedError
 
-    def every(self) -> Sequence[Database]:
+    def every(self) -> Sequence[tuple[str, Database]]:
         return ()
+
+    def holds(self, shard: str, bucket: int | None) -> bool:
+        return self.where[bucket] == shard
 
 
 def _run(shards: FakeShards, buckets: list[int | None]) -> list[str]:
