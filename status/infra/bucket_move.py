@@ -26,7 +26,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 
-from status.domain.buckets import FENCE_BOUND, BucketRoute, Fence, MoveRefused, MoveStep, fence_overdue, move
+from status.domain.buckets import (
+    FENCE_BOUND,
+    BucketRoute,
+    Fence,
+    MoveRefused,
+    MoveStep,
+    RouteState,
+    fence_overdue,
+    move,
+)
 from status.domain.clock import utcnow
 from status.infra import tables as t
 from status.infra.shards import load_map, save_fences, save_routes
@@ -241,16 +250,23 @@ class BucketMover:
         return after
 
     def abort(self, bucket: int) -> BucketRoute:
-        """Back to the source at its epoch, writable; the target's copy and fence removed."""
+        """Back to the source at its epoch, writable — first, so a target that is down (the reason
+        to abort, often) cannot keep the bucket unwritable; then the target's copy and fence are
+        removed, or left for the next move's copy to replace when the target cannot be reached
+        (without a fence row there nothing writes them, and no read is routed to them)."""
         route = self.route(bucket)
         if route.target is None:
             raise MoveFailed("the bucket is not moving")
-        with self._shards[route.target].begin() as conn:
-            delete_bucket(conn, bucket)
-            conn.execute(sa.delete(t.bucket_write_fence).where(t.bucket_write_fence.c.bucket_id == bucket))
         with self._shards[route.shard].begin() as conn:
             save_fences(conn, [Fence(bucket, route.epoch, True)], self._clock())
-        return self._step(route, MoveStep.ABORT)
+        after = self._step(route, MoveStep.ABORT)
+        try:
+            with self._shards[route.target].begin() as conn:
+                delete_bucket(conn, bucket)
+                conn.execute(sa.delete(t.bucket_write_fence).where(t.bucket_write_fence.c.bucket_id == bucket))
+        except sa.exc.DBAPIError:
+            pass  # the target is unreachable: its copy is inert, and the next copy replaces it
+        return after
 
     def release(self, bucket: int, old_shard: str) -> int:
         """The bucket's rows deleted from the shard it left (refused while that shard holds it)."""
@@ -261,17 +277,20 @@ class BucketMover:
             return delete_bucket(conn, bucket)
 
     def move(self, bucket: int, target: str) -> MoveReport:
-        """Copy, fence, switch; aborted (the source stays the writer) when a step fails."""
+        """Copy, fence, switch; aborted (the source stays the writer) when a step fails — a target
+        that dies during the copy included."""
         source = self.route(bucket).shard
-        self.copy(bucket, target)
+        fenced = time.perf_counter()
         try:
+            self.copy(bucket, target)
             fenced = time.perf_counter()
             self.fence(bucket)
             after = self.switch(bucket)
-            fenced_seconds = time.perf_counter() - fenced
         except Exception:
-            self.abort(bucket)
+            if self.route(bucket).state is not RouteState.ACTIVE:
+                self.abort(bucket)
             raise
+        fenced_seconds = time.perf_counter() - fenced
         with self._shards[target].connect() as conn:
             tasks = len(_members(conn, bucket).tasks)
         return MoveReport(bucket, source, target, after.epoch, tasks, fenced_seconds)

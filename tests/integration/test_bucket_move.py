@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import create_engine
 
 from status.app import commands as c
 from status.app.routing import bucket_of
@@ -231,3 +232,19 @@ def test_a_source_that_does_not_drain_within_the_fences_bound_aborts_the_move(
     sent = event("STEP_PROGRESS", 2, execution_handle=contexts[0].execution_handle)
     assert service.report_event(coordinator, sent)["accepted"]
     assert where(engines, t.task, t.task.c.id, contexts[0].task_id) == ["a"]
+
+
+def test_a_target_that_is_down_aborts_the_move_and_the_source_keeps_writing(
+    engines: dict[str, sa.Engine], coordinator: ServicePrincipal
+) -> None:
+    service, shards = sharded_service(engines)
+    bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 1)
+    down = create_engine("mysql+pymysql://tso:tso@127.0.0.1:1/gone", pool_pre_ping=False)  # nothing listens
+    mover = BucketMover(engines["a"], {**engines, "c": down})
+    with pytest.raises(sa.exc.OperationalError):
+        mover.move(bucket, "c")
+    route = mover.route(bucket)
+    assert route.shard == "a" and route.state is RouteState.ACTIVE and route.target is None
+    sent = event("STEP_PROGRESS", 2, execution_handle=contexts[0].execution_handle)
+    assert service.report_event(coordinator, sent)["accepted"]
+    assert where(engines, t.task_event_log, t.task_event_log.c.event_id, sent.event_id) == ["a"]
