@@ -1,7 +1,7 @@
 """The plugin's activity path in one process: what the service's Python costs per activity.
 
     .venv/bin/python bench/activity_path.py [--database mariadb|sqlite] [--activities 600]
-        [--group 10] [--steps 10] [--rounds 3] [--profile FILE]
+        [--group 10] [--steps 10] [--rounds 3] [--shards N] [--profile FILE]
 
 An activity as the plugin reports it — its binding with its STEP_STARTED, one STEP_PROGRESS and
 its STEP_COMPLETED (by handle) — run through ``StatusService`` as the API's group committer
@@ -11,6 +11,11 @@ the application's and the database driver's CPU per activity, the part of
 ``plugin_overhead.py``'s API figure that the write path decides. The process's CPU is measured
 round by round, against the MariaDB server's CPU in the same round (the work the service asks
 of the database); ``--profile`` writes cProfile's statistics of the last round.
+
+``--shards N`` routes through a bucket map over N scratch databases of the same server (their
+tasks' owners spread over the buckets): what routing costs the write path — each transaction's
+fence read, and a group split into one transaction per shard. It measures routing, not capacity:
+every shard is the same server on the same cores.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from status.app import commands as c
 from status.bootstrap import build_service
 from status.domain.auth import Role, ServicePrincipal
 from status.infra import migrate
+from status.infra.db import create_engine
+from status.infra.shards import install_map
 from tests.support.settings import make_settings
 
 PRODUCER = "bench-worker"
@@ -40,15 +47,26 @@ CALLER = ServicePrincipal(PRODUCER, "bench", "default", frozenset({Role.COORDINA
 
 
 @contextlib.contextmanager
-def database(kind: str) -> Iterator[str]:
+def database(kind: str, shards: int = 0) -> Iterator[tuple[str, dict[str, str]]]:
+    """The database's URL and, with ``shards``, the other shards' by name (a map installed over all)."""
+    if shards:
+        with contextlib.ExitStack() as stack:
+            urls = {f"s{n}": stack.enter_context(scratch_database()) for n in range(shards)}
+            engines = {name: create_engine(url) for name, url in urls.items()}
+            install_map(engines["s0"], engines, datetime.now(UTC).replace(tzinfo=None))
+            for engine in engines.values():
+                engine.dispose()
+            home = urls.pop("s0")
+            yield home, urls
+        return
     if kind == "sqlite":
         with tempfile.TemporaryDirectory() as tmp:
             url = f"sqlite:///{tmp}/bench.db"
             migrate.upgrade(url)
-            yield url
+            yield url, {}
     else:
         with scratch_database() as url:
-            yield url
+            yield url, {}
 
 
 def mariadb_cpu() -> float:
@@ -74,7 +92,7 @@ def new_tasks(service: object, count: int, steps: int) -> list[str]:
             CALLER,
             c.CreateWorkflow(
                 client_workflow_key=uuid.uuid4().hex,
-                owner_id="bench-user",
+                owner_id=f"bench-user-{len(ids) % 64}",  # over 64 buckets, as many users' tasks are
                 title="bench",
                 initial_tasks=(c.NewTask(client_task_key="t", title="t", known_steps=known),),
             ),
@@ -134,11 +152,13 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=10, help="activities per transaction")
     parser.add_argument("--steps", type=int, default=10, help="steps per task")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shards", type=int, default=0, help="route through a map over this many databases")
     parser.add_argument("--profile", type=Path, help="cProfile statistics of the last round to this file")
     args = parser.parse_args()
     tasks_per_round = max(1, args.activities // args.steps)
-    with database(args.database) as url, tempfile.TemporaryDirectory() as data:
-        service = build_service(make_settings(url, Path(data)))
+    with database(args.database, args.shards) as (url, others), tempfile.TemporaryDirectory() as data:
+        sharding = {"shard_name": "s0", "shards": others} if args.shards else {}
+        service = build_service(make_settings(url, Path(data), **sharding))
         service.install_default_definitions()
         warm = new_tasks(service, 2, args.steps)
         run_round(service, warm, args.steps, args.group)
@@ -164,8 +184,9 @@ def main() -> None:
             if profile is not None:
                 profile.dump_stats(args.profile)
         driver = url.split("://", 1)[0]
+        routed = f", routed over {args.shards} shard(s)" if args.shards else ""
         print(
-            f"activity path ({driver}, {args.group} activities a group, {args.steps}-step tasks):"
+            f"activity path ({driver}, {args.group} activities a group, {args.steps}-step tasks{routed}):"
             f" median {statistics.median(figures):.2f} ms of this process's CPU per activity"
             " (plugin_overhead.py's API target: 1.5 ms, HTTP included)"
         )
