@@ -40,6 +40,14 @@ Phases, each printed with its figures:
    seconds (60) while every step keeps beating, then started again: how long until every
    running step's beat is accepted again, and how many steps went STALE.
 
+``--shards 1,3`` runs phases 1 and 2 once per count, each on a stack of its own: with more than
+one shard the API routes through a bucket map over that many scratch databases of the MariaDB
+server (the tasks' owners spread over the buckets), and each shard has its own observer
+(``OBSERVE_SHARD``); the last lines compare the runs (changes/s per shard, CPU per change, what
+saturates). On one machine the shards share its cores and its one MariaDB server: the ratio
+says what routing costs and where the machine saturates, not what shards on hosts of their own
+would carry.
+
 The relay's drain alone is ``bench/relay.py``; the loss of a node of each kind is
 ``bench/faults.py``.
 """
@@ -62,6 +70,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -463,15 +472,18 @@ def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _histogram(url: str, name: str) -> dict[float, float]:
-    """Cumulative bucket counts of a Prometheus histogram (upper bound -> count)."""
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    buckets = {}
-    for line in text.splitlines():
-        if line.startswith(f"{name}_bucket"):
-            bound = line.split('le="', 1)[1].split('"', 1)[0]
-            buckets[math.inf if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
+def _histogram(urls: list[str], name: str) -> dict[float, float]:
+    """Cumulative bucket counts of a Prometheus histogram (upper bound -> count), summed over the
+    observers' endpoints."""
+    buckets: dict[float, float] = {}
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        for line in text.splitlines():
+            if line.startswith(f"{name}_bucket"):
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                key = math.inf if bound == "+Inf" else float(bound)
+                buckets[key] = buckets.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return buckets
 
 
@@ -506,9 +518,27 @@ def _commits(url: str) -> int:
 
 
 @contextlib.contextmanager
-def stack(connections: int) -> Iterator[dict[str, Any]]:
-    """Centrifugo nodes on Redis, the API and the observer, on a scratch database."""
-    from common import REPO, scratch_database  # type: ignore[import-not-found]
+def databases(shards: int) -> Iterator[dict[str, str]]:
+    """Scratch databases by shard name (one: a single-database install), a map over them when more."""
+    from common import scratch_database  # type: ignore[import-not-found]
+
+    from status.infra.db import create_engine
+    from status.infra.shards import install_map
+
+    with contextlib.ExitStack() as scratch:
+        urls = {f"s{n}": scratch.enter_context(scratch_database()) for n in range(max(1, shards))}
+        if shards > 1:
+            engines = {name: create_engine(url) for name, url in urls.items()}
+            install_map(engines["s0"], engines, datetime.now(UTC).replace(tzinfo=None))
+            for engine in engines.values():
+                engine.dispose()
+        yield urls
+
+
+@contextlib.contextmanager
+def stack(connections: int, shards: int = 1) -> Iterator[dict[str, Any]]:
+    """Centrifugo nodes on Redis, the API and an observer per shard, on scratch databases."""
+    from common import REPO  # type: ignore[import-not-found]
 
     from tests.support.processes import CentrifugoNode, free_port
 
@@ -526,10 +556,19 @@ def stack(connections: int) -> Iterator[dict[str, Any]]:
         f"TASK_OBSERVER_{n}": secrets.token_hex(32)
         for n in ("SERVICE_TOKEN_SECRET", "EXECUTION_TOKEN_SECRET", "USER_TOKEN_SECRET")
     }
-    metrics_port = free_port()
+    metrics_ports = [free_port() for _ in range(max(1, shards))]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with scratch_database() as url:
+        with databases(shards) as urls:
+            url = urls["s0"]
+            sharding = (
+                {
+                    "TASK_OBSERVER_SHARD_NAME": "s0",
+                    "TASK_OBSERVER_SHARDS": " ".join(f"{name}={u}" for name, u in urls.items() if name != "s0"),
+                }
+                if shards > 1
+                else {}
+            )
             env = {
                 **os.environ,
                 **secrets_env,
@@ -538,9 +577,9 @@ def stack(connections: int) -> Iterator[dict[str, Any]]:
                 "TASK_OBSERVER_CENTRIFUGO_API_URL": nodes[0].api_url,
                 "TASK_OBSERVER_CENTRIFUGO_API_KEY": shared["api_key"],
                 "TASK_OBSERVER_CENTRIFUGO_TOKEN_SECRET": shared["token_secret"],
-                "TASK_OBSERVER_OBSERVER_METRICS_PORT": str(metrics_port),
                 "TASK_OBSERVER_DATA_DIR": str(workdir),
                 "TASK_OBSERVER_INTERNAL_RATE_PER_SECOND": "0",
+                **sharding,
             }
             port = free_port()
             cli = str(REPO / ".venv" / "bin" / "task-observer")
@@ -549,11 +588,18 @@ def stack(connections: int) -> Iterator[dict[str, Any]]:
                     [cli, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
                 )
             )
-            procs.append(
-                subprocess.Popen(
-                    [cli, "observer", "--mode", "loops"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            for name, port_of_metrics in zip(urls, metrics_ports, strict=True):
+                observer_env = {**env, "TASK_OBSERVER_OBSERVER_METRICS_PORT": str(port_of_metrics)}
+                if shards > 1:
+                    observer_env["TASK_OBSERVER_OBSERVE_SHARD"] = name
+                procs.append(
+                    subprocess.Popen(
+                        [cli, "observer", "--mode", "loops"],
+                        env=observer_env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                 )
-            )
             base = f"http://127.0.0.1:{port}"
             _wait_ready(base)
 
@@ -571,7 +617,8 @@ def stack(connections: int) -> Iterator[dict[str, Any]]:
                 "nodes": nodes,
                 "api": procs[0],
                 "observer": procs[1],
-                "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+                "observers": procs[1:],
+                "metrics": [f"http://127.0.0.1:{p}/metrics" for p in metrics_ports],
                 "secrets": secrets_env,
                 "token_secret": shared["token_secret"],
             }
@@ -656,6 +703,11 @@ def main() -> None:
     parser.add_argument("--hot-rate", type=float, default=10.0, help="changes/s to the hot project's tasks")
     parser.add_argument("--backlog", type=int, default=100_000, help="outbox messages piled up in phase 5")
     parser.add_argument(
+        "--shards",
+        default="1",
+        help="shard counts, comma-separated, each run on a stack of its own and compared (1,3: needs --steady-only)",
+    )
+    parser.add_argument(
         "--client",
         default="python",
         choices=["python", "go"],
@@ -688,8 +740,6 @@ def _build_go_clients() -> Path:
 def run(args: argparse.Namespace) -> None:
     from common import process_tree_cpu  # type: ignore[import-not-found]
 
-    from status.domain.auth import Role
-    from status.infra.tokens import ServiceTokens
 
     users = math.ceil(args.connections / TABS_PER_USER)
     active = math.ceil(args.tasks / TASKS_PER_USER)
@@ -704,7 +754,39 @@ def run(args: argparse.Namespace) -> None:
         f"this run: {args.connections:,} connections ({scale_c:.2f}x), {args.tasks:,} tasks ({scale_t:.2f}x),"
         f" {users:,} users of {TABS_PER_USER} connections, {active:,} of them with {TASKS_PER_USER} active tasks"
     )
-    with stack(args.connections) as s:
+    counts = [int(n) for n in args.shards.split(",")]
+    if (len(counts) > 1 or counts[0] > 1) and not args.steady_only:
+        raise SystemExit("--shards with more than one shard, or several counts, runs phases 1 and 2: add --steady-only")
+    runs = {}
+    for shards in counts:
+        if len(counts) > 1:
+            print(f"\n=== {shards} shard(s) ===")
+        runs[shards] = run_one(args, shards, process_tree_cpu)
+    if len(runs) > 1:
+        _compare(runs)
+
+
+def _compare(runs: dict[int, dict[str, Any]]) -> None:
+    """The runs side by side: what more shards carried, per shard, at what CPU per change."""
+    first, *_ = runs
+    print("\nshards compared (the same load asked of each; one machine, one MariaDB server):")
+    for shards, figures in runs.items():
+        base = runs[first]
+        print(
+            f"  {shards} shard(s): {figures['changes_per_s']:,.0f} changes/s"
+            f" ({figures['changes_per_s'] / base['changes_per_s']:.2f}x {first} shard(s);"
+            f" {figures['changes_per_s'] / shards:,.0f} per shard), CPU per change {figures['ms_per_change']:.2f} ms"
+            f" ({figures['ms_per_change'] / base['ms_per_change']:.2f}x), commit -> client p99 {figures['p99']},"
+            f" saturates first: {figures['busiest']}"
+        )
+
+
+def run_one(args: argparse.Namespace, shards: int, process_tree_cpu: Any) -> dict[str, Any]:
+    """Phases 1 and 2 (and, on one shard without --steady-only, the rest) on a stack of its own."""
+    from status.domain.auth import Role
+    from status.infra.tokens import ServiceTokens
+
+    with stack(args.connections, shards) as s:
         tokens = ServiceTokens(s["secrets"]["TASK_OBSERVER_SERVICE_TOKEN_SECRET"])
         coordinator = tokens.issue("capacity", TENANT, "s", [Role.COORDINATOR, Role.WORKER])
         s["coordinator"] = coordinator
@@ -734,7 +816,7 @@ def run(args: argparse.Namespace) -> None:
                 f" {len(nodes)} Centrifugo node(s), ramp {ramp:.1f} s; Centrifugo {node_mem / 1024:.1f} KiB per"
                 f" connection, the {'Go' if args.client == 'go' else 'Python'} clients {client_mem / 1024:.1f} KiB"
             )
-            steady(args, s, clients, executions, process_tree_cpu)
+            return steady(args, s, clients, executions, process_tree_cpu)
         finally:
             clients.stop()
 
@@ -742,7 +824,7 @@ def run(args: argparse.Namespace) -> None:
 def steady(
     args: argparse.Namespace, s: dict[str, Any], clients: Clients, executions: list[dict[str, Any]],
     process_tree_cpu: Any,
-) -> None:  # fmt: skip
+) -> dict[str, Any]:  # fmt: skip
     producer = Producer(s["base"], _worker_token(s), executions, {ex["taskId"] for ex in executions})
     parts = [executions[i::2] for i in range(2)]
     threads = [
@@ -752,7 +834,7 @@ def steady(
     threads.append(threading.Thread(target=producer.run_heartbeats, args=(MODEL["heartbeat_interval"],), daemon=True))
     components = {
         "API": s["api"].pid,
-        "observer": s["observer"].pid,
+        **{("observer" if len(s["observers"]) == 1 else f"observer {i}"): o.pid for i, o in enumerate(s["observers"])},
         "MariaDB": _pid_of("mariadbd"),
         "Redis": _pid_of("redis-server"),
         **{f"Centrifugo {i + 1}": n.process.pid for i, n in enumerate(s["nodes"])},
@@ -817,9 +899,15 @@ def steady(
         f"   saturates first: {busiest[0]} ({busiest[1] / took:.2f} of one core, {os.cpu_count()} cores here;"
         f" the load generators left aside); the machine: {sum(used.values()) / took:.2f} cores busy"
     )
+    figures = {
+        "changes_per_s": changes / took,
+        "ms_per_change": 1000 * sum(system.values()) / max(1, changes),
+        "p99": _ms(latencies, 0.99),
+        "busiest": f"{busiest[0]} ({busiest[1] / took:.2f} cores)",
+    }
     if args.steady_only:
         producer.stop.set()
-        return
+        return figures
     # 3. reconnects under that load
     for fraction in (0.1, 0.3):
         _reconnect(clients, fraction, f"3. reconnect {fraction:.0%} at once")
@@ -833,6 +921,7 @@ def steady(
     producer.stop.set()
     for thread in threads:
         thread.join(30)
+    return figures
 
 
 def hot_project(args: argparse.Namespace, s: dict[str, Any], clients: Clients, producer: Producer) -> None:

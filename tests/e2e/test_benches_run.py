@@ -45,6 +45,12 @@ BENCHES = [
         ["--connections", "200", "--tasks", "40", "--seconds", "3", *TINY_OUTAGE_AND_BACKLOG],
         "7. API down",
     ),
+    # A bucket map over two databases, an observer each, beside the single database.
+    (
+        "capacity.py",
+        ["--shards", "1,2", "--steady-only", "--connections", "200", "--tasks", "40", "--seconds", "3"],
+        "shards compared",
+    ),
     # The Go idle clients (bench/idle-clients, built here): connections, stats, arrivals, and the
     # reconnects that recover or load snapshots.
     (
