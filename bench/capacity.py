@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -390,6 +391,7 @@ class Producer:
         self.failures = 0
         self.beat_at: dict[int, float] = {}  # execution index -> time.monotonic() of its last accepted beat
         self.beat_batches: list[float] = []  # seconds each heartbeat batch took to be answered
+        self.retried = 0  # refusals answered UNAVAILABLE (a bucket between shards), sent again as they were
         self.paused = threading.Event()  # changes held (an outage: a worker's reports wait in its outbox)
         self.stop = threading.Event()
         self._httpx = httpx
@@ -398,33 +400,49 @@ class Producer:
         client = self._httpx.Client(base_url=self.base, headers=self.headers, timeout=60)
         now = time.monotonic()
         due = {i: now + random.uniform(0, interval) for i in range(len(part))}  # spread, not in step
+        again: dict[int, dict[str, Any]] = {}  # refused for now: the same event, its eventId kept, soon
         while not self.stop.is_set():
             now = time.monotonic()
             ready = [i for i, at in due.items() if at <= now] if not self.paused.is_set() else []
             for start in range(0, len(ready), 200):
                 batch = ready[start : start + 200]
-                events = [next_progress(part[i]) for i in batch]
+                events = [again.pop(i, None) or next_progress(part[i]) for i in batch]
                 try:
                     response = client.post("/internal/v1/task-events:batch", json={"events": events})
                     results = response.json()["results"] if response.status_code == 200 else []
                 except (self._httpx.HTTPError, ValueError):
                     results = []
-                at = time.time()
-                if len(results) != len(batch):
-                    self.failures += len(batch)
-                for i, result in zip(batch, results, strict=False):
-                    if result.get("accepted"):
-                        self.changes += 1
-                        task_id = part[i]["taskId"]
-                        if task_id in self.sampled:
-                            self.committed[(task_id, str(result.get("taskVersion")))] = at
-                    else:
-                        self.failures += 1
-                        if os.environ.get("CAPACITY_DEBUG"):
-                            print("refused:", result, file=sys.stderr)
+                self._record(part, batch, events, results, again)
             for i in ready:
-                due[i] += interval
+                due[i] = now + 0.05 if i in again else due[i] + interval
             self.stop.wait(0.05)
+
+    def _record(
+        self,
+        part: list[dict[str, Any]],
+        batch: list[int],
+        events: list[dict[str, Any]],
+        results: list[dict[str, Any]],
+        again: dict[int, dict[str, Any]],
+    ) -> None:
+        """A batch's answers: accepted changes counted (and timed), retryable refusals kept to send
+        again as they were, the rest failures."""
+        at = time.time()
+        if len(results) != len(batch):
+            self.failures += len(batch)
+        for i, event, result in zip(batch, events, results, strict=False):
+            if result.get("error", {}).get("retryable"):
+                self.retried += 1
+                again[i] = event
+            elif result.get("accepted"):
+                self.changes += 1
+                task_id = part[i]["taskId"]
+                if task_id in self.sampled:
+                    self.committed[(task_id, str(result.get("taskVersion")))] = at
+            else:
+                self.failures += 1
+                if os.environ.get("CAPACITY_DEBUG"):
+                    print("refused:", result, file=sys.stderr)
 
     def run_heartbeats(self, interval: float) -> None:
         client = self._httpx.Client(base_url=self.base, headers=self.headers, timeout=60)
@@ -613,6 +631,7 @@ def stack(connections: int, shards: int = 1) -> Iterator[dict[str, Any]]:
             yield {
                 "restart_api": restart_api,
                 "url": url,
+                "urls": urls,
                 "base": base,
                 "nodes": nodes,
                 "api": procs[0],
@@ -703,6 +722,11 @@ def main() -> None:
     parser.add_argument("--hot-rate", type=float, default=10.0, help="changes/s to the hot project's tasks")
     parser.add_argument("--backlog", type=int, default=100_000, help="outbox messages piled up in phase 5")
     parser.add_argument(
+        "--move",
+        action="store_true",
+        help="with several shards: move a bucket of active tasks halfway through the steady load",
+    )
+    parser.add_argument(
         "--shards",
         default="1",
         help="shard counts, comma-separated, each run on a stack of its own and compared (1,3: needs --steady-only)",
@@ -739,7 +763,6 @@ def _build_go_clients() -> Path:
 
 def run(args: argparse.Namespace) -> None:
     from common import process_tree_cpu  # type: ignore[import-not-found]
-
 
     users = math.ceil(args.connections / TABS_PER_USER)
     active = math.ceil(args.tasks / TASKS_PER_USER)
@@ -839,6 +862,7 @@ def steady(
         "Redis": _pid_of("redis-server"),
         **{f"Centrifugo {i + 1}": n.process.pid for i, n in enumerate(s["nodes"])},
     }
+    moving = _BucketMove(s, executions) if args.move and len(s["urls"]) > 1 else None
     for thread in threads:
         thread.start()
     time.sleep(min(10.0, args.seconds / 3))  # into the steady state: every task has changed at least once
@@ -851,6 +875,8 @@ def steady(
     stats = clients.command("stats")
     changes, beats, began = producer.changes, producer.beats, time.perf_counter()
     beat_batches = len(producer.beat_batches)
+    if moving is not None:
+        moving.start_after(args.seconds / 2)
     time.sleep(args.seconds)
     took = time.perf_counter() - began
     beat_latency = sorted(producer.beat_batches[beat_batches:])
@@ -899,6 +925,8 @@ def steady(
         f"   saturates first: {busiest[0]} ({busiest[1] / took:.2f} of one core, {os.cpu_count()} cores here;"
         f" the load generators left aside); the machine: {sum(used.values()) / took:.2f} cores busy"
     )
+    if moving is not None:
+        moving.report(producer, arrivals)
     figures = {
         "changes_per_s": changes / took,
         "ms_per_change": 1000 * sum(system.values()) / max(1, changes),
@@ -1058,6 +1086,74 @@ def backlog(args: argparse.Namespace, s: dict[str, Any], clients: Clients, produ
         f" clients; live changes committed meanwhile reached their"
         f" clients p50 {_ms(live, 0.5)} p99 {_ms(live, 0.99)} ({len(live):,} timed)"
     )
+
+
+class _BucketMove:
+    """A bucket with active tasks moved to another shard halfway through the steady load, and what
+    the move did to them: how long its writes were refused, and whether anything acknowledged was
+    lost or stored twice, or a client saw a version go back."""
+
+    def __init__(self, s: dict[str, Any], executions: list[dict[str, Any]]) -> None:
+        from status.domain import ids
+        from status.infra.bucket_move import BucketMover
+        from status.infra.db import create_engine
+
+        self.engines = {name: create_engine(url) for name, url in s["urls"].items()}
+        self.mover = BucketMover(self.engines["s0"], self.engines)
+        self.bucket = ids.bucket_hint(executions[0]["taskId"])
+        assert self.bucket is not None
+        self.source = self.mover.route(self.bucket).shard
+        self.target = next(name for name in self.engines if name != self.source)
+        self.tasks = {ex["taskId"] for ex in executions if ids.bucket_hint(ex["taskId"]) == self.bucket}
+        self.outcome: Any = None
+        self.thread: threading.Thread | None = None
+
+    def start_after(self, seconds: float) -> None:
+        def move() -> None:
+            time.sleep(seconds)
+            try:
+                self.outcome = self.mover.move(self.bucket, self.target)  # type: ignore[arg-type]
+            except Exception as exc:  # reported below
+                self.outcome = exc
+
+        self.thread = threading.Thread(target=move, daemon=True)
+        self.thread.start()
+
+    def report(self, producer: Producer, arrivals: list[tuple[str, str, float]]) -> None:
+        import sqlalchemy as sa
+
+        from status.infra import tables as t
+
+        assert self.thread is not None
+        self.thread.join(60)
+        if isinstance(self.outcome, Exception) or self.outcome is None:
+            print(f"   the move of bucket {self.bucket} failed: {self.outcome!r}")
+            return
+        log = t.task_event_log
+        with self.engines[self.target].connect() as conn:
+            rows = conn.execute(
+                sa.select(log.c.event_id, log.c.task_id, log.c.task_version).where(log.c.task_id.in_(self.tasks))
+            ).all()
+        stored = {(str(task), str(version)) for _, task, version in rows}
+        acked = {key for key in producer.committed if key[0] in self.tasks}
+        twice = len(rows) - len({event for event, _, _ in rows})
+        gaps = 0
+        for task in self.tasks:
+            versions = sorted(int(v) for _, k, v in rows if k == task)
+            gaps += sum(1 for a, b in itertools.pairwise(versions) if b != a + 1)
+        back, seen = 0, {}
+        for task, version, _ in arrivals:
+            if task in self.tasks and version is not None:
+                back += int(version) < seen.get(task, 0)
+                seen[task] = max(seen.get(task, 0), int(version))
+        print(
+            f"   bucket {self.bucket} ({len(self.tasks)} active tasks) moved {self.source} -> {self.target} under the"
+            f" load: its writes refused {1000 * self.outcome.fenced_seconds:.0f} ms ({producer.retried} refusals, each"
+            f" sent again); acknowledged changes lost {len(acked - stored)} of {len(acked)}, stored twice {twice},"
+            f" versions skipped {gaps}, seen going back by a client {back}"
+        )
+        for engine in self.engines.values():
+            engine.dispose()
 
 
 def _dump_arrivals(clients: Clients) -> list[tuple[str, str, float]]:

@@ -48,7 +48,7 @@ BENCHES = [
     # A bucket map over two databases, an observer each, beside the single database.
     (
         "capacity.py",
-        ["--shards", "1,2", "--steady-only", "--connections", "200", "--tasks", "40", "--seconds", "3"],
+        ["--shards", "1,2", "--steady-only", "--move", "--connections", "200", "--tasks", "40", "--seconds", "3"],
         "shards compared",
     ),
     # The Go idle clients (bench/idle-clients, built here): connections, stats, arrivals, and the
