@@ -156,13 +156,18 @@ def relay_identity(data_dir: Path) -> tuple[str, IO[str] | None]:
 
 
 def observer_config(settings: Settings) -> LoopConfig:
+    archive = settings.archive_dir
+    if archive is not None and settings.sharded:
+        # Each shard's observer archives its own shard's rows: a directory each, or the files of
+        # two shards (named by table and date) would take each other's place.
+        archive = archive / (settings.observe_shard or settings.shard_name)
     return LoopConfig(
         relay_idle_sleep=settings.relay_idle_ms / 1000,
         projector_idle_sleep=settings.relay_idle_ms / 1000,
         idle_backoff=settings.relay_idle_backoff,
         heartbeat_grace_seconds=settings.heartbeat_grace_seconds,
         retention=settings.retention_policy(),
-        archive_dir=settings.archive_dir,
+        archive_dir=archive,
         run_follow_interval=settings.run_follow_interval_ms / 1000,
     )
 

@@ -91,6 +91,35 @@ def test_the_archive_directory_defaults_to_the_data_directory(clean_env: Path, m
     assert Settings.from_env().archive_dir is None
 
 
+def test_shards_are_named_once_and_each_observer_archives_its_own(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from observer.runner import observer_config
+
+    monkeypatch.setenv("TASK_OBSERVER_SHARD_NAME", "east")
+    monkeypatch.setenv("TASK_OBSERVER_SHARDS", "west=mysql+pymysql://u:p@h/w  north=mysql+pymysql://u:p@h/n")
+    monkeypatch.setenv("TASK_OBSERVER_OBSERVE_SHARD", "north")
+    settings = Settings.from_env()
+    assert settings.sharded and list(settings.shards) == ["west", "north"]
+    assert "mysql" not in repr(settings)  # URLs hold passwords
+    assert observer_config(settings).archive_dir == clean_env.resolve() / "archive" / "north"
+    for name, value in (
+        ("TASK_OBSERVER_OBSERVE_SHARD", "south"),  # no such shard
+        ("TASK_OBSERVER_SHARDS", "east=mysql+pymysql://u:p@h/e"),  # DATABASE_URL's own name
+        ("TASK_OBSERVER_SHARDS", "west=x west=y"),
+        ("TASK_OBSERVER_SHARDS", "Not A Name=x"),
+        ("TASK_OBSERVER_SHARDS", "west"),
+    ):
+        with monkeypatch.context() as patch:
+            patch.setenv(name, value)
+            with pytest.raises(SettingsError):
+                Settings.from_env()
+    monkeypatch.delenv("TASK_OBSERVER_SHARDS")
+    monkeypatch.delenv("TASK_OBSERVER_OBSERVE_SHARD")
+    single = Settings.from_env()
+    assert not single.sharded and observer_config(single).archive_dir == clean_env.resolve() / "archive"
+
+
 def test_the_safety_poll_backs_off_while_idle_and_returns_with_work() -> None:
     from observer.loops import IdleBackoff
 
