@@ -17,10 +17,10 @@ from functools import cached_property
 import sqlalchemy as sa
 
 from status.app.group_commit import GroupCommitter
-from status.app.ports import Shards
 from status.app.readiness import ReadinessMonitor
 from status.app.realtime import RealtimeEndpoints, RealtimeService
 from status.app.service import StatusService
+from status.app.shard_ports import Shards
 from status.app.workflow_fold import WorkflowFold
 from status.domain.clock import utcnow
 from status.domain.readiness import ReadinessPolicy

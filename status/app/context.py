@@ -18,7 +18,8 @@ from typing import Any
 from status.app.definitions import DefinitionCache, Definitions
 from status.app.durations import DurationHistory
 from status.app.handle_cache import HandleCache
-from status.app.ports import Database, ExecutionTokens, Shards, Stores
+from status.app.ports import Database, ExecutionTokens, Stores
+from status.app.shard_ports import Shards
 from status.app.step_cache import StepCache
 from status.domain.admission import TEMPORAL_VERDICT
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal

@@ -27,7 +27,8 @@ from status.app import outbox
 from status.app.change import Change, Entry, write_change
 from status.app.context import AppContext, EventCaller, content_hash, operation
 from status.app.group import Group
-from status.app.ports import RouteChanged, ShardGroup, UnitOfWork
+from status.app.ports import UnitOfWork
+from status.app.shard_ports import RouteChanged, ShardGroup
 from status.app.shards import MOVING, on_shards
 from status.app.step_cache import TaskView, view_of
 from status.app.views import locked_view

@@ -16,8 +16,9 @@ from status.app.change import Change, messages_of, write_change
 from status.app.context import AppContext, EventCaller, check_heartbeat_settings, operation, require_binder
 from status.app.events import EventCommands, rejection
 from status.app.group import Group
-from status.app.ports import RouteChanged, ShardGroup, UnitOfWork
+from status.app.ports import UnitOfWork
 from status.app.records import ActivityRecord
+from status.app.shard_ports import RouteChanged, ShardGroup
 from status.app.shards import MOVING, on_shards, run_for
 from status.app.step_cache import TaskView
 from status.app.views import locked_view

@@ -19,7 +19,8 @@ from status.app.context import RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
 from status.app.group import Group
 from status.app.handle_cache import KnownHandle
-from status.app.ports import Database, ShardGroup, Stores, UnitOfWork
+from status.app.ports import Database, Stores, UnitOfWork
+from status.app.shard_ports import ShardGroup
 from status.app.shards import on_shards, run_for
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, renewed_expiry

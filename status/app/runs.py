@@ -20,7 +20,8 @@ from status import logs
 from status.app import commands as c
 from status.app.context import RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
-from status.app.ports import OwnedTask, ShardGroup, UnitOfWork
+from status.app.ports import OwnedTask, UnitOfWork
+from status.app.shard_ports import ShardGroup
 from status.app.shards import MOVING, on_shards, run_for
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal

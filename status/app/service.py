@@ -27,9 +27,10 @@ from status.app.external_refs import ExternalRefCommands
 from status.app.health import HealthCommands
 from status.app.notifications import NotificationQueries
 from status.app.overdue import OverdueQueries
-from status.app.ports import Database, ExecutionTokens, Shards, UnitOfWork
+from status.app.ports import Database, ExecutionTokens, UnitOfWork
 from status.app.queries import Queries
 from status.app.runs import RunCommands
+from status.app.shard_ports import Shards
 from status.app.shards import OneShard
 from status.app.workflows import WorkflowCommands
 from status.domain.auth import Role, ServicePrincipal

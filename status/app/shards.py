@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from status.app.ports import Database, RouteChanged, ShardGroup, Shards, Split, Stores, UnitOfWork
+from status.app.ports import Database, Stores, UnitOfWork
+from status.app.shard_ports import RouteChanged, ShardGroup, Shards, Split
 from status.domain.errors import Unavailable
 
 T = TypeVar("T")

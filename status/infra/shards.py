@@ -21,7 +21,8 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
-from status.app.ports import RouteChanged, ShardGroup, Split, UnitOfWork
+from status.app.ports import UnitOfWork
+from status.app.shard_ports import RouteChanged, ShardGroup, Split
 from status.app.shards import MOVING
 from status.domain.buckets import BucketMap, BucketRoute, Fence, RouteState, fence_refusals
 from status.domain.errors import Unavailable

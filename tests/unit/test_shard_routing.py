@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from status.app.ports import Database, RouteChanged, ShardGroup, Split, Stores, UnitOfWork
+from status.app.ports import Database, Stores, UnitOfWork
+from status.app.shard_ports import RouteChanged, ShardGroup, Split
 from status.app.shards import ROUNDS, OneShard, on_shards
 
 
