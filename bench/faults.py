@@ -655,4 +655,6 @@ async def main() -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
-    asyncio.run(main())
+    from examples.process import run_then_exit
+
+    run_then_exit(main())

@@ -326,4 +326,6 @@ async def main() -> None:  # noqa: C901
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
-    asyncio.run(main())
+    from examples.process import run_then_exit
+
+    run_then_exit(main())

@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from datetime import UTC, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import sqlalchemy as sa
 import verdict_bench_workflows as bench_workflows  # type: ignore[import-not-found]
@@ -79,7 +79,7 @@ def _completes_elsewhere(service: Any, task_id: str, workflow_id: str, run_id: s
     service.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle, completes_elsewhere=True)])
 
 
-def follower_main(database_url: str, address: str, seconds: float) -> None:
+def follower_main(database_url: str, address: str, seconds: float) -> NoReturn:
     """The follower process: the shipped RunFollower on the shipped interval, for ``seconds``."""
     from temporalio.client import Client
 
@@ -112,7 +112,9 @@ def follower_main(database_url: str, address: str, seconds: float) -> None:
         await asyncio.gather(every(follower.run_once), every(lambda: asyncio.to_thread(reconciler.watch_completions)))
         print(json.dumps({"rpcs": follower.rpcs, "completion_rpcs": probe.rpcs}), flush=True)
 
-    asyncio.run(run())
+    from examples.process import run_then_exit
+
+    run_then_exit(run())
 
 
 def _task(service: Any, coordinator: ServicePrincipal, workflow_id: str, run_id: str | None) -> str:
@@ -301,9 +303,10 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--follower":
         follower_main(sys.argv[2], sys.argv[3], float(sys.argv[4]))
-        sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="how long runs close in each phase")
     parser.add_argument("--rate", type=float, default=10.0, help="runs closing per second")
     parser.add_argument("--idle", type=int, default=1000, help="open tasks of runs that never close (phase 2)")
-    asyncio.run(main(parser.parse_args()))
+    from examples.process import run_then_exit
+
+    run_then_exit(main(parser.parse_args()))

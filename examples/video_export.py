@@ -151,4 +151,6 @@ async def _stop(worker: Any, running: asyncio.Task[None], within: float) -> None
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    from examples.process import run_then_exit
+
+    run_then_exit(main())

@@ -23,6 +23,7 @@ from centrifuge import Client, ClientEventHandler, ServerPublicationContext
 from temporalio.client import Client as TemporalClient
 
 from examples.document_processing import DocumentRequest, DocumentWorkflow
+from examples.process import run_then_exit
 from examples.worker import TASK_QUEUE
 
 
@@ -109,4 +110,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_then_exit(main())
