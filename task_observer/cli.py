@@ -274,11 +274,17 @@ def _trace(args: argparse.Namespace) -> int:
     from status.infra.db import create_engine
     from status.infra.trace import trace_event
 
-    engine = create_engine(Settings.from_env().database_url)
-    try:
-        found = trace_event(engine, args.event_id, args.tenant)
-    finally:
-        engine.dispose()
+    settings = Settings.from_env()
+    found = []
+    # Each shard holds its own buckets' events (and, while a moved bucket is not yet released, both
+    # its shards do): every shard is asked, and with shards each entry says which one answered.
+    for shard, url in {settings.shard_name: settings.database_url, **settings.shards}.items():
+        engine = create_engine(url)
+        try:
+            entries = trace_event(engine, args.event_id, args.tenant)
+        finally:
+            engine.dispose()
+        found += [{**entry, "shard": shard} for entry in entries] if settings.shards else entries
     if not found:
         print(
             f"task-observer: no event {args.event_id!r} in the event log or the dedup results"

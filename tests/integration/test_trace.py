@@ -23,22 +23,29 @@ from task_observer.cli import main
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body
 from tests.support.outbox import publications
+from tests.support.settings import database_environment
+from tests.support.shards import engine_for
 
 
 def test_trace_goes_from_an_event_id_to_its_version_and_outbox_rows(
-    http: Http, engine: sa.Engine, db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+    http: Http,
+    service: StatusService,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: Any,
 ) -> None:
     task_id = create_workflow(http)["tasks"][0]["taskId"]
     ctx = activate(http, task_id)
     body = event_body("STEP_STARTED", 1)
     accepted = http.client.post("/internal/v1/task-events", json=body, headers=http.auth(ctx["executionToken"])).json()
-    with engine.begin() as conn:  # the change's row published, as a relay would mark it
+    with engine_for(service, task_id).begin() as conn:  # the change's row published, as a relay would mark it
         first = conn.scalars(
             sa.select(sa.func.min(t.task_outbox.c.id)).where(t.task_outbox.c.event_id == body["eventId"])
         ).one()
         conn.execute(sa.update(t.task_outbox).where(t.task_outbox.c.id == first).values(status="PUBLISHED"))
         expected = {(p.row_id, p.projection, p.channel) for p in publications(conn) if p.event_id == body["eventId"]}
-    monkeypatch.setenv("TASK_OBSERVER_DATABASE_URL", db_url)
+    database_environment(monkeypatch, settings)
     monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
 
     assert main(["trace", body["eventId"]]) == 0
