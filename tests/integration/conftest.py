@@ -13,8 +13,10 @@ from status.app.service import StatusService
 from status.domain.auth import Role, ServicePrincipal
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
+from status.infra.shards import ShardedDatabases
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
+from tests.conftest import SHARD_NAMES, SHARDED
 
 
 @pytest.fixture(scope="session")
@@ -30,13 +32,31 @@ def execution_tokens() -> ExecutionTokens:
 
 
 @pytest.fixture(scope="session")
-def service(engine: sa.Engine, execution_tokens: ExecutionTokens) -> StatusService:
+def shard_engines(engine: sa.Engine, request: pytest.FixtureRequest) -> Iterator[dict[str, sa.Engine]]:
+    """Each shard's engine by name, ``engine`` (the home shard) first; one entry without shards."""
+    if not SHARDED:
+        yield {SHARD_NAMES[0]: engine}
+        return
+    shard_urls: dict[str, str] = request.getfixturevalue("shard_urls")
+    others = {name: create_engine(url) for name, url in shard_urls.items() if name != SHARD_NAMES[0]}
+    yield {SHARD_NAMES[0]: engine, **others}
+    for other in others.values():
+        other.dispose()
+
+
+@pytest.fixture(scope="session")
+def service(engine: sa.Engine, shard_engines: dict[str, sa.Engine], execution_tokens: ExecutionTokens) -> StatusService:
+    shards = None
+    if SHARDED:
+        databases = {name: SqlDatabase(shard) for name, shard in shard_engines.items()}
+        shards = ShardedDatabases(engine, databases, SHARD_NAMES[0])
     # The maximum event age of the settings' defaults (events older are refused: EVENT_TOO_OLD).
     svc = StatusService(
         SqlDatabase(engine),
         execution_tokens=execution_tokens,
         validator=JsonSchemaValidator(),
         max_event_age_seconds=6 * 24 * 3600,
+        shards=shards,
     )
     svc.install_default_definitions()
     return svc
@@ -76,11 +96,21 @@ from tests.support.settings import make_settings  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def settings(db_url: str, tmp_path_factory: pytest.TempPathFactory, execution_tokens: ExecutionTokens) -> Settings:
+def settings(
+    db_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    execution_tokens: ExecutionTokens,
+    request: pytest.FixtureRequest,
+) -> Settings:
+    sharding = {}
+    if SHARDED:
+        shard_urls: dict[str, str] = request.getfixturevalue("shard_urls")
+        sharding = {"shard_name": SHARD_NAMES[0], "shards": {n: u for n, u in shard_urls.items() if u != db_url}}
     return make_settings(
         db_url,
         Path(tmp_path_factory.mktemp("data")),
         execution_token_secret=execution_tokens._secret,  # type: ignore[attr-defined]
+        **sharding,
     )
 
 

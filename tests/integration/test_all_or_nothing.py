@@ -12,11 +12,13 @@ import sqlalchemy as sa
 from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
+from tests.support.factories import later
 from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.shards import engine_for
 
 
 def _task(service: StatusService, task_id: str) -> Any:
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         return conn.execute(sa.select(t.task.c.version, t.task.c.lifecycle_status).where(t.task.c.id == task_id)).one()
 
 
@@ -109,7 +111,6 @@ def test_an_admins_overdue_list_is_not_hidden_by_other_tenants_older_tasks(http:
     from datetime import timedelta
 
     from status.domain.auth import Role, ServicePrincipal
-    from status.infra.uow import SqlDatabase
 
     others = Http(http.client, f"{http.tenant}-other", http.service_tokens, http.user_tokens)
     for _ in range(60):  # older running tasks of another tenant
@@ -117,16 +118,9 @@ def test_an_admins_overdue_list_is_not_hidden_by_other_tenants_older_tasks(http:
         assert report(others, activate(others, other_task, "01_prepare"), "STEP_STARTED", 1).status_code == 200
     mine = create_workflow(http)["tasks"][0]["taskId"]
     assert report(http, activate(http, mine, "01_prepare"), "STEP_STARTED", 1).status_code == 200
-    base = service.now()
-    later = StatusService(
-        SqlDatabase(service.db.engine),
-        execution_tokens=service._tokens,
-        validator=service._validator,
-        clock=lambda: base + timedelta(hours=2),
-        overdue_after_seconds=1800,
-    )
+    two_hours_on = later(service, timedelta(hours=2).total_seconds(), overdue_after_seconds=1800)
     admin = ServicePrincipal("ops", http.tenant, "content", frozenset({Role.ADMIN}))
-    assert [task["taskId"] for task in later.overdue(admin, limit=1)] == [mine]
+    assert [task["taskId"] for task in two_hours_on.overdue(admin, limit=1)] == [mine]
 
 
 def test_a_request_with_every_bounded_field_at_its_maximum_is_stored(http: Http) -> None:

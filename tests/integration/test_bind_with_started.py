@@ -15,6 +15,7 @@ from status.infra import tables as t
 from tests.support.factories import activate, create_task, event, now
 from tests.support.flows import now_iso
 from tests.support.outbox import publications
+from tests.support.shards import engine_for, engines_of, fence_reads
 
 
 def _started(event_id: str | None = None, seq: int = 1) -> c.StartedEvent:
@@ -28,9 +29,12 @@ def commits(service: StatusService) -> Any:
     def count(conn: Any) -> None:
         seen.append(1)
 
-    sa.event.listen(service.db.engine, "commit", count)
+    engines = engines_of(service).values()
+    for engine in engines:
+        sa.event.listen(engine, "commit", count)
     yield seen
-    sa.event.remove(service.db.engine, "commit", count)
+    for engine in engines:
+        sa.event.remove(engine, "commit", count)
 
 
 def test_activation_with_its_started_event_is_one_commit_and_two_versions(
@@ -102,7 +106,7 @@ def test_the_http_api_takes_started_event_on_activation_and_registration(http: A
 
 
 def _published_versions(service: StatusService, task_id: str) -> list[int]:
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         return [p.aggregate_version for p in publications(conn, task_id, projection="TASK_DETAIL")]
 
 
@@ -147,16 +151,18 @@ def test_a_binding_with_its_started_event_writes_each_row_once(
     activate(service, coordinator, create_task(service, coordinator), started=_started())  # its operation is frozen
     task_id = create_task(service, coordinator)
     activate(service, coordinator, task_id, "01_prepare", started=_started())  # the task's state is cached now
-    sa.event.listen(service.db.engine, "before_cursor_execute", record)
+    engine = engine_for(service, task_id)
+    sa.event.listen(engine, "before_cursor_execute", record)
     try:
         activate(service, coordinator, task_id, started=_started())
     finally:
-        sa.event.remove(service.db.engine, "before_cursor_execute", record)
+        sa.event.remove(engine, "before_cursor_execute", record)
     writes = [s for s in statements if s.split()[0] in ("INSERT", "UPDATE")]
     assert len(writes) == len(set(writes)), statements  # no table written twice
-    assert sum(s.startswith("SELECT") for s in statements) == 2, statements  # the lock, the dedup probe
+    # the lock, the dedup probe (and, on a shard, its write fence)
+    assert sum(s.startswith("SELECT") for s in statements) == 2 + fence_reads(service), statements
     # lock + probe; step, task; event log (both entries), dedup, feed, outbox; the handle
-    assert len([s for s in statements if not s.startswith("BEGIN")]) == 9, statements
+    assert len([s for s in statements if not s.startswith("BEGIN")]) == 9 + fence_reads(service), statements
 
 
 def _bind_item(task_id: str, step_id: str, started: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -170,7 +176,9 @@ def _started_json() -> dict[str, Any]:
     return {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": now_iso()}
 
 
-def test_a_batch_of_bindings_is_one_transaction_and_each_item_gets_its_own_answer(http: Any, engine: Any) -> None:
+def test_a_batch_of_bindings_is_one_transaction_and_each_item_gets_its_own_answer(
+    http: Any, service: StatusService
+) -> None:
     from tests.support.flows import create_workflow
 
     tasks = [create_workflow(http)["tasks"][0]["taskId"] for _ in range(3)]
@@ -186,14 +194,17 @@ def test_a_batch_of_bindings_is_one_transaction_and_each_item_gets_its_own_answe
     def count(conn: Any) -> None:
         commits.append(1)
 
-    sa.event.listen(engine, "commit", count)
+    engines = engines_of(service).values()
+    for engine in engines:
+        sa.event.listen(engine, "commit", count)
     try:
         answer = http.client.post("/internal/v1/executions:bind", json={"items": items}, headers=http.coordinator)
     finally:
-        sa.event.remove(engine, "commit", count)
+        for engine in engines:
+            sa.event.remove(engine, "commit", count)
     assert answer.status_code == 200, answer.text
     results = answer.json()["results"]
-    assert len(commits) == 1
+    assert len(commits) == len({engine_for(service, task_id) for task_id in tasks})  # one per shard
     assert [r["status"] for r in results] == [201, 201, 201, 404, 201]
     assert results[3]["error"]["code"] == "UNKNOWN_STEP"
     assert all(r["startedEvent"]["accepted"] for r in results[:3]) and "startedEvent" not in results[4]
@@ -238,14 +249,15 @@ def test_a_batch_of_bindings_costs_the_same_statements_for_2_or_8_bindings(
         def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
             seen.append(statement.split()[0].upper())
 
-        sa.event.listen(service.db.engine, "before_cursor_execute", record)
+        engine = engine_for(service, tasks[0])  # one owner's: all on one shard
+        sa.event.listen(engine, "before_cursor_execute", record)
         try:
             outcomes = service.bind_executions(items)
         finally:
-            sa.event.remove(service.db.engine, "before_cursor_execute", record)
+            sa.event.remove(engine, "before_cursor_execute", record)
         assert all(not isinstance(o, BaseException) and o.started and o.started["accepted"] for o in outcomes), outcomes
         executions = [o.execution_id for o in outcomes if not isinstance(o, BaseException)]
-        with service.db.engine.connect() as conn:
+        with engine.connect() as conn:
             recorded = conn.execute(
                 sa.select(t.task_step_temporal.c.execution_id, t.task_step_temporal.c.workflow_id).where(
                     t.task_step_temporal.c.execution_id.in_(executions)

@@ -19,17 +19,18 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.shards import rows_everywhere
 
 
-def _committed(engine: sa.Engine) -> tuple[int, int]:
-    """Rows that any accepted change writes (its event, its outbox messages)."""
-    with engine.connect() as conn:
-        events = conn.execute(sa.select(sa.func.count()).select_from(t.task_event_log)).scalar_one()
-        outbox = conn.execute(sa.select(sa.func.count()).select_from(t.task_outbox)).scalar_one()
-    return int(events), int(outbox)
+def _committed(service: StatusService) -> tuple[int, int]:
+    """Rows that any accepted change writes (its event, its outbox messages), on every shard."""
+    events = rows_everywhere(service, sa.select(sa.func.count()).select_from(t.task_event_log))
+    outbox = rows_everywhere(service, sa.select(sa.func.count()).select_from(t.task_outbox))
+    return sum(row[0] for row in events), sum(row[0] for row in outbox)
 
 
 def _raw(value: Any) -> bytes:
@@ -82,15 +83,15 @@ PROGRESS_SCHEMA = "document.parse.progress.v1"
     ids=["nan", "inf", "-inf", "lone-surrogate", "surrogate-key", "28-levels"],
 )
 def test_data_that_storage_cannot_hold_is_refused(
-    http: Http, engine: sa.Engine, ctx: dict[str, Any], value: Any
+    http: Http, service: StatusService, ctx: dict[str, Any], value: Any
 ) -> None:
-    before = _committed(engine)
+    before = _committed(service)
     body = event_body("STEP_PROGRESS", 2, progress={"current": 1}, data={"schema": PROGRESS_SCHEMA, "value": value})
     _refused(_post_event(http, ctx, _raw(body)))
-    assert _committed(engine) == before
+    assert _committed(service) == before
 
 
-def test_data_nests_to_the_limit_counted_from_the_body(http: Http, engine: sa.Engine, ctx: dict[str, Any]) -> None:
+def test_data_nests_to_the_limit_counted_from_the_body(http: Http, service: StatusService, ctx: dict[str, Any]) -> None:
     """The limit counts levels from the request body, wherever the data sits in it: an event's
     value is at level 3 of a single event's body and level 5 of a batch's, so the deepest data
     one holds is two levels deeper than the other's. At the limit it is taken; one level more
@@ -109,14 +110,14 @@ def test_data_nests_to_the_limit_counted_from_the_body(http: Http, engine: sa.En
 
     # value {"page", "deep": n levels}: its deepest object sits at value's level + n
     for seq, (send, deepest) in enumerate([(single, 20 - 3), (batch, 20 - 5)], start=2):
-        before = _committed(engine)
+        before = _committed(service)
         refused = send(seq, deepest + 1)
         _refused(refused)
         assert "nests deeper" in refused.json()["error"]["message"], refused.text
-        assert _committed(engine) == before
+        assert _committed(service) == before
         taken = send(seq, deepest)
         assert taken.status_code == 200, taken.text
-        assert _committed(engine) != before
+        assert _committed(service) != before
 
 
 @pytest.mark.parametrize(
@@ -145,31 +146,31 @@ def test_data_nests_to_the_limit_counted_from_the_body(http: Http, engine: sa.En
     ],
     ids=["32-levels", "maximum-nan"],
 )
-def test_definitions_that_storage_cannot_hold_are_refused(http: Http, engine: sa.Engine, document: Any) -> None:
+def test_definitions_that_storage_cannot_hold_are_refused(http: Http, service: StatusService, document: Any) -> None:
     admin = http.auth(http.service_token("ops", "ADMIN"))
-    before = _committed(engine)
+    before = _committed(service)
     response = http.client.put(
         "/internal/v1/definitions", content=_raw(document), headers={**admin, "Content-Type": "application/json"}
     )
     _refused(response)
-    assert _committed(engine) == before
+    assert _committed(service) == before
 
 
-def test_a_definitions_document_of_the_wrong_shape_is_refused(http: Http, engine: sa.Engine) -> None:
+def test_a_definitions_document_of_the_wrong_shape_is_refused(http: Http, service: StatusService) -> None:
     """Found by the property test below: {"operations": 1} was iterated (500)."""
     admin = http.auth(http.service_token("ops", "ADMIN"))
     for document in ({"operations": 1}, {"statuses": "x"}, {"operations": [1]}, {"statuses": [None]}):
-        before = _committed(engine)
+        before = _committed(service)
         _refused(http.client.put("/internal/v1/definitions", json=document, headers=admin))
-        assert _committed(engine) == before
+        assert _committed(service) == before
 
 
 @pytest.mark.parametrize("moment", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:30:00+01:00", "0999-01-01T00:00:00Z"])
 @pytest.mark.parametrize("field", ["occurredAt", "observedAt"])
 def test_instants_outside_the_calendar_in_utc_are_refused(
-    http: Http, engine: sa.Engine, ctx: dict[str, Any], moment: str, field: str
+    http: Http, service: StatusService, ctx: dict[str, Any], moment: str, field: str
 ) -> None:
-    before = _committed(engine)
+    before = _committed(service)
     if field == "occurredAt":
         response = _post_event(
             http, ctx, _raw({**event_body("STEP_PROGRESS", 2, progress={"current": 1}), field: moment})
@@ -180,7 +181,7 @@ def test_instants_outside_the_calendar_in_utc_are_refused(
             "/internal/v1/task-heartbeats:batch", json={"heartbeats": [beat]}, headers=http.worker
         )
     _refused(response)
-    assert _committed(engine) == before
+    assert _committed(service) == before
 
 
 @pytest.mark.parametrize("digits", ["²", "①", "٣", "1²"])
@@ -225,16 +226,16 @@ def test_the_services_own_event_ids_cannot_be_taken(http: Http, ctx: dict[str, A
     ],
 )
 def test_the_envelope_of_a_compact_event_must_match_its_execution(
-    http: Http, engine: sa.Engine, ctx: dict[str, Any], field: str, value: Any, code: str
+    http: Http, service: StatusService, ctx: dict[str, Any], field: str, value: Any, code: str
 ) -> None:
     """The handle binds the execution; the body may not claim another workflow, operation, task
     type or task attempt (design D3.2): those used to be ignored on the compact path."""
-    before = _committed(engine)
+    before = _committed(service)
     body = event_body("STEP_PROGRESS", 2, progress={"current": 1}, executionHandle=ctx["executionHandle"])
     response = http.client.post("/internal/v1/task-events", json={**body, field: value}, headers=http.worker)
     assert response.status_code in (403, 409), response.text
     assert response.json()["error"]["code"] == code
-    assert _committed(engine) == before
+    assert _committed(service) == before
     same = {**event_body("STEP_PROGRESS", 2, progress={"current": 1}, executionHandle=ctx["executionHandle"])}
     assert http.client.post("/internal/v1/task-events", json=same, headers=http.worker).status_code == 200
 
@@ -387,17 +388,17 @@ def _put(body: Any, where: tuple[str | int, ...], value: Any) -> Any:
     value=_json_values(),
 )
 def test_generated_input_never_gets_a_5xx_and_a_refusal_commits_nothing(
-    http: Http, engine: sa.Engine, ctx: dict[str, Any], endpoint: str, path: list[int], stored: int, value: Any
+    http: Http, service: StatusService, ctx: dict[str, Any], endpoint: str, path: list[int], stored: int, value: Any
 ) -> None:
     valid, send = _endpoints(http, ctx)[endpoint]
     places = STORED_AT[endpoint]
     body = _put(valid, places[stored % len(places)], value) if stored >= 0 else _mutate(valid, path, value)
-    before = _committed(engine)
+    before = _committed(service)
     response = send(http, ctx, body)
     assert response.status_code < 500, (endpoint, body, response.text)
     if response.status_code >= 400:
         error = response.json()["error"]
         assert set(error) == {"code", "message", "retryable"}
-        assert _committed(engine) == before, (endpoint, body, response.text)
+        assert _committed(service) == before, (endpoint, body, response.text)
     if isinstance(value, float) and not math.isfinite(value):
         assert response.status_code >= 400  # never stored, wherever it was put

@@ -15,31 +15,19 @@ from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from status.domain.verdicts import ActivityOutcome, ActivityRef, ActivityState
 from status.infra import tables as t
-from status.infra.uow import SqlDatabase
-from tests.support.factories import activate, create_task, event
-
-
-def _later(service: StatusService, seconds: float) -> StatusService:
-    base = service.now()
-    return StatusService(
-        SqlDatabase(service.db.engine),
-        execution_tokens=service._tokens,
-        validator=service._validator,
-        clock=lambda: base + timedelta(seconds=seconds),
-    )
+from tests.support.factories import activate, create_task, event, later
+from tests.support.shards import engine_for, rows_everywhere
 
 
 def _temporal_row(service: StatusService, execution_id: str) -> sa.RowMapping:
-    with service.db.engine.connect() as conn:
-        return (
-            conn.execute(sa.select(t.task_step_temporal).where(t.task_step_temporal.c.execution_id == execution_id))
-            .mappings()
-            .one()
-        )
+    (row,) = rows_everywhere(
+        service, sa.select(t.task_step_temporal).where(t.task_step_temporal.c.execution_id == execution_id)
+    )
+    return row._mapping
 
 
 def _step(service: StatusService, task_id: str) -> sa.RowMapping:
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         return (
             conn.execute(
                 sa.select(t.task_step).where(t.task_step.c.task_id == task_id, t.task_step.c.step_id == "02_parse")
@@ -91,18 +79,18 @@ def test_a_pending_activity_completing_elsewhere_never_goes_stale_and_is_asked_a
     task_id, execution_id = _awaiting(service, coordinator, worker)
     scope = (coordinator.tenant_id, coordinator.authority_scope)
     # Long past its heartbeat deadline: no STALE (no beat is due), and the silence census ignores it.
-    assert _later(service, 600).mark_stale(tenant_scope=scope) == []
+    assert later(service, 600).mark_stale(tenant_scope=scope) == []
     assert _step(service, task_id)["health"] == "HEALTHY"
     pending = _Temporal(ActivityState.PENDING)
-    assert _later(service, 120).watch_completions(pending) == []
+    assert later(service, 120).watch_completions(pending) == []
     assert pending.asked == [{"7"}]
     row = _temporal_row(service, execution_id)
     # Two minutes into the wait: asked again a sixtieth of that later (2 s), not every second.
     assert timedelta(seconds=121) < row["next_check_at"] - row["completes_elsewhere_at"] <= timedelta(seconds=123)
     # Not due yet: Temporal is not asked again until then.
-    assert _later(service, 120.5).watch_completions(pending) == [] and len(pending.asked) == 1
+    assert later(service, 120.5).watch_completions(pending) == [] and len(pending.asked) == 1
     assert _step(service, task_id)["lifecycle_status"] == "RUNNING"
-    assert _later(service, 123).watch_completions(pending) == [] and len(pending.asked) == 2
+    assert later(service, 123).watch_completions(pending) == [] and len(pending.asked) == 2
 
 
 def test_an_activity_completed_elsewhere_ends_as_temporal_recorded_it_and_is_watched_no_more(
@@ -110,14 +98,14 @@ def test_an_activity_completed_elsewhere_ends_as_temporal_recorded_it_and_is_wat
 ) -> None:
     task_id, execution_id = _awaiting(service, coordinator, worker)
     completed = _Temporal(ActivityState.COMPLETED)
-    ended = _later(service, 1).watch_completions(completed)
+    ended = later(service, 1).watch_completions(completed)
     assert [r["lifecycleStatus"] for r in ended] == ["SUCCEEDED"]
     step = _step(service, task_id)
     assert (step["lifecycle_status"], step["health"]) == ("SUCCEEDED", "HEALTHY")
-    with service.db.engine.connect() as conn:  # the task goes on: only its step ended
+    with engine_for(service, task_id).connect() as conn:  # the task goes on: only its step ended
         assert conn.scalar(sa.select(t.task.c.lifecycle_status).where(t.task.c.id == task_id)) == "RUNNING"
     assert _temporal_row(service, execution_id)["next_check_at"] is None
-    assert _later(service, 60).watch_completions(completed) == [] and len(completed.asked) == 1
+    assert later(service, 60).watch_completions(completed) == [] and len(completed.asked) == 1
 
 
 def test_a_failed_activity_fails_its_step_with_temporals_failure_type(
@@ -125,7 +113,7 @@ def test_a_failed_activity_fails_its_step_with_temporals_failure_type(
 ) -> None:
     task_id, _ = _awaiting(service, coordinator, worker)
     failed = _Temporal(ActivityState.FAILED)
-    assert [r["lifecycleStatus"] for r in _later(service, 1).watch_completions(failed)] == ["FAILED"]
+    assert [r["lifecycleStatus"] for r in later(service, 1).watch_completions(failed)] == ["FAILED"]
     assert _step(service, task_id)["lifecycle_status"] == "FAILED"
 
 
@@ -137,7 +125,7 @@ def test_an_attempt_that_ended_by_its_own_report_is_dropped_from_the_watch_witho
     service.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle, completes_elsewhere=True)])
     service.report_event(claims, event("STEP_COMPLETED", 2))  # the completer's process reported it
     asked = _Temporal(ActivityState.COMPLETED)
-    assert _later(service, 5).watch_completions(asked) == [] and asked.asked == []
+    assert later(service, 5).watch_completions(asked) == [] and asked.asked == []
     assert _temporal_row(service, ctx.execution_id)["next_check_at"] is None
 
 
@@ -148,6 +136,6 @@ def test_a_plain_heartbeat_leaves_the_attempt_timed_on_heartbeats(
     service.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle)])
     assert _temporal_row(service, ctx.execution_id)["next_check_at"] is None
     asked = _Temporal(ActivityState.PENDING)
-    assert _later(service, 60).watch_completions(asked) == [] and asked.asked == []
-    stale = _later(service, 60).mark_stale(tenant_scope=(coordinator.tenant_id, coordinator.authority_scope))
+    assert later(service, 60).watch_completions(asked) == [] and asked.asked == []
+    stale = later(service, 60).mark_stale(tenant_scope=(coordinator.tenant_id, coordinator.authority_scope))
     assert len(stale) == 1

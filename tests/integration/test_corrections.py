@@ -8,12 +8,15 @@ import uuid
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
+from status.app.service import StatusService
+from status.settings import Settings
 from task_observer.cli import main
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
 from tests.support.outbox import publications
+from tests.support.settings import database_environment
+from tests.support.shards import engine_for
 
 
 def _admin(http: Http) -> dict[str, str]:
@@ -25,13 +28,13 @@ def _correct(http: Http, task_id: str, headers: dict[str, str] | None = None, **
     return http.client.post(f"/internal/v1/tasks/{task_id}/corrections", json=payload, headers=headers or _admin(http))
 
 
-def _latest_summary(engine: sa.Engine, task_id: str) -> dict[str, Any]:
-    with engine.connect() as conn:
+def _latest_summary(service: StatusService, task_id: str) -> dict[str, Any]:
+    with engine_for(service, task_id).connect() as conn:
         return dict(publications(conn, task_id, projection="USER_SUMMARY")[-1].payload)
 
 
 def test_an_operator_overrides_a_terminal_task_state_with_an_audit_a_version_and_a_notice(
-    http: Http, engine: sa.Engine
+    http: Http, service: StatusService
 ) -> None:
     task_id = create_workflow(http)["tasks"][0]["taskId"]
     assert fail_task(http, task_id, "PARSE_FAILED", "Parsing failed").status_code == 200
@@ -61,7 +64,7 @@ def test_an_operator_overrides_a_terminal_task_state_with_an_audit_a_version_and
     clash = _correct(http, task_id, **{**body, "lifecycleStatus": "CANCELLED"})
     assert clash.status_code == 409 and clash.json()["error"]["code"] == "IDEMPOTENCY_CONFLICT"
     # Users are told, on the summary channel, with a notice of its own kind.
-    notice = _latest_summary(engine, task_id)["notice"]
+    notice = _latest_summary(service, task_id)["notice"]
     assert notice["type"] == "CORRECTED" and notice["id"] == f"{task_id}:{result['taskVersion']}"
     assert "FAILED → SUCCEEDED" in notice["message"] and "hand" not in notice["message"]
     # The timeline shows it as a correction (what changed, not who or why).
@@ -131,10 +134,10 @@ def test_corrections_are_refused_clearly(http: Http) -> None:
 
 
 def test_the_cli_corrects_through_the_same_command(
-    http: Http, db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+    http: Http, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
 ) -> None:
     task_id = create_workflow(http)["tasks"][0]["taskId"]
-    monkeypatch.setenv("TASK_OBSERVER_DATABASE_URL", db_url)
+    database_environment(monkeypatch, settings)
     monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
     code = main(
         ["correct", task_id, "--operator", "bob", "--reason", "stuck after an outage", "--lifecycle", "CANCELLED"]

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from starlette.testclient import TestClient
 
 from status.api.app import create_app
+from status.app.service import StatusService
 from status.bootstrap import build_service
 from status.domain.errors import Unavailable
 from status.infra import tables as t
@@ -24,6 +25,7 @@ from status.infra.uow import SqlDatabase
 from status.settings import Settings
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body
+from tests.support.shards import engine_for
 
 DEADLINE = 2.5
 STATEMENT = 2.0  # lock waits end after 1 s and are retried: only the deadline ends the request
@@ -39,6 +41,11 @@ def bounded(settings: Settings, http: Http) -> Iterator[tuple[Http, sa.Engine]]:
     engine.dispose()
 
 
+def _url_of(service: StatusService, task_id: str) -> str:
+    """The URL of the database (the shard) holding the task."""
+    return engine_for(service, task_id).url.render_as_string(hide_password=False)
+
+
 def _hold_lock(engine: sa.Engine, task_id: str, release: threading.Event, held: threading.Event) -> None:
     """Hold what an event for the task needs until ``release``: its row lock (MariaDB), the write lock (SQLite)."""
     with engine.connect() as conn:
@@ -51,14 +58,14 @@ def _hold_lock(engine: sa.Engine, task_id: str, release: threading.Event, held: 
 
 
 def test_a_request_stuck_on_the_database_is_answered_503_within_its_deadline_and_its_retry_applies_once(
-    bounded: tuple[Http, sa.Engine], settings: Settings
+    bounded: tuple[Http, sa.Engine], service: StatusService
 ) -> None:
     http, engine = bounded
     task_id = create_workflow(http)["tasks"][0]["taskId"]
     ctx = activate(http, task_id)
     body = event_body("STEP_STARTED", 1)
     release, held = threading.Event(), threading.Event()
-    other = create_engine(settings.database_url)  # no limits: the one holding the lock
+    other = create_engine(_url_of(service, task_id))  # no limits: the one holding the lock
     holder = threading.Thread(target=_hold_lock, args=(other, task_id, release, held), daemon=True)
     holder.start()
     try:
@@ -81,7 +88,7 @@ def test_a_request_stuck_on_the_database_is_answered_503_within_its_deadline_and
     # The database answers again: the same request is applied (or found applied), once.
     again = http.client.post("/internal/v1/task-events", json=body, headers=http.auth(ctx["executionToken"]))
     assert again.status_code == 200, again.text
-    with engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         logged = conn.scalar(
             sa.select(sa.func.count())
             .select_from(t.task_event_log)
@@ -118,7 +125,7 @@ def test_a_statement_past_its_time_limit_is_ended_by_the_server_and_not_retried(
 
 
 async def test_a_grpc_call_stuck_on_the_database_is_answered_unavailable_within_its_deadline(
-    bounded: tuple[Http, sa.Engine], settings: Settings
+    bounded: tuple[Http, sa.Engine], service: StatusService
 ) -> None:
     import grpc
     from task_status_wire import convert
@@ -133,7 +140,7 @@ async def test_a_grpc_call_stuck_on_the_database_is_answered_unavailable_within_
     task_id = create_workflow(http)["tasks"][0]["taskId"]
     ctx = activate(http, task_id)
     release, held = threading.Event(), threading.Event()
-    other = create_engine(settings.database_url)
+    other = create_engine(_url_of(service, task_id))
     holder = threading.Thread(target=_hold_lock, args=(other, task_id, release, held), daemon=True)
     holder.start()
     try:

@@ -18,6 +18,7 @@ from tests.integration.conftest import Http
 from tests.support.factories import document_workflow
 from tests.support.flows import activate, fail_task, report
 from tests.support.outbox import publications
+from tests.support.shards import engine_for
 from tests.support.wiring import projector_for
 
 
@@ -48,7 +49,7 @@ def _notifications(http: Http, task_id: str) -> list[dict[str, Any]]:
 
 def _live_notice(service: StatusService, task_id: str) -> dict[str, Any]:
     """The notice the connected page got with the ending (its USER_SUMMARY row)."""
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         payload = publications(conn, task_id, projection="USER_SUMMARY")[-1].payload
     return dict(payload["notice"])
 
@@ -98,7 +99,7 @@ def test_a_timeout_keeps_its_length_its_steps_durations_and_makes_the_workflow_t
     parse = next(s for s in snapshot["steps"] if s["stepId"] == "02_parse")
     assert parse["lifecycleStatus"] == "TIMED_OUT"
     assert isinstance(parse["durationMs"], int) and parse["durationMs"] >= 0
-    projector = projector_for(service.db.engine)
+    projector = projector_for(engine_for(service, workflow_id))
     while projector.run_once():
         pass
     workflow = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("user-1")).json()

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from status.app.service import StatusService
 from status.infra import tables as t
 from status.infra.stores.definitions import SqlDurationStore
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, report
 from tests.support.outbox import publications
+from tests.support.shards import engine_for
 
 PARSE_ONLY = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"}]
 
@@ -32,8 +34,8 @@ def _history(http: Http, task_type: str, durations: list[int]) -> None:
         assert done.status_code == 200, done.text
 
 
-def _outbox_count(engine: sa.Engine, task_id: str) -> int:
-    with engine.connect() as conn:
+def _outbox_count(service: StatusService, task_id: str) -> int:
+    with engine_for(service, task_id).connect() as conn:
         return int(
             conn.execute(
                 sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
@@ -41,7 +43,7 @@ def _outbox_count(engine: sa.Engine, task_id: str) -> int:
         )
 
 
-def test_a_running_step_and_its_task_get_an_eta_from_history(http: Http, engine: sa.Engine) -> None:
+def test_a_running_step_and_its_task_get_an_eta_from_history(http: Http, service: StatusService) -> None:
     task_type = f"DOC_{uuid.uuid4().hex[:6].upper()}"
     # One outlier among steady one-minute runs: the median ignores it.
     _history(http, task_type, [60_000, 60_000, 60_000, 60_000, 3_600_000])
@@ -57,17 +59,17 @@ def test_a_running_step_and_its_task_get_an_eta_from_history(http: Http, engine:
     summary = next(x for x in listed if x["taskId"] == task_id)
     assert 50_000 <= summary["etaMs"] <= 60_000
     # The published projections of that version carry it too.
-    with engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         published = publications(conn, task_id, version=int(started.json()["taskVersion"]))
     by_projection = {p.projection: p.payload for p in published}
     assert 50_000 <= by_projection["USER_SUMMARY"]["etaMs"] <= 60_000
     detail_step = next(s for s in by_projection["TASK_DETAIL"]["state"]["steps"] if s["stepId"] == "02_parse")
     assert 50_000 <= detail_step["etaMs"] <= 60_000
     # Time passing changes the estimate a reader sees, never the version or the outbox.
-    rows = _outbox_count(engine, task_id)
+    rows = _outbox_count(service, task_id)
     again = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     assert again["taskVersion"] == snap["taskVersion"] and again["etaMs"] <= snap["etaMs"]
-    assert _outbox_count(engine, task_id) == rows
+    assert _outbox_count(service, task_id) == rows
     # A finished task has no ETA.
     assert report(http, ctx, "STEP_COMPLETED", 2, durationMs=61_000).status_code == 200
     done = complete_task(http, task_id)

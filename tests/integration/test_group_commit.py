@@ -20,9 +20,9 @@ from status.infra import tables as t
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.stores import sql
 from status.infra.stores.tasks import SqlTaskStore
-from status.infra.uow import SqlDatabase
 from tests.support.factories import activate, event, wide_task
 from tests.support.outbox import publications
+from tests.support.shards import engine_for, fence_reads
 
 
 def _claims(service: StatusService, coordinator: ServicePrincipal, task_id: str, step: str) -> ExecutionClaims:
@@ -50,7 +50,7 @@ def _counts(engine: sa.Engine, task_id: str) -> tuple[int, int, int, int]:
 def test_a_bad_event_among_good_ones_fails_alone(service: StatusService, coordinator: ServicePrincipal) -> None:
     task_id = wide_task(service, coordinator, 2)
     a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
-    before = _counts(service.db.engine, task_id)
+    before = _counts(engine_for(service, task_id), task_id)
     outcomes = service.report_group(
         [
             (a, event("STEP_STARTED", 1)),
@@ -65,7 +65,7 @@ def test_a_bad_event_among_good_ones_fails_alone(service: StatusService, coordin
     assert len(good) == 2 and all(o["accepted"] for o in good)
     # Gap-free: the two good events took exactly the next two versions, and nothing else was written.
     assert sorted(int(o["taskVersion"]) for o in good) == [before[0] + 1, before[0] + 2]
-    version, events, dedups, outbox = _counts(service.db.engine, task_id)
+    version, events, dedups, outbox = _counts(engine_for(service, task_id), task_id)
     assert (version, events - before[1], dedups - before[2]) == (before[0] + 2, 2, 2)
     assert outbox - before[3] == 2  # one row per good event (its summary and its detail)
 
@@ -105,17 +105,17 @@ def test_a_crash_mid_group_leaves_nothing(
 ) -> None:
     task_id = wide_task(service, coordinator, 3)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
-    before = _counts(service.db.engine, task_id)
+    before = _counts(engine_for(service, task_id), task_id)
     items = [(cl, event("STEP_STARTED", 1)) for cl in claims]
     _crash(monkeypatch, point)
     outcomes = service.report_group(items)
     assert all(isinstance(o, RuntimeError) for o in outcomes)
-    assert _counts(service.db.engine, task_id) == before
+    assert _counts(engine_for(service, task_id), task_id) == before
     monkeypatch.undo()
     # The producers' retries with the same eventIds then land exactly once each.
     retried = service.report_group(items)
     assert all(isinstance(o, dict) and not o["duplicate"] for o in retried)
-    assert _counts(service.db.engine, task_id)[0] == before[0] + 3
+    assert _counts(engine_for(service, task_id), task_id)[0] == before[0] + 3
 
 
 def test_a_poison_item_does_not_take_its_neighbours_down(
@@ -123,13 +123,13 @@ def test_a_poison_item_does_not_take_its_neighbours_down(
 ) -> None:
     task_id = wide_task(service, coordinator, 3)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(3)]
-    before = _counts(service.db.engine, task_id)
+    before = _counts(engine_for(service, task_id), task_id)
     # A failure that is not a rejection, for one step only: the group rolls back, then each event runs alone.
     _crash(monkeypatch, "write_steps", lambda store, rows: any(after.step_id == "s1" for _, after in rows))
     outcomes = service.report_group([(cl, event("STEP_STARTED", 1)) for cl in claims])
     assert isinstance(outcomes[1], RuntimeError)
     assert isinstance(outcomes[0], dict) and isinstance(outcomes[2], dict)
-    assert _counts(service.db.engine, task_id)[0] == before[0] + 2
+    assert _counts(engine_for(service, task_id), task_id)[0] == before[0] + 2
 
 
 def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
@@ -138,7 +138,7 @@ def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
     producers, per_producer = 6, 8
     task_id = wide_task(service, coordinator, producers)
     claims = [_claims(service, coordinator, task_id, f"s{i}") for i in range(producers)]
-    start = _counts(service.db.engine, task_id)[0]
+    start = _counts(engine_for(service, task_id), task_id)[0]
     sizes: list[int] = []
 
     def run_group(items: Any) -> Any:
@@ -159,7 +159,7 @@ def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
     versions = sorted(int(r["taskVersion"]) for r in results)
     assert versions == list(range(start + 1, start + 1 + producers * per_producer))
     assert max(sizes) > 1, "no two events ever shared a transaction"
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         logged = sorted(
             conn.scalars(sa.select(t.task_event_log.c.task_version).where(t.task_event_log.c.task_id == task_id))
         )
@@ -207,16 +207,16 @@ def _progress_cost(service: StatusService, coordinator: ServicePrincipal, steps:
     task_id = wide_task(service, coordinator, steps)
     claims = _claims(service, coordinator, task_id, "s0")
     service.report_event(claims, event("STEP_STARTED", 1))
-    with _statements(service.db.engine) as warm:
+    with _statements(engine_for(service, task_id)) as warm:
         service.report_event(claims, event("STEP_PROGRESS", 2, progress=Progress(1, 10)))
     cold_service = StatusService(
-        SqlDatabase(service.db.engine), execution_tokens=service._tokens, validator=JsonSchemaValidator()
+        service.db, execution_tokens=service._tokens, validator=JsonSchemaValidator(), shards=service.ctx.shards
     )
     cold_service.definitions = service.definitions  # definitions are loaded once a few seconds, not per event
     cold_service.ctx.definitions = service.definitions
     # ETA history is per operation and refreshed once a minute, like definitions: not per event.
     cold_service.ctx.durations = service.ctx.durations
-    with _statements(service.db.engine) as cold:
+    with _statements(engine_for(service, task_id)) as cold:
         cold_service.report_event(claims, event("STEP_PROGRESS", 3, progress=Progress(2, 10)))
     return warm, cold
 
@@ -227,8 +227,9 @@ def test_a_task_with_1000_steps_costs_the_same_statements_per_event_as_one_with_
     warm_small, cold_small = _progress_cost(service, coordinator, 10)
     warm_large, cold_large = _progress_cost(service, coordinator, 1000)
     assert warm_small == warm_large and cold_small == cold_large
-    # One pass: on a warm cache the only read locks the task and looks up the eventId, in one statement.
-    assert warm_small.count("SELECT") == 1, warm_small
+    # One pass: on a warm cache the only read locks the task and looks up the eventId, in one statement
+    # (on a shard, after the read of its write fence).
+    assert warm_small.count("SELECT") == 1 + fence_reads(service), warm_small
     assert len(cold_small) == len(warm_small) + 3  # a cold cache reads the task row, steps and viewers once
 
 
@@ -239,13 +240,13 @@ def test_the_cache_never_serves_a_step_another_process_changed(
     task_id = wide_task(service, coordinator, 2)
     a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
     other = StatusService(
-        SqlDatabase(service.db.engine), execution_tokens=service._tokens, validator=JsonSchemaValidator()
+        service.db, execution_tokens=service._tokens, validator=JsonSchemaValidator(), shards=service.ctx.shards
     )
     service.report_event(a, event("STEP_STARTED", 1))
     other.report_event(b, event("STEP_STARTED", 1))
     other.report_event(b, event("STEP_PROGRESS", 2, progress=Progress(7, 10)))
     last = service.report_event(a, event("STEP_PROGRESS", 2, progress=Progress(1, 10)))
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         (detail,) = publications(conn, task_id, projection="TASK_DETAIL", version=int(last["taskVersion"]))
     payload = detail.payload
     steps = {s["stepId"]: s for s in payload["state"]["steps"]}
@@ -266,7 +267,7 @@ def test_events_from_a_cached_state_never_write_back_older_heartbeat_columns(
     service.report_event(claims, event("STEP_PROGRESS", 2, progress=Progress(1, 2)))
     activate(service, coordinator, task_id, "s1", producer=worker.producer_id)  # another writer of the task
     service.report_event(claims, event("STEP_COMPLETED", 3))
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         row = conn.execute(
             sa.select(t.task_step.c.last_heartbeat_seq, t.task_step.c.lifecycle_status).where(
                 t.task_step.c.task_id == task_id, t.task_step.c.step_id == "s0"
@@ -277,7 +278,7 @@ def test_events_from_a_cached_state_never_write_back_older_heartbeat_columns(
 
 def _group_statements(service: StatusService, claims: list[ExecutionClaims], seq: int) -> list[str]:
     items = [(cl, event("STEP_PROGRESS", seq, progress=Progress(seq, 100))) for cl in claims]
-    with _statements(service.db.engine) as seen:
+    with _statements(engine_for(service, claims[0].task_id)) as seen:  # one owner's tasks: one shard
         outcomes = service.report_group(items)
     assert all(isinstance(o, dict) and o["accepted"] and not o["duplicate"] for o in outcomes), outcomes
     return seen
@@ -300,9 +301,10 @@ def test_a_group_costs_the_same_statements_for_1_or_64_events_over_1_or_64_tasks
     }
     assert len({tuple(seen) for seen in shapes.values()}) == 1, shapes
     seen = shapes["64 events, 64 tasks"]
-    # lock the tasks, probe the eventIds; write steps, tasks; insert events, dedups, feed, outbox; commit.
-    assert seen.count("SELECT") == 2 and seen.count("UPDATE") == 2, seen
-    assert len(seen) <= 8, seen
+    # lock the tasks, probe the eventIds; write steps, tasks; insert events, dedups, feed, outbox; commit
+    # (on a shard, the read of its write fence first).
+    assert seen.count("SELECT") == 2 + fence_reads(service) and seen.count("UPDATE") == 2, seen
+    assert len(seen) <= 8 + fence_reads(service), seen
     # One event alone: the lock carries the dedup probe (one statement fewer).
     single = _group_statements(service, own_tasks[:1], 4)
     assert len(single) == len(seen) - 1, (single, seen)

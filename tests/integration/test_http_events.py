@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.shards import rows_everywhere
 
 
 def _task(http: Http) -> tuple[str, dict]:
@@ -75,7 +77,7 @@ def test_a_retry_that_claims_another_envelope_is_refused_not_answered_as_a_dupli
     assert honest.status_code == 200 and honest.json()["duplicate"] is True
 
 
-def test_ac12_unregistered_schema_is_rejected_and_state_untouched(http: Http, engine: sa.Engine) -> None:
+def test_ac12_unregistered_schema_is_rejected_and_state_untouched(http: Http) -> None:
     task_id, ctx = _task(http)
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
     before = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
@@ -163,7 +165,7 @@ def test_event_ids_are_scoped_to_the_tenant(http: Http) -> None:
     assert again.status_code == 409 and again.json()["error"]["code"] == "EVENT_ID_CONFLICT"
 
 
-def test_an_event_older_than_the_maximum_age_is_refused_with_its_own_code(http: Http, engine: sa.Engine) -> None:
+def test_an_event_older_than_the_maximum_age_is_refused_with_its_own_code(http: Http) -> None:
     """Its dedup entry may be purged already (retention): accepting it could apply a retry twice."""
     task_id, ctx = _task(http)
     week_ago = (datetime.now(UTC) - timedelta(days=7)).isoformat()
@@ -209,16 +211,16 @@ def test_rejections_are_counted_by_operation(http: Http) -> None:
     assert count() == before + 1
 
 
-def _heartbeat_seq(engine: sa.Engine, execution_id: str) -> int:
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                sa.select(t.task_step.c.last_heartbeat_seq).where(t.task_step.c.execution_id == execution_id)
-            ).scalar_one()
-        )
+def _heartbeat_seq(service: StatusService, execution_id: str) -> int:
+    (row,) = rows_everywhere(
+        service, sa.select(t.task_step.c.last_heartbeat_seq).where(t.task_step.c.execution_id == execution_id)
+    )
+    return int(row[0])
 
 
-def test_heartbeats_ride_in_an_events_batch_and_are_answered_as_their_own_call(http: Http, engine: sa.Engine) -> None:
+def test_heartbeats_ride_in_an_events_batch_and_are_answered_as_their_own_call(
+    http: Http, service: StatusService
+) -> None:
     _, ctx = _task(http)
     _, idle = _task(http)  # a running execution with no event in this batch: its heartbeat rides all the same
     assert report(http, idle, "STEP_STARTED", 1).status_code == 200
@@ -236,12 +238,12 @@ def test_heartbeats_ride_in_an_events_batch_and_are_answered_as_their_own_call(h
     assert [r["accepted"] for r in answer["results"]] == [True]
     beats = answer["heartbeats"]
     assert [r["accepted"] for r in beats["results"]] == [True, True, False] and beats["receivedAt"]
-    assert _heartbeat_seq(engine, ctx["executionId"]) == 3 and _heartbeat_seq(engine, idle["executionId"]) == 2
+    assert _heartbeat_seq(service, ctx["executionId"]) == 3 and _heartbeat_seq(service, idle["executionId"]) == 2
     # Heartbeats alone in the batch are a batch too; an empty batch is not.
     alone = {"heartbeats": [{"executionHandle": ctx["executionHandle"], "heartbeatSeq": 4}]}
     response = http.client.post("/internal/v1/task-events:batch", json=alone, headers=http.worker)
     assert response.status_code == 200 and response.json()["results"] == []
-    assert _heartbeat_seq(engine, ctx["executionId"]) == 4
+    assert _heartbeat_seq(service, ctx["executionId"]) == 4
     empty = http.client.post("/internal/v1/task-events:batch", json={"events": []}, headers=http.worker)
     assert empty.status_code == 422 and empty.json()["error"]["code"] == "VALIDATION_FAILED"
     # Without heartbeats the answer is what it always was.
@@ -252,7 +254,7 @@ def test_heartbeats_ride_in_an_events_batch_and_are_answered_as_their_own_call(h
     assert response.status_code == 200 and set(response.json()) == {"results"}
 
 
-def test_heartbeats_in_an_events_batch_need_the_workers_service_token(http: Http, engine: sa.Engine) -> None:
+def test_heartbeats_in_an_events_batch_need_the_workers_service_token(http: Http, service: StatusService) -> None:
     _, ctx = _task(http)
     body = {
         "events": [event_body("STEP_STARTED", 1)],
@@ -260,12 +262,12 @@ def test_heartbeats_in_an_events_batch_need_the_workers_service_token(http: Http
     }
     response = http.client.post("/internal/v1/task-events:batch", json=body, headers=http.auth(ctx["executionToken"]))
     assert response.status_code == 403 and response.json()["error"]["code"] == "PERMISSION_DENIED"
-    assert _heartbeat_seq(engine, ctx["executionId"]) == 0
+    assert _heartbeat_seq(service, ctx["executionId"]) == 0
     # A service token without WORKER (a coordinator's): refused before anything is applied.
     compact = {**body, "events": [event_body("STEP_STARTED", 1, executionHandle=ctx["executionHandle"])]}
     response = http.client.post("/internal/v1/task-events:batch", json=compact, headers=http.coordinator)
     assert response.status_code == 403 and response.json()["error"]["code"] == "PERMISSION_DENIED"
-    assert _heartbeat_seq(engine, ctx["executionId"]) == 0
+    assert _heartbeat_seq(service, ctx["executionId"]) == 0
     # Refused as a whole: the event did not land either (a retry sends both again).
     snap = http.client.get(f"/api/tasks/{ctx['taskId']}", headers=http.user("user-1")).json()
     step = next(s for s in snap["steps"] if s["stepId"] == "02_parse")

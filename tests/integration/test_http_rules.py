@@ -7,10 +7,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
 from tests.support.outbox import publications
+from tests.support.shards import engine_for
 
 
 def _task(http: Http, **task: object) -> tuple[str, dict]:
@@ -382,7 +384,7 @@ def test_ac11_single_and_batch_give_the_same_result(http: Http) -> None:
 
 
 # ------------------------------------------------------------------ design P13
-def test_ac13_projections_respect_their_whitelists(http: Http, engine: sa.Engine) -> None:
+def test_ac13_projections_respect_their_whitelists(http: Http, service: StatusService) -> None:
     task_id, ctx = _task(http, projectId="proj-1")
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
     assert (
@@ -395,7 +397,7 @@ def test_ac13_projections_respect_their_whitelists(http: Http, engine: sa.Engine
         ).status_code
         == 200
     )
-    with engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         rows = publications(conn, task_id)
     by_projection: dict[str, list[dict]] = {}
     for row in rows:
@@ -423,7 +425,7 @@ def test_ac13_projections_respect_their_whitelists(http: Http, engine: sa.Engine
 
 
 # ------------------------------------------------------------------ design P18 / design P19
-def test_ac18_timeline_resumes_and_reports_purged_history(http: Http, engine: sa.Engine) -> None:
+def test_ac18_timeline_resumes_and_reports_purged_history(http: Http, service: StatusService) -> None:
     task_id, ctx = _task(http)
     for seq, kind in enumerate(["STEP_STARTED", "STEP_PROGRESS", "STEP_PROGRESS"], start=1):
         assert report(http, ctx, kind, seq).status_code == 200
@@ -432,7 +434,7 @@ def test_ac18_timeline_resumes_and_reports_purged_history(http: Http, engine: sa
     ).json()
     assert [e["taskVersion"] for e in page["events"]] == ["3", "4"] and page["hasMore"] is True
     assert page["historyTruncated"] is False
-    with engine.begin() as conn:
+    with engine_for(service, task_id).begin() as conn:
         conn.execute(
             sa.delete(t.task_event_log).where(
                 t.task_event_log.c.task_id == task_id, t.task_event_log.c.task_version <= 3
@@ -441,7 +443,7 @@ def test_ac18_timeline_resumes_and_reports_purged_history(http: Http, engine: sa
     page = http.client.get(f"/api/tasks/{task_id}/events?afterTaskVersion=1", headers=http.user("user-1")).json()
     assert page["historyTruncated"] is True and page["oldestAvailableVersion"] == "4"
     # All of it purged (retention): still truncated for any version the task has moved past.
-    with engine.begin() as conn:
+    with engine_for(service, task_id).begin() as conn:
         conn.execute(sa.delete(t.task_event_log).where(t.task_event_log.c.task_id == task_id))
     page = http.client.get(f"/api/tasks/{task_id}/events?afterTaskVersion=0", headers=http.user("user-1")).json()
     assert page["events"] == [] and page["historyTruncated"] is True and page["oldestAvailableVersion"] is None

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-
+from status.app.service import StatusService
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, fail_task, now_iso, report
 from tests.support.outbox import publications
+from tests.support.shards import engine_for
 
 
 def _notifications(http: Http, user: str = "user-1", **params: Any) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def _mine(http: Http, task_id: str, user: str = "user-1", **params: Any) -> list
     return [n for n in _notifications(http, user, **params)["notifications"] if n["taskId"] == task_id]
 
 
-def test_terminal_changes_notify_every_viewer_once(http: Http, engine: sa.Engine) -> None:
+def test_terminal_changes_notify_every_viewer_once(http: Http, service: StatusService) -> None:
     task_id = create_workflow(http)["tasks"][0]["taskId"]
     grant = http.client.put(f"/internal/v1/tasks/{task_id}/acl/USER/user-2", json={}, headers=http.coordinator)
     assert grant.status_code == 200
@@ -63,7 +63,7 @@ def test_terminal_changes_notify_every_viewer_once(http: Http, engine: sa.Engine
     assert again.status_code == 200 and again.json()["duplicate"] is True
     assert len(_mine(http, task_id)) == 1
     # Each viewer's channel gets a realtime hint in the same transaction.
-    with engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         hints = publications(conn, task_id, projection="USER_NOTIFICATION")
     assert sorted(h.channel.rsplit("/", 1)[1] for h in hints) == ["user-1", "user-2"]
     assert all(

@@ -17,9 +17,9 @@ from status.domain.clock import utcnow
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.retention import RetentionPolicy
 from status.infra import tables as t
-from status.infra.uow import SqlDatabase
-from tests.support.factories import activate, create_task, event
+from tests.support.factories import activate, create_task, event, later
 from tests.support.outbox import message
+from tests.support.shards import engine_for
 from tests.support.wiring import projector_for
 
 
@@ -47,10 +47,11 @@ def test_projector_bumps_the_workflow_once_per_real_change(
     service: StatusService, coordinator: ServicePrincipal
 ) -> None:
     task_id = create_task(service, coordinator)
-    projector = projector_for(service.db.engine)
+    engine = engine_for(service, task_id)  # its shard's: the observer's parts work per shard
+    projector = projector_for(engine)
     while projector.run_once():
         pass
-    with service.db.engine.connect() as conn:
+    with engine.connect() as conn:
         workflow_id = conn.execute(sa.select(t.task.c.workflow_id).where(t.task.c.id == task_id)).scalar_one()
         before = conn.execute(sa.select(t.workflow.c.version).where(t.workflow.c.id == workflow_id)).scalar_one()
     ctx = activate(service, coordinator, task_id)
@@ -59,7 +60,7 @@ def test_projector_bumps_the_workflow_once_per_real_change(
     service.report_event(claims, event("STEP_PROGRESS", 2))
     assert projector.run_once() >= 1
     assert projector.run_once() == 0  # the feed is consumed
-    with service.db.engine.connect() as conn:
+    with engine.connect() as conn:
         after = conn.execute(
             sa.select(t.workflow.c.version, t.workflow.c.lifecycle_status).where(t.workflow.c.id == workflow_id)
         ).one()
@@ -76,10 +77,11 @@ def test_only_lifecycle_and_health_changes_feed_the_projector(
 ) -> None:
     """Progress cannot move a workflow's aggregate, so it costs the projector nothing."""
     task_id = create_task(service, coordinator)
+    engine = engine_for(service, task_id)  # its shard's: the observer's parts work per shard
     wc = t.workflow_change
 
     def feed() -> int:
-        with service.db.engine.connect() as conn:
+        with engine.connect() as conn:
             return int(
                 conn.execute(sa.select(sa.func.count()).select_from(wc).where(wc.c.task_id == task_id)).scalar_one()
             )
@@ -93,7 +95,7 @@ def test_only_lifecycle_and_health_changes_feed_the_projector(
         service.report_event(claims, event("STEP_PROGRESS", seq))
     assert feed() == fed + 1
     service.report_event(claims, event("STEP_COMPLETED", 6))  # the task finishes (or moves on): fed again
-    with service.db.engine.connect() as conn:
+    with engine.connect() as conn:
         lifecycle = conn.execute(sa.select(t.task.c.lifecycle_status).where(t.task.c.id == task_id)).scalar_one()
     assert feed() == fed + (2 if lifecycle != "RUNNING" else 1)
 
@@ -107,24 +109,18 @@ def test_no_false_stale_burst_after_a_restart(
     ctx = activate(service, coordinator, task_id, heartbeat_interval_seconds=5, heartbeat_timeout_seconds=20)
     claims = service._tokens.verify(ctx.execution_token, service.now())
     service.report_event(claims, event("STEP_STARTED", 1))
-    base = service.now()
-    later = StatusService(
-        SqlDatabase(service.db.engine),
-        execution_tokens=service._tokens,
-        validator=service._validator,
-        clock=lambda: base + timedelta(seconds=120),
-    )  # the step is overdue from here
+    two_minutes_on = later(service, 120)  # the step is overdue from here
     # The rest of the fleet kept beating through the restart (no ingest outage): a neighbour's beat.
     neighbour = activate(
         service, coordinator, create_task(service, coordinator), producer="neighbour", heartbeat_interval_seconds=5
     )
     service.report_event(service._tokens.verify(neighbour.execution_token, service.now()), event("STEP_STARTED", 1))
     beating = ServicePrincipal("neighbour", worker.tenant_id, worker.authority_scope, worker.roles)
-    beat = later.record_heartbeats(beating, [c.Heartbeat(1, execution_handle=neighbour.execution_handle)])
+    beat = two_minutes_on.record_heartbeats(beating, [c.Heartbeat(1, execution_handle=neighbour.execution_handle)])
     assert beat["results"][0]["accepted"]
-    restarted = Reconciler(later, LoopConfig(heartbeat_grace_seconds=3600))
+    restarted = Reconciler(two_minutes_on, LoopConfig(heartbeat_grace_seconds=3600))
     assert restarted.run_once() == 0  # within the grace period: nothing turns STALE
-    settled = Reconciler(later, LoopConfig(heartbeat_grace_seconds=0))
+    settled = Reconciler(two_minutes_on, LoopConfig(heartbeat_grace_seconds=0))
     assert settled.run_once() >= 1  # after it, the overdue execution does
     settled.database_failed()
     settled.config.heartbeat_grace_seconds = 3600
@@ -136,15 +132,16 @@ def test_retention_purges_old_rows_in_bounded_batches(
     service: StatusService, coordinator: ServicePrincipal, tmp_path: Path
 ) -> None:
     task_id = create_task(service, coordinator)
-    relay = OutboxRelay(service.db.engine, None, "retention", clock=lambda: utcnow() + timedelta(days=60))  # type: ignore[arg-type]
-    with service.db.engine.begin() as conn:
+    engine = engine_for(service, task_id)  # its shard's: the observer's parts work per shard
+    relay = OutboxRelay(engine, None, "retention", clock=lambda: utcnow() + timedelta(days=60))  # type: ignore[arg-type]
+    with engine.begin() as conn:
         conn.execute(
             sa.update(t.task_outbox)
             .where(t.task_outbox.c.aggregate_id == task_id)
             .values(status="PUBLISHED", published_at=utcnow())
         )
     retention = Retention(
-        service.db.engine,
+        engine,
         relay,
         LoopConfig(
             retention=RetentionPolicy(outbox=timedelta(days=1), dedup=timedelta(days=7), events=timedelta(days=30)),
@@ -158,7 +155,7 @@ def test_retention_purges_old_rows_in_bounded_batches(
     assert [purged[name] for name in ("task_outbox", "task_event_dedup", "task_event_log")] == [1, 1, 1]
     retention.config.retention_batch = 100_000
     retention.run_once()
-    with service.db.engine.connect() as conn:
+    with engine.connect() as conn:
         remaining = conn.execute(
             sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
         ).scalar_one()
@@ -176,20 +173,21 @@ def test_retention_says_how_far_each_purge_is_behind_and_how_large_the_tables_ar
         return value
 
     task_id = create_task(service, coordinator)
+    engine = engine_for(service, task_id)  # its shard's: the observer's parts work per shard
     ctx = activate(service, coordinator, task_id)
     claims = service._tokens.verify(ctx.execution_token, service.now())
     for seq, kind in enumerate(("STEP_STARTED", "STEP_PROGRESS", "STEP_COMPLETED"), start=1):
         service.report_event(claims, event(kind, seq))
     later = utcnow() + timedelta(days=60)
-    relay = OutboxRelay(service.db.engine, None, "retention", clock=lambda: later)  # type: ignore[arg-type]
+    relay = OutboxRelay(engine, None, "retention", clock=lambda: later)  # type: ignore[arg-type]
     config = LoopConfig(
         retention=RetentionPolicy(dedup=timedelta(days=7), events=timedelta(days=30)),
         archive_dir=tmp_path,
         retention_batch=1,
         retention_batches_per_pass=1,
     )
-    retention = Retention(service.db.engine, relay, config)
-    with service.db.engine.begin() as conn:
+    retention = Retention(engine, relay, config)
+    with engine.begin() as conn:
         # Another test's purge, on a clock far ahead, may have left a watermark past these rows
         # (a purge scans from its watermark): start the purges over, as on a fresh database.
         conn.execute(sa.delete(t.retention_watermark))
@@ -198,7 +196,7 @@ def test_retention_says_how_far_each_purge_is_behind_and_how_large_the_tables_ar
     # shared database may hold older ones), at least 30 past the event log's 30.
     assert lag("task_event_dedup") > 52 * 86400
     assert lag("task_event_log") > 29 * 86400
-    if service.db.engine.dialect.name == "mysql":
+    if engine.dialect.name == "mysql":
         rows = metrics.REGISTRY.get_sample_value("database_table_rows", {"table": "task"})
         size = metrics.REGISTRY.get_sample_value("database_table_bytes", {"table": "task_event_log"})
         assert rows is not None and size is not None and size > 0

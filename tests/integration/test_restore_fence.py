@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from status.app.service import StatusService
 from status.infra import tables
 from status.infra.fence import fence_versions
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, report
+from tests.support.shards import engine_for
 
 
 def _versions(engine: sa.Engine, table: sa.Table) -> dict[str, int]:
@@ -17,9 +19,12 @@ def _versions(engine: sa.Engine, table: sa.Table) -> dict[str, int]:
         return {row.id: int(row.version) for row in conn.execute(sa.select(table.c.id, table.c.version))}
 
 
-def test_every_version_jumps_in_batches_and_the_next_change_follows_the_jump(http: Http, engine: sa.Engine) -> None:
-    created = [create_workflow(http) for _ in range(5)]
+def test_every_version_jumps_in_batches_and_the_next_change_follows_the_jump(
+    http: Http, service: StatusService
+) -> None:
+    created = [create_workflow(http) for _ in range(5)]  # one owner's: on one shard
     task_id = created[0]["tasks"][0]["taskId"]
+    engine = engine_for(service, task_id)  # a restored database: the one shard that was restored
     ctx = activate(http, task_id)
     assert report(http, ctx, "STEP_STARTED", 1).status_code in (200, 202)
     tasks, workflows = _versions(engine, tables.task), _versions(engine, tables.workflow)

@@ -13,6 +13,7 @@ from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, event_body, report
 from tests.support.outbox import publications
+from tests.support.shards import engine_for
 
 
 def _task(http: Http, **task: Any) -> tuple[str, dict[str, Any]]:
@@ -21,13 +22,13 @@ def _task(http: Http, **task: Any) -> tuple[str, dict[str, Any]]:
     return task_id, activate(http, task_id)
 
 
-def _summaries(engine: sa.Engine, task_id: str) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
+def _summaries(service: StatusService, task_id: str) -> list[dict[str, Any]]:
+    with engine_for(service, task_id).connect() as conn:
         return [p.payload for p in publications(conn, task_id, projection="USER_SUMMARY")]
 
 
-def _all_payloads(engine: sa.Engine, task_id: str) -> str:
-    with engine.connect() as conn:
+def _all_payloads(service: StatusService, task_id: str) -> str:
+    with engine_for(service, task_id).connect() as conn:
         return str(
             list(conn.scalars(sa.select(t.task_outbox.c.payload).where(t.task_outbox.c.aggregate_id == task_id)))
         )
@@ -51,7 +52,7 @@ SEED_ERROR = {
 
 
 def test_a_seed_error_object_is_accepted_shown_safely_and_its_diagnostics_stay_inside(
-    http: Http, engine: sa.Engine
+    http: Http, service: StatusService
 ) -> None:
     task_id, ctx = _task(http)
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
@@ -66,7 +67,7 @@ def test_a_seed_error_object_is_accepted_shown_safely_and_its_diagnostics_stay_i
         "userMessage": SEED_ERROR["userMessage"],
     }
     # diagnosticsRef is kept for operators and appears in no projection or read API.
-    with engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         stored = conn.execute(
             sa.select(t.task_step.c.diagnostics_ref).where(
                 t.task_step.c.task_id == task_id, t.task_step.c.step_id == "02_parse"
@@ -78,7 +79,7 @@ def test_a_seed_error_object_is_accepted_shown_safely_and_its_diagnostics_stay_i
         http.client.get(f"/api/tasks/{task_id}/events", headers=http.user("user-1")).text,
         http.client.get("/api/me/tasks", headers=http.user("user-1")).text,
         http.client.post("/api/tasks/status:batchGet", json={"taskIds": [task_id]}, headers=http.user("user-1")).text,
-        _all_payloads(engine, task_id),
+        _all_payloads(service, task_id),
     ]
     assert all("secret-diagnostics" not in text for text in reads)
 
@@ -104,7 +105,7 @@ def test_user_messages_are_redacted_and_bounded(http: Http) -> None:
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "VALIDATION_FAILED"
 
 
-def test_task_failed_takes_the_seed_error_and_failed_step_id(http: Http, engine: sa.Engine) -> None:
+def test_task_failed_takes_the_seed_error_and_failed_step_id(http: Http, service: StatusService) -> None:
     task_id, ctx = _task(http)
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
     without_error = _fail_task(http, task_id, failedStepId="02_parse")
@@ -122,7 +123,7 @@ def test_task_failed_takes_the_seed_error_and_failed_step_id(http: Http, engine:
         "failedStepId": "02_parse",
     }
     assert snap["failedStepId"] == "02_parse"
-    notice = _summaries(engine, task_id)[-1]["notice"]
+    notice = _summaries(service, task_id)[-1]["notice"]
     assert notice == {
         "id": f"{task_id}:{done.json()['taskVersion']}",
         "type": "TASK_FAILED",
@@ -136,10 +137,10 @@ def test_task_failed_takes_the_seed_error_and_failed_step_id(http: Http, engine:
         "actions": ["VIEW_DETAILS"],
         "stepId": "02_parse",
     }
-    with engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         must_deliver = publications(conn, task_id, projection="USER_SUMMARY")[-1].must_deliver
     assert must_deliver  # never coalesced away (design D8.13)
-    assert "secret-diagnostics" not in _all_payloads(engine, task_id)
+    assert "secret-diagnostics" not in _all_payloads(service, task_id)
 
 
 def test_the_deprecated_failure_object_still_fails_a_task(http: Http) -> None:
@@ -153,7 +154,7 @@ def test_the_deprecated_failure_object_still_fails_a_task(http: Http) -> None:
     assert snap["failure"]["failedStepId"] == "02_parse"
 
 
-def _step_failure_notice(http: Http, engine: sa.Engine, error: dict[str, Any], **known: Any) -> tuple[dict, dict]:
+def _step_failure_notice(http: Http, service: StatusService, error: dict[str, Any], **known: Any) -> tuple[dict, dict]:
     steps = [
         {"stepId": "01_prepare", "operationCode": "FILE.PREPARE"},
         {"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE", **known},
@@ -161,29 +162,29 @@ def _step_failure_notice(http: Http, engine: sa.Engine, error: dict[str, Any], *
     task_id, ctx = _task(http, knownSteps=steps)
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
     assert report(http, ctx, "STEP_FAILED", 2, error=error).status_code == 200
-    summary = _summaries(engine, task_id)[-1]
+    summary = _summaries(service, task_id)[-1]
     return summary, summary["notice"]
 
 
-def test_the_notice_policy_follows_the_seed(http: Http, engine: sa.Engine) -> None:
+def test_the_notice_policy_follows_the_seed(http: Http, service: StatusService) -> None:
     base = {"category": "DEPENDENCY", "code": "OCR_DOWN", "userMessage": "The OCR service is unavailable."}
     # A failure that will be retried is a warning, not an alarm.
-    _, retrying = _step_failure_notice(http, engine, {**base, "retryable": True})
+    _, retrying = _step_failure_notice(http, service, {**base, "retryable": True})
     assert (retrying["type"], retrying["level"], retrying["retryable"]) == ("STEP_FAILED", "WARNING", True)
     assert retrying["title"].endswith(" failed, retrying")
     assert retrying["message"] == "The OCR service is unavailable." and retrying["errorCode"] == "OCR_DOWN"
     assert retrying["operationCode"] == "DOCUMENT.PARSE" and retrying["requiresAction"] is False
     # An optional step failing while the task continues: a warning, and the task is DEGRADED.
     summary, optional = _step_failure_notice(
-        http, engine, {**base, "retryable": False}, failurePolicy="CONTINUE_WITH_WARNING"
+        http, service, {**base, "retryable": False}, failurePolicy="CONTINUE_WITH_WARNING"
     )
     assert optional["level"] == "WARNING" and summary["health"] == "DEGRADED"
     assert summary["lifecycleStatus"] == "RUNNING"
     # A failure the task cannot survive and that will not be retried is an error.
-    _, fatal = _step_failure_notice(http, engine, {**base, "retryable": False})
+    _, fatal = _step_failure_notice(http, service, {**base, "retryable": False})
     assert fatal["level"] == "ERROR" and fatal["actions"] == ["VIEW_DETAILS"]
     # Waiting for the user: an action the user must take.
-    _, waiting = _step_failure_notice(http, engine, {**base, "retryable": False}, failurePolicy="WAIT_FOR_USER")
+    _, waiting = _step_failure_notice(http, service, {**base, "retryable": False}, failurePolicy="WAIT_FOR_USER")
     assert waiting["requiresAction"] is True
     # Every notice carries the fields of design D8.13, and no others of the old shape.
     for notice in (retrying, optional, fatal, waiting):
@@ -215,9 +216,7 @@ def test_the_detail_subscription_limit_has_its_own_code(http: Http) -> None:
     assert answers[20].json()["error"]["retryable"] is False
 
 
-def test_concurrent_first_grants_of_one_session_stay_within_the_limit(
-    http: Http, service: StatusService, engine: sa.Engine
-) -> None:
+def test_concurrent_first_grants_of_one_session_stay_within_the_limit(http: Http, service: StatusService) -> None:
     """FOR UPDATE over a session's grants locked nothing while it had none: first grants made at
     the same moment all saw zero held and together passed the limit."""
     import threading

@@ -19,6 +19,7 @@ from status.infra import tables as t
 from status.infra.stores import sql
 from status.infra.stores.tasks import SqlTaskStore
 from tests.support.factories import activate, event, wide_task
+from tests.support.shards import engine_for
 
 
 def _counts(engine: sa.Engine, task_id: str) -> dict[str, Any]:
@@ -79,10 +80,10 @@ def test_ac15_concurrent_producers_get_distinct_gap_free_versions(
     assert not errors, errors
     versions = sorted(int(r["taskVersion"]) for r in results)
     assert versions == list(range(start_version + 1, start_version + 1 + producers * per_producer))
-    counts = _counts(service.db.engine, task_id)
+    counts = _counts(engine_for(service, task_id), task_id)
     assert counts["version"] == versions[-1]
     assert counts["dedup"] == producers * per_producer
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         logged = conn.scalars(
             sa.select(t.task_event_log.c.task_version).where(t.task_event_log.c.task_id == task_id)
         ).all()
@@ -116,12 +117,12 @@ def test_ac17_a_crash_between_statements_leaves_nothing(
     task_id = create_task(service, coordinator)
     ctx = activate(service, coordinator, task_id)
     claims = service._tokens.verify(ctx.execution_token, service.now())
-    before = _counts(service.db.engine, task_id)
+    before = _counts(engine_for(service, task_id), task_id)
     _crash_after(monkeypatch, SqlTaskStore if hasattr(SqlTaskStore, point) else sql, point)
     the_event = event("STEP_STARTED", 1)
     with pytest.raises(RuntimeError, match="injected crash"):
         service.report_event(claims, the_event)
-    assert _counts(service.db.engine, task_id) == before
+    assert _counts(engine_for(service, task_id), task_id) == before
     monkeypatch.undo()
     # The producer's retry with the same eventId then lands exactly once.
     result = service.report_event(claims, the_event)

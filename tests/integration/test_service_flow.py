@@ -11,6 +11,7 @@ from status.domain.rules import DataBody
 from status.infra import tables as t
 from tests.support.factories import activate, create_task, event
 from tests.support.outbox import publications
+from tests.support.shards import engine_for
 
 
 def test_step_lifecycle_assigns_gap_free_versions(
@@ -40,7 +41,7 @@ def test_step_lifecycle_assigns_gap_free_versions(
     assert snap is not None
     parse = next(s for s in snap["steps"] if s["stepId"] == "02_parse")
     assert parse["durationMs"] == 1234 and parse["data"]["value"] == {"pageCount": 10}
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         logged = conn.scalars(
             sa.select(t.task_event_log.c.task_version)
             .where(t.task_event_log.c.task_id == task_id)
@@ -73,7 +74,7 @@ def test_failed_step_notice_and_coordinator_completion(service: StatusService, c
         ),
     )
     assert done["lifecycleStatus"] == "FAILED"
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         notices = [
             p["notice"]
             for p in (s.payload for s in publications(conn, task_id, projection="USER_SUMMARY"))

@@ -10,13 +10,13 @@ from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from status.infra import tables as t
-from status.infra.uow import SqlDatabase
-from tests.support.factories import activate, create_task, event
+from tests.support.factories import activate, create_task, event, later
 from tests.support.outbox import publications
+from tests.support.shards import engine_for, fence_reads
 
 
 def _versions_and_outbox(service: StatusService, task_id: str) -> tuple[int, int, int]:
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         version = conn.execute(sa.select(t.task.c.version).where(t.task.c.id == task_id)).scalar_one()
         outbox = conn.execute(
             sa.select(sa.func.count()).select_from(t.task_outbox).where(t.task_outbox.c.aggregate_id == task_id)
@@ -28,7 +28,7 @@ def _versions_and_outbox(service: StatusService, task_id: str) -> tuple[int, int
 
 
 def _step_row(service: StatusService, task_id: str) -> sa.RowMapping:
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         return (
             conn.execute(
                 sa.select(t.task_step).where(t.task_step.c.task_id == task_id, t.task_step.c.step_id == "02_parse")
@@ -36,17 +36,6 @@ def _step_row(service: StatusService, task_id: str) -> sa.RowMapping:
             .mappings()
             .one()
         )
-
-
-def _later(service: StatusService, seconds: int) -> StatusService:
-    """The same service seen from a clock ``seconds`` ahead (time passing without sleeping)."""
-    base = service.now()
-    return StatusService(
-        SqlDatabase(service.db.engine),
-        execution_tokens=service._tokens,
-        validator=service._validator,
-        clock=lambda: base + timedelta(seconds=seconds),
-    )
 
 
 def test_ac23_plain_heartbeats_create_no_version_event_or_message(
@@ -58,21 +47,21 @@ def test_ac23_plain_heartbeats_create_no_version_event_or_message(
     service.report_event(claims, event("STEP_STARTED", 1))
     before = _versions_and_outbox(service, task_id)
     deadline_before = _step_row(service, task_id)["heartbeat_deadline_at"]
-    later = _later(service, 10)
+    ahead = later(service, 10)
     for seq in (1, 2, 2, 3):  # a duplicate seq is an idempotent success
-        result = later.record_heartbeats(worker, [c.Heartbeat(seq, execution_handle=ctx.execution_handle)])
+        result = ahead.record_heartbeats(worker, [c.Heartbeat(seq, execution_handle=ctx.execution_handle)])
         assert result["results"][0]["accepted"] is True
     assert _versions_and_outbox(service, task_id) == before
     row = _step_row(service, task_id)
     assert row["last_heartbeat_seq"] == 3 and row["heartbeat_deadline_at"] > deadline_before
-    regress = later.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle)])
+    regress = ahead.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle)])
     assert regress["results"][0] == {
         "executionId": ctx.execution_id,
         "accepted": False,
         "health": "HEALTHY",
         "reason": "SOURCE_SEQ_REGRESSION",
     }
-    by_token = later.record_heartbeats(worker, [c.Heartbeat(4, execution_token=ctx.execution_token)])
+    by_token = ahead.record_heartbeats(worker, [c.Heartbeat(4, execution_token=ctx.execution_token)])
     assert by_token["results"][0]["accepted"] is True
 
 
@@ -84,8 +73,8 @@ def test_ac23_stale_once_and_healthy_once(
     claims = service._tokens.verify(ctx.execution_token, service.now())
     service.report_event(claims, event("STEP_STARTED", 1))
     scope = (coordinator.tenant_id, coordinator.authority_scope)
-    assert _later(service, 5).mark_stale(tenant_scope=scope) == []  # not overdue yet
-    stale = _later(service, 30)
+    assert later(service, 5).mark_stale(tenant_scope=scope) == []  # not overdue yet
+    stale = later(service, 30)
     first = stale.mark_stale(tenant_scope=scope)
     assert [r["lifecycleStatus"] for r in first] == ["RUNNING"]
     assert stale.mark_stale(tenant_scope=scope) == []  # exactly once
@@ -93,7 +82,7 @@ def test_ac23_stale_once_and_healthy_once(
     assert (row["health"], row["lifecycle_status"]) == ("STALE", "RUNNING")  # STALE never means FAILED
     version_stale, outbox_stale, _ = _versions_and_outbox(service, task_id)
     # design D8.13: a silent executor is a WARNING that the status is unconfirmed, never a failure.
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         summary = publications(conn, task_id, projection="USER_SUMMARY")[-1].payload
     assert summary["notice"]["type"] == "STALE" and summary["notice"]["level"] == "WARNING"
     assert "temporarily unconfirmed" in summary["notice"]["title"] and summary["lifecycleStatus"] == "RUNNING"
@@ -156,7 +145,7 @@ def test_a_mixed_batch_is_decided_item_by_item_in_the_order_sent(
         (False, "SOURCE_SEQ_REGRESSION"),
         (False, "TERMINAL_STATE"),
     ]
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         seqs = dict(
             conn.execute(
                 sa.select(t.task_step.c.step_id, t.task_step.c.last_heartbeat_seq).where(
@@ -179,11 +168,12 @@ def _beat_statements(service: StatusService, worker: ServicePrincipal, beats: li
     def record(conn: object, cursor: object, statement: str, *args: object) -> None:
         seen.append(statement.split()[0].upper())
 
-    sa.event.listen(service.db.engine, "before_cursor_execute", record)
+    engine = engine_for(service, str(beats[0].execution_handle))  # one task's handles: one shard
+    sa.event.listen(engine, "before_cursor_execute", record)
     try:
         results = service.record_heartbeats(worker, beats)["results"]
     finally:
-        sa.event.remove(service.db.engine, "before_cursor_execute", record)
+        sa.event.remove(engine, "before_cursor_execute", record)
     assert all(r["accepted"] and r["reason"] is None for r in results), results
     return [s for s in seen if s not in ("BEGIN", "SELECT")] + [s for s in seen if s == "SELECT"]
 
@@ -205,8 +195,10 @@ def test_a_usual_batch_of_known_handles_is_one_statement_and_what_memory_says_is
     first = _beat_statements(service, worker, [c.Heartbeat(1, execution_handle=h) for h in handles])
     assert "SELECT" in first  # the handles and their tasks' tenancy, read once
     known = _beat_statements(service, worker, [c.Heartbeat(2, execution_handle=h) for h in handles])
-    # No read: one UPDATE for the batch on MySQL/MariaDB (SQLite, the dev default: one per beat).
-    assert known == ["UPDATE"] * (1 if service.db.engine.dialect.name == "mysql" else len(handles))
+    # No read: one UPDATE for the batch on MySQL/MariaDB (SQLite, the dev default: one per beat); on a
+    # shard, the read of its write fence.
+    writes = 1 if service.db.engine.dialect.name == "mysql" else len(handles)
+    assert known == ["UPDATE"] * writes + ["SELECT"] * fence_reads(service)
     # Another producer's worker holding the same handles: refused as the careful path refuses it.
     stranger = ServicePrincipal("someone-else", worker.tenant_id, worker.authority_scope, worker.roles)
     refused = service.record_heartbeats(stranger, [c.Heartbeat(3, execution_handle=handles[0])])["results"]
@@ -217,7 +209,7 @@ def test_a_usual_batch_of_known_handles_is_one_statement_and_what_memory_says_is
     assert [(r["accepted"], r["reason"]) for r in ended] == [(False, "TERMINAL_STATE"), (True, None)]
     # Retention purged the task with its steps and handles: memory still knows the handle, the
     # database does not, and the answer is the database's.
-    with service.db.engine.begin() as conn:
+    with engine_for(service, task_id).begin() as conn:
         conn.execute(sa.delete(t.task_execution_handle).where(t.task_execution_handle.c.task_id == task_id))
         conn.execute(sa.delete(t.task_step).where(t.task_step.c.task_id == task_id))
     purged = service.record_heartbeats(worker, [c.Heartbeat(4, execution_handle=handles[1])])["results"]
@@ -242,7 +234,7 @@ def test_the_indexed_deadline_moves_lazily_and_overdue_is_judged_on_the_last_bea
     service.report_event(service._tokens.verify(ctx.execution_token, service.now()), event("STEP_STARTED", 1))
     scope = (coordinator.tenant_id, coordinator.authority_scope)
     stored = _step_row(service, task_id)["heartbeat_deadline_at"]
-    soon = _later(service, 4)  # the true deadline moves 4 s: within the quarter (5 s), not written
+    soon = later(service, 4)  # the true deadline moves 4 s: within the quarter (5 s), not written
     assert soon.record_heartbeats(worker, [c.Heartbeat(1, execution_handle=ctx.execution_handle)])["results"][0][
         "accepted"
     ]
@@ -251,16 +243,16 @@ def test_the_indexed_deadline_moves_lazily_and_overdue_is_judged_on_the_last_bea
     true_deadline = row["last_heartbeat_at"] + timedelta(seconds=20)
     assert true_deadline > stored
     # Past the stored deadline, before the true one: not overdue.
-    assert _later(service, 22).mark_stale(tenant_scope=scope) == []
+    assert later(service, 22).mark_stale(tenant_scope=scope) == []
     assert _step_row(service, task_id)["health"] == "HEALTHY"
     # A beat 10 s on leaves the stored deadline 10 s behind: it is written.
-    moved = _later(service, 10)
+    moved = later(service, 10)
     assert moved.record_heartbeats(worker, [c.Heartbeat(2, execution_handle=ctx.execution_handle)])["results"][0][
         "accepted"
     ]
     row = _step_row(service, task_id)
     assert row["heartbeat_deadline_at"] == row["last_heartbeat_at"] + timedelta(seconds=20)
     # Silent past the true deadline: STALE, once.
-    late = _later(service, 31)
+    late = later(service, 31)
     assert [r["lifecycleStatus"] for r in late.mark_stale(tenant_scope=scope)] == ["RUNNING"]
     assert _step_row(service, task_id)["health"] == "STALE"

@@ -17,6 +17,7 @@ from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.factories import document_workflow
 from tests.support.outbox import publications
+from tests.support.shards import engine_for
 
 
 def _owned(service: StatusService, coordinator: ServicePrincipal, workflow_id: str, run_id: str | None) -> str:
@@ -28,7 +29,7 @@ def _owned(service: StatusService, coordinator: ServicePrincipal, workflow_id: s
 
 
 def _task(service: StatusService, task_id: str) -> Any:
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         return conn.execute(sa.select(t.task).where(t.task.c.id == task_id)).mappings().one()
 
 
@@ -66,7 +67,7 @@ def test_a_stuck_task_says_so_in_its_snapshot_and_its_users_are_warned(
     service.runs.reflect_stuck("default", {("wf-stuck", "run-1")})
     snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()
     assert (snap["lifecycleStatus"], snap["health"]) == ("PENDING", "STALE") and snap["stuckSince"]
-    with service.db.engine.connect() as conn:
+    with engine_for(service, task_id).connect() as conn:
         summary = publications(conn, task_id, projection="USER_SUMMARY")[-1].payload
     assert summary["notice"]["type"] == "WORKFLOW_STUCK" and summary["notice"]["level"] == "WARNING"
     assert summary["stuckSince"] == snap["stuckSince"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.flows import activate, complete_task, create_workflow, fail_task, report
+from tests.support.shards import rows_everywhere
 
 
 def _ids(http: Http, status: str | None = None, user: str = "user-1") -> list[str]:
@@ -75,14 +77,15 @@ def _page(http: Http, user: str, limit: int, cursor: str | None = None, **claims
     return [t["taskId"] for t in body["tasks"]], body["nextCursor"]
 
 
-def _newest_first(engine: sa.Engine, task_ids: list[str]) -> list[str]:
-    """The list's order (created_at, then id, descending), as the database holds them."""
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(t.task.c.id, t.task.c.created_at).where(t.task.c.id.in_(task_ids))).all()
+def _newest_first(service: StatusService, task_ids: list[str]) -> list[str]:
+    """The list's order (created_at, then id, descending), as the databases (every shard) hold them."""
+    rows = rows_everywhere(service, sa.select(t.task.c.id, t.task.c.created_at).where(t.task.c.id.in_(task_ids)))
     return [row.id for row in sorted(rows, key=lambda row: (row.created_at, row.id), reverse=True)]
 
 
-def test_a_task_seen_several_ways_is_listed_once_and_paging_goes_through_all(http: Http, engine: sa.Engine) -> None:
+def test_a_task_seen_several_ways_is_listed_once_and_paging_goes_through_all(
+    http: Http, service: StatusService
+) -> None:
     """Owned, granted to the user, to their projects, to their role: each way is read on its own
     and merged (reads.page_of_tasks). A task seen several ways appears once and takes one place on
     its page — also within one way (granted to each of the user's projects), where it must not
@@ -113,8 +116,8 @@ def test_a_task_seen_several_ways_is_listed_once_and_paging_goes_through_all(htt
         pages.append(page)
         if cursor is None:
             break
-    assert [task_id for page in pages for task_id in page] == _newest_first(engine, [a, b, c, d, e, f])
+    assert [task_id for page in pages for task_id in page] == _newest_first(service, [a, b, c, d, e, f])
     assert all(len(page) == 2 for page in pages) and unseen not in pages[0] + pages[1] + pages[2]
     # Without the groups' claims: what the user owns or was granted by name.
     alone, _ = _page(http, user, 50)
-    assert alone == _newest_first(engine, [a, d, f])
+    assert alone == _newest_first(service, [a, d, f])

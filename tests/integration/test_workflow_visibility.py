@@ -5,11 +5,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import sqlalchemy as sa
-
+from status.app.service import StatusService
 from tests.integration.conftest import Http
 from tests.support.flows import activate, report
-from tests.support.wiring import fold_all
+from tests.support.shards import fold_everywhere
 
 STEPS = [{"stepId": "02_parse", "operationCode": "DOCUMENT.PARSE"}]
 
@@ -35,9 +34,9 @@ def _two_owner_workflow(http: Http) -> tuple[str, str]:
     return created["workflowId"], next(t["taskId"] for t in created["tasks"] if t["clientTaskKey"] == "theirs")
 
 
-def test_a_user_who_sees_some_tasks_gets_an_aggregate_over_those_only(http: Http, engine: sa.Engine) -> None:
+def test_a_user_who_sees_some_tasks_gets_an_aggregate_over_those_only(http: Http, service: StatusService) -> None:
     workflow_id, _ = _two_owner_workflow(http)
-    fold_all(engine)  # the owner's aggregate, as the observer folds it
+    fold_everywhere(service)  # the owner's aggregate, as the observer folds it
     owner = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("owner")).json()
     guest = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("guest")).json()
     assert owner["taskCount"] == 3 and owner["aggregate"]["taskCount"] == 3
@@ -46,7 +45,7 @@ def test_a_user_who_sees_some_tasks_gets_an_aggregate_over_those_only(http: Http
     assert nobody.status_code == 404
 
 
-def test_a_trimmed_summary_neither_dates_nor_counts_the_hidden_tasks(http: Http, engine: sa.Engine) -> None:
+def test_a_trimmed_summary_neither_dates_nor_counts_the_hidden_tasks(http: Http, service: StatusService) -> None:
     """startedAt, finishedAt and workflowVersion come from the visible tasks alone: the owner's task
     starting and changing moves the owner's summary, never the guest's."""
     created = _created(http)
@@ -54,7 +53,7 @@ def test_a_trimmed_summary_neither_dates_nor_counts_the_hidden_tasks(http: Http,
     task_of = {t["clientTaskKey"]: t["taskId"] for t in created["tasks"]}
 
     def summaries() -> tuple[dict[str, Any], dict[str, Any]]:
-        fold_all(engine)
+        fold_everywhere(service)
         owner = http.client.get(f"/api/workflows/{workflow_id}", headers=http.user("owner")).json()
         batch = http.client.post(
             "/api/workflows:batchGet", json={"workflowIds": [workflow_id]}, headers=http.user("guest")
@@ -93,12 +92,12 @@ def test_only_the_owner_may_follow_the_workflow_channel(http: Http) -> None:
     assert guest.status_code == 403 and guest.json()["error"]["code"] == "PERMISSION_DENIED"
 
 
-def test_many_workflows_in_one_read_answer_as_one_get_each(http: Http, engine: sa.Engine) -> None:
+def test_many_workflows_in_one_read_answer_as_one_get_each(http: Http, service: StatusService) -> None:
     """Issue 32 item 3: a page's list of workflows in one request, each as GET /api/workflows/{id}
     answers it for that user (a guest's aggregate trimmed), those not seen in notFound."""
     first, _ = _two_owner_workflow(http)
     second, _ = _two_owner_workflow(http)
-    fold_all(engine)
+    fold_everywhere(service)
     ids = [first, second, "wf_never_there", first]
     for user in ("owner", "guest", "stranger"):
         batch = http.client.post("/api/workflows:batchGet", json={"workflowIds": ids}, headers=http.user(user))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from status.app import commands as c
@@ -75,4 +75,18 @@ def event(event_type: str, seq: int, event_id: str | None = None, **fields: Any)
         source_seq=seq,
         occurred_at=now().replace(microsecond=0),
         **fields,
+    )
+
+
+def later(service: StatusService, seconds: float, **settings: Any) -> StatusService:
+    """The same service (database, shards, secrets) seen from a clock ``seconds`` ahead: time passing
+    without sleeping. ``settings``: StatusService's keyword arguments that differ."""
+    base = service.now()
+    return StatusService(
+        service.db,
+        execution_tokens=service._tokens,
+        validator=service._validator,
+        clock=lambda: base + timedelta(seconds=seconds),
+        shards=service.ctx.shards,
+        **settings,
     )

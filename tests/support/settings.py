@@ -6,6 +6,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from status.settings import Settings
 
 
@@ -36,3 +38,11 @@ def make_settings(database_url: str, data_dir: Path, **overrides: Any) -> Settin
     }
     values.update(overrides)
     return Settings(**values)
+
+
+def database_environment(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
+    """The variables that name ``settings``' databases (its shards too), for a command run in-process."""
+    monkeypatch.setenv("TASK_OBSERVER_DATABASE_URL", settings.database_url)
+    if settings.shards:
+        monkeypatch.setenv("TASK_OBSERVER_SHARD_NAME", settings.shard_name)
+        monkeypatch.setenv("TASK_OBSERVER_SHARDS", " ".join(f"{name}={url}" for name, url in settings.shards.items()))

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -15,13 +16,14 @@ from status.app import commands as c
 from status.app.routing import bucket_of
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
+from status.domain.ids import bucket_hint, handle_bucket, workflow_bucket
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.shards import ShardedDatabases, install_map
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
 from tests.conftest import _migrated_mariadb
-from tests.support.wiring import projector_for
+from tests.support.wiring import fold_all, projector_for
 
 SHARDS = ("a", "b", "c")
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC).replace(tzinfo=None)
@@ -125,3 +127,40 @@ class Projectors:
         self.thread.join(10)
         for projector in self.projectors:
             projector.close()
+
+
+def engines_of(service: StatusService) -> dict[str, sa.Engine]:
+    """Each shard's engine by name (the one database's, without shards)."""
+    return {name: database.engine for name, database in service.ctx.shards.every()}  # type: ignore[attr-defined]
+
+
+def engine_for(service: StatusService, some_id: str) -> sa.Engine:
+    """The engine of the shard holding a task, workflow or execution handle (by its bucket): where a
+    test reads the rows it checks. Without shards, the one database's."""
+    shards = service.ctx.shards
+    if not isinstance(shards, ShardedDatabases):
+        return service.db.engine  # type: ignore[attr-defined,no-any-return]
+    bucket = bucket_hint(some_id) or workflow_bucket(some_id) or handle_bucket(some_id)
+    assert bucket is not None, f"{some_id!r} names no bucket"
+    return engines_of(service)[shards.map.route(bucket).shard]
+
+
+def rows_everywhere(service: StatusService, statement: sa.Executable) -> list[sa.Row[Any]]:
+    """What ``statement`` reads on every shard, one after the other (a query over all tasks)."""
+    found: list[sa.Row[Any]] = []
+    for engine in engines_of(service).values():
+        with engine.connect() as conn:
+            found.extend(conn.execute(statement).all())
+    return found
+
+
+def fence_reads(service: StatusService) -> int:
+    """The statements a shard's transaction adds to what a test counts: the read of its buckets'
+    write fences (none without shards)."""
+    return 1 if isinstance(service.ctx.shards, ShardedDatabases) else 0
+
+
+def fold_everywhere(service: StatusService) -> None:
+    """Every pending workflow change folded on every shard, as each shard's observer folds its own."""
+    for engine in engines_of(service).values():
+        fold_all(engine)
