@@ -27,7 +27,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -42,7 +41,7 @@ import pymysql
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "deploy"))
 from detached import Detached  # type: ignore[import-not-found]  # noqa: E402
-from localdb import initialise, run_as_root  # type: ignore[import-not-found]  # noqa: E402
+from localdb import LocalServer  # type: ignore[import-not-found]  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from common import commits_at_once, free_port_block  # type: ignore[import-not-found]  # noqa: E402
@@ -65,65 +64,12 @@ TABLES = {
 
 
 @dataclass(frozen=True)
-class Server:
-    name: str
-    dir: Path
-    port: int
-
-    @property
-    def datadir(self) -> Path:
-        return self.dir / self.name
-
-    @property
-    def socket(self) -> Path:
-        return self.datadir / "mysqld.sock"
-
+class Server(LocalServer):
     def start(self, *options: str) -> None:
-        initialise(self.datadir)
-        Detached(self.dir).spawn(
-            self.name,
-            [
-                "mariadbd",
-                "--no-defaults",
-                f"--datadir={self.datadir}",
-                f"--socket={self.socket}",
-                f"--port={self.port}",
-                "--bind-address=127.0.0.1",
-                f"--log-error={self.datadir / 'error.log'}",
-                f"--pid-file={self.datadir / 'mariadbd.pid'}",
-                "--innodb-buffer-pool-size=64M",
-                "--innodb-flush-log-at-trx-commit=2",
-                f"--innodb-lock-wait-timeout={LOCK_WAIT_SECONDS}",
-                "--transaction-isolation=READ-COMMITTED",
-                "--max-connections=300",
-                "--user=mysql",
-                *options,
-            ],
-        )
-
-    def wait(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.root().close()
-                return
-            except pymysql.err.MySQLError:
-                if Detached(self.dir).pid(self.name) is None or time.monotonic() > deadline:
-                    log = (self.datadir / "error.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"{self.name} did not start; its log ends:\n{log}") from None
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        Detached(self.dir).stop(self.name, signal.SIGTERM, wait=60)
-
-    def root(self, **kwargs: Any) -> pymysql.Connection[Any]:
-        return pymysql.connect(unix_socket=str(self.socket), user="root", autocommit=True, **kwargs)
+        super().start("--innodb-flush-log-at-trx-commit=2", f"--innodb-lock-wait-timeout={LOCK_WAIT_SECONDS}", *options)
 
     def tcp(self, **kwargs: Any) -> pymysql.Connection[Any]:
         return pymysql.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD, **kwargs)
-
-    def run(self, *statements: str) -> None:
-        run_as_root(self.socket, statements)
 
 
 @contextlib.contextmanager

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -18,9 +18,22 @@ class Detached:
         self.dir = dir
 
     def spawn(self, name: str, command: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
-        proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-        (self.dir / f"{name}.pid").write_text(str(proc.pid))
+        # posix_spawn, not Popen: the starter keeps no handle on the process or its log (a Popen
+        # object collected while its process runs is a warning), so a test may start servers too.
+        executable = shutil.which(command[0]) or command[0]
+        with open(self.dir / f"{name}.log", "ab") as log, open(os.devnull, "rb") as nothing:
+            pid = os.posix_spawn(
+                executable,
+                command,
+                os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, nothing.fileno(), 0),
+                    (os.POSIX_SPAWN_DUP2, log.fileno(), 1),
+                    (os.POSIX_SPAWN_DUP2, log.fileno(), 2),
+                ],
+                setsid=True,
+            )
+        (self.dir / f"{name}.pid").write_text(str(pid))
 
     def pid(self, name: str) -> int | None:
         """The recorded process's pid while it runs, else None."""

@@ -6,30 +6,35 @@ each step leaves the source the writer, and a source that does not drain in time
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import create_engine
 
-from status.app import commands as c
-from status.app.routing import bucket_of
-from status.app.service import ExecutionContext, StatusService
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.buckets import FENCE_BOUND, BucketRoute, RouteState
 from status.domain.clock import utcnow
 from status.domain.errors import Unavailable
 from status.infra import tables as t
 from status.infra.bucket_move import BucketMover, MoveFailed
-from status.infra.shards import ShardedDatabases, read_fences
-from tests.support.factories import event, now
+from status.infra.shards import read_fences
+from tests.support.factories import event
 from tests.support.processes import FAST_LANE, CentrifugoNode
 from tests.support.relay_pump import RelayPump
-from tests.support.shards import Projectors, create, owner_on, sharded_service, three_shards, where
+from tests.support.shards import (
+    Producer,
+    Projectors,
+    bucket_of_tasks,
+    event_log,
+    owner_on,
+    sharded_service,
+    three_shards,
+    wait_for,
+    where,
+)
 
 pytestmark = pytest.mark.skipif(FAST_LANE, reason="shards are MariaDB databases")
 
@@ -43,83 +48,6 @@ def engines() -> Iterator[dict[str, sa.Engine]]:
 @pytest.fixture
 def coordinator() -> ServicePrincipal:
     return ServicePrincipal("coordinator-1", f"tenant-{uuid.uuid4().hex[:8]}", "content", frozenset({Role.COORDINATOR}))
-
-
-def _bucket_of_tasks(
-    service: StatusService, shards: ShardedDatabases, coordinator: ServicePrincipal, shard: str, count: int
-) -> tuple[int, list[ExecutionContext]]:
-    """``count`` tasks of one owner on ``shard`` (so one bucket), each with its step s1 running."""
-    owner = owner_on(shards, coordinator.tenant_id, shard)
-    tasks = [create(service, coordinator, owner) for _ in range(count)]
-    contexts = service.bind_executions(
-        [
-            (coordinator, c.ActivateStep(task, "s1", 1, "coordinator-1", started=c.StartedEvent(f"{task}/s", now(), 1)))
-            for task in tasks
-        ]
-    )
-    assert all(isinstance(ctx, ExecutionContext) for ctx in contexts), contexts
-    return bucket_of(coordinator.tenant_id, owner), contexts  # type: ignore[return-value]
-
-
-class Producer:
-    """Progress events round the tasks until stopped, each retried with its eventId while refused
-    as moving (what a producer does with a retryable answer); what was acknowledged, at which version."""
-
-    def __init__(self, service: StatusService, caller: ServicePrincipal, contexts: list[ExecutionContext]) -> None:
-        self.service, self.caller, self.contexts = service, caller, contexts
-        self.acked: dict[str, tuple[str, int]] = {}  # eventId -> (taskId, taskVersion)
-        self.refused = 0
-        self.stop = threading.Event()
-        self.failure: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        seq = 1
-        try:
-            while not self.stop.is_set():
-                seq += 1
-                for ctx in self.contexts:
-                    event_id = f"{ctx.task_id}/progress/{seq}"
-                    while True:
-                        try:
-                            result = self.service.report_event(
-                                self.caller,
-                                event("STEP_PROGRESS", seq, event_id, execution_handle=ctx.execution_handle),
-                            )
-                        except Unavailable:
-                            self.refused += 1
-                            time.sleep(0.005)
-                            continue
-                        break
-                    assert result["accepted"] and not result["duplicate"], result
-                    self.acked[event_id] = (ctx.task_id, int(result["taskVersion"]))
-        except BaseException as exc:  # reported by the test
-            self.failure = exc
-
-    def __enter__(self) -> Producer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(30)
-
-
-def _wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the producer stopped moving"
-        time.sleep(0.01)
-
-
-def _log(engine: sa.Engine, tasks: list[str]) -> list[tuple[str, str, int]]:
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(t.task_event_log.c.event_id, t.task_event_log.c.task_id, t.task_event_log.c.task_version).where(
-                t.task_event_log.c.task_id.in_(tasks)
-            )
-        ).all()
-    return [(str(e), str(task), int(v)) for e, task, v in rows]
 
 
 def _published_versions(engine: sa.Engine, task_id: str) -> list[int]:
@@ -136,7 +64,7 @@ def test_a_bucket_moved_under_steady_events_loses_nothing_and_never_goes_back(
     engines: dict[str, sa.Engine], coordinator: ServicePrincipal, centrifugo: CentrifugoNode
 ) -> None:
     service, shards = sharded_service(engines)
-    bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 4)
+    bucket, contexts = bucket_of_tasks(service, shards, coordinator, "a", 4)
     owner = UserPrincipal(coordinator.tenant_id, owner_on(shards, coordinator.tenant_id, "a"))  # theirs
     tasks = [ctx.task_id for ctx in contexts]
     mover = BucketMover(engines["a"], engines)
@@ -145,10 +73,10 @@ def test_a_bucket_moved_under_steady_events_loses_nothing_and_never_goes_back(
         relay.__enter__()
     try:
         with Projectors(engines), Producer(service, coordinator, contexts) as producer:
-            _wait_for(lambda: len(producer.acked) >= 40 or producer.failure is not None)
+            wait_for(lambda: len(producer.acked) >= 40 or producer.failure is not None)
             report = mover.move(bucket, "b")
             moved_at = len(producer.acked)
-            _wait_for(lambda: len(producer.acked) >= moved_at + 40 or producer.failure is not None)
+            wait_for(lambda: len(producer.acked) >= moved_at + 40 or producer.failure is not None)
         assert producer.failure is None, producer.failure
     finally:
         for relay in relays:
@@ -156,7 +84,7 @@ def test_a_bucket_moved_under_steady_events_loses_nothing_and_never_goes_back(
     assert report.fenced_seconds < FENCE_BOUND.total_seconds() and report.tasks == len(tasks)
     print(f"bucket {bucket} moved a -> b: fenced {1000 * report.fenced_seconds:.0f} ms, {producer.refused} refusals")
     assert shards.map.route(bucket) == BucketRoute(bucket, report.epoch, "b")  # the process followed
-    log = _log(engines["b"], tasks)
+    log = event_log(engines["b"], tasks)
     stored = [event_id for event_id, _, _ in log]
     assert len(stored) == len(set(stored))  # nothing twice
     assert set(producer.acked) <= set(stored)  # nothing acknowledged lost
@@ -179,7 +107,7 @@ def test_a_bucket_moved_under_steady_events_loses_nothing_and_never_goes_back(
     assert sorted(listed) == sorted(tasks)  # each once, though still on the shard it left
     assert mover.release(bucket, "a") == len(tasks)
     assert all(where(engines, t.task, t.task.c.id, task_id) == ["b"] for task_id in tasks)
-    assert not _log(engines["a"], tasks)
+    assert not event_log(engines["a"], tasks)
     with pytest.raises(MoveFailed):
         mover.release(bucket, "b")  # the shard that holds it
 
@@ -189,7 +117,7 @@ def test_an_abort_at_any_step_leaves_the_source_the_writer(
     engines: dict[str, sa.Engine], coordinator: ServicePrincipal, steps: tuple[str, ...]
 ) -> None:
     service, shards = sharded_service(engines)
-    bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 2)
+    bucket, contexts = bucket_of_tasks(service, shards, coordinator, "a", 2)
     before = BucketMover(engines["a"], engines).route(bucket)
     mover = BucketMover(engines["a"], engines)
     mover.copy(bucket, "c")
@@ -215,7 +143,7 @@ def test_a_source_that_does_not_drain_within_the_fences_bound_aborts_the_move(
     engines: dict[str, sa.Engine], coordinator: ServicePrincipal
 ) -> None:
     service, shards = sharded_service(engines)
-    bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 1)
+    bucket, contexts = bucket_of_tasks(service, shards, coordinator, "a", 1)
     late = [timedelta(0)]
     mover = BucketMover(engines["a"], engines, clock=lambda: utcnow() + late[0])
 
@@ -238,7 +166,7 @@ def test_a_target_that_is_down_aborts_the_move_and_the_source_keeps_writing(
     engines: dict[str, sa.Engine], coordinator: ServicePrincipal
 ) -> None:
     service, shards = sharded_service(engines)
-    bucket, contexts = _bucket_of_tasks(service, shards, coordinator, "a", 1)
+    bucket, contexts = bucket_of_tasks(service, shards, coordinator, "a", 1)
     down = create_engine("mysql+pymysql://tso:tso@127.0.0.1:1/gone", pool_pre_ping=False)  # nothing listens
     mover = BucketMover(engines["a"], {**engines, "c": down})
     with pytest.raises(sa.exc.OperationalError):

@@ -4,25 +4,30 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from status.api.errors import unexpected_error
 from status.app import commands as c
 from status.app.routing import bucket_of
-from status.app.service import StatusService
+from status.app.service import ExecutionContext, StatusService
 from status.domain.auth import ServicePrincipal
+from status.domain.errors import Unavailable
 from status.domain.ids import bucket_hint, handle_bucket, workflow_bucket
+from status.infra import tables as t
 from status.infra.db import create_engine
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.shards import ShardedDatabases, install_map
 from status.infra.tokens import ExecutionTokens
 from status.infra.uow import SqlDatabase
 from tests.conftest import _migrated_mariadb
+from tests.support.factories import event, now
 from tests.support.wiring import fold_all, projector_for
 
 SHARDS = ("a", "b", "c")
@@ -46,14 +51,14 @@ def three_shards() -> Iterator[dict[str, sa.Engine]]:
 
 
 def sharded_service(
-    engines: dict[str, sa.Engine], refresh_seconds: float = 3600.0
+    engines: dict[str, sa.Engine], refresh_seconds: float = 3600.0, control: str = SHARDS[0]
 ) -> tuple[StatusService, ShardedDatabases]:
-    """A service over the shards whose map, read now, is not re-read by itself for an hour: only a
-    shard's refusal makes it look again."""
+    """A service over the shards (``control``: the one holding the map, the home database) whose
+    map, read now, is not re-read by itself for an hour: only a shard's refusal makes it look again."""
     databases = {name: SqlDatabase(engine) for name, engine in engines.items()}
-    shards = ShardedDatabases(engines["a"], databases, "a", refresh_seconds=refresh_seconds)
+    shards = ShardedDatabases(engines[control], databases, control, refresh_seconds=refresh_seconds)
     service = StatusService(
-        databases["a"],
+        databases[control],
         execution_tokens=ExecutionTokens(secrets.token_hex(32)),
         validator=JsonSchemaValidator(),
         shards=shards,
@@ -129,6 +134,22 @@ class Projectors:
             projector.close()
 
 
+def bucket_of_tasks(
+    service: StatusService, shards: ShardedDatabases, coordinator: ServicePrincipal, shard: str, count: int
+) -> tuple[int, list[ExecutionContext]]:
+    """``count`` tasks of one owner on ``shard`` (so one bucket), each with its step s1 running."""
+    owner = owner_on(shards, coordinator.tenant_id, shard)
+    tasks = [create(service, coordinator, owner) for _ in range(count)]
+    contexts = service.bind_executions(
+        [
+            (coordinator, c.ActivateStep(task, "s1", 1, "coordinator-1", started=c.StartedEvent(f"{task}/s", now(), 1)))
+            for task in tasks
+        ]
+    )
+    assert all(isinstance(ctx, ExecutionContext) for ctx in contexts), contexts
+    return bucket_of(coordinator.tenant_id, owner), contexts  # type: ignore[return-value]
+
+
 def engines_of(service: StatusService) -> dict[str, sa.Engine]:
     """Each shard's engine by name (the one database's, without shards)."""
     return {name: database.engine for name, database in service.ctx.shards.every()}  # type: ignore[attr-defined]
@@ -164,3 +185,78 @@ def fold_everywhere(service: StatusService) -> None:
     """Every pending workflow change folded on every shard, as each shard's observer folds its own."""
     for engine in engines_of(service).values():
         fold_all(engine)
+
+
+def retryable(exc: BaseException) -> bool:
+    """What the API answers 503 (retry with the same request): a refusal as moving, a shard unreachable."""
+    return isinstance(exc, Unavailable) or isinstance(unexpected_error(exc), Unavailable)
+
+
+class Producer:
+    """Progress events round the tasks until stopped, each retried with its eventId while refused
+    (moving) or its shard is unreachable — what a producer does with a retryable answer (503);
+    what was acknowledged, at which version."""
+
+    def __init__(
+        self, service: StatusService, caller: ServicePrincipal, contexts: list[ExecutionContext], after_seq: int = 1
+    ) -> None:
+        """``after_seq``: the sourceSeq a producer before this one reached (``seq``), to go on from."""
+        self.service, self.caller, self.contexts = service, caller, contexts
+        self.seq = after_seq
+        self.acked: dict[str, tuple[str, int]] = {}  # eventId -> (taskId, taskVersion)
+        self.refused = 0
+        self.stop = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.seq += 1
+                seq = self.seq
+                for ctx in self.contexts:
+                    event_id = f"{ctx.task_id}/progress/{seq}"
+                    while True:
+                        try:
+                            result = self.service.report_event(
+                                self.caller,
+                                event("STEP_PROGRESS", seq, event_id, execution_handle=ctx.execution_handle),
+                            )
+                        except Exception as exc:
+                            if not retryable(exc):
+                                raise
+                            self.refused += 1
+                            time.sleep(0.005)
+                            continue
+                        break
+                    assert result["accepted"] and not result["duplicate"], result
+                    self.acked[event_id] = (ctx.task_id, int(result["taskVersion"]))
+        except BaseException as exc:  # reported by the test
+            self.failure = exc
+
+    def __enter__(self) -> Producer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Until ``condition`` holds (the producer's acknowledgements reaching a count, say)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the producer stopped moving"
+        time.sleep(0.01)
+
+
+def event_log(engine: sa.Engine, tasks: list[str]) -> list[tuple[str, str, int]]:
+    """The tasks' event-log rows on one shard: (eventId, taskId, taskVersion)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(t.task_event_log.c.event_id, t.task_event_log.c.task_id, t.task_event_log.c.task_version).where(
+                t.task_event_log.c.task_id.in_(tasks)
+            )
+        ).all()
+    return [(str(e), str(task), int(v)) for e, task, v in rows]
