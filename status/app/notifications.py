@@ -12,7 +12,7 @@ from typing import Any
 
 from status.app.context import AppContext
 from status.app.cursors import decode_cursor, encode_cursor
-from status.app.ports import UnitOfWork
+from status.app.ports import Stores, UnitOfWork
 from status.app.records import NotificationRecord
 from status.domain import ids as identifiers
 from status.domain.auth import UserPrincipal
@@ -52,8 +52,7 @@ class NotificationQueries:
             with database.reading() as stores:
                 page = stores.notifications.page(user, unread_only=unread_only, before=before, limit=limit + 1)
                 rows += [r for r in page if self.ctx.shards.holds(name, identifiers.bucket_hint(r.task_id))]
-                # A count over the rows: a bucket moved and not yet released counts on both shards.
-                unread += stores.notifications.unread_count(user)
+                unread += self._unread_held(name, stores, user)
         rows.sort(key=lambda r: (r.created_at, r.notification_id), reverse=True)
         page = rows[:limit]
         next_cursor = (
@@ -66,15 +65,24 @@ class NotificationQueries:
         if ids is not None and not 0 < len(ids) <= MAX_IDS:
             raise Invalid(f"ids must hold 1–{MAX_IDS} notification ids")
         now = self.ctx.now()
-
-        def work(uow: UnitOfWork) -> int:
-            changed = uow.notifications.mark_read(user, ids, now)
-            uow.commit()
-            return changed
-
         marked = unread = 0
-        for _, database in self.ctx.shards.every():
-            marked += database.run(work)
-            with database.reading() as stores:
-                unread += stores.notifications.unread_count(user)
+        for name, database in self.ctx.shards.every():
+
+            def work(uow: UnitOfWork, shard: str = name) -> tuple[int, int]:
+                # Counted as the shard holds them (a bucket on two shards is marked on both and
+                # counted on one): what was unread before and after, in the same transaction.
+                before = self._unread_held(shard, uow, user)
+                uow.notifications.mark_read(user, ids, now)
+                after = self._unread_held(shard, uow, user)
+                uow.commit()
+                return before - after, after
+
+            done, left = database.run(work)
+            marked, unread = marked + done, unread + left
         return {"marked": marked, "unreadCount": unread}
+
+    def _unread_held(self, shard: str, stores: Stores, user: UserPrincipal) -> int:
+        """The shard's unread count of the user, over the buckets it holds: a bucket being copied,
+        or moved and not yet released, has its rows on two shards and is counted on one."""
+        counts = stores.notifications.unread_by_bucket(user)
+        return sum(count for bucket, count in counts.items() if self.ctx.shards.holds(shard, bucket))

@@ -71,6 +71,19 @@ def bucket_hint(task_id: str) -> int | None:
     return None if hint is None else hint.bucket
 
 
+# The first characters of a taskId that hold its bucket whichever rule minted it (``tsk_v1_abc_``,
+# ``tsk_v10_abc``, ``tsk_abc_`` and three of the ULID's): rows counted grouped by them are counted
+# by bucket without a row each.
+BUCKET_PREFIX_LENGTH = 11
+_PREFIX_RE = re.compile(r"^tsk_(?:v[1-9][0-9]?_)?(?P<bucket>[0-9a-f]{3})_?")
+
+
+def prefix_bucket(prefix: str) -> int | None:
+    """The bucket a taskId's first ``BUCKET_PREFIX_LENGTH`` characters carry; None when not ours."""
+    match = _PREFIX_RE.match(prefix)
+    return None if match is None else int(match["bucket"], 16)
+
+
 def new_workflow_id(bucket: int, now_ms: int) -> str:
     """A workflowId carrying the bucket of its owner, where its tasks are too (``wf_<3 hex>_<ULID>``);
     ids minted before (``wf_<ULID>``) carry none."""

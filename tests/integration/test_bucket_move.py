@@ -14,6 +14,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import create_engine
 
+from status.app import commands as c
+from status.app.routing import bucket_of
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
 from status.domain.buckets import FENCE_BOUND, BucketRoute, RouteState
 from status.domain.clock import utcnow
@@ -28,6 +30,7 @@ from tests.support.shards import (
     Producer,
     Projectors,
     bucket_of_tasks,
+    create,
     event_log,
     owner_on,
     sharded_service,
@@ -176,3 +179,41 @@ def test_a_target_that_is_down_aborts_the_move_and_the_source_keeps_writing(
     sent = event("STEP_PROGRESS", 2, execution_handle=contexts[0].execution_handle)
     assert service.report_event(coordinator, sent)["accepted"]
     assert where(engines, t.task_event_log, t.task_event_log.c.event_id, sent.event_id) == ["a"]
+
+
+def test_a_bucket_on_two_shards_counts_its_unread_notifications_once(
+    engines: dict[str, sa.Engine], coordinator: ServicePrincipal
+) -> None:
+    """While a bucket is copied (and after a move, until the old shard is released) its rows are on
+    two shards: the user's unread count is the one they had, not twice it."""
+    service, shards = sharded_service(engines)
+    owner_id = owner_on(shards, coordinator.tenant_id, "a")
+    owner = UserPrincipal(coordinator.tenant_id, owner_id)
+    error = c.StepError(category="BUSINESS", code="DOC.BROKEN", user_message="The document is broken", retryable=False)
+    for _ in range(2):
+        task_id = create(service, coordinator, owner_id)
+        failed = event("TASK_FAILED", 1, task_id=task_id, task_attempt=1, error=error)
+        assert service.report_event(coordinator, failed)["accepted"]
+    bucket = bucket_of(coordinator.tenant_id, owner_id)
+
+    def unread() -> int:
+        return int(service.my_notifications(owner, unread_only=True, cursor=None, limit=10)["unreadCount"])
+
+    assert unread() == 2
+    mover = BucketMover(engines["a"], engines)
+    mover.copy(bucket, "b")
+    with engines["b"].connect() as conn:  # the copy holds them too
+        assert (
+            conn.scalar(
+                sa.select(sa.func.count())
+                .select_from(t.user_notification)
+                .where(t.user_notification.c.user_id == owner_id)
+            )
+            == 2
+        )
+    assert unread() == 2
+    listed = service.my_notifications(owner, unread_only=True, cursor=None, limit=10)["notifications"]
+    assert len(listed) == 2  # each once
+    assert service.notifications.mark_read(owner, None) == {"marked": 2, "unreadCount": 0}
+    mover.abort(bucket)
+    assert unread() == 0

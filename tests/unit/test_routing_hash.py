@@ -51,3 +51,21 @@ def test_ids_minted_before_the_rule_was_frozen_still_resolve() -> None:
 
 def test_ulids_sort_by_time() -> None:
     assert ids.ulid(1, b"\x00" * 10) < ids.ulid(2, b"\x00" * 10)
+
+
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        ids.new_task_id("v1", 0, 1_700_000_000_000),
+        ids.new_task_id("v1", 0xABC, 1_700_000_000_000),
+        ids.new_task_id("v12", 0xFFF, 1_700_000_000_000),  # a later rule's two-digit version
+        "tsk_07f_01HZX3Q4J5K6M7N8P9Q0R1S2T3",  # minted before the rule carried its version
+    ],
+)
+def test_a_task_ids_first_characters_name_its_bucket(task_id: str) -> None:
+    """What a count grouped by the ids' first characters is grouped by: the bucket, for every shape."""
+    assert ids.prefix_bucket(task_id[: ids.BUCKET_PREFIX_LENGTH]) == ids.bucket_hint(task_id) is not None
+
+
+def test_an_id_that_is_not_a_task_id_names_no_bucket() -> None:
+    assert ids.prefix_bucket("wf_abc_01HZX") is None and ids.prefix_bucket("") is None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from status.domain import ids
 from status.domain.auth import UserPrincipal
 from status.infra import tables as t
 from status.infra.stores import sql
@@ -46,12 +48,15 @@ class SqlNotificationStore:
         query = query.order_by(n.c.created_at.desc(), n.c.notification_id.desc()).limit(limit)
         return list(self._conn.execute(query).all())
 
-    def unread_count(self, user: UserPrincipal) -> int:
-        return int(
-            self._conn.execute(
-                sa.select(sa.func.count()).select_from(n).where(_mine(user), n.c.read_at.is_(None))
-            ).scalar_one()
-        )
+    def unread_by_bucket(self, user: UserPrincipal) -> dict[int | None, int]:
+        prefix = sa.func.substr(n.c.task_id, 1, ids.BUCKET_PREFIX_LENGTH)
+        rows = self._conn.execute(
+            sa.select(prefix, sa.func.count()).where(_mine(user), n.c.read_at.is_(None)).group_by(prefix)
+        ).all()
+        counts: Counter[int | None] = Counter()
+        for head, count in rows:
+            counts[ids.prefix_bucket(str(head))] += int(count)
+        return dict(counts)
 
     def mark_read(self, user: UserPrincipal, ids: Sequence[str] | None, now: datetime) -> int:
         where = [n.c.tenant_id == user.tenant_id, n.c.user_id == user.user_id, n.c.read_at.is_(None)]
