@@ -80,7 +80,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _move(args: argparse.Namespace) -> int:
+    import time
+
+    import sqlalchemy as sa
+
     from status.infra.bucket_move import MoveFailed
+    from status.infra.shards import MAP_REFRESH_SECONDS
 
     mover, names = _mover()
     if args.target not in names:
@@ -89,6 +94,23 @@ def _move(args: argparse.Namespace) -> int:
         report = mover.move(args.bucket, args.target)
     except MoveFailed as exc:
         return _refused(f"the move was aborted; {exc}")
+    released = None
+    release_after = args.release_after
+    if release_after is None:
+        release_after = Settings.from_env().request_deadline_seconds + MAP_REFRESH_SECONDS
+    if release_after >= 0:
+        # Until its rows leave the shard it left, the bucket is on two shards (and what counts rows
+        # there counts it twice). Not at once: a read that began before the switch may still be
+        # reading them, and a process may hold the old map until it re-reads it.
+        time.sleep(release_after)
+        try:
+            released = mover.release(report.bucket, report.source)
+        except (MoveFailed, sa.exc.DBAPIError) as exc:
+            print(
+                f"task-observer: moved, but its rows stay on {report.source} ({exc}); run"
+                f" `task-observer shards release {report.bucket} {report.source}`",
+                file=sys.stderr,
+            )
     print(
         json.dumps(
             {
@@ -98,6 +120,7 @@ def _move(args: argparse.Namespace) -> int:
                 "epoch": report.epoch,
                 "tasks": report.tasks,
                 "fencedMs": round(1000 * report.fenced_seconds),
+                "tasksReleased": released,
             }
         )
     )
@@ -157,6 +180,13 @@ def add_shard_actions(shards: argparse.ArgumentParser) -> None:
     )
     move.add_argument("bucket", type=_bucket, help="the bucket (0–4095; 0x… for hexadecimal, as in ids)")
     move.add_argument("target", help="the shard to move it to")
+    move.add_argument(
+        "--release-after",
+        type=float,
+        metavar="SECONDS",
+        help="then delete its rows from the shard it left after this long (default: REQUEST_DEADLINE_SECONDS"
+        " and the map's refresh, 20 s as shipped); negative: keep them for `shards release`",
+    )
     move.set_defaults(handler=_move)
     release = actions.add_parser("release", help="delete a moved bucket's rows from the shard it left")
     release.add_argument("bucket", type=_bucket, help="the bucket")

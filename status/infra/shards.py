@@ -140,6 +140,11 @@ def initial_routes(shards: Sequence[str]) -> list[BucketRoute]:
     return [BucketRoute(b, 1, shards[b * len(shards) // BUCKET_COUNT]) for b in range(BUCKET_COUNT)]
 
 
+# How old a process's map may be: it is read again at most this long after it was read (sooner
+# when a shard refuses a write or a read by it).
+MAP_REFRESH_SECONDS = 5.0
+
+
 def install_map(control: sa.Engine, shards: Mapping[str, sa.Engine], now: datetime) -> BucketMap:
     """A first map over ``shards`` (in the order given): the routes in the control store and, on
     each shard, its buckets' fences writable at epoch 1. Refused when a map exists: a map changes
@@ -165,7 +170,7 @@ class ShardedDatabases:
         databases: Mapping[str, SqlDatabase],
         home: str,
         *,
-        refresh_seconds: float = 5.0,
+        refresh_seconds: float = MAP_REFRESH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._control = control

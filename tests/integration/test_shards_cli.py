@@ -82,10 +82,11 @@ def test_a_sharded_install_from_settings_and_the_command_line(
     bucket = bucket_of(coordinator.tenant_id, owner)
     relays = [RelayPump(engine, centrifugo.api_url, centrifugo.api_key) for engine in engines.values()]
     with Projectors(engines), relays[0], relays[1], relays[2]:  # each shard's observer: the move waits for them
-        code, out, _ = _run(capsys, "shards", "move", hex(bucket), "west")
+        code, out, _ = _run(capsys, "shards", "move", hex(bucket), "west", "--release-after", "-1")
     assert code == 0, out
     moved = json.loads(out)
-    assert (moved["from"], moved["to"], moved["tasks"]) == ("east", "west", 1)
+    assert (moved["from"], moved["to"], moved["tasks"], moved["tasksReleased"]) == ("east", "west", 1, None)
+    assert where(engines, t.task, t.task.c.id, task_id) == ["east", "west"]  # kept, as asked
     code, out, _ = _run(capsys, "shards", "show", str(bucket))
     assert json.loads(out) == {"bucket": bucket, "shard": "west", "epoch": 2, "state": "ACTIVE", "target": None}
     code, _, err = _run(capsys, "shards", "release", str(bucket), "west")
@@ -95,6 +96,12 @@ def test_a_sharded_install_from_settings_and_the_command_line(
     assert where(engines, t.task, t.task.c.id, task_id) == ["west"]
     snapshot = service.snapshot(task_id)  # the process's map is re-read when a shard refuses or says so
     assert snapshot is not None and snapshot["taskId"] == task_id
+    # Moved back, the shard it left is released by the move itself once its wait is over.
+    relays = [RelayPump(engine, centrifugo.api_url, centrifugo.api_key) for engine in engines.values()]
+    with Projectors(engines), relays[0], relays[1], relays[2]:
+        code, out, _ = _run(capsys, "shards", "move", str(bucket), "east", "--release-after", "0")
+    assert code == 0 and json.loads(out)["tasksReleased"] == 1, out
+    assert where(engines, t.task, t.task.c.id, task_id) == ["east"]
     code, _, err = _run(capsys, "shards", "abort", str(bucket))
     assert code == 1 and "not moving" in err
     with pytest.raises(SystemExit) as usage:
