@@ -8,6 +8,7 @@ The service reads an ``Event`` or ``Heartbeat`` message straight into its comman
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format
@@ -120,7 +121,7 @@ def heartbeat_from_json(body: dict[str, Any]) -> pb.Heartbeat:
     return msg
 
 
-def heartbeat_result_to_proto(result: dict[str, Any]) -> pb.HeartbeatResult:
+def heartbeat_result_to_proto(result: Mapping[str, Any]) -> pb.HeartbeatResult:
     msg = pb.HeartbeatResult(
         execution_id=result.get("executionId") or "",
         accepted=bool(result.get("accepted")),

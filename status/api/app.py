@@ -61,6 +61,7 @@ from status.api.responses import JSONResponse
 from status.api.stream import StreamEndpoints
 from status.api.telemetry import TelemetryEndpoints
 from status.app import commands as c
+from status.app.health import BeatsAnswer
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import Components
 from status.domain.auth import ServicePrincipal, UserPrincipal
@@ -175,8 +176,8 @@ class Api:
         body = await self.gate.parse(request, HeartbeatBatchIn)
         return JSONResponse(await self.record_heartbeats(caller, [h.command() for h in body.heartbeats]))
 
-    async def record_heartbeats(self, caller: ServicePrincipal, beats: list[c.Heartbeat]) -> dict[str, Any]:
-        result: dict[str, Any] = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
+    async def record_heartbeats(self, caller: ServicePrincipal, beats: list[c.Heartbeat]) -> BeatsAnswer:
+        result = await run_in_threadpool(self.service.record_heartbeats, caller, beats)
         self.changes.heartbeats(result["results"], "http")
         return result
 

@@ -14,6 +14,7 @@ from status import logs
 from status.api import metrics
 from status.app import commands as c
 from status.app.group_commit import GroupCommitter
+from status.app.health import BeatAnswer
 from status.app.service import EventCaller, StatusService
 from status.domain.auth import ExecutionClaims
 from status.domain.errors import DomainError
@@ -100,7 +101,7 @@ class ChangeLog:
         metrics.INGEST_SECONDS.labels(transport=transport, shape=shape).observe(time.perf_counter() - started)
 
     @staticmethod
-    def heartbeats(results: Sequence[dict[str, Any]], transport: str) -> None:
+    def heartbeats(results: Sequence[BeatAnswer], transport: str) -> None:
         accepted = sum(1 for r in results if r["accepted"])
         if accepted:
             metrics.HEARTBEATS.labels(result="accepted", transport=transport).inc(accepted)

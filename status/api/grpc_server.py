@@ -25,6 +25,7 @@ from status.api.deadline import MESSAGE as DEADLINE_MESSAGE
 from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
 from status.api.gate import Gate, heartbeat_caller
 from status.app.group_commit import GroupCommitter
+from status.app.health import BeatsAnswer
 from status.app.service import EventCaller
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import (
@@ -243,10 +244,10 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             token, _ = self._ref(bound, request.heartbeat.ref)
             observed = request.heartbeat.observed_at if request.heartbeat.HasField("observed_at") else None
             beat = proto_commands.heartbeat(request.heartbeat.heartbeat_seq, observed, execution_token=token)
-            result = await run_in_threadpool(self.service.record_heartbeats, principal, [beat])
-            self.changes.heartbeats(result["results"], "grpc")
+            beaten = await run_in_threadpool(self.service.record_heartbeats, principal, [beat])
+            self.changes.heartbeats(beaten["results"], "grpc")
             return pb.StreamResponse(
-                request_id=request.request_id, heartbeat=convert.heartbeat_result_to_proto(result["results"][0])
+                request_id=request.request_id, heartbeat=convert.heartbeat_result_to_proto(beaten["results"][0])
             )
         raise Invalid("a stream request carries bind, event or heartbeat")
 
@@ -260,7 +261,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         return found
 
 
-def _heartbeat_reply(result: dict[str, Any]) -> pb.HeartbeatBatchResult:
+def _heartbeat_reply(result: BeatsAnswer) -> pb.HeartbeatBatchResult:
     return pb.HeartbeatBatchResult(
         results=[convert.heartbeat_result_to_proto(r) for r in result["results"]],
         received_at=result["receivedAt"],

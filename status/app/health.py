@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from status import logs
 from status.app import commands as c
@@ -53,12 +53,31 @@ class Credential:
     claims: ExecutionClaims | None = None
 
 
+class BeatAnswer(TypedDict):
+    """A heartbeat's answer as the API sends it; a renewed credential says until when (and, for a
+    token, the new one)."""
+
+    executionId: str | None
+    accepted: bool
+    health: str | None
+    reason: str | None
+    expiresAt: NotRequired[str]
+    executionToken: NotRequired[str]
+
+
+class BeatsAnswer(TypedDict):
+    """A batch of heartbeats' answers, in the order sent."""
+
+    results: list[BeatAnswer]
+    receivedAt: str
+
+
 class HealthCommands:
     def __init__(self, ctx: AppContext, events: EventCommands) -> None:
         self.ctx = ctx
         self.events = events
 
-    def record_heartbeats(self, caller: ServicePrincipal, items: Sequence[c.Heartbeat]) -> dict[str, Any]:
+    def record_heartbeats(self, caller: ServicePrincipal, items: Sequence[c.Heartbeat]) -> BeatsAnswer:
         """design D8.6: plain heartbeats touch only last_heartbeat_*; no version, event or message.
 
         The usual batch — one beat per execution, each handle known to this process, every
@@ -72,14 +91,11 @@ class HealthCommands:
             self.ctx.shards,
             buckets,
             lambda group: self._record_on(group, caller, [items[i] for i in group.indexes], now),
-            lambda i: {
-                "executionId": items[i].execution_id,
-                "accepted": False,
-                "health": None,
-                "reason": "UNAVAILABLE",
-            },
+            lambda i: _refused(items[i].execution_id, ErrorCode.UNAVAILABLE),
         )
-        return {"results": results, "receivedAt": iso(now)}
+        answers = [answer for answer in results if answer is not None]
+        assert len(answers) == len(items), "every beat of a batch is answered"
+        return {"results": answers, "receivedAt": iso(now)}
 
     def _beat_bucket(self, hb: c.Heartbeat, now: datetime) -> int | None:
         """The bucket a beat's credential names (a routing hint: the shard it leads to decides)."""
@@ -94,9 +110,9 @@ class HealthCommands:
 
     def _record_on(  # noqa: C901
         self, group: ShardGroup, caller: ServicePrincipal, items: Sequence[c.Heartbeat], now: datetime
-    ) -> list[dict[str, Any] | None]:
+    ) -> list[BeatAnswer | None]:
         """One shard's beats of a batch, their results in order."""
-        results: list[dict[str, Any] | None] = [None] * len(items)
+        results: list[BeatAnswer | None] = [None] * len(items)
         recover: list[tuple[int, str, str, int, str]] = []
         credentials: dict[int, Credential] = {}
 
@@ -151,7 +167,7 @@ class HealthCommands:
         elsewhere = [
             key[3]
             for index, key in resolved.items()
-            if items[index].completes_elsewhere and (results[index] or {}).get("accepted")
+            if items[index].completes_elsewhere and (answer := results[index]) is not None and answer["accepted"]
         ]
         if elsewhere:
 
@@ -166,7 +182,7 @@ class HealthCommands:
     def _renew(
         self,
         group: ShardGroup,
-        results: list[dict[str, Any] | None],
+        results: list[BeatAnswer | None],
         credentials: Mapping[int, Credential],
         now: datetime,
     ) -> None:
@@ -176,7 +192,8 @@ class HealthCommands:
         due = {
             index: until
             for index, credential in credentials.items()
-            if (results[index] or {}).get("accepted")
+            if (answer := results[index]) is not None
+            and answer["accepted"]
             and (until := renewed_expiry(credential.expires_at, now, self.ctx.token_ttl)) is not None
         }
         if not due:
@@ -192,11 +209,12 @@ class HealthCommands:
             self.ctx.shards.run(group, extend)
             self.ctx.handles.extend(hashes, until)
         for index in due:
-            renewed = {**(results[index] or {}), "expiresAt": iso(until)}
+            renewed = results[index]
+            assert renewed is not None  # only accepted beats are due
+            renewed["expiresAt"] = iso(until)
             claims = credentials[index].claims
             if claims is not None:
                 renewed["executionToken"] = self.ctx.tokens.issue(replace(claims, expires_at=until))
-            results[index] = renewed
 
     def _known(
         self, caller: ServicePrincipal, items: Sequence[c.Heartbeat], now: datetime, credentials: dict[int, Credential]
@@ -233,7 +251,7 @@ class HealthCommands:
         caller: ServicePrincipal,
         items: Sequence[c.Heartbeat],
         now: datetime,
-        results: list[dict[str, Any] | None],
+        results: list[BeatAnswer | None],
         credentials: dict[int, Credential],
     ) -> dict[int, tuple[str, str, int, str]]:
         resolved: dict[int, tuple[str, str, int, str]] = {}
@@ -242,7 +260,7 @@ class HealthCommands:
         for index, hb in enumerate(items):
 
             def reject(code: ErrorCode, execution_id: str | None = hb.execution_id, _i: int = index) -> None:
-                results[_i] = {"executionId": execution_id, "accepted": False, "health": None, "reason": code.value}
+                results[_i] = _refused(execution_id, code)
 
             if hb.heartbeat_seq < 1:
                 reject(ErrorCode.VALIDATION_FAILED)
@@ -302,13 +320,13 @@ class HealthCommands:
         )
         for index, key in list(resolved.items()):
             if key[0] not in mine:
-                results[index] = {"executionId": key[3], "accepted": False, "health": None, "reason": "UNKNOWN_TASK"}
+                results[index] = _refused(key[3], ErrorCode.UNKNOWN_TASK)
                 del resolved[index]
         return resolved
 
     def _recover_health(
         self, task_id: str, step_id: str, attempt: int, execution_id: str, hb: c.Heartbeat, caller: ServicePrincipal
-    ) -> dict[str, Any]:
+    ) -> BeatAnswer:
         cmd = c.ReportEvent(
             event_id=f"health:{execution_id}:hb:{hb.heartbeat_seq}",
             event_type=EventType.STEP_HEALTH_CHANGED.value,
@@ -328,7 +346,7 @@ class HealthCommands:
             self.events.report_event(health_caller, cmd)
         except DomainError as err:
             if err.code is not ErrorCode.INVALID_TRANSITION:  # someone else recovered it first
-                return {"executionId": execution_id, "accepted": False, "health": None, "reason": err.code.value}
+                return _refused(execution_id, err.code)
 
         # The heartbeat itself now lands on the light path.
         def work(uow: UnitOfWork) -> None:
@@ -336,7 +354,7 @@ class HealthCommands:
             uow.commit()
 
         run_for(self.ctx.shards, ids.bucket_hint(task_id), work)
-        return {"executionId": execution_id, "accepted": True, "health": "HEALTHY", "reason": "RECOVERED"}
+        return {"executionId": execution_id, "accepted": True, "health": Health.HEALTHY.value, "reason": "RECOVERED"}
 
     def _end_from_temporal(
         self,
@@ -538,11 +556,11 @@ class HealthCommands:
         return results
 
 
-def _accepted(execution_id: str) -> dict[str, Any]:
+def _accepted(execution_id: str) -> BeatAnswer:
     return {"executionId": execution_id, "accepted": True, "health": Health.HEALTHY.value, "reason": None}
 
 
-def _answer(execution_id: str, verdict: BeatVerdict) -> dict[str, Any] | None:
+def _answer(execution_id: str, verdict: BeatVerdict) -> BeatAnswer | None:
     """A heartbeat's answer as the API sends it (None: decided by the event path, later)."""
     if verdict.outcome is BeatOutcome.RECOVER:
         return None
@@ -553,5 +571,5 @@ def _answer(execution_id: str, verdict: BeatVerdict) -> dict[str, Any] | None:
     return {"executionId": execution_id, "accepted": accepted, "health": verdict.health, "reason": reason}
 
 
-def _refused(execution_id: str | None, code: ErrorCode) -> dict[str, Any]:
+def _refused(execution_id: str | None, code: ErrorCode) -> BeatAnswer:
     return {"executionId": execution_id, "accepted": False, "health": None, "reason": code.value}
