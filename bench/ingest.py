@@ -33,6 +33,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -258,9 +259,13 @@ class Api:
             str(grpc_port),
         ]
         self.grpc_target = f"127.0.0.1:{grpc_port}"
-        self.proc = subprocess.Popen(
-            [*command, "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        # Its log kept until it stops: what it said about a failure is printed with the bench's.
+        handle, name = tempfile.mkstemp(prefix="ingest-api-", suffix=".log")
+        self.log = Path(name)
+        with os.fdopen(handle, "wb") as log:
+            self.proc = subprocess.Popen(
+                [*command, "--workers", str(workers)], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
         self.base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -276,9 +281,16 @@ class Api:
         """User+system CPU of the API process and its workers so far."""
         return process_tree_cpu(self.proc.pid)
 
+    def errors(self, most: int = 10) -> str:
+        """The last lines of its log at level error or above (a 500's traceback is among them)."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        serious = [line for line in lines if '"level": "error"' in line or '"level": "critical"' in line]
+        return "\n".join(serious[-most:])
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+        self.log.unlink(missing_ok=True)
 
 
 class Load:
@@ -679,6 +691,9 @@ def main() -> None:
                 f" {beats['ceiling_per_s']:.0f} beats/s on the same rows; {beats['cpu_ms_per_event'] * 1000:.1f} µs"
                 " API CPU per beat"
             )
+        except Exception:
+            print(f"the API's errors:\n{api.errors() or '(none logged)'}", file=sys.stderr)
+            raise
         finally:
             api.stop()
     finally:
