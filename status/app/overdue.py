@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from status.app.context import AppContext, operation, require
 from status.app.ports import RunningAttempt, Stores
@@ -24,18 +24,38 @@ DEFAULT_MAX_RUNTIME = timedelta(hours=24)
 SHORTEST_LIMIT = timedelta(seconds=1)
 
 
+class OverdueReason(TypedDict):
+    """Why a task is overdue: an attempt past its operation's limit, or the task past the default."""
+
+    reason: str  # STEP_OVER_MAX_RUNTIME | TASK_OVER_DEFAULT
+    limitSeconds: int
+    stepId: NotRequired[str]
+    operationCode: NotRequired[str]
+
+
+class OverdueTask(OverdueReason):
+    """One row of the overdue list, as the API, the command line and the gauge see it."""
+
+    taskId: str
+    tenantId: str
+    title: str
+    health: str
+    startedAt: str | None
+    runningForSeconds: int
+
+
 @dataclass
 class OverdueQueries:
     ctx: AppContext
     default_max_runtime: timedelta = DEFAULT_MAX_RUNTIME
 
-    def overdue(self, caller: ServicePrincipal | None, *, limit: int = 100) -> list[dict[str, Any]]:
+    def overdue(self, caller: ServicePrincipal | None, *, limit: int = 100) -> list[OverdueTask]:
         """Overdue tasks, oldest first; ``caller`` None is the operator's command line (all tenants)."""
         if caller is not None:
             require(caller, Role.ADMIN)
         now = self.ctx.now()
         scope = (caller.tenant_id, caller.authority_scope) if caller is not None else None
-        found: list[dict[str, Any]] = []
+        found: list[OverdueTask] = []
         for name, database in self.ctx.shards.every():  # each shard's oldest, merged
             with database.reading() as stores:
                 found += [
@@ -48,8 +68,8 @@ class OverdueQueries:
 
     def _overdue_on(
         self, stores: Stores, scope: tuple[str, str] | None, now: datetime, limit: int
-    ) -> list[dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
+    ) -> list[OverdueTask]:
+        found: dict[str, OverdueTask] = {}
         for row in stores.overdue.running_since(now - SHORTEST_LIMIT, limit=max(1, limit) * 50, tenant_scope=scope):
             reason = self._overdue_reason(stores, row, now)
             if reason is None or row.task_id in found:
@@ -67,7 +87,7 @@ class OverdueQueries:
                 break
         return list(found.values())
 
-    def _overdue_reason(self, stores: Stores, row: RunningAttempt, now: datetime) -> dict[str, Any] | None:
+    def _overdue_reason(self, stores: Stores, row: RunningAttempt, now: datetime) -> OverdueReason | None:
         if row.step_id is not None and row.step_started_at is not None and row.operation_code is not None:
             try:
                 defs = self.ctx.definitions_for(stores, row.tenant_id, row.authority_scope)
