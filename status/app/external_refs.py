@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
 from status.app.context import AppContext, require
 from status.app.ports import Stores, UnitOfWork
@@ -26,6 +26,29 @@ from status.domain.projections import iso
 REF_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 MAX_REF_VALUE = 255
 MAX_REFS_PER_REQUEST = 20
+
+
+class RefAttached(TypedDict):
+    refType: str
+    refValue: str
+    created: bool  # False: the reference was the task's already
+
+
+class RefsAttached(TypedDict):
+    taskId: str
+    externalRefs: list[RefAttached]
+
+
+class RefFound(TypedDict):
+    """The task a reference maps to, as the internal API answers a lookup."""
+
+    taskId: str
+    workflowId: str
+    taskVersion: str
+    authorityScope: str
+    refType: str
+    refValue: str
+    attachedAt: str
 
 
 def check_refs(refs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -42,9 +65,9 @@ def check_refs(refs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def attach_in(
     stores: Stores, tenant_id: str, scope: str, task_id: str, refs: Sequence[tuple[str, str]], now: datetime
-) -> list[dict[str, Any]]:
+) -> list[RefAttached]:
     """Attach references inside the caller's transaction (task creation or ``attach``)."""
-    results = []
+    results: list[RefAttached] = []
     for ref_type, ref_value in refs:
         owner = stores.external_refs.lock_owner(tenant_id, scope, ref_type, ref_value)
         if owner is not None and owner != task_id:
@@ -60,14 +83,14 @@ class ExternalRefCommands:
         self.ctx = ctx
         self.queries = queries
 
-    def attach(self, caller: ServicePrincipal, task_id: str, refs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    def attach(self, caller: ServicePrincipal, task_id: str, refs: Sequence[tuple[str, str]]) -> RefsAttached:
         """Attach references to an existing task of the caller's tenant and scope (idempotent)."""
         require(caller, Role.COORDINATOR)
         wanted = check_refs(refs)
         if not wanted:
             raise Invalid("externalRefs must not be empty")
 
-        def work(uow: UnitOfWork) -> dict[str, Any]:
+        def work(uow: UnitOfWork) -> RefsAttached:
             # The task row first (the fixed lock order: task, then what hangs off it).
             row = uow.tasks.lock_tenancy(task_id)
             if row is None or (row[0], row[1]) != (caller.tenant_id, caller.authority_scope):
@@ -76,10 +99,9 @@ class ExternalRefCommands:
             uow.commit()
             return {"taskId": task_id, "externalRefs": results}
 
-        result: dict[str, Any] = run_for(self.ctx.shards, ids.bucket_hint(task_id), work, unique=True)
-        return result
+        return run_for(self.ctx.shards, ids.bucket_hint(task_id), work, unique=True)
 
-    def lookup(self, caller: ServicePrincipal, ref_type: str, ref_value: str) -> dict[str, Any]:
+    def lookup(self, caller: ServicePrincipal, ref_type: str, ref_value: str) -> RefFound:
         """The task a reference maps to, in the caller's tenant and scope (internal API)."""
         require(caller, Role.COORDINATOR)
         check_refs([(ref_type, ref_value)])
