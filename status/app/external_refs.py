@@ -20,7 +20,8 @@ from status.app.queries import Queries
 from status.app.shards import run_for
 from status.domain import ids, shapes
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
-from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
+from status.domain.buckets import RefClaim, ref_claim
+from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound, Unavailable
 from status.domain.projections import iso
 
 REF_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -78,6 +79,46 @@ def attach_in(
     return results
 
 
+def claim_refs(ctx: AppContext, tenant_id: str, scope: str, refs: Sequence[tuple[str, str]], bucket: int) -> None:
+    """With shards: each reference claimed for ``bucket`` in the control store before its tasks'
+    shard attaches it (``status.domain.buckets.ref_claim``); a reference another bucket's task
+    holds is a conflict, one claimed moments ago by another bucket is in doubt (retry later). On
+    one database its key alone keeps a reference unique."""
+    if not refs or len(ctx.shards.every()) < 2:
+        return
+    for ref_type, ref_value in refs:
+        _claim(ctx, (tenant_id, scope, ref_type, ref_value), bucket)
+
+
+def _claim(ctx: AppContext, ref: tuple[str, str, str, str], bucket: int) -> None:
+    tenant_id, scope, ref_type, ref_value = ref
+    for _ in range(3):  # a claim taken over meanwhile is judged again
+        claimed = ctx.db.run(lambda uow: uow.external_refs.lock_claim(*ref))
+        held_there = False
+        if claimed is not None and claimed[0] != bucket:
+            with ctx.shards.reading(claimed[0]) as stores:
+                row = stores.external_refs.find(*ref)
+            held_there = row is not None and ids.bucket_hint(row.task_id) == claimed[0]
+        decision = ref_claim(claimed, bucket, held_there, ctx.now())
+        if decision is RefClaim.HELD:
+            return
+        if decision is RefClaim.CONFLICT:
+            raise Conflict(f"{ref_type} {ref_value!r} already refers to another task", ErrorCode.EXTERNAL_REF_CONFLICT)
+        if decision is RefClaim.IN_DOUBT:
+            break
+
+        def take(uow: UnitOfWork, seen: tuple[int, datetime] | None = claimed) -> bool:
+            if uow.external_refs.lock_claim(*ref) != seen:
+                return False  # claimed or taken over meanwhile
+            uow.external_refs.save_claim(*ref, bucket, ctx.now(), new=seen is None)
+            uow.commit()
+            return True
+
+        if ctx.db.run_unique(take):
+            return
+    raise Unavailable(f"{ref_type} {ref_value!r} is being attached to another task; retry")
+
+
 class ExternalRefCommands:
     def __init__(self, ctx: AppContext, queries: Queries) -> None:
         self.ctx = ctx
@@ -90,6 +131,10 @@ class ExternalRefCommands:
         if not wanted:
             raise Invalid("externalRefs must not be empty")
 
+        bucket = ids.bucket_hint(task_id)
+        if bucket is not None:
+            claim_refs(self.ctx, caller.tenant_id, caller.authority_scope, wanted, bucket)
+
         def work(uow: UnitOfWork) -> RefsAttached:
             # The task row first (the fixed lock order: task, then what hangs off it).
             row = uow.tasks.lock_tenancy(task_id)
@@ -99,7 +144,7 @@ class ExternalRefCommands:
             uow.commit()
             return {"taskId": task_id, "externalRefs": results}
 
-        return run_for(self.ctx.shards, ids.bucket_hint(task_id), work, unique=True)
+        return run_for(self.ctx.shards, bucket, work, unique=True)
 
     def lookup(self, caller: ServicePrincipal, ref_type: str, ref_value: str) -> RefFound:
         """The task a reference maps to, in the caller's tenant and scope (internal API)."""

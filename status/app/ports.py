@@ -156,6 +156,13 @@ class ExternalRefStore(Protocol):
     def insert(
         self, tenant_id: str, scope: str, ref_type: str, ref_value: str, task_id: str, now: datetime
     ) -> None: ...
+    def lock_claim(self, tenant_id: str, scope: str, ref_type: str, ref_value: str) -> tuple[int, datetime] | None:
+        """With shards (control store): the bucket a reference is claimed for and since when, locked."""
+        ...
+
+    def save_claim(
+        self, tenant_id: str, scope: str, ref_type: str, ref_value: str, bucket: int, now: datetime, *, new: bool
+    ) -> None: ...
     def find(self, tenant_id: str, scope: str, ref_type: str, ref_value: str) -> Any:
         """(task_id, created_at, workflow_id, version) of the task a reference names, or None."""
         ...

@@ -10,7 +10,7 @@ from status.app import commands as c
 from status.app import outbox, routing
 from status.app.change import Change, write_change
 from status.app.context import AppContext, check_title, content_hash, lock_task_for, operation, require
-from status.app.external_refs import attach_in, check_refs
+from status.app.external_refs import attach_in, check_refs, claim_refs
 from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.shards import run_for
@@ -48,6 +48,8 @@ class WorkflowCommands:
         )
 
         bucket = routing.bucket_of(caller.tenant_id, cmd.owner_id)
+        refs = [ref for new_task in cmd.initial_tasks for ref in check_refs(new_task.external_refs)]
+        claim_refs(self.ctx, caller.tenant_id, caller.authority_scope, refs, bucket)
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
             now = self.ctx.now()
@@ -117,6 +119,9 @@ class WorkflowCommands:
     def add_task(self, caller: ServicePrincipal, workflow_id: str, new_task: c.NewTask) -> dict[str, Any]:
         """Add a task to a workflow idempotently by ``clientTaskKey``."""
         require(caller, Role.COORDINATOR)
+        bucket = ids.workflow_bucket(workflow_id)
+        if bucket is not None:  # a workflow minted before ids carried a bucket is on the home database
+            claim_refs(self.ctx, caller.tenant_id, caller.authority_scope, check_refs(new_task.external_refs), bucket)
 
         def work(uow: UnitOfWork) -> dict[str, Any]:
             found = uow.workflows.lock(workflow_id)
@@ -140,7 +145,7 @@ class WorkflowCommands:
             uow.commit()
             return {**result, "workflowId": workflow.workflow_id, "workflowVersion": str(workflow.version)}
 
-        result: dict[str, Any] = run_for(self.ctx.shards, ids.workflow_bucket(workflow_id), work, unique=True)
+        result: dict[str, Any] = run_for(self.ctx.shards, bucket, work, unique=True)
         return result
 
     def _add_task(

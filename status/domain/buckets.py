@@ -203,3 +203,35 @@ def fence_refusals(fences: Mapping[int, Fence], routed: Mapping[int, int]) -> di
         elif fence is None or fence.epoch < epoch or not fence.writable:
             refused[bucket] = Fenced(FENCE_BOUND)
     return refused
+
+
+# A reference claimed for a bucket whose task never held it (its creation failed, or the task was
+# purged) is taken over by another bucket only after this long: a claim younger than it may belong
+# to a creation still committing on its shard (a request that missed its deadline may still commit).
+CLAIM_IN_DOUBT = timedelta(minutes=5)
+
+
+class RefClaim(StrEnum):
+    """What a shard-spanning reference claim decides (``ref_claim``)."""
+
+    CLAIM = "CLAIM"  # no claim yet, or a stale one: the claim becomes this bucket's
+    HELD = "HELD"  # the claim is this bucket's: its shard's own key decides between its tasks
+    CONFLICT = "CONFLICT"  # another bucket's task holds the reference
+    IN_DOUBT = "IN_DOUBT"  # another bucket claimed it moments ago and holds it not yet: retry later
+
+
+def ref_claim(claimed: tuple[int, datetime] | None, bucket: int, held_there: bool, now: datetime) -> RefClaim:
+    """Whether ``bucket`` may attach an external reference whose claim (the bucket and when it was
+    claimed) is ``claimed``; ``held_there``: a task of the claiming bucket holds it.
+
+    The trap: a reference is unique per tenant and scope, but each shard's key sees only its own
+    tasks — two tasks on two shards could each hold it. So a reference is first claimed for a
+    bucket in the control store; the tasks of that bucket settle it on their shard as before."""
+    if claimed is None:
+        return RefClaim.CLAIM
+    owner, since = claimed
+    if owner == bucket:
+        return RefClaim.HELD
+    if held_there:
+        return RefClaim.CONFLICT
+    return RefClaim.CLAIM if now - since > CLAIM_IN_DOUBT else RefClaim.IN_DOUBT

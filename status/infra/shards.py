@@ -158,7 +158,19 @@ def install_map(control: sa.Engine, shards: Mapping[str, sa.Engine], now: dateti
             with engine.begin() as shard:
                 save_fences(shard, [Fence(r.bucket, r.epoch, True) for r in routes if r.shard == name], now)
         version = save_routes(conn, routes, now)
+        claim_existing_refs(conn)
     return BucketMap(version, tuple(routes))
+
+
+def claim_existing_refs(control: sa.Connection) -> int:
+    """The external references attached before the map (on the control store's database, the one
+    database until then), each claimed for its task's bucket: from now on a reference is unique
+    across shards by its claim (``status.app.external_refs.claim_refs``)."""
+    ref, claim = t.task_external_ref, t.external_ref_claim
+    key = (ref.c.tenant_id, ref.c.authority_scope, ref.c.ref_type, ref.c.ref_hash)
+    attached = sa.select(*key, t.task.c.bucket_id, ref.c.created_at).join(t.task, t.task.c.id == ref.c.task_id)
+    columns = ["tenant_id", "authority_scope", "ref_type", "ref_hash", "bucket_id", "claimed_at"]
+    return int(control.execute(sa.insert(claim).from_select(columns, attached)).rowcount or 0)
 
 
 class ShardedDatabases:

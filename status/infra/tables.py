@@ -423,6 +423,20 @@ task_external_ref = sa.Table(
     **MYSQL_TABLE_ARGS,
 )
 
+external_ref_claim = sa.Table(
+    "external_ref_claim",
+    metadata,
+    # With shards, the bucket an external reference was claimed for (in the control store): a
+    # reference is unique per tenant and scope across shards, not only within one.
+    sa.Column("tenant_id", sa.String(64), primary_key=True),
+    sa.Column("authority_scope", sa.String(64), primary_key=True),
+    sa.Column("ref_type", sa.String(64), primary_key=True),
+    sa.Column("ref_hash", sa.String(64), primary_key=True),
+    sa.Column("bucket_id", sa.SmallInteger, nullable=False),
+    sa.Column("claimed_at", Timestamp, nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
 task_correction = sa.Table(
     "task_correction",
     metadata,

@@ -5,8 +5,10 @@ hold writable, even from a process whose map is old, and that process finds the 
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Iterator
+from unittest.mock import ANY
 
 import pytest
 import sqlalchemy as sa
@@ -14,11 +16,18 @@ import sqlalchemy as sa
 from status.app import commands as c
 from status.app.routing import bucket_of
 from status.app.service import StatusService
+from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal, UserPrincipal
-from status.domain.buckets import BucketRoute, Fence
-from status.domain.errors import ErrorCode, Unavailable
+from status.domain.buckets import CLAIM_IN_DOUBT, BucketRoute, Fence
+from status.domain.errors import DomainError, ErrorCode, Unavailable
 from status.infra import tables as t
+from status.infra.db import create_engine
+from status.infra.schemas import JsonSchemaValidator
 from status.infra.shards import ShardedDatabases, install_map, load_map, save_fences, save_routes
+from status.infra.stores.external_refs import SqlExternalRefStore
+from status.infra.tokens import ExecutionTokens
+from status.infra.uow import SqlDatabase
+from tests.conftest import _migrated_mariadb
 from tests.support.factories import event, now
 from tests.support.processes import FAST_LANE
 from tests.support.shards import NOW, SHARDS, create, owner_on, sharded_service, three_shards, where
@@ -192,3 +201,90 @@ def test_heartbeats_of_executions_on_every_shard_land_on_each_ones_shard(
                     )
                 )
             assert seq == (7 if name == shard else None)
+
+
+def _with_ref(service: StatusService, coordinator: ServicePrincipal, owner: str, ref: tuple[str, str]) -> str:
+    created = service.create_workflow(
+        coordinator,
+        c.CreateWorkflow(
+            client_workflow_key=f"wf-{uuid.uuid4().hex}",
+            owner_id=owner,
+            title="Referenced",
+            initial_tasks=(c.NewTask(client_task_key="t", title="t", external_refs=(ref,)),),
+        ),
+    )
+    return str(created["tasks"][0]["taskId"])
+
+
+def test_an_external_reference_names_one_task_across_shards(
+    engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
+) -> None:
+    """Each shard's key sees its own tasks only: the reference's claim in the control store keeps
+    it to one task of the tenant and scope, whichever shards their owners' buckets are on."""
+    service, shards = sharded
+    ref = ("ORDER_ID", f"SO-{uuid.uuid4().hex[:6]}")
+    first = _with_ref(service, coordinator, owner_on(shards, coordinator.tenant_id, "a"), ref)
+    elsewhere = owner_on(shards, coordinator.tenant_id, "b")
+    with pytest.raises(DomainError) as refused:
+        _with_ref(service, coordinator, elsewhere, ref)
+    assert refused.value.code is ErrorCode.EXTERNAL_REF_CONFLICT
+    other = create(service, coordinator, elsewhere)
+    with pytest.raises(DomainError) as refused:
+        service.attach_external_refs(coordinator, other, [ref])
+    assert refused.value.code is ErrorCode.EXTERNAL_REF_CONFLICT
+    assert service.lookup_external_ref(coordinator, *ref)["taskId"] == first
+    # The same workflow asked for again (a retry) is no conflict with itself.
+    same_bucket = create(service, coordinator, owner_on(shards, coordinator.tenant_id, "a"))
+    assert service.attach_external_refs(coordinator, first, [ref])["externalRefs"][0]["created"] is False
+    with pytest.raises(DomainError) as refused:  # another task of the same bucket: its shard's key says so
+        service.attach_external_refs(coordinator, same_bucket, [ref])
+    assert refused.value.code is ErrorCode.EXTERNAL_REF_CONFLICT
+
+
+def test_a_claim_no_task_holds_is_in_doubt_for_a_while_then_taken_over(
+    engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
+) -> None:
+    """A creation that claimed a reference and then failed leaves a claim no task holds: another
+    bucket is told to retry while the creation may still be committing, and takes it over after."""
+    service, shards = sharded
+    ref = ("TICKET", f"INC-{uuid.uuid4().hex[:6]}")
+    owner = owner_on(shards, coordinator.tenant_id, "c")
+    claimer = owner_on(shards, coordinator.tenant_id, "b")
+    args = (coordinator.tenant_id, coordinator.authority_scope, *ref)
+    with engines["a"].begin() as conn:  # the control store: claimed for another bucket, just now
+        SqlExternalRefStore(conn).save_claim(*args, bucket_of(coordinator.tenant_id, claimer), now(), new=True)
+    task_id = create(service, coordinator, owner)
+    with pytest.raises(Unavailable):
+        service.attach_external_refs(coordinator, task_id, [ref])
+    with engines["a"].begin() as conn:  # the claim grown old, its task never committed
+        SqlExternalRefStore(conn).save_claim(
+            *args, bucket_of(coordinator.tenant_id, claimer), now() - CLAIM_IN_DOUBT * 2, new=False
+        )
+    assert service.attach_external_refs(coordinator, task_id, [ref])["externalRefs"][0]["created"] is True
+    with engines["a"].connect() as conn:
+        assert SqlExternalRefStore(conn).lock_claim(*args) == (bucket_of(coordinator.tenant_id, owner), ANY)
+
+
+def test_references_attached_before_the_map_are_claimed_for_their_tasks_buckets(
+    coordinator: ServicePrincipal,
+) -> None:
+    makers = [_migrated_mariadb() for _ in range(2)]
+    engines = {name: create_engine(next(maker)) for name, maker in zip(("one", "two"), makers, strict=True)}
+    try:
+        single = StatusService(
+            SqlDatabase(engines["one"]),
+            execution_tokens=ExecutionTokens(secrets.token_hex(32)),
+            validator=JsonSchemaValidator(),
+        )
+        single.install_default_definitions()
+        ref = ("ORDER_ID", "SO-before-shards")
+        task_id = _with_ref(single, coordinator, "user-1", ref)
+        install_map(engines["one"], engines, NOW)
+        with engines["one"].connect() as conn:
+            claimed = SqlExternalRefStore(conn).lock_claim(coordinator.tenant_id, coordinator.authority_scope, *ref)
+        assert claimed == (ids.bucket_hint(task_id), ANY)
+    finally:
+        for engine in engines.values():
+            engine.dispose()
+        for maker in makers:
+            next(maker, None)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from status.domain.buckets import (
+    CLAIM_IN_DOUBT,
     FENCE_BOUND,
     MOVE_TRANSITIONS,
     BucketMap,
@@ -18,12 +19,14 @@ from status.domain.buckets import (
     MapBehind,
     MoveRefused,
     MoveStep,
+    RefClaim,
     RouteState,
     StaleRoute,
     WriteTo,
     fence_overdue,
     fence_refusals,
     move,
+    ref_claim,
 )
 from status.domain.ids import BUCKET_COUNT
 
@@ -132,3 +135,13 @@ def test_a_shard_writes_only_the_buckets_it_holds_writable_at_the_routes_epoch()
     assert refused[2] == StaleRoute(4)
     assert refused[3] == refused[4] == refused[5] == Fenced(FENCE_BOUND)  # 5: never held here
     assert fence_refusals(fences, {1: 3}) == {}
+
+
+def test_a_reference_claim_is_decided_by_its_bucket_its_holder_and_its_age() -> None:
+    now = datetime(2026, 12, 6, 15, 0)
+    assert ref_claim(None, 7, False, now) is RefClaim.CLAIM  # nobody claimed it
+    assert ref_claim((7, now), 7, False, now) is RefClaim.HELD  # this bucket's: its shard decides
+    assert ref_claim((9, now - timedelta(days=1)), 7, True, now) is RefClaim.CONFLICT  # held there, however old
+    assert ref_claim((9, now), 7, False, now) is RefClaim.IN_DOUBT  # its creation may still commit
+    assert ref_claim((9, now - CLAIM_IN_DOUBT), 7, False, now) is RefClaim.IN_DOUBT
+    assert ref_claim((9, now - CLAIM_IN_DOUBT - timedelta(seconds=1)), 7, False, now) is RefClaim.CLAIM  # stale
