@@ -259,7 +259,12 @@ def _restore_fence(args: argparse.Namespace) -> int:
     from status.infra.db import create_engine
     from status.infra.fence import fence_versions
 
-    engine = create_engine(Settings.from_env().database_url)
+    settings = Settings.from_env()
+    urls = {settings.shard_name: settings.database_url, **settings.shards}
+    shard = args.shard or settings.shard_name
+    if shard not in urls:
+        raise UsageError(f"--shard {shard!r} is not a configured shard ({', '.join(sorted(urls))})")
+    engine = create_engine(urls[shard])  # with shards, each is restored (and fenced) on its own
     try:
         moved = fence_versions(engine, args.jump) if args.jump else fence_versions(engine)
     finally:
@@ -533,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how far versions jump (default 1000000000: more than a task changes in eleven days"
         " at a thousand changes a second)",
     )
+    fence.add_argument("--shard", help="with shards: the restored shard's name (default: DATABASE_URL's)")
 
     trace = add(
         "trace",

@@ -104,6 +104,15 @@ def test_a_sharded_install_from_settings_and_the_command_line(
     assert where(engines, t.task, t.task.c.id, task_id) == ["east"]
     code, _, err = _run(capsys, "shards", "abort", str(bucket))
     assert code == 1 and "not moving" in err
+    # A restored shard is fenced on its own (--shard names it): its versions jump.
+    with engines["east"].connect() as conn:
+        before = conn.scalar(sa.select(t.task.c.version).where(t.task.c.id == task_id))
+    code, out, _ = _run(capsys, "restore-fence", "--shard", "east", "--jump", "5")
+    assert code == 0 and json.loads(out)["task"] >= 1, out
+    with engines["east"].connect() as conn:
+        assert conn.scalar(sa.select(t.task.c.version).where(t.task.c.id == task_id)) == before + 5
+    code, _, err = _run(capsys, "restore-fence", "--shard", "north")
+    assert code == 2 and "not a configured shard" in err
     with pytest.raises(SystemExit) as usage:
         main(["shards", "show", "4096"])  # no such bucket
     assert usage.value.code == 2
