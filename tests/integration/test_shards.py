@@ -203,19 +203,6 @@ def test_heartbeats_of_executions_on_every_shard_land_on_each_ones_shard(
             assert seq == (7 if name == shard else None)
 
 
-def _with_ref(service: StatusService, coordinator: ServicePrincipal, owner: str, ref: tuple[str, str]) -> str:
-    created = service.create_workflow(
-        coordinator,
-        c.CreateWorkflow(
-            client_workflow_key=f"wf-{uuid.uuid4().hex}",
-            owner_id=owner,
-            title="Referenced",
-            initial_tasks=(c.NewTask(client_task_key="t", title="t", external_refs=(ref,)),),
-        ),
-    )
-    return str(created["tasks"][0]["taskId"])
-
-
 def test_an_external_reference_names_one_task_across_shards(
     engines: dict[str, sa.Engine], sharded: tuple[StatusService, ShardedDatabases], coordinator: ServicePrincipal
 ) -> None:
@@ -223,17 +210,17 @@ def test_an_external_reference_names_one_task_across_shards(
     it to one task of the tenant and scope, whichever shards their owners' buckets are on."""
     service, shards = sharded
     ref = ("ORDER_ID", f"SO-{uuid.uuid4().hex[:6]}")
-    first = _with_ref(service, coordinator, owner_on(shards, coordinator.tenant_id, "a"), ref)
+    first = create(service, coordinator, owner_on(shards, coordinator.tenant_id, "a"), refs=(ref,))
     elsewhere = owner_on(shards, coordinator.tenant_id, "b")
     with pytest.raises(DomainError) as refused:
-        _with_ref(service, coordinator, elsewhere, ref)
+        create(service, coordinator, elsewhere, refs=(ref,))
     assert refused.value.code is ErrorCode.EXTERNAL_REF_CONFLICT
     other = create(service, coordinator, elsewhere)
     with pytest.raises(DomainError) as refused:
         service.attach_external_refs(coordinator, other, [ref])
     assert refused.value.code is ErrorCode.EXTERNAL_REF_CONFLICT
     assert service.lookup_external_ref(coordinator, *ref)["taskId"] == first
-    # The same workflow asked for again (a retry) is no conflict with itself.
+    # Attached to its own task again: no conflict, nothing new.
     same_bucket = create(service, coordinator, owner_on(shards, coordinator.tenant_id, "a"))
     assert service.attach_external_refs(coordinator, first, [ref])["externalRefs"][0]["created"] is False
     with pytest.raises(DomainError) as refused:  # another task of the same bucket: its shard's key says so
@@ -278,7 +265,7 @@ def test_references_attached_before_the_map_are_claimed_for_their_tasks_buckets(
         )
         single.install_default_definitions()
         ref = ("ORDER_ID", "SO-before-shards")
-        task_id = _with_ref(single, coordinator, "user-1", ref)
+        task_id = create(single, coordinator, "user-1", refs=(ref,))
         install_map(engines["one"], engines, NOW)
         with engines["one"].connect() as conn:
             claimed = SqlExternalRefStore(conn).lock_claim(coordinator.tenant_id, coordinator.authority_scope, *ref)

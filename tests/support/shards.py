@@ -88,8 +88,15 @@ def where(engines: dict[str, sa.Engine], table: sa.Table, column: sa.Column[str]
     return found
 
 
-def create(service: StatusService, coordinator: ServicePrincipal, owner: str, task_owner: str | None = None) -> str:
-    """A workflow of ``owner`` with one task (of ``task_owner``, default the owner) of one step, s1."""
+def create(
+    service: StatusService,
+    coordinator: ServicePrincipal,
+    owner: str,
+    task_owner: str | None = None,
+    refs: tuple[tuple[str, str], ...] = (),
+) -> str:
+    """A workflow of ``owner`` with one task (of ``task_owner``, default the owner) of one step, s1,
+    with the external references ``refs``."""
     created = service.create_workflow(
         coordinator,
         c.CreateWorkflow(
@@ -102,6 +109,7 @@ def create(service: StatusService, coordinator: ServicePrincipal, owner: str, ta
                     title=f"of {owner}",
                     owner_id=task_owner,
                     known_steps=(c.KnownStep("s1", "DOCUMENT.PARSE"),),
+                    external_refs=refs,
                 ),
             ),
         ),
