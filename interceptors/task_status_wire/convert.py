@@ -78,7 +78,7 @@ def event_from_json(body: dict[str, Any]) -> pb.Event:
     return msg
 
 
-def result_to_proto(result: dict[str, Any]) -> pb.EventResult:
+def result_to_proto(result: Mapping[str, Any]) -> pb.EventResult:
     msg = pb.EventResult(
         event_id=result.get("eventId", ""),
         accepted=bool(result.get("accepted")),

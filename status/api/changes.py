@@ -8,11 +8,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from status import logs
 from status.api import metrics
 from status.app import commands as c
+from status.app.answers import EventAccepted, EventAnswer
 from status.app.group_commit import GroupCommitter
 from status.app.health import BeatAnswer
 from status.app.service import EventCaller, StatusService
@@ -38,16 +38,15 @@ class ChangeLog:
         self,
         caller: EventCaller,
         cmd: c.ReportEvent,
-        result: dict[str, Any],
+        result: EventAnswer,
         trace: str | None,
         transport: str,
     ) -> None:
         """An event answered (accepted, duplicate, or refused inside a batch's result)."""
-        code = result.get("error", {}).get("code", "")
-        if code:
-            self.rejected(caller, cmd, code, trace, transport)
+        if not result["accepted"]:
+            self.rejected(caller, cmd, result["error"]["code"], trace, transport)
             return
-        outcome = "duplicate" if result.get("duplicate") else "accepted"
+        outcome = "duplicate" if result["duplicate"] else "accepted"
         metrics.EVENTS.labels(result=outcome, code="", transport=transport).inc()
         if outcome == "accepted" and cmd.event_type == "STEP_FAILED" and cmd.error is not None:
             operation = result.get("operationCode") or "UNKNOWN"
@@ -74,7 +73,7 @@ class ChangeLog:
         self,
         caller: EventCaller,
         commands: Sequence[c.ReportEvent],
-        results: Sequence[dict[str, Any]],
+        results: Sequence[EventAnswer],
         trace: str | None,
         transport: str,
     ) -> None:
@@ -83,7 +82,7 @@ class ChangeLog:
 
     async def submitted(
         self, committer: GroupCommitter, caller: EventCaller, cmd: c.ReportEvent, trace: str | None, transport: str
-    ) -> dict[str, Any]:
+    ) -> EventAccepted:
         """One event through a group committer, timed, counted and logged (its rejection re-raised)."""
         started = time.perf_counter()
         try:
@@ -119,7 +118,7 @@ class ChangeLog:
             return code
 
     def accepted(
-        self, caller: EventCaller, cmd: c.ReportEvent, result: dict[str, Any], trace: str | None, transport: str
+        self, caller: EventCaller, cmd: c.ReportEvent, result: EventAccepted, trace: str | None, transport: str
     ) -> None:
         """One line per accepted change, sampled by eventId (the relay's "published" lines of the same
         event are sampled alike)."""

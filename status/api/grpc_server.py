@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 from starlette.concurrency import run_in_threadpool
@@ -24,6 +24,8 @@ from status.api.changes import ChangeLog
 from status.api.deadline import MESSAGE as DEADLINE_MESSAGE
 from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
 from status.api.gate import Gate, heartbeat_caller
+from status.app import commands as c
+from status.app.answers import EventAccepted, EventAnswer, refused
 from status.app.group_commit import GroupCommitter
 from status.app.health import BeatsAnswer
 from status.app.service import EventCaller
@@ -85,7 +87,7 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         # The same counters, latency histogram and change log as REST (transport "grpc").
         self.changes = changes
 
-    async def _submit(self, caller: EventCaller, cmd: Any, trace: str | None) -> dict[str, Any]:
+    async def _submit(self, caller: EventCaller, cmd: c.ReportEvent, trace: str | None) -> EventAccepted:
         """One event through the group committer, counted and logged as REST counts and logs it."""
         return await self.changes.submitted(self.committer, caller, cmd, trace, "grpc")
 
@@ -231,14 +233,11 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             token, claims = self._ref(bound, request.event.ref)
             self.gate.rate_limiter.check(f"{claims.tenant_id}/{claims.producer_id}")
             cmd = proto_commands.report_event(request.event.event)
+            result: EventAnswer
             try:
                 result = await self._submit(claims, cmd, None)
             except DomainError as err:
-                result = {
-                    "eventId": cmd.event_id,
-                    "accepted": False,
-                    "error": {"code": err.code.value, "message": err.message, "retryable": err.retryable},
-                }
+                result = refused(cmd.event_id, err)
             return pb.StreamResponse(request_id=request.request_id, event=convert.result_to_proto(result))
         if kind == "heartbeat":
             token, _ = self._ref(bound, request.heartbeat.ref)

@@ -18,11 +18,12 @@ have no dedup entry; their entry, feed row and messages are written here like an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic
 
 from status.app import outbox
+from status.app.answers import A, Reply, no_reply
 from status.app.context import AppContext
 from status.app.group import Group
 from status.app.ports import Stores
@@ -59,7 +60,7 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Change:
+class Change(Generic[A]):
     """Everything one decided change to a task writes, in one transaction."""
 
     before: TaskState
@@ -68,9 +69,11 @@ class Change:
     # as the change leaves its steps (it staged them).
     view: TaskView
     entry: Entry
-    # The dedup entry's content hash: a retry with the same content gets ``result``. None for a
-    # service's change: it has no dedup entry.
+    # The dedup entry's content hash: a retry with the same content gets the answer again. None
+    # for a service's change: it has no dedup entry.
     fingerprint: str | None
+    # The answer, made of the change as written (versions, commit time); the dedup entry keeps it.
+    reply: Reply[A]
     step: StepState | None = None  # the step attempt the entry is about, as the change leaves it
     before_step: StepState | None = None
     ended_steps: tuple[StepState, ...] = ()  # attempts the task's end ended with it
@@ -78,8 +81,6 @@ class Change:
     notice: Notice | None = None
     must_deliver: bool = True
     broadcast: bool = False
-    # The answer a retry gets, beyond the versions and states this change produced.
-    answer: Mapping[str, Any] = field(default_factory=dict)
     # The service's own change (see the module's docstring): its rows are staged, it has no dedup
     # entry, and the workflow's aggregate is folded again whatever moved (a grant changes what a
     # grantee's trimmed aggregate shows; a classification, its labels).
@@ -88,9 +89,8 @@ class Change:
     # wants them (an activation whose STARTED, in the same transaction, supersedes them).
     publish: bool = True
 
-    @classmethod
+    @staticmethod
     def of_service(
-        cls,
         task: TaskState,
         view: TaskView,
         event_type: EventType,
@@ -103,7 +103,7 @@ class Change:
         must_deliver: bool = True,
         broadcast: bool = False,
         publish: bool = True,
-    ) -> Change:
+    ) -> Change[None]:
         """A change the service itself made to ``task`` (at its new version), logged under the
         service's own eventId for that version."""
         entry = Entry(
@@ -116,12 +116,13 @@ class Change:
             payload=payload,
             reported=False,
         )
-        return cls(
+        return Change(
             before=task,
             after=task,
             view=view,
             entry=entry,
             fingerprint=None,
+            reply=no_reply,
             step=step,
             notice=notice,
             must_deliver=must_deliver,
@@ -131,8 +132,8 @@ class Change:
         )
 
 
-def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) -> dict[str, Any]:
-    """Stage ``change`` in ``group`` (see the module's docstring); the result the caller answers,
+def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change[A]) -> A:
+    """Stage ``change`` in ``group`` (see the module's docstring); the answer the caller gives,
     which the dedup entry keeps for a retry."""
     task, step, view = change.after, change.step, change.view
     entry = change.entry
@@ -168,13 +169,8 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
             payload=entry.payload,
         )
     )
-    result = {
-        **change.answer,
-        "taskVersion": str(task.version),
-        "stepVersion": str(step.version) if step else None,
-        "committedAt": iso(committed_at),
-    }
-    if change.fingerprint is not None:
+    result = change.reply(task, step, committed_at)
+    if change.fingerprint is not None and result is not None:
         group.dedups.append(
             DedupRecord(task.tenant_id, entry.event_id, task.task_id, change.fingerprint, result, committed_at)
         )
@@ -196,14 +192,14 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change) 
     return result
 
 
-def messages_of(ctx: AppContext, stores: Stores, change: Change) -> list[Message]:
+def messages_of(ctx: AppContext, stores: Stores, change: Change[None]) -> list[Message]:
     """The messages of a service's change staged with ``publish=False``, for the caller to add."""
     assert change.service and not change.publish
     return _task_messages(ctx, stores, change, replace(change.view, task=change.after), change.entry.received_at)
 
 
 def _task_messages(
-    ctx: AppContext, stores: Stores, change: Change, view: TaskView, committed_at: datetime
+    ctx: AppContext, stores: Stores, change: Change[Any], view: TaskView, committed_at: datetime
 ) -> list[Message]:
     task, step, entry = change.after, change.step, change.entry
     trigger: dict[str, Any] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from status.app.answers import CorrectionAccepted, correction_reply, stored_correction_answer
 from status.app.change import Change, Entry, write_change
 from status.app.context import AppContext, content_hash, require
 from status.app.group import Group
@@ -61,7 +62,7 @@ class CorrectionCommands:
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
 
-    def correct(self, caller: ServicePrincipal, cmd: Correct) -> dict[str, Any]:
+    def correct(self, caller: ServicePrincipal, cmd: Correct) -> CorrectionAccepted:
         require(caller, Role.ADMIN)
         check_key("correctionId", cmd.correction_id)
         check_key("operatorId", cmd.operator_id, 64)
@@ -71,12 +72,12 @@ class CorrectionCommands:
         event_id = f"correction:{cmd.correction_id}"
         fingerprint = content_hash({"task": cmd.task_id} | cmd.content())
 
-        def work(uow: UnitOfWork) -> dict[str, Any]:
+        def work(uow: UnitOfWork) -> CorrectionAccepted:
             now = self.ctx.now()
             view, stored = locked_view(
                 self.ctx, uow, cmd.task_id, (caller.tenant_id, caller.authority_scope), event_id=event_id
             )
-            repeated = repeated_correction(fingerprint, stored)
+            repeated = stored_correction_answer(repeated_correction(fingerprint, stored))
             if repeated is not None:
                 return repeated
             task = view.task
@@ -112,6 +113,7 @@ class CorrectionCommands:
                 view=view,
                 entry=entry,
                 fingerprint=fingerprint,
+                reply=correction_reply(cmd.correction_id, outcome.changes),
                 step=new_step,
                 before_step=step,
                 # The executor's late reports must not overwrite what the operator settled.
@@ -119,15 +121,6 @@ class CorrectionCommands:
                 notice=outcome.notice,
                 must_deliver=True,
                 broadcast=True,
-                answer={
-                    "correctionId": cmd.correction_id,
-                    "accepted": True,
-                    "duplicate": False,
-                    "taskId": task.task_id,
-                    "stepId": new_step.step_id if new_step else None,
-                    "attempt": new_step.attempt if new_step else None,
-                    "changes": outcome.changes,
-                },
             )
             group = Group()
             result = write_change(self.ctx, uow, group, change)

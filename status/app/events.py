@@ -24,6 +24,7 @@ from typing import Any
 from status import logs
 from status.app import commands as c
 from status.app import outbox
+from status.app.answers import EventAccepted, EventAnswer, event_reply, refused, stored_event_answer
 from status.app.change import Change, Entry, write_change
 from status.app.context import AppContext, EventCaller, content_hash, operation
 from status.app.group import Group
@@ -55,7 +56,6 @@ from status.domain.reports import (
     task_report_target,
 )
 from status.domain.rules import (
-    Outcome,
     StepEvent,
     TaskEvent,
     apply_run_health,
@@ -64,19 +64,11 @@ from status.domain.rules import (
     safe_user_message,
 )
 
-Outcomes = list[dict[str, Any] | BaseException]
+Outcomes = list[EventAccepted | BaseException]
 
 
 log = logs.get("status.events")
 ITEM_FAILED = "this event could not be applied; send it again with the same eventId"
-
-
-def rejection(cmd: c.ReportEvent, err: DomainError) -> dict[str, Any]:
-    return {
-        "eventId": cmd.event_id,
-        "accepted": False,
-        "error": {"code": err.code.value, "message": err.message, "retryable": err.retryable},
-    }
 
 
 class EventCommands:
@@ -84,25 +76,25 @@ class EventCommands:
         self.ctx = ctx
 
     # ------------------------------------------------------------ entry points
-    def report_event(self, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
+    def report_event(self, caller: EventCaller, cmd: c.ReportEvent) -> EventAccepted:
         """One event through design D8.1; raises its rejection."""
         (outcome,) = self.report_group([(caller, cmd)])
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def report_events(self, caller: EventCaller, cmds: Sequence[c.ReportEvent]) -> list[dict[str, Any]]:
+    def report_events(self, caller: EventCaller, cmds: Sequence[c.ReportEvent]) -> list[EventAnswer]:
         """Many events, one result each: what each would get alone (design P11)."""
         outcomes = self.report_group([(caller, cmd) for cmd in cmds])
-        results = []
+        results: list[EventAnswer] = []
         for cmd, outcome in zip(cmds, outcomes, strict=True):
             if isinstance(outcome, DomainError):
-                results.append(rejection(cmd, outcome))
+                results.append(refused(cmd.event_id, outcome))
             elif isinstance(outcome, BaseException):
                 # One item's own failure (it already ran alone, see report_group) is that
                 # item's result: a batch is never all-or-nothing for unrelated events.
                 log.error("an event of a batch failed", eventId=cmd.event_id, code=type(outcome).__name__)
-                results.append(rejection(cmd, Unavailable(ITEM_FAILED)))
+                results.append(refused(cmd.event_id, Unavailable(ITEM_FAILED)))
             else:
                 results.append(outcome)
         return results
@@ -177,7 +169,7 @@ class EventCommands:
                 for document in documents.values():
                     self.ctx.validator.errors(cmd.data.schema, document, cmd.data.value)
 
-    def apply_locked(self, uow: UnitOfWork, caller: EventCaller, cmd: c.ReportEvent) -> tuple[dict[str, Any], Group]:
+    def apply_locked(self, uow: UnitOfWork, caller: EventCaller, cmd: c.ReportEvent) -> tuple[EventAccepted, Group]:
         """Apply one event inside the caller's transaction (the reconciler's re-check under lock) and commit."""
         group = Group()
         result = self._apply(uow, group, caller, cmd)
@@ -187,7 +179,7 @@ class EventCommands:
 
     def apply_in(
         self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent, view: TaskView
-    ) -> dict[str, Any] | DomainError:
+    ) -> EventAccepted | DomainError:
         """Apply one event inside the caller's open transaction and group, on the task view it holds
         locked (an activation's, with its STEP_STARTED); written by the caller's flush and commit,
         published after it."""
@@ -202,7 +194,7 @@ class EventCommands:
         except DomainError as err:
             return err
 
-    def _alone(self, item: tuple[EventCaller, c.ReportEvent]) -> dict[str, Any] | BaseException:
+    def _alone(self, item: tuple[EventCaller, c.ReportEvent]) -> EventAccepted | BaseException:
         try:
             return self.report_group([item])[0]
         except Exception as exc:  # one item's own failure stays that item's
@@ -227,7 +219,7 @@ class EventCommands:
             return row.task_id if row else ""
         return cmd.task_id or ""
 
-    def _apply(self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
+    def _apply(self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent) -> EventAccepted:
         event_type, route = route_of(cmd, max_data_bytes=self.ctx.max_data_bytes)
         received_at = self.ctx.now()
         if route is Route.RUN_HEALTH:
@@ -301,13 +293,13 @@ class EventCommands:
             view=view,
             entry=_entry(cmd, content, event_type, bound.binding.producer_id, admitted.source_seq, received_at),
             fingerprint=fingerprint,
+            reply=event_reply(cmd.event_id),
             step=outcome.step,
             before_step=step,
             revoke="STEP_TERMINAL",
             notice=outcome.notice,
             must_deliver=outcome.must_deliver,
             broadcast=outcome.task.lifecycle is not task.lifecycle or outcome.must_deliver,
-            answer=_answer(cmd.event_id, outcome),
         )
         return write_change(self.ctx, uow, group, change)
 
@@ -319,7 +311,7 @@ class EventCommands:
         cmd: c.ReportEvent,
         event_type: EventType,
         received_at: datetime,
-    ) -> dict[str, Any]:
+    ) -> EventAccepted:
         # design D8.4: only the Coordinator submits task-level events, with its service token; Temporal's
         # verdict (RECONCILER: the run that owned the task has closed) ends tasks too, and is the
         # only one that sees a run time out.
@@ -367,17 +359,17 @@ class EventCommands:
             view=view,
             entry=_entry(cmd, content, event_type, caller.producer_id, cmd.source_seq, received_at),
             fingerprint=fingerprint,
+            reply=event_reply(cmd.event_id),
             ended_steps=outcome.ended_steps,
             notice=outcome.notice,
             must_deliver=outcome.must_deliver,
             broadcast=True,
-            answer=_answer(cmd.event_id, outcome),
         )
         return write_change(self.ctx, uow, group, change)
 
     def _run_health_event(
         self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent, received_at: datetime
-    ) -> dict[str, Any]:
+    ) -> EventAccepted:
         """Temporal's report that the task's run is stuck (health STALE) or moves again (HEALTHY):
         the observer's only (RECONCILER), never a producer's; the lifecycle is left as confirmed."""
         task_id, stuck = run_health_target(cmd, caller)
@@ -408,10 +400,10 @@ class EventCommands:
             view=view,
             entry=entry,
             fingerprint=fingerprint,
+            reply=event_reply(cmd.event_id),
             notice=outcome.notice,
             must_deliver=outcome.must_deliver,
             broadcast=outcome.must_deliver,
-            answer=_answer(cmd.event_id, outcome),
         )
         return write_change(self.ctx, uow, group, change)
 
@@ -492,9 +484,9 @@ class EventCommands:
     @staticmethod
     def _dedup(
         group: Group, key: tuple[str, str], fingerprint: str, stored: tuple[str, Any] | None
-    ) -> dict[str, Any] | None:
+    ) -> EventAccepted | None:
         """The first result of an event (tenant, eventId) seen before (in this group or committed), or None."""
-        return repeat_of(fingerprint, group.seen.get(key) or stored)
+        return stored_event_answer(repeat_of(fingerprint, group.seen.get(key) or stored))
 
 
 def _operation_of(view: TaskView, step_id: str | None) -> str | None:
@@ -532,23 +524,6 @@ def _entry(
         error_code=cmd.error.code if cmd.error else None,
         payload={k: v for k, v in content.items() if v is not None},
     )
-
-
-def _answer(event_id: str, outcome: Outcome) -> dict[str, Any]:
-    """What an accepted report is answered (and a retry of it, from its dedup entry)."""
-    task, step = outcome.task, outcome.step
-    return {
-        "eventId": event_id,
-        "accepted": True,
-        "duplicate": False,
-        "stale": False,
-        "taskId": task.task_id,
-        "stepId": step.step_id if step else None,
-        "operationCode": step.operation_code if step else None,
-        "lifecycleStatus": (step or task).lifecycle.value,
-        "businessStatus": (step or task).business_status,
-        "taskLifecycleStatus": task.lifecycle.value,
-    }
 
 
 def _bucket_of(caller: EventCaller, cmd: c.ReportEvent) -> int | None:

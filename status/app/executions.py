@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from status.app import commands as c
+from status.app.answers import EventAnswer, refused
 from status.app.change import Change, messages_of, write_change
 from status.app.context import AppContext, EventCaller, check_heartbeat_settings, operation, require_binder
-from status.app.events import EventCommands, rejection
+from status.app.events import EventCommands
 from status.app.group import Group
 from status.app.ports import UnitOfWork
 from status.app.records import ActivityRecord
@@ -56,7 +57,7 @@ class ExecutionContext:
     created: bool
     expires_at: datetime
     # The outcome of the STEP_STARTED sent with the binding: its result, or its rejection.
-    started: dict[str, Any] | None = None
+    started: EventAnswer | None = None
 
     def to_json(self) -> dict[str, Any]:
         started = {"startedEvent": self.started} if self.started is not None else {}
@@ -425,7 +426,7 @@ class ExecutionCommands:
         ``keep`` (they carry a notice)."""
         group = group if group is not None else Group()
         context, claims, handle = self._context(task, step, now=now, created=created)
-        result: dict[str, Any] | None = None
+        result: EventAnswer | None = None
         if messages and (started is None or keep):
             group.outbox += messages()  # ahead of the STARTED's: a channel's messages go in version order
             messages = None
@@ -437,9 +438,9 @@ class ExecutionCommands:
                 occurred_at=started.occurred_at,
             )
             outcome = self.events.apply_in(uow, group, claims, event, view)
-            result = outcome if isinstance(outcome, dict) else rejection(event, outcome)
+            result = refused(event.event_id, outcome) if isinstance(outcome, DomainError) else outcome
             view = group.views.get(task.task_id, view)
-        if messages and not (result is not None and result.get("accepted") and not result.get("duplicate")):
+        if messages and not (result is not None and result["accepted"] and not result["duplicate"]):
             group.outbox += messages()  # the STARTED wrote nothing: the binding's own messages go
         if result is not None:
             context = replace(context, started=result)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from status.app.answers import CorrectionAccepted, EventAccepted
 from status.app.ports import UnitOfWork
 from status.app.records import ActivityRecord, ChangeRecord, DedupRecord, EventRecord, NotificationRecord
 from status.app.step_cache import TaskView
@@ -26,8 +27,8 @@ class Group:
 
     handles: dict[str, StoredHandle] = field(default_factory=dict)  # by handle hash
     revoked: dict[str, str] = field(default_factory=dict)  # execution id -> reason, revoked in this group
-    # (tenant, event id) -> (hash, result): a group may hold several tenants' events
-    seen: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    # (tenant, event id) -> (hash, answer): a group may hold several tenants' events
+    seen: dict[tuple[str, str], tuple[str, EventAccepted | CorrectionAccepted]] = field(default_factory=dict)
     views: dict[str, TaskView] = field(default_factory=dict)  # task id -> view after this group's changes
     # Read up front, once for the whole group (see EventCommands._prepare):
     locked: dict[str, int] = field(default_factory=dict)  # task id -> version, row locked by this group

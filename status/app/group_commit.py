@@ -14,15 +14,15 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import anyio.to_thread
 
 from status.app import commands as c
+from status.app.answers import EventAccepted
 from status.app.context import EventCaller
 
 Item = tuple[EventCaller, c.ReportEvent]
-RunGroup = Callable[[Sequence[Item]], list[dict[str, Any] | BaseException]]
+RunGroup = Callable[[Sequence[Item]], list[EventAccepted | BaseException]]
 
 
 class GroupCommitter:
@@ -30,13 +30,13 @@ class GroupCommitter:
         self._run_group = run_group
         self._max_group = max(1, max_group)
         self._max_in_flight = max(1, max_in_flight)
-        self._queue: deque[tuple[Item, asyncio.Future[dict[str, Any]]]] = deque()
+        self._queue: deque[tuple[Item, asyncio.Future[EventAccepted]]] = deque()
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
 
-    async def submit(self, caller: EventCaller, cmd: c.ReportEvent) -> dict[str, Any]:
+    async def submit(self, caller: EventCaller, cmd: c.ReportEvent) -> EventAccepted:
         """The event's result once its group committed; raises the event's own rejection."""
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[EventAccepted] = asyncio.get_running_loop().create_future()
         self._queue.append(((caller, cmd), future))
         self._start_groups()
         return await future
@@ -49,7 +49,7 @@ class GroupCommitter:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _commit(self, batch: list[tuple[Item, asyncio.Future[dict[str, Any]]]]) -> None:
+    async def _commit(self, batch: list[tuple[Item, asyncio.Future[EventAccepted]]]) -> None:
         try:
             outcomes = await anyio.to_thread.run_sync(self._run_group, [item for item, _ in batch])
         except BaseException as exc:  # the group as a whole failed: each caller gets that error

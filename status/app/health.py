@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from status import logs
 from status.app import commands as c
+from status.app.answers import EventAccepted
 from status.app.context import RUN_PRODUCER, AppContext, require
 from status.app.events import EventCommands
 from status.app.group import Group
@@ -366,7 +367,7 @@ class HealthCommands:
         execution_id: str,
         event_type: EventType,
         error: StepError | None,
-    ) -> dict[str, Any] | None:
+    ) -> EventAccepted | None:
         """An attempt Temporal says has ended, as it ended (its own report was lost)."""
         caller = ServicePrincipal(RUN_PRODUCER, tenant, scope, frozenset({Role.RECONCILER}))
         cmd = c.ReportEvent(
@@ -421,7 +422,7 @@ class HealthCommands:
         limit: int = 100,
         ask: AskTemporal | None = None,
         due_by: datetime | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[EventAccepted]:
         """design D8.7: overdue RUNNING+HEALTHY executions become STALE through the event transaction.
 
         Overdue means a heartbeat deadline at or before ``due_by`` (default: now); the reconciler
@@ -451,7 +452,7 @@ class HealthCommands:
                 outcomes = ask(refs)
             except Exception:  # Temporal unreachable: say what we know (the executor is silent)
                 log.warning("could not ask Temporal about silent activities; they go STALE")
-        results = []
+        results: list[EventAccepted] = []
         for task_id, step_id, attempt, execution_id, tenant, scope, *_ in candidates:
             ending = step_ending_for(outcomes.get(execution_id, ActivityOutcome(ActivityState.UNKNOWN)))
             if ending is not None:
@@ -481,7 +482,7 @@ class HealthCommands:
                 task_id: str = task_id,
                 step_id: str = step_id,
                 attempt: int = attempt,
-            ) -> tuple[dict[str, Any], Group] | None:
+            ) -> tuple[EventAccepted, Group] | None:
                 if not uow.heartbeats.try_lock_task(task_id):
                     return None  # another reconciler or a reporter has it; next pass re-checks
                 if not uow.heartbeats.still_overdue(task_id, step_id, attempt, due):
@@ -498,19 +499,17 @@ class HealthCommands:
                 results.append(result)
         return results
 
-    def watch_completions(self, ask: AskTemporal, *, limit: int = 100) -> list[dict[str, Any]]:
+    def watch_completions(self, ask: AskTemporal, *, limit: int = 100) -> list[EventAccepted]:
         """Attempts whose activity completes elsewhere (through its task token) end as Temporal
         recorded it, once it has: each due one is asked about (one describe per run, and the
         run's history only when something ended), then ends that way or is asked again later
         (``next_completion_check``). Temporal unreachable: nothing changes, asked again next pass."""
-        results = []
+        results: list[EventAccepted] = []
         for name, database in self.ctx.shards.every():
             results += self._watch_completions_on(name, database, ask, limit)
         return results
 
-    def _watch_completions_on(
-        self, name: str, database: Database, ask: AskTemporal, limit: int
-    ) -> list[dict[str, Any]]:
+    def _watch_completions_on(self, name: str, database: Database, ask: AskTemporal, limit: int) -> list[EventAccepted]:
         now = self.ctx.now()
         with database.reading() as stores:
             due = [
@@ -522,7 +521,7 @@ class HealthCommands:
             row.execution_id: None for row in due if row.lifecycle_status != "RUNNING"
         }
         running = [row for row in due if row.lifecycle_status == Lifecycle.RUNNING.value]
-        results = []
+        results: list[EventAccepted] = []
         if running:
             refs = {
                 row.execution_id: ActivityRef(row.namespace, row.workflow_id, row.run_id, row.activity_id)

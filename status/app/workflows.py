@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC
-from typing import Any
+from typing import Any, TypedDict
 
 from status.app import commands as c
 from status.app import outbox, routing
@@ -18,6 +18,7 @@ from status.app.step_cache import view_of
 from status.app.views import load_view
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
+from status.domain.classification import Asked, classified
 from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
@@ -288,7 +289,7 @@ class WorkflowCommands:
             True,
         )
 
-    def classify(self, caller: ServicePrincipal, cmd: c.Classify) -> dict[str, Any]:  # noqa: C901
+    def classify(self, caller: ServicePrincipal, cmd: c.Classify) -> Classified:
         """Bind productId / taskType / definition version (design D8.11); each change is an event."""
         require(caller, Role.COORDINATOR)
         for name, value, limit in (("productId", cmd.product_id, 64), ("taskType", cmd.task_type, 128)):
@@ -296,73 +297,32 @@ class WorkflowCommands:
                 check_key(name, value, limit)
         if not cmd.fields:
             raise Invalid("send at least one of productId, taskType, statusDefinitionVersion")
+        asked = Asked(cmd.fields, cmd.product_id, cmd.task_type, cmd.status_definition_version)
 
-        def work(uow: UnitOfWork) -> dict[str, Any]:  # noqa: C901
+        def work(uow: UnitOfWork) -> Classified:
             now = self.ctx.now()
             task = lock_task_for(uow, caller.tenant_id, caller.authority_scope, cmd.task_id)
-            if cmd.expected_version is not None and cmd.expected_version != task.version:
-                raise Conflict(
-                    f"the task is at version {task.version}, not {cmd.expected_version}",
-                    ErrorCode.VERSION_PRECONDITION_FAILED,
-                )
             defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
-            changes: dict[str, Any] = {}
-            if "productId" in cmd.fields and cmd.product_id != task.product_id:
-                changes["product_id"] = cmd.product_id  # a label: changes freely, audited by the event
-            new_type = task.task_type
-            if "taskType" in cmd.fields and cmd.task_type != task.task_type:
-                if task.task_type is not None:
-                    raise Conflict("taskType is frozen once set", ErrorCode.DEFINITION_FROZEN)
-                new_type = cmd.task_type
-                changes["task_type"] = new_type
-            version = task.status_definition_version
-            if "statusDefinitionVersion" in cmd.fields and cmd.status_definition_version != version:
-                if version is not None:
-                    raise Conflict("the status definition version is frozen once bound", ErrorCode.DEFINITION_FROZEN)
-                version = cmd.status_definition_version
-            elif version is None and new_type is not None and "taskType" in changes:
-                version = defs.latest_status_version(new_type)
-            if version != task.status_definition_version:
-                if new_type is None or (new_type, version) not in defs.statuses:
-                    raise Invalid(f"no status definition {new_type} v{version}", ErrorCode.UNKNOWN_BUSINESS_STATUS)
-                statuses = defs.status_set(new_type, version)
-                # The current business status must exist in the bound definition.
-                if task.business_status not in statuses.statuses:
-                    raise Invalid(
-                        f"business status {task.business_status} is not in {new_type} v{version}",
-                        ErrorCode.UNKNOWN_BUSINESS_STATUS,
-                    )
-                changes["status_definition_version"] = version
-            if not changes:
+            new = classified(task, asked, expected_version=cmd.expected_version, statuses=defs.statuses, now=now)
+            if new is None:
                 uow.commit()
                 return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": False}
-            before = {
-                "productId": task.product_id,
-                "taskType": task.task_type,
-                "statusDefinitionVersion": task.status_definition_version,
-            }
-            task = replace(task, **changes, version=task.version + 1, updated_at=now)
-            uow.tasks.update(task)
-            self._freeze_statuses(uow, task)
-            after = {
-                "productId": task.product_id,
-                "taskType": task.task_type,
-                "statusDefinitionVersion": task.status_definition_version,
-            }
+            uow.tasks.update(new)
+            self._freeze_statuses(uow, new)
             group = Group()
             change = Change.of_service(
-                task,
-                load_view(uow, task),
+                new,
+                load_view(uow, new),
                 EventType.TASK_CLASSIFIED,
                 caller.producer_id,
-                {"before": before, "after": after},
+                {"before": _classification(task), "after": _classification(new)},
                 now,
                 must_deliver=False,
             )
             write_change(self.ctx, uow, group, change)
             group.flush(uow)
             uow.commit()
-            return {"taskId": task.task_id, "taskVersion": str(task.version), "changed": True}
+            return {"taskId": new.task_id, "taskVersion": str(new.version), "changed": True}
 
         return run_for(self.ctx.shards, ids.bucket_hint(cmd.task_id), work)
 
@@ -370,6 +330,21 @@ class WorkflowCommands:
         if task.task_type is None or task.status_definition_version is None:
             return
         uow.workflows.freeze_statuses(task.task_type, task.status_definition_version, self.ctx.now())
+
+
+class Classified(TypedDict):
+    taskId: str
+    taskVersion: str
+    changed: bool
+
+
+def _classification(task: TaskState) -> dict[str, str | int | None]:
+    """What the classification's event-log entry records of the task, before and after."""
+    return {
+        "productId": task.product_id,
+        "taskType": task.task_type,
+        "statusDefinitionVersion": task.status_definition_version,
+    }
 
 
 def _document(policy: DynamicRegistrationPolicy | None) -> dict[str, Any] | None:

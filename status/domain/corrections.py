@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from status.domain.definitions import Severity, StatusDefinitionSet
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
@@ -33,11 +33,19 @@ class Correction:
     error: StepError | None = None  # a correction to FAILED may say why, in the shape of design D6.1
 
 
+class FieldChange(TypedDict):
+    """What a correction moved: a field, its value before and after (audited and answered)."""
+
+    field: str
+    old: str | None
+    new: str | None
+
+
 @dataclass(frozen=True)
 class CorrectionOutcome:
     task: TaskState
     step: StepState | None
-    changes: list[dict[str, Any]]  # [{"field", "old", "new"}] of what moved
+    changes: list[FieldChange]
     notice: Notice
 
 
@@ -118,7 +126,7 @@ def apply_correction(
     lifecycle, business = _target(correction, before.lifecycle, before.business_status, statuses)
     if error is not None and lifecycle is not Lifecycle.FAILED:
         raise Invalid("error may only accompany a correction to FAILED")
-    changes = [
+    changes: list[FieldChange] = [
         {"field": name, "old": old, "new": new}
         for name, old, new in (
             ("lifecycleStatus", before.lifecycle.value, lifecycle.value),

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BUDGET = 28
+BUDGET = 27
 MARK = re.compile(r"#\s*noqa: C901\s*$")
 
 
