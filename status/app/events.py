@@ -36,7 +36,6 @@ from status.app.views import locked_view
 from status.domain import ids
 from status.domain.admission import Limits, admit_step_event, check_envelope, task_event_speaker
 from status.domain.auth import ExecutionClaims, ServicePrincipal
-from status.domain.definitions import FailurePolicy
 from status.domain.errors import (
     DomainError,
     ErrorCode,
@@ -44,7 +43,6 @@ from status.domain.errors import (
     Unavailable,
 )
 from status.domain.lifecycle import EventType, Health, Lifecycle
-from status.domain.model import StepState
 from status.domain.reports import (
     Route,
     admit_task_report,
@@ -347,9 +345,9 @@ class EventCommands:
             ),
             statuses=defs.status_set(task.task_type, task.status_definition_version),
             now=received_at,
-            failed_operation_code=_operation_of(view, cmd.failed_step_id),
+            failed_operation_code=view.steps.operation_of(cmd.failed_step_id),
             # The task has ended: nothing of it runs any more (a timed-out task's steps timed out with it).
-            open_steps=_open_steps(view),
+            open_steps=view.steps.open_latest(),
             open_steps_become=Lifecycle.TIMED_OUT if event_type is EventType.TASK_TIMED_OUT else Lifecycle.CANCELLED,
             step_outcomes=outcomes,
         )
@@ -380,15 +378,11 @@ class EventCommands:
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
-        current = [s for s in view.steps.latest.values() if not s.superseded]
         outcome = apply_run_health(
             task,
             stuck=stuck,
-            steps_stale=any(s.health is Health.STALE for s in current),
-            steps_degraded=any(
-                s.lifecycle is Lifecycle.FAILED and s.failure_policy == FailurePolicy.CONTINUE_WITH_WARNING.value
-                for s in current
-            ),
+            steps_stale=view.steps.current_stale(),
+            steps_degraded=view.steps.current_degraded(),
             now=received_at,
         )
         entry = _entry(
@@ -487,20 +481,6 @@ class EventCommands:
     ) -> EventAccepted | None:
         """The first result of an event (tenant, eventId) seen before (in this group or committed), or None."""
         return stored_event_answer(repeat_of(fingerprint, group.seen.get(key) or stored))
-
-
-def _operation_of(view: TaskView, step_id: str | None) -> str | None:
-    """The operation of a task's step (for a TASK_FAILED notice's operationCode), if it is known."""
-    if step_id is None:
-        return None
-    attempts = [s for s in view.steps.all() if s.step_id == step_id]
-    return attempts[-1].operation_code if attempts else None
-
-
-def _open_steps(view: TaskView) -> list[StepState]:
-    """What an ending task leaves unfinished: the latest attempt of every step that is RUNNING or
-    still PENDING (not reached, or a local activity's activation still on its way)."""
-    return [s for s in view.steps.latest.values() if not s.lifecycle.terminal and not s.superseded]
 
 
 def _entry(

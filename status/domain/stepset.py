@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from status.domain.definitions import FailurePolicy
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import StepState
 
@@ -137,6 +138,28 @@ class StepSet:
         """Latest attempts past PENDING that have not finished (bounded by what runs, not by size)."""
         found = (self.attempts[key] for key in self.active)
         return [s for s in found if self.latest[s.step_id] is s]
+
+    def open_latest(self) -> list[StepState]:
+        """What an ending task leaves unfinished: the latest attempt of every step that is RUNNING or
+        still PENDING (not reached, or a local activity's activation still on its way)."""
+        return [s for s in self.latest.values() if not s.lifecycle.terminal and not s.superseded]
+
+    def operation_of(self, step_id: str | None) -> str | None:
+        """A step's operation, if the step is known (a TASK_FAILED notice names it)."""
+        latest = self.latest.get(step_id) if step_id is not None else None
+        return latest.operation_code if latest is not None else None
+
+    def current_stale(self) -> bool:
+        """Whether a step's current attempt is STALE (the task's health stays STALE with it)."""
+        return any(s.health is Health.STALE for s in self.latest.values() if not s.superseded)
+
+    def current_degraded(self) -> bool:
+        """Whether a step's current attempt failed and the task went on with a warning."""
+        return any(
+            s.lifecycle is Lifecycle.FAILED and s.failure_policy == FailurePolicy.CONTINUE_WITH_WARNING.value
+            for s in self.latest.values()
+            if not s.superseded
+        )
 
     def stale_current(self) -> list[StepState]:
         """Unfinished attempts that are STALE."""

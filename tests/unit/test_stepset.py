@@ -144,3 +144,33 @@ def test_a_detail_message_shows_each_step_as_it_is_now() -> None:
     assert _step_detail(running, Estimate(4000, 0.5))["etaMs"] == 4000
     assert _step_detail(running, Estimate(2500, 0.5))["etaMs"] == 2500
     assert "etaMs" not in _step_detail(running)
+
+
+def test_an_ending_task_leaves_open_the_latest_unfinished_attempt_of_each_step() -> None:
+    steps = StepSet.of(
+        [
+            _step("a", 1, lifecycle=Lifecycle.FAILED),
+            _step("a", 2, lifecycle=Lifecycle.RUNNING),
+            _step("b", 1, lifecycle=Lifecycle.SUCCEEDED),
+            _step("c", 1),  # not reached
+            _step("d", 1, lifecycle=Lifecycle.RUNNING, superseded=True),
+        ]
+    )
+    assert sorted((s.step_id, s.attempt) for s in steps.open_latest()) == [("a", 2), ("c", 1)]
+
+
+def test_a_steps_operation_is_its_latest_attempts() -> None:
+    steps = StepSet.of([_step("a", 1, operation_code="OCR"), _step("a", 2, operation_code="OCR.V2")])
+    assert (steps.operation_of("a"), steps.operation_of("zz"), steps.operation_of(None)) == ("OCR.V2", None, None)
+
+
+def test_the_tasks_health_follows_the_current_attempts_only() -> None:
+    stale_then_retried = StepSet.of(
+        [_step("a", 1, lifecycle=Lifecycle.RUNNING, health=Health.STALE), _step("a", 2, lifecycle=Lifecycle.RUNNING)]
+    )
+    assert not stale_then_retried.current_stale()
+    assert StepSet.of([_step("a", 1, lifecycle=Lifecycle.RUNNING, health=Health.STALE)]).current_stale()
+    warned = _step("a", 1, lifecycle=Lifecycle.FAILED, failure_policy="CONTINUE_WITH_WARNING")
+    assert StepSet.of([warned]).current_degraded()
+    assert not StepSet.of([replace(warned, failure_policy="FAIL_TASK")]).current_degraded()
+    assert not StepSet.of([replace(warned, superseded=True)]).current_degraded()
