@@ -261,4 +261,5 @@ def fast_literal(
 def escape_datetime(value: datetime, mapping: Any = None) -> str:
     """What ``pymysql.converters.escape_datetime`` returns (a property test holds them equal): the
     wall time, microseconds only when there are some; ``isoformat`` is the same text, cheaper."""
-    return f"'{value.replace(tzinfo=None).isoformat(' ')}'"
+    # The wall time whatever the zone, as PyMySQL writes it; stored instants are naive already.
+    return f"'{(value if value.tzinfo is None else value.replace(tzinfo=None)).isoformat(' ')}'"
