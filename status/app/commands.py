@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 from status.domain.clock import naive_utc
 from status.domain.definitions import DynamicRegistrationPolicy
@@ -147,9 +147,9 @@ class ReportEvent:
         if self.occurred_at.tzinfo is not None:
             object.__setattr__(self, "occurred_at", naive_utc(self.occurred_at))
 
-    def content(self) -> dict[str, Any]:
+    def content(self) -> EventContent:
         """The semantic content hashed for idempotency (no credentials)."""
-        return {
+        content: EventContent = {
             "eventType": self.event_type,
             "sourceSeq": self.source_seq,
             "occurredAt": self.occurred_at.isoformat(),
@@ -177,7 +177,33 @@ class ReportEvent:
             # before the upgrade keep their fingerprints: a retry across it stays a duplicate.
             "failure": [None, None, self.failed_step_id],
             "summary": None if self.summary is None else [self.summary.schema, self.summary.value],
-        } | ({} if self.step_outcomes is None else {"stepOutcomes": [list(o) for o in self.step_outcomes]})
+        }
+        if self.step_outcomes is not None:
+            content["stepOutcomes"] = [list(o) for o in self.step_outcomes]
+        return content
+
+
+class EventContent(TypedDict):
+    """What an event's fingerprint hashes and its log entry records: the report as sent, without
+    its credentials. Its keys, their order and their values' shapes are fixed: a retry after an
+    upgrade must hash as its first sending did."""
+
+    eventType: str
+    sourceSeq: int
+    occurredAt: str
+    taskAttempt: int | None
+    businessStatus: str | None
+    phaseCode: str | None
+    phaseLabel: str | None
+    progress: list[float | str | None] | None  # current, total, unit
+    durationMs: int | None
+    data: list[Any] | None  # schema, value
+    error: list[str | bool | None] | None  # category, code, user message, retryable, diagnostics
+    health: str | None
+    reason: str | None
+    failure: list[str | None]
+    summary: list[Any] | None  # schema, value
+    stepOutcomes: NotRequired[list[list[str]]]
 
 
 class _HeartbeatFields(NamedTuple):

@@ -8,7 +8,7 @@ event-log record (``ADMIN_CORRECTION``, shown in the timeline), the dedup result
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from status.app.answers import CorrectionAccepted, correction_reply, stored_correction_answer
 from status.app.change import Change, Entry, write_change
@@ -47,7 +47,7 @@ class Correct:
     error: StepError | None = None
     expected_task_version: int | None = None
 
-    def content(self) -> dict[str, Any]:
+    def content(self) -> CorrectionContent:
         return {
             "operator": self.operator_id,
             "reason": self.reason,
@@ -56,6 +56,17 @@ class Correct:
             "error": None if self.error is None else vars(self.error),
             "expected": self.expected_task_version,
         }
+
+
+class CorrectionContent(TypedDict):
+    """What a correction's fingerprint hashes (fixed: a repeat after an upgrade hashes the same)."""
+
+    operator: str
+    reason: str
+    step: list[str | int | None]  # step id, attempt
+    set: list[str | None]  # lifecycle, business status
+    error: dict[str, object] | None
+    expected: int | None
 
 
 class CorrectionCommands:
@@ -70,7 +81,7 @@ class CorrectionCommands:
         correction = Correction(cmd.operator_id, cmd.reason, lifecycle, cmd.business_status, cmd.error)
         # Its own namespace of ids: a correction can never collide with a producer's eventId.
         event_id = f"correction:{cmd.correction_id}"
-        fingerprint = content_hash({"task": cmd.task_id} | cmd.content())
+        fingerprint = content_hash({"task": cmd.task_id, **cmd.content()})
 
         def work(uow: UnitOfWork) -> CorrectionAccepted:
             now = self.ctx.now()

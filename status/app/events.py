@@ -243,8 +243,8 @@ class EventCommands:
                 "step": step.step_id,
                 "attempt": step.attempt,
                 "execution": bound.binding.execution_id,
+                **content,
             }
-            | content
         )
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
@@ -320,7 +320,7 @@ class EventCommands:
         task = view.task
         check_task_workflow(cmd, task_id, task.workflow_id)
         content = cmd.content()
-        fingerprint = content_hash({"task": task.task_id} | content)
+        fingerprint = content_hash({"task": task.task_id, **content})
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate
@@ -374,7 +374,7 @@ class EventCommands:
         view, stored = self._lock(uow, group, task_id, cmd.event_id, (caller.tenant_id, caller.authority_scope))
         task = view.task
         content = cmd.content()
-        fingerprint = content_hash({"task": task.task_id} | content)
+        fingerprint = content_hash({"task": task.task_id, **content})
         duplicate = self._dedup(group, (task.tenant_id, cmd.event_id), fingerprint, stored)
         if duplicate is not None:
             return duplicate

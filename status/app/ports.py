@@ -28,7 +28,13 @@ from status.app.records import (
     WorkflowFacts,
 )
 from status.domain.auth import ExecutionClaims, StoredHandle, UserPrincipal
-from status.domain.definitions import OperationDefinition, OperationKey, StatusDefinition, StatusDefinitionSet
+from status.domain.definitions import (
+    OperationDefinition,
+    OperationKey,
+    PolicyDocument,
+    StatusDefinition,
+    StatusDefinitionSet,
+)
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState, WorkflowState
@@ -453,7 +459,7 @@ class WorkflowStore(Protocol):
         workflow: WorkflowState,
         *,
         coordinator_id: str,
-        dynamic_registration_policy: dict[str, Any] | None,
+        dynamic_registration_policy: PolicyDocument | None,
         request_hash: str,
     ) -> None: ...
     def update_counts(self, workflow: WorkflowState) -> None:
@@ -473,7 +479,7 @@ class WorkflowStore(Protocol):
         task: TaskState,
         *,
         request_hash: str,
-        dynamic_registration_policy: dict[str, Any] | None,
+        dynamic_registration_policy: PolicyDocument | None,
         temporal_owner: tuple[str, str, str | None] | None,
     ) -> None: ...
     def freeze_statuses(self, task_type: str, version: int, now: datetime) -> None:

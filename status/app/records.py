@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from status.domain.definitions import StatusDefinition
+from status.domain.definitions import PolicyDocument, StatusDefinition
 
 
 class EventRecord(NamedTuple):
@@ -114,7 +114,7 @@ class WorkflowFacts(NamedTuple):
     other content is a conflict) and its registration policy's document, as stored."""
 
     request_hash: str | None
-    dynamic_registration_policy: Any  # JSON: the policy's document, or None
+    dynamic_registration_policy: PolicyDocument | None
 
 
 class TaskKeyRow(NamedTuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from status.app import commands as c
 from status.app import outbox, routing
@@ -19,7 +19,7 @@ from status.app.views import load_view
 from status.domain import ids
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.classification import Asked, classified
-from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy
+from status.domain.definitions import DynamicRegistrationPolicy, FailurePolicy, PolicyDocument
 from status.domain.errors import Conflict, ErrorCode, Invalid, NotFound
 from status.domain.lifecycle import EventType, Lifecycle
 from status.domain.model import StepState, TaskState, WorkflowState
@@ -156,7 +156,7 @@ class WorkflowCommands:
         caller: ServicePrincipal,
         workflow: WorkflowState,
         new_task: c.NewTask,
-        workflow_policy: Any,
+        workflow_policy: PolicyDocument | None,
         temporal_owner: c.TemporalOwner | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Create ``new_task`` in ``workflow`` (its rows written now, its log entry and messages
@@ -180,7 +180,7 @@ class WorkflowCommands:
         policy = _document(new_task.dynamic_registration_policy) or workflow_policy
         DynamicRegistrationPolicy.from_json(policy)  # validates the shape
         refs = check_refs(new_task.external_refs)
-        content: dict[str, Any] = {
+        content: NewTaskContent = {
             "title": new_task.title,
             "owner": owner,
             "type": new_task.task_type,
@@ -332,6 +332,19 @@ class WorkflowCommands:
         uow.workflows.freeze_statuses(task.task_type, task.status_definition_version, self.ctx.now())
 
 
+class NewTaskContent(TypedDict):
+    """What a new task's fingerprint hashes (fixed: a retry after an upgrade hashes the same)."""
+
+    title: str
+    owner: str
+    type: str | None
+    product: str | None
+    project: str | None
+    steps: list[dict[str, object]]  # each known step's fields
+    policy: PolicyDocument | None
+    externalRefs: NotRequired[list[list[str]]]  # only when there are some (older tasks' hashes)
+
+
 class Classified(TypedDict):
     taskId: str
     taskVersion: str
@@ -347,6 +360,6 @@ def _classification(task: TaskState) -> dict[str, str | int | None]:
     }
 
 
-def _document(policy: DynamicRegistrationPolicy | None) -> dict[str, Any] | None:
+def _document(policy: DynamicRegistrationPolicy | None) -> PolicyDocument | None:
     """A registration policy as it is stored and fingerprinted (None: none given)."""
     return policy.to_json() if policy is not None else None

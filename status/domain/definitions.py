@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypedDict
 
 from status.domain.errors import ErrorCode, Forbidden, Invalid, LimitExceeded
 from status.domain.lifecycle import WORKER_EVENT_TYPES, EventType, Lifecycle
@@ -211,6 +211,18 @@ def generic_statuses() -> StatusDefinitionSet:
     )
 
 
+class PolicyDocument(TypedDict, total=False):
+    """A registration policy as stored and fingerprinted (one stored by an earlier version may
+    leave keys out: their defaults apply)."""
+
+    allowedParentOperations: list[str]
+    allowedChildOperations: list[str]
+    maxDynamicSteps: int
+    maxDepth: int
+    maxParallelExecutions: int
+    registrationsPerMinute: int
+
+
 @dataclass(frozen=True)
 class DynamicRegistrationPolicy:
     """Limits on steps registered at run time (design D8.9, D8.9)."""
@@ -237,7 +249,7 @@ class DynamicRegistrationPolicy:
             registrations_per_minute=int(raw.get("registrationsPerMinute", 60)),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PolicyDocument:
         """The policy's document: every field by its JSON name, as it is stored and fingerprinted."""
         return {
             "allowedParentOperations": list(self.allowed_parent_operations),

@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.app.records import TaskKeyRow, WorkflowFacts
+from status.domain.definitions import PolicyDocument
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import TaskState, WorkflowState
 from status.infra import tables as t
@@ -49,7 +50,7 @@ class SqlWorkflowStore:
         workflow: WorkflowState,
         *,
         coordinator_id: str,
-        dynamic_registration_policy: dict[str, Any] | None,
+        dynamic_registration_policy: PolicyDocument | None,
         request_hash: str,
     ) -> None:
         self._conn.execute(
@@ -111,7 +112,7 @@ class SqlWorkflowStore:
         task: TaskState,
         *,
         request_hash: str,
-        dynamic_registration_policy: dict[str, Any] | None,
+        dynamic_registration_policy: PolicyDocument | None,
         temporal_owner: tuple[str, str, str | None] | None,
     ) -> None:
         namespace, workflow_id, run_id = temporal_owner or (None, None, None)
