@@ -24,6 +24,7 @@ from observer.loops import LoopConfig, ObserverLoops, Reconciler, Retention
 from observer.projector import WorkflowProjector
 from observer.relay import OutboxRelay, RelayConfig
 from observer.runs import RunFollower
+from status import heap
 from status.bootstrap import Components
 from status.infra import temporal
 from status.infra.centrifugo import CentrifugoApi
@@ -223,6 +224,7 @@ def build_observer(settings: Settings, parts: Components | None = None) -> Obser
 async def run_loops(settings: Settings) -> None:
     observer = build_observer(settings)
     await observer.start()
+    heap.settle()
     loops = observer.loops()
     _on_signals(loops.stop)
     log.info("observer running as asyncio loops")
@@ -242,6 +244,7 @@ async def run_temporal(settings: Settings, run_seconds: float = 60.0) -> bool:
     observer = build_observer(settings)
     await observer.start()
     client = await temporal.connect(settings)
+    heap.settle()
     activities = ObserverActivities(
         observer.passes(),
         {

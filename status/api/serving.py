@@ -17,6 +17,8 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import multiprocess
 
+from status import heap
+
 
 class DrainingServer(uvicorn.Server):
     """SIGTERM/SIGINT: ``drain()``, keep serving for ``drain_seconds``, then uvicorn's graceful stop;
@@ -27,6 +29,10 @@ class DrainingServer(uvicorn.Server):
         self._drain = drain
         self._drain_seconds = drain_seconds
         self._draining = False
+
+    async def startup(self, sockets: list[socket] | None = None) -> None:
+        await super().startup(sockets)
+        heap.settle()  # built and listening: what the server holds from here on lives as long as it
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self._draining or self._drain_seconds <= 0:
