@@ -1017,7 +1017,7 @@ def backlog(args: argparse.Namespace, s: dict[str, Any], clients: Clients, produ
     from status.domain.clock import utcnow
     from status.domain.messages import Aggregate, Message
     from status.infra import tables as t
-    from status.infra.outbox_rows import unpack
+    from status.infra.outbox_rows import stored_columns, unpack
     from status.infra.stores import sql
 
     ot = t.task_outbox
@@ -1027,11 +1027,11 @@ def backlog(args: argparse.Namespace, s: dict[str, Any], clients: Clients, produ
         templates = [
             [
                 (m.projection, m.channels, orjson.loads(m.data))
-                for m in unpack(r.projection, r.channel, r.payload)
+                for m in unpack(*r)
                 if m.projection in ("USER_SUMMARY", "TASK_DETAIL")
             ]
             for r in conn.execute(
-                sa.select(ot.c.projection, ot.c.channel, sa.type_coerce(ot.c.payload, sa.Text).label("payload"))
+                sa.select(*stored_columns(ot))
                 .where(ot.c.aggregate_id.in_(task_ids))
                 .order_by(ot.c.id.desc())
                 .limit(1000)

@@ -1,13 +1,14 @@
 """What one change stores in the outbox and costs the relay to read, one row per change against
-one row per channel.
+one row per channel, compressed.
 
     .venv/bin/python bench/outbox_bytes.py [--steps 3 50] [--viewers 1 3] [--groups 0 2]
 
 For a task with ``--steps`` known steps (one running), seen by ``--viewers`` users and ``--groups``
 projects, it builds a progress change's messages with the service's own builders and prints the
 JSON bytes stored per change — one row per channel (each with its projection, the earlier format)
-and one row per change (each projection once) — beside the CPU the relay spends to turn the stored
-row back into its publications (decoding the row, encoding each message's data). No services.
+and one row per change (each projection once), and what that row stores compressed — beside the
+CPU the API spends compressing it and the relay spends turning the stored row back into its
+publications (expanding and decoding the row, encoding each message's data). No services.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from status.domain.lifecycle import Lifecycle
 from status.domain.messages import Message
 from status.domain.model import Progress
 from status.domain.stepset import StepSet
-from status.infra.outbox_rows import PACKED, pack, unpack
+from status.infra.outbox_rows import PACKED, compressed, pack, unpack
 from tests.support.states import NOW, step_state, task_state
 
 
@@ -69,28 +70,32 @@ def per_call(work: Callable[[], object], repeat: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, nargs="+", default=[3, 50])
+    parser.add_argument("--steps", type=int, nargs="+", default=[3, 10, 50])
     parser.add_argument("--viewers", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--groups", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--repeat", type=int, default=2000)
     args = parser.parse_args()
     print(
-        f"{'steps':>5} {'viewers':>7} {'groups':>6} | {'rows/channel':>12} {'bytes':>8} | {'rows/change':>11}"
-        f" {'bytes':>8} {'ratio':>6} | {'relay read µs':>13} {'detail share':>12}"
+        f"{'steps':>5} {'viewers':>7} {'groups':>6} | {'rows/channel':>12} {'bytes':>8} | {'JSON/change':>11}"
+        f" {'stored':>8} {'ratio':>6} | {'pack µs':>8} {'relay read µs':>13} {'detail share':>12}"
     )
     for steps in args.steps:
         for viewers, groups in zip(args.viewers, args.groups, strict=False):
             messages = change(steps, viewers, groups)
             per_channel = [orjson.dumps(m.payload) for m in messages for _ in m.channels]
             (row,) = pack(messages)
-            stored = orjson.dumps(row.payload).decode()
-            home = row.channel
-            read = per_call(lambda stored=stored, home=home: unpack(PACKED, home, stored), args.repeat)
+            document = {
+                "messages": [{"projection": m.projection, "channels": m.channels, "data": m.payload} for m in messages]
+            }
+            text = len(orjson.dumps(document))
+            stored, home = row.payload_zstd, row.channel
+            packing = per_call(lambda document=document: compressed(document), args.repeat)
+            read = per_call(lambda stored=stored, home=home: unpack(PACKED, home, None, stored), args.repeat)
             detail = next(len(orjson.dumps(m.payload)) for m in messages if m.projection == "TASK_DETAIL")
             old = sum(len(p) for p in per_channel)
             print(
-                f"{steps:>5} {viewers:>7} {groups:>6} | {len(per_channel):>12} {old:>8,} | {1:>11} {len(stored):>8,}"
-                f" {old / len(stored):>5.2f}x | {read:>13.1f} {detail / len(stored):>11.0%}"
+                f"{steps:>5} {viewers:>7} {groups:>6} | {len(per_channel):>12} {old:>8,} | {text:>11,}"
+                f" {len(stored):>8,} {text / len(stored):>5.1f}x | {packing:>8.1f} {read:>13.1f} {detail / text:>11.0%}"
             )
 
 

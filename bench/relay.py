@@ -36,7 +36,7 @@ from status.domain.model import Progress
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
 from status.infra.db import create_engine
-from status.infra.outbox_rows import unpack
+from status.infra.outbox_rows import stored_columns, unpack
 from status.infra.stores import sql
 from status.infra.uow import SqlDatabase
 from status.infra.wakeup import OutboxSignal, WakeReceiver
@@ -150,15 +150,13 @@ def _produce_rows(engine: Any, task_ids: list[str], rate: float, seconds: float,
         templates = {
             r.aggregate_id: [
                 (m.projection, m.channels, orjson.loads(m.data))
-                for m in unpack(r.projection, r.channel, r.payload)
+                for m in unpack(r.projection, r.channel, r.payload, r.payload_zstd)
                 if m.projection in ("USER_SUMMARY", "TASK_DETAIL")
             ]
             for r in conn.execute(
                 sa.select(
                     ot.c.aggregate_id,
-                    ot.c.projection,
-                    ot.c.channel,
-                    sa.type_coerce(ot.c.payload, sa.Text).label("payload"),
+                    *stored_columns(ot),
                 )
                 .where(ot.c.aggregate_id.in_(task_ids))
                 .order_by(ot.c.id)

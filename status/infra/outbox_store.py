@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from status.infra import tables as t
-from status.infra.outbox_rows import OUTBOX_PARTITIONS, StoredMessage, unpack
+from status.infra.outbox_rows import OUTBOX_PARTITIONS, StoredMessage, stored_columns, unpack
 from status.infra.uow import is_retryable
 
 T = TypeVar("T")
@@ -52,11 +52,8 @@ _CLAIMED_COLUMNS = (
     ot.c.aggregate_type,
     ot.c.aggregate_id,
     ot.c.aggregate_version,
-    ot.c.channel,
-    ot.c.projection,
     ot.c.must_deliver,
-    # The stored JSON text, not decoded: it goes to Centrifugo as it is.
-    sa.type_coerce(ot.c.payload, sa.Text).label("payload"),
+    *stored_columns(ot),  # projection, channel, the payload as stored: not decoded here
     ot.c.attempts,
     ot.c.created_at,
     ot.c.event_id,
@@ -65,8 +62,8 @@ _CLAIMED_COLUMNS = (
 
 def _claimed(row: Any) -> ClaimedRow:
     """A claim's row, unpacked by position (a mapping per row costs more than the rest of the claim)."""
-    row_id, key, aggregate_type, aggregate_id, version, channel, projection, must, payload, attempts = row[:10]
-    created, event = row[10:]
+    row_id, key, aggregate_type, aggregate_id, version, must, projection, channel, payload, packed = row[:10]
+    attempts, created, event = row[10:]
     # attempts counts this publication too
     return ClaimedRow(
         row_id,
@@ -76,7 +73,7 @@ def _claimed(row: Any) -> ClaimedRow:
         version,
         channel,
         must,
-        unpack(projection, channel, payload),
+        unpack(projection, channel, payload, packed),
         attempts + 1,
         created,
         event,

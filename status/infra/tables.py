@@ -315,7 +315,10 @@ task_outbox = sa.Table(
     # task, new attempt, removal, notice.
     sa.Column("must_deliver", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("event_id", sa.String(128), nullable=True),
-    sa.Column("payload", Json, nullable=False),
+    # A change's messages (status.infra.outbox_rows): compressed text since revision 0020; the
+    # JSON column holds rows written before it, and nothing newer.
+    sa.Column("payload", Json, nullable=True),
+    sa.Column("payload_zstd", sa.Text().with_variant(mysql.LONGTEXT(charset="ascii"), "mysql", "mariadb")),
     sa.Column("status", sa.String(16), nullable=False, server_default="PENDING"),
     sa.Column("available_at", Timestamp, nullable=False),
     sa.Column("locked_by", sa.String(128), nullable=True),

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from status.infra import tables as t
-from status.infra.outbox_rows import unpack
+from status.infra.outbox_rows import stored_columns, unpack
 
 _EVENT_COLUMNS = (
     "tenant_id",
@@ -73,7 +73,7 @@ def _messages(row: Any) -> list[dict[str, Any]]:
     """What an outbox row publishes: each message's projection and channels."""
     return [
         {"projection": m.projection, "channels": list(m.channels)}
-        for m in unpack(row["projection"], row["channel"], row["payload"])
+        for m in unpack(row["projection"], row["channel"], row["payload"], row["payload_zstd"])
     ]
 
 
@@ -109,8 +109,8 @@ def trace_event(engine: sa.Engine, event_id: str, tenant_id: str | None = None) 
             )
         }
         columns = [outbox.c[c] for c in _OUTBOX_COLUMNS]
-        payload = sa.type_coerce(outbox.c.payload, sa.Text).label("payload")
-        query = sa.select(*columns, payload).where(outbox.c.event_id == event_id).order_by(outbox.c.id)
+        stored = [c for c in stored_columns(outbox) if c.name not in _OUTBOX_COLUMNS]
+        query = sa.select(*columns, *stored).where(outbox.c.event_id == event_id).order_by(outbox.c.id)
         outbox_rows = [{**_plain(r, _OUTBOX_COLUMNS), "messages": _messages(r)} for r in conn.execute(query).mappings()]
     found: list[dict[str, Any]] = []
     for tenant, task_id in task_of.items():

@@ -29,9 +29,7 @@ def _summaries(service: StatusService, task_id: str) -> list[dict[str, Any]]:
 
 def _all_payloads(service: StatusService, task_id: str) -> str:
     with engine_for(service, task_id).connect() as conn:
-        return str(
-            list(conn.scalars(sa.select(t.task_outbox.c.payload).where(t.task_outbox.c.aggregate_id == task_id)))
-        )
+        return str([p.payload for p in publications(conn, task_id)])
 
 
 def _fail_task(http: Http, task_id: str, **body: Any) -> Any:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from status.domain.clock import utcnow
 from status.domain.messages import Aggregate, Message
 from status.infra import tables as t
-from status.infra.outbox_rows import unpack
+from status.infra.outbox_rows import stored_columns, unpack
 
 ot = t.task_outbox
 
@@ -49,9 +49,7 @@ def publications(
         ot.c.aggregate_type,
         ot.c.aggregate_id,
         ot.c.aggregate_version,
-        ot.c.channel,
-        ot.c.projection,
-        sa.type_coerce(ot.c.payload, sa.Text).label("payload"),
+        *stored_columns(ot),
         ot.c.must_deliver,
         ot.c.status,
         ot.c.event_id,
@@ -62,7 +60,7 @@ def publications(
         query = query.where(ot.c.aggregate_version == version)
     found = []
     for row in conn.execute(query):
-        for message in unpack(row.projection, row.channel, row.payload):
+        for message in unpack(row.projection, row.channel, row.payload, row.payload_zstd):
             if projection is not None and message.projection != projection:
                 continue
             payload = orjson.loads(message.data)

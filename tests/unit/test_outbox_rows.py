@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import datetime
 
 import orjson
@@ -9,7 +11,7 @@ import orjson
 from observer.relay import OutboxRelay, _plan, _worst
 from status.domain.messages import Aggregate, Message
 from status.infra.centrifugo import Broadcast, Publication, PublishResult, _reply_result
-from status.infra.outbox_rows import PACKED, OutboxRecord, StoredMessage, pack, partition_of, unpack
+from status.infra.outbox_rows import PACKED, OutboxRecord, StoredMessage, compressed, pack, partition_of, unpack
 from status.infra.outbox_store import ClaimedRow
 
 NOW = datetime(2026, 12, 3, 9, 0, 0)
@@ -24,7 +26,6 @@ def _message(version: int, channels: tuple[str, ...], projection: str = "USER_SU
 
 
 def _claimed(row_id: int, row: OutboxRecord, must: bool | None = None) -> ClaimedRow:
-    text = orjson.dumps(row.payload).decode()
     return ClaimedRow(
         row_id,
         row.publish_key,
@@ -33,7 +34,7 @@ def _claimed(row_id: int, row: OutboxRecord, must: bool | None = None) -> Claime
         row.aggregate_version,
         row.channel,
         row.must_deliver if must is None else must,
-        unpack(row.projection, row.channel, text),
+        unpack(row.projection, row.channel, None, row.payload_zstd),
         1,
         NOW,
     )
@@ -48,7 +49,7 @@ def test_a_changes_messages_are_one_row_each_projection_once_with_its_channels()
     assert {r.projection for r in rows} == {PACKED} and [r.must_deliver for r in rows] == [False, True]
     assert {r.channel for r in rows} == {HOME} and {r.partition_no for r in rows} == {partition_of(HOME)}
     assert rows[0].publish_key != rows[1].publish_key
-    messages = unpack(PACKED, HOME, orjson.dumps(rows[0].payload).decode())
+    messages = unpack(PACKED, HOME, None, rows[0].payload_zstd)
     assert [(m.projection, m.channels) for m in messages] == [
         ("USER_SUMMARY", viewers),
         ("TASK_DETAIL", ("task_detail:t/tsk_1",)),
@@ -56,13 +57,41 @@ def test_a_changes_messages_are_one_row_each_projection_once_with_its_channels()
     assert orjson.loads(messages[1].data) == first[1].payload
 
 
-def test_rows_of_the_earlier_format_read_as_one_message() -> None:
-    assert unpack("TASK_DETAIL", "task_detail:t/x", '{"a":1}') == (
+def test_a_row_is_stored_compressed_and_read_back_as_written() -> None:
+    # A 40-step detail: the row stores a fraction of its JSON, and its values come back as they
+    # were, text past ASCII included; what only the standard encoder takes (an integer past 64
+    # bits, which the service accepts in a report's data) still makes a readable row.
+    steps = [{"stepId": f"s{i:02d}", "lifecycleStatus": "SUCCEEDED", "label": "Étape ✓"} for i in range(40)]
+    detail = Message(
+        Aggregate("TASK", "tsk_1", 3, HOME), ("task_detail:t/tsk_1",), "TASK_DETAIL", {"steps": steps}, False, "e", NOW
+    )
+    (row,) = pack([detail])
+    assert len(row.payload_zstd) * 5 < len(orjson.dumps({"steps": steps}))
+    (message,) = unpack(PACKED, HOME, None, row.payload_zstd)
+    assert orjson.loads(message.data) == {"steps": steps}
+    odd = {"count": 2**70}
+    (message,) = unpack(
+        PACKED, HOME, None, compressed({"messages": [{"projection": "P", "channels": [], "data": odd}]})
+    )
+    assert json.loads(message.data) == {"count": float(2**70)}  # read as orjson reads it
+
+
+def test_rows_of_the_earlier_formats_read_as_they_were_written() -> None:
+    assert unpack("TASK_DETAIL", "task_detail:t/x", '{"a":1}', None) == (
         StoredMessage("TASK_DETAIL", ("task_detail:t/x",), '{"a":1}'),
     )
-    fanout = unpack("USER_FANOUT", "fanout:b:0", '{"channels":["task_user:t/a","task_user:t/b"],"data":{"x":1}}')
+    fanout = unpack("USER_FANOUT", "fanout:b:0", '{"channels":["task_user:t/a","task_user:t/b"],"data":{"x":1}}', None)
     assert fanout == (StoredMessage("USER_BROADCAST", ("task_user:t/a", "task_user:t/b"), '{"x":1}'),)
-    assert unpack(PACKED, HOME, "not json") == () and unpack(PACKED, HOME, '{"other":1}') == ()
+    uncompressed = '{"messages":[{"projection":"USER_SUMMARY","channels":["task_user:t/a"],"data":{"x":1}}]}'
+    assert unpack(PACKED, HOME, uncompressed, None) == (StoredMessage("USER_SUMMARY", ("task_user:t/a",), '{"x":1}'),)
+
+
+def test_a_row_that_cannot_be_read_has_no_messages() -> None:
+    # The relay marks such a row DEAD instead of failing its batch.
+    assert unpack(PACKED, HOME, "not json", None) == () and unpack(PACKED, HOME, '{"other":1}', None) == ()
+    assert unpack(PACKED, HOME, None, None) == ()
+    assert unpack(PACKED, HOME, None, "not base64!") == ()
+    assert unpack(PACKED, HOME, None, base64.b64encode(b"not a zstd frame").decode()) == ()
 
 
 def test_a_row_is_a_versioned_publish_per_detail_channel_and_one_broadcast_to_the_rest() -> None:
