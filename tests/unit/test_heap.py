@@ -33,7 +33,9 @@ def test_settling_freezes_what_is_alive_and_collects_what_is_not(thawed: None) -
     kept = Cycle()
     Cycle()  # garbage with a cycle: collected first, never frozen
     frozen = heap.settle()
-    assert frozen > 0 and gc.get_freeze_count() == frozen
+    # Frozen objects that nothing holds any more are still freed (another thread of the suite may
+    # drop some meanwhile): the count only shrinks from what was frozen.
+    assert frozen > 0 and 0 < gc.get_freeze_count() <= frozen
     assert not any(type(o) is Cycle and o is not kept for o in gc.get_objects(generation=2))
     gc.unfreeze()
     assert any(o is kept for o in gc.get_objects())  # back under the collector: it was frozen
