@@ -97,10 +97,14 @@ def _task_eta(task: TaskState, steps: StepSet, history: History | None, now: dat
     return task_estimate(task.lifecycle, running, [(count, pending_estimate(stats)) for count, stats in pending])
 
 
-def _step_eta(task: TaskState, step: StepState, history: History | None, now: datetime) -> Estimate | None:
+def _step_listed(task: TaskState, step: StepState, history: History | None, now: datetime) -> shapes.StepDetail:
+    """A step attempt as a detail state lists it, with its estimate while the task and it go on."""
     if history is None or task.lifecycle.terminal or step.lifecycle.terminal:
-        return None
-    return step_estimate(step, history.get(step.operation_code), now)
+        return _step_detail(step)
+    stats = history.get(step.operation_code)
+    if step.lifecycle is Lifecycle.PENDING:
+        return _pending_detail(step, stats)
+    return _step_detail(step, step_estimate(step, stats, now))
 
 
 def _needs_action(task: TaskState, steps: StepSet) -> bool:
@@ -157,12 +161,28 @@ def _step_detail(step: StepState, estimate: Estimate | None = None) -> shapes.St
     return {**shown, **estimate.to_json()} if estimate else shown
 
 
+def _pending_detail(step: StepState, stats: DurationStats | None) -> shapes.StepDetail:
+    """A step not started yet, with its estimate: its operation's typical duration, which time
+    passing does not move. Most steps of a long task wait, and each of its messages lists them
+    all: the listing is kept with the step's, for as long as the operation's statistics are the
+    same object (the duration history replaces them when it reads or learns more)."""
+    seen = _SEEN_PENDING.get(id(step))
+    if seen is not None and seen[0] is step and seen[1] is stats:
+        return seen[2]
+    listed = _step_detail(step, pending_estimate(stats))
+    if len(_SEEN_PENDING) >= SEEN_STEPS_KEPT:
+        _SEEN_PENDING.pop(next(iter(_SEEN_PENDING)), None)  # the oldest
+    _SEEN_PENDING[id(step)] = (step, stats, listed)
+    return listed
+
+
 # Every message of a task lists its steps again, while an event changes one of them at most.
 # Step states are frozen (a change is a new object), so what a step shows is kept for the steps
 # seen last, by the object itself (held here, so its id is not reused while it is kept); a task's
 # next message builds only the steps that changed. Messages are encoded, never changed.
 SEEN_STEPS_KEPT = 8192
 _SEEN_STEPS: dict[int, tuple[StepState, shapes.StepDetail]] = {}
+_SEEN_PENDING: dict[int, tuple[StepState, DurationStats | None, shapes.StepDetail]] = {}
 
 
 def _step_shown(step: StepState) -> shapes.StepDetail:
@@ -259,7 +279,7 @@ def _state(
         "taskId": task.task_id,
         **(common if common is not None else _common(task, steps, now, history)),
         "summary": {"schema": task.summary_schema, "value": task.summary_data} if task.summary_schema else None,
-        "steps": [_step_detail(s, _step_eta(task, s, history, now)) for s in shown],
+        "steps": [_step_listed(task, s, history, now) for s in shown],
     }
 
 

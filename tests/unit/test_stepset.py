@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from status.domain.lifecycle import Health, Lifecycle
 from status.domain.model import StepError, StepState
 from status.domain.stepset import DETAIL_WINDOW, StepSet
+from tests.support.states import task_state
 
 T0 = datetime(2026, 1, 1)
 
@@ -144,6 +145,26 @@ def test_a_detail_message_shows_each_step_as_it_is_now() -> None:
     assert _step_detail(running, Estimate(4000, 0.5))["etaMs"] == 4000
     assert _step_detail(running, Estimate(2500, 0.5))["etaMs"] == 2500
     assert "etaMs" not in _step_detail(running)
+
+
+def test_a_waiting_steps_estimate_is_its_operations_and_kept_while_its_history_is() -> None:
+    from status.domain.eta import DurationStats
+    from status.domain.projections import _step_listed, _step_shown
+
+    task = task_state(lifecycle=Lifecycle.RUNNING)
+    waiting = _step("s1")  # PENDING
+    usual = DurationStats(10, 4000.0, 3000.0, 5000.0)
+    first = _step_listed(task, waiting, {waiting.operation_code: usual}, T0)
+    assert first == {**_step_shown(waiting), "etaMs": 4000, "etaConfidence": round(0.8 * usual.confidence, 2)}
+    # Time passing does not move it: the listing is reused for the same step and statistics.
+    assert _step_listed(task, waiting, {waiting.operation_code: usual}, T0 + timedelta(hours=1)) is first
+    longer = DurationStats(20, 9000.0, 8000.0, 10000.0)  # the history learned more: new statistics
+    assert _step_listed(task, waiting, {waiting.operation_code: longer}, T0)["etaMs"] == 9000
+    assert "etaMs" not in _step_listed(task, waiting, {waiting.operation_code: None}, T0)
+    # A running step's estimate moves with time: computed for every message.
+    running = replace(waiting, lifecycle=Lifecycle.RUNNING, version=2, started_at=T0)
+    assert _step_listed(task, running, {waiting.operation_code: usual}, T0 + timedelta(seconds=1))["etaMs"] == 3000
+    assert _step_listed(task, running, {waiting.operation_code: usual}, T0 + timedelta(seconds=3))["etaMs"] == 1000
 
 
 def test_an_ending_task_leaves_open_the_latest_unfinished_attempt_of_each_step() -> None:
