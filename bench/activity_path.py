@@ -1,16 +1,17 @@
 """The plugin's activity path in one process: what the service's Python costs per activity.
 
     .venv/bin/python bench/activity_path.py [--database mariadb|sqlite] [--activities 600]
-        [--group 10] [--steps 10] [--rounds 3] [--shards N] [--profile FILE]
+        [--group 10] [--steps 10] [--rounds 3] [--shards N] [--apart] [--profile FILE]
 
-An activity as the plugin reports it — its binding with its STEP_STARTED, one STEP_PROGRESS and
-its STEP_COMPLETED (by handle) — run through ``StatusService`` as the API's group committer
-runs it (``--group`` activities per transaction), on a scratch MariaDB database (the production
-setup; the driver is the one the URL names) or SQLite. No HTTP, no other process: the figure is
-the application's and the database driver's CPU per activity, the part of
-``plugin_overhead.py``'s API figure that the write path decides. The process's CPU is measured
-round by round, against the MariaDB server's CPU in the same round (the work the service asks
-of the database); ``--profile`` writes cProfile's statistics of the last round.
+An activity as the plugin reports it — its binding with its STEP_STARTED, then one STEP_PROGRESS
+and its STEP_COMPLETED (by handle) together, as a short activity's reach the service — run
+through ``StatusService`` as the API's group committer runs it (``--group`` activities per
+transaction; ``--apart``: the progress and the endings in groups of their own), on a scratch
+MariaDB database (the production setup; the driver is the one the URL names) or SQLite. No HTTP,
+no other process: the figure is the application's and the database driver's CPU per activity,
+the part of ``plugin_overhead.py``'s API figure that the write path decides. The process's CPU is
+measured round by round, against the MariaDB server's CPU in the same round (the work the service
+asks of the database); ``--profile`` writes cProfile's statistics of the last round.
 
 ``--shards N`` routes through a bucket map over N scratch databases of the same server (their
 tasks' owners spread over the buckets): what routing costs the write path — each transaction's
@@ -101,8 +102,10 @@ def new_tasks(service: object, count: int, steps: int) -> list[str]:
     return ids
 
 
-def run_round(service: object, task_ids: list[str], steps: int, group: int) -> int:
-    """Every step of every task as one activity; the groups as the committer forms them."""
+def run_round(service: object, task_ids: list[str], steps: int, group: int, apart: bool = False) -> int:
+    """Every step of every task as one activity; the groups as the committer forms them: the
+    bindings (each with its STARTED), then the activities' progress and endings (``apart``: in a
+    group each, as a long activity's, whose ending comes long after its progress)."""
     now = datetime.now(UTC)
     work = [(task_id, f"s{i:02d}") for i in range(steps) for task_id in task_ids]
     done = 0
@@ -123,7 +126,10 @@ def run_round(service: object, task_ids: list[str], steps: int, group: int) -> i
             for task_id, step_id in chunk
         ]
         contexts = service.bind_executions(binds)  # type: ignore[attr-defined]
-        for kind, seq in (("STEP_PROGRESS", 2), ("STEP_COMPLETED", 3)):
+        reports = [(ctx, kind, seq) for ctx in contexts for kind, seq in (("STEP_PROGRESS", 2), ("STEP_COMPLETED", 3))]
+        # The plugin sends what its outbox holds: a short activity's progress and ending together.
+        waves = [[r for r in reports if r[1] == kind] for kind in ("STEP_PROGRESS", "STEP_COMPLETED")]
+        for wave in waves if apart else [reports]:
             events = [
                 (
                     CALLER,
@@ -135,7 +141,7 @@ def run_round(service: object, task_ids: list[str], steps: int, group: int) -> i
                         execution_handle=ctx.execution_handle,
                     ),
                 )
-                for ctx in contexts
+                for ctx, kind, seq in wave
             ]
             outcomes = service.report_group(events)  # type: ignore[attr-defined]
             refused = [o for o in outcomes if isinstance(o, BaseException) or not o.get("accepted")]
@@ -153,6 +159,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per task")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shards", type=int, default=0, help="route through a map over this many databases")
+    parser.add_argument(
+        "--apart", action="store_true", help="progress and endings in transactions of their own (long activities)"
+    )
     parser.add_argument("--profile", type=Path, help="cProfile statistics of the last round to this file")
     args = parser.parse_args()
     tasks_per_round = max(1, args.activities // args.steps)
@@ -161,7 +170,7 @@ def main() -> None:
         service = build_service(make_settings(url, Path(data), **sharding))
         service.install_default_definitions()
         warm = new_tasks(service, 2, args.steps)
-        run_round(service, warm, args.steps, args.group)
+        run_round(service, warm, args.steps, args.group, args.apart)
         figures = []
         for number in range(args.rounds):
             tasks = new_tasks(service, tasks_per_round, args.steps)
@@ -169,7 +178,7 @@ def main() -> None:
             db_before, cpu_before, wall_before = mariadb_cpu(), time.process_time(), time.perf_counter()
             if profile is not None:
                 profile.enable()
-            count = run_round(service, tasks, args.steps, args.group)
+            count = run_round(service, tasks, args.steps, args.group, args.apart)
             if profile is not None:
                 profile.disable()
             cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before

@@ -106,7 +106,7 @@ class AccessCommands:
             )
             write_change(self.ctx, uow, group, change)
             if not grant:
-                group.outbox = self._revoked_messages(uow, task, principal_type, principal_id, group.outbox, now)
+                group.outbox = [*self._revoked_messages(uow, task, principal_type, principal_id, group.messages(), now)]
             group.flush(uow)
             uow.commit()
             return {"taskId": task_id, "taskVersion": str(task.version), "changed": True}

@@ -20,12 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, Generic
 
 from status.app import outbox
 from status.app.answers import A, Reply, no_reply
 from status.app.context import AppContext
-from status.app.group import Group
+from status.app.group import Group, StagedMessages
 from status.app.ports import Stores
 from status.app.records import DedupRecord
 from status.app.step_cache import TaskView
@@ -186,7 +187,14 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change[A
     )
     group.notifications += records
     if change.publish:
-        group.outbox += _task_messages(ctx, stores, change, view, committed_at)
+        group.outbox.append(
+            StagedMessages(
+                task.task_id,
+                (view.viewers, view.groups),
+                not (change.must_deliver or change.broadcast or change.notice or hint),
+                partial(_task_messages, ctx, stores, change, view, committed_at),
+            )
+        )
         if hint is not None:
             group.outbox.append(hint)
     return result

@@ -8,6 +8,7 @@ the number of events and tasks (``status.infra.stores.tasks``, ``status.infra.st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,19 @@ from status.app.step_cache import TaskView
 from status.domain.auth import StoredHandle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
+
+
+@dataclass(frozen=True)
+class StagedMessages:
+    """A task change's messages, built when the group is written: a change the same group changes
+    again covers them (see ``Group.messages``)."""
+
+    task_id: str
+    audience: tuple[tuple[str, ...], tuple[tuple[str, str], ...]]  # its USER viewers and groups
+    # Nothing of it must reach a client on its own (design D8.14: not terminal, no notice, no
+    # broadcast): a later full state of the same channels says everything it says.
+    coverable: bool
+    build: Callable[[], list[Message]]
 
 
 @dataclass
@@ -43,7 +57,7 @@ class Group:
     events: list[EventRecord] = field(default_factory=list)
     dedups: list[DedupRecord] = field(default_factory=list)
     changes: list[ChangeRecord] = field(default_factory=list)
-    outbox: list[Message] = field(default_factory=list)
+    outbox: list[Message | StagedMessages] = field(default_factory=list)
     notifications: list[NotificationRecord] = field(default_factory=list)
     activities: list[ActivityRecord] = field(default_factory=list)  # the Temporal activity behind an execution
     succeeded: list[tuple[TaskState, StepState]] = field(default_factory=list)  # steps this group completed
@@ -69,9 +83,29 @@ class Group:
             self.revoked.setdefault(execution_id, reason)
             self.revoked_at = self.revoked_at or now
 
+    def messages(self) -> list[Message]:
+        """What the group publishes, in the order it staged it. A change's messages that a later
+        change of the same task in this group covers — the same viewers and groups, each message a
+        full state — are never built: the relay would drop them as superseded anyway, since both
+        commit together (the change stays in the event log, as an activation does whose STARTED
+        travels with it)."""
+        last = {m.task_id: at for at, m in enumerate(self.outbox) if isinstance(m, StagedMessages)}
+        built: list[Message] = []
+        for at, item in enumerate(self.outbox):
+            if not isinstance(item, StagedMessages):
+                built.append(item)
+            elif not (item.coverable and last[item.task_id] > at and self._same_audience(item, last[item.task_id])):
+                built += item.build()
+        return built
+
+    def _same_audience(self, item: StagedMessages, later: int) -> bool:
+        covering = self.outbox[later]
+        return isinstance(covering, StagedMessages) and covering.audience == item.audience
+
     def flush(self, uow: UnitOfWork) -> None:
         """The group's writes: one statement per table, whatever the number of events and tasks,
         sent together (``batched``): nothing is read back before the commit."""
+        messages = self.messages()  # built first: a projection may read the duration history
         with uow.batched():
             uow.tasks.insert_steps(list(self.new_steps.values()))
             uow.tasks.write_steps(list(self.step_rows.values()))
@@ -82,5 +116,5 @@ class Group:
             uow.log.insert_dedups(self.dedups)
             uow.log.insert_changes(self.changes)
             uow.log.insert_notifications(self.notifications)
-            uow.log.insert_outbox(self.outbox)
+            uow.log.insert_outbox(messages)
             uow.runs.record_activities(self.activities)
