@@ -36,6 +36,9 @@ from status.domain.projections import iso
 from status.domain.registration import HeartbeatDefaults, decide_registration, registered_before
 from status.domain.reports import check_key
 
+# What an execution's token lets its worker report (the same for every execution).
+_WORKER_EVENTS = frozenset(e.value for e in WORKER_EVENT_TYPES)
+
 
 @dataclass(frozen=True)
 class ExecutionContext:
@@ -231,9 +234,7 @@ class ExecutionCommands:
         self, uow: UnitOfWork, group: Group, view: TaskView, now: datetime, caller: ServicePrincipal, cmd: Any
     ) -> Staged:
         task = view.task
-        attempts = sorted(
-            (s for s in view.steps.attempts.values() if s.step_id == cmd.step_id), key=lambda s: s.attempt
-        )
+        attempts = view.steps.attempts_of(cmd.step_id)
         activity = _activity_key(cmd.temporal_activity)
         decided = decide_activation(task, attempts, activity, cmd.attempt, cmd.step_id, cmd.producer_id)
         placed, existing, current = decided.placement, decided.placement.existing, attempts[-1]
@@ -464,7 +465,7 @@ class ExecutionCommands:
             authority_scope=task.authority_scope,
             bucket_id=task.bucket_id,
             expires_at=expires_at,
-            allowed_event_types=frozenset(e.value for e in WORKER_EVENT_TYPES),
+            allowed_event_types=_WORKER_EVENTS,
         )
         handle = ids.new_execution_handle(task.bucket_id)
         return (

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 def utcnow() -> datetime:
     """Naive UTC with millisecond precision: what DATETIME(3) columns hold."""
-    return now_ms(datetime.now(UTC).replace(tzinfo=None))
+    now = datetime.now(UTC)
+    return now.replace(tzinfo=None, microsecond=now.microsecond // 1000 * 1000)  # one copy, not two
 
 
 def now_ms(now: datetime) -> datetime:

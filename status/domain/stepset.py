@@ -134,6 +134,14 @@ class StepSet:
         """Every attempt in display order."""
         return sorted(self.attempts.values(), key=_display_key)
 
+    def attempts_of(self, step_id: str) -> list[StepState]:
+        """A step's attempts, oldest first (as many look-ups as it has attempts, not the task's)."""
+        latest = self.latest.get(step_id)
+        if latest is None:
+            return []
+        found = (self.attempts.get((step_id, number)) for number in range(1, latest.attempt + 1))
+        return [s for s in found if s is not None]
+
     def active_current(self) -> list[StepState]:
         """Latest attempts past PENDING that have not finished (bounded by what runs, not by size)."""
         found = (self.attempts[key] for key in self.active)

@@ -119,6 +119,13 @@ def test_the_detail_window_keeps_unfinished_then_recent_attempts() -> None:
     assert ids == sorted(ids)  # in display order
 
 
+def test_a_steps_attempts_are_its_own_oldest_first() -> None:
+    steps = StepSet.of([_step("s2", attempt=3), _step("s1"), _step("s2"), _step("s3", attempt=2)])
+    assert [(s.step_id, s.attempt) for s in steps.attempts_of("s2")] == [("s2", 1), ("s2", 3)]
+    assert [(s.step_id, s.attempt) for s in steps.attempts_of("s1")] == [("s1", 1)]
+    assert steps.attempts_of("s4") == []
+
+
 def test_a_small_task_shows_every_attempt() -> None:
     steps = StepSet.of(_step(f"s{i}", order=i) for i in range(DETAIL_WINDOW))
     shown, omitted = steps.window()

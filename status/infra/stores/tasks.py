@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -13,11 +13,28 @@ from status.domain.auth import StoredHandle
 from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.infra import tables as t
+from status.infra.inserts import Inserter
 from status.infra.prepared import PreparedRead, listed
 from status.infra.stores import sql
 from status.infra.stores.bulk import changed_columns, update_rows
 
 _HANDLE = t.task_execution_handle
+
+
+class _HandleRow(NamedTuple):
+    """A fresh execution handle's row (its fields: ``task_execution_handle``'s columns)."""
+
+    handle_hash: str
+    execution_id: str | None
+    task_id: str
+    step_id: str
+    step_attempt: int
+    producer_id: str | None
+    expires_at: datetime
+    created_at: datetime
+
+
+_INSERT_HANDLES = Inserter(_HANDLE)
 _HANDLES = PreparedRead(
     lambda n: sa.select(
         _HANDLE.c.handle_hash,
@@ -114,20 +131,13 @@ class SqlTaskStore:
     def insert_handles(self, rows: Sequence[tuple[str, StepState, datetime, datetime]]) -> None:
         """Fresh execution handles: (hash, bound step attempt, expiry, now); only hashes are stored."""
         if rows:
-            self._conn.execute(
-                sa.insert(t.task_execution_handle),
+            _INSERT_HANDLES(
+                self._conn,
                 [
-                    {
-                        "handle_hash": handle_hash,
-                        "execution_id": step.execution_id,
-                        "task_id": step.task_id,
-                        "step_id": step.step_id,
-                        "step_attempt": step.attempt,
-                        "producer_id": step.producer_id,
-                        "expires_at": expires_at,
-                        "created_at": now,
-                    }
-                    for handle_hash, step, expires_at, now in rows
+                    _HandleRow(
+                        handle_hash, s.execution_id, s.task_id, s.step_id, s.attempt, s.producer_id, expires, now
+                    )
+                    for handle_hash, s, expires, now in rows
                 ],
             )
 
