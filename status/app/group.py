@@ -89,18 +89,16 @@ class Group:
         full state — are never built: the relay would drop them as superseded anyway, since both
         commit together (the change stays in the event log, as an activation does whose STARTED
         travels with it)."""
-        last = {m.task_id: at for at, m in enumerate(self.outbox) if isinstance(m, StagedMessages)}
+        last = {m.task_id: m for m in self.outbox if isinstance(m, StagedMessages)}
         built: list[Message] = []
-        for at, item in enumerate(self.outbox):
+        for item in self.outbox:
             if not isinstance(item, StagedMessages):
                 built.append(item)
-            elif not (item.coverable and last[item.task_id] > at and self._same_audience(item, last[item.task_id])):
+            elif not (
+                item.coverable and last[item.task_id] is not item and last[item.task_id].audience == item.audience
+            ):
                 built += item.build()
         return built
-
-    def _same_audience(self, item: StagedMessages, later: int) -> bool:
-        covering = self.outbox[later]
-        return isinstance(covering, StagedMessages) and covering.audience == item.audience
 
     def flush(self, uow: UnitOfWork) -> None:
         """The group's writes: one statement per table, whatever the number of events and tasks,

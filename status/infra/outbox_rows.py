@@ -27,7 +27,6 @@ an earlier version left behind.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import threading
 import zlib
@@ -41,6 +40,7 @@ import sqlalchemy as sa
 import zstandard
 
 from status.domain.messages import Aggregate, Message
+from status.infra.db import json_text
 
 # A row holding a change's messages (any other value: a row of the earlier format, one channel).
 PACKED = "MESSAGES"
@@ -127,10 +127,7 @@ _codecs = threading.local()
 def compressed(payload: dict[str, Any]) -> str:
     """A row's payload as stored: its JSON (as JSON columns hold it, ``status.infra.db.json_text``)
     in a zstd frame, in base64."""
-    try:
-        text = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:  # integers past 64 bits, lone surrogates: the standard encoder, in ASCII
-        text = json.dumps(payload).encode()
+    text = json_text(payload).encode()
     compressor = getattr(_codecs, "compressor", None)
     if compressor is None:
         compressor = _codecs.compressor = zstandard.ZstdCompressor(level=_LEVEL)
