@@ -46,6 +46,7 @@ from tests.support.relay_pump import RelayPump
 from tests.support.settings import make_settings
 
 TIMEOUT_MS = 20_000
+MAX_RECONNECT_DELAY_MS = 20_000  # the client's default maxReconnectDelayMs
 
 
 @dataclass
@@ -127,8 +128,8 @@ def card(page: Page, task_id: str) -> Any:
     return page.locator(f'article.task[data-task-id="{task_id}"]')
 
 
-def wait_live(page: Page) -> None:
-    expect(page.locator("#connection")).to_have_attribute("data-state", "LIVE", timeout=TIMEOUT_MS)
+def wait_live(page: Page, timeout: int = TIMEOUT_MS) -> None:
+    expect(page.locator("#connection")).to_have_attribute("data-state", "LIVE", timeout=timeout)
 
 
 def assert_never_went_back(page: Page) -> None:
@@ -335,7 +336,9 @@ def test_with_centrifugo_down_the_page_keeps_moving_from_snapshots_and_goes_live
         screenshot(page, "dashboard-polling-without-realtime")
     finally:
         stack.node.start()
-    wait_live(page)
+    # After a long outage the client's next attempt may be a whole maximum back-off away (20 s,
+    # web/README.md): that wait, then a connection's time.
+    wait_live(page, timeout=MAX_RECONNECT_DELAY_MS + TIMEOUT_MS)
     assert report(stack.http, ctx, "STEP_COMPLETED", 2).status_code == 200
     expect(page.locator('#detail .step[data-step-id="02_parse"]')).to_have_attribute(
         "data-status", "SUCCEEDED", timeout=TIMEOUT_MS
