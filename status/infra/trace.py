@@ -2,8 +2,10 @@
 
 An operator holding an eventId (from a worker's log, a user's report, an "event rejected" line)
 sees the task version it committed, the event as logged, whether its dedup result is still held,
-and each outbox row it wrote — channel, projection, publish state, attempts, last error.  Reads
-only; payloads stay out of the answer (they may hold user data).
+and each outbox row it wrote — channel, projection, publish state, attempts, last error.  A
+change its own transaction changed again wrote no row (its state travelled in the row of the
+task's last change there, design D8.14): the answer then names the task's next row after the
+event's version.  Reads only; payloads stay out of the answer (they may hold user data).
 """
 
 from __future__ import annotations
@@ -109,9 +111,13 @@ def trace_event(engine: sa.Engine, event_id: str, tenant_id: str | None = None) 
             )
         }
         columns = [outbox.c[c] for c in _OUTBOX_COLUMNS]
-        stored = [c for c in stored_columns(outbox) if c.name not in _OUTBOX_COLUMNS]
-        query = sa.select(*columns, *stored).where(outbox.c.event_id == event_id).order_by(outbox.c.id)
-        outbox_rows = [{**_plain(r, _OUTBOX_COLUMNS), "messages": _messages(r)} for r in conn.execute(query).mappings()]
+        query = sa.select(*columns, *_stored_only(outbox)).where(outbox.c.event_id == event_id).order_by(outbox.c.id)
+        outbox_rows = [_outbox_row(r) for r in conn.execute(query).mappings()]
+        carried_by = {
+            tenant: _next_row(conn, task_of[tenant], event["task_version"])
+            for tenant, event in events.items()
+            if not any(r["aggregateId"] == task_of[tenant] for r in outbox_rows)
+        }
     found: list[dict[str, Any]] = []
     for tenant, task_id in task_of.items():
         event, current = events.get(tenant), tasks.get(task_id)
@@ -132,6 +138,37 @@ def trace_event(engine: sa.Engine, event_id: str, tenant_id: str | None = None) 
                 if current is not None
                 else None,
                 "outbox": [r for r in outbox_rows if r["aggregateId"] in aggregates],
+                # No row of its own: where its state went (None once published rows were purged).
+                **({"carriedBy": carried_by[tenant]} if tenant in carried_by else {}),
             }
         )
     return found
+
+
+def _outbox_row(row: Any) -> dict[str, Any]:
+    return {**_plain(row, _OUTBOX_COLUMNS), "messages": _messages(row)}
+
+
+def _next_row(conn: sa.Connection, task_id: str, version: int) -> dict[str, Any] | None:
+    """The task's first outbox row after ``version``: the one that carried the state of a change
+    its transaction changed again (the transaction's last change of the task writes it)."""
+    outbox = t.task_outbox
+    row = (
+        conn.execute(
+            sa.select(*(outbox.c[c] for c in _OUTBOX_COLUMNS), outbox.c.event_id, *_stored_only(outbox))
+            .where(
+                outbox.c.aggregate_type == "TASK",
+                outbox.c.aggregate_id == task_id,
+                outbox.c.aggregate_version > version,
+            )
+            .order_by(outbox.c.aggregate_version, outbox.c.id)
+            .limit(1)
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else {**_outbox_row(row), "eventId": row["event_id"]}
+
+
+def _stored_only(outbox: sa.Table) -> list[sa.ColumnElement[Any]]:
+    return [c for c in stored_columns(outbox) if c.name not in _OUTBOX_COLUMNS]

@@ -21,7 +21,7 @@ from status.infra import tables as t
 from status.settings import Settings
 from task_observer.cli import main
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, event_body
+from tests.support.flows import activate, create_workflow, event_body, report
 from tests.support.outbox import publications
 from tests.support.settings import database_environment
 from tests.support.shards import engine_for
@@ -71,6 +71,34 @@ def test_trace_goes_from_an_event_id_to_its_version_and_outbox_rows(
     assert main(["trace", body["eventId"], "--tenant", "someone-else"]) == 1
     assert main(["trace", "evt-never-sent"]) == 1
     assert "no event 'evt-never-sent'" in capsys.readouterr().err
+
+
+def test_trace_names_the_row_that_carried_a_change_its_transaction_changed_again(
+    http: Http, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    assert report(http, ctx, "STEP_STARTED", 1).is_success
+    ticks = [
+        {**event_body("STEP_PROGRESS", seq, progress={"current": seq}), "executionHandle": ctx["executionHandle"]}
+        for seq in (2, 3)
+    ]
+    answer = http.client.post("/internal/v1/task-events:batch", json={"events": ticks}, headers=http.worker)
+    first, last = (r["taskVersion"] for r in answer.json()["results"])  # one transaction, two versions
+    database_environment(monkeypatch, settings)
+    monkeypatch.setenv("TASK_OBSERVER_DATA_DIR", str(tmp_path))
+
+    assert main(["trace", ticks[0]["eventId"]]) == 0
+    (covered,) = json.loads(capsys.readouterr().out)
+    assert str(covered["event"]["taskVersion"]) == first and covered["outbox"] == []
+    carrier = covered["carriedBy"]
+    assert (carrier["eventId"], str(carrier["aggregateVersion"])) == (ticks[1]["eventId"], last)
+    assert ("TASK_DETAIL", f"task_detail:{http.tenant}/{task_id}") in {
+        (m["projection"], ch) for m in carrier["messages"] for ch in m["channels"]
+    }
+    assert main(["trace", ticks[1]["eventId"]]) == 0
+    (own,) = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in own["outbox"]] == [carrier["id"]] and "carriedBy" not in own
 
 
 def test_accepted_changes_are_logged_with_correlation_fields_sampled_by_event_id(
