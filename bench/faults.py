@@ -79,7 +79,7 @@ from common import (  # type: ignore[import-not-found]
     scratch_database,
     stack_env,
 )
-from task_status_interceptors import TaskStatusPlugin
+from task_status_interceptors import TaskStatusPlugin, read_undeliverable
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -482,17 +482,19 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                 ).scalar_one()
             regressions = sum(1 for versions in seen.values() for a, b in itertools.pairwise(versions) if b < a)
             plugin_tasks = []
+            failed_runs: list[str] = []  # why a run gave no task: what to look at when one is lost
             for run in runs:
-                with contextlib.suppress(Exception):
+                try:
                     plugin_tasks.append((await run.result())["taskId"])
+                except Exception as exc:
+                    failed_runs.append(f"{run.id}: {exc!r} (cause {exc.__cause__!r})")
             with database.connect() as conn:
-                succeeded = set(
-                    conn.scalars(
-                        sa.select(t.task.c.id).where(
-                            t.task.c.id.in_(plugin_tasks), t.task.c.lifecycle_status == "SUCCEEDED"
-                        )
-                    )
+                endings: dict[str, str] = dict(
+                    conn.execute(
+                        sa.select(t.task.c.id, t.task.c.lifecycle_status).where(t.task.c.id.in_(plugin_tasks))
+                    ).all()
                 )
+            succeeded = {task_id for task_id, lifecycle in endings.items() if lifecycle == "SUCCEEDED"}
             database.dispose()
             worker_run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -505,6 +507,12 @@ async def run_fault(fault: str, seconds: float, temporal_address: str) -> dict[s
                 **failover,
                 "plugin_runs": len(runs),
                 "plugin_lost": (len(runs) - len(succeeded)) + plugin.reporter.dropped,
+                "plugin_failed_runs": failed_runs,
+                "plugin_not_succeeded": {k: v for k, v in endings.items() if v != "SUCCEEDED"},
+                "plugin_dropped": [
+                    f"{row['eventId']}: {row['reason']}"
+                    for row in read_undeliverable(stack.tmp / "worker.outbox.sqlite3")
+                ],
                 "fault": fault,
                 "acked": len(set(acked)),
                 "lost": len(set(acked) - logged),

@@ -44,7 +44,11 @@ def _run(fault: str, tmp_path: Path) -> dict[str, Any]:
     assert run["lost"] == 0, "an acknowledged event is not in the event log"
     assert run["duplicated"] == 0, "a task version was committed twice"
     assert run["regressions"] == 0, "the client saw a task go backwards"
-    assert run["plugin_lost"] == 0, "a plugin workflow's task did not end SUCCEEDED, or a report was dropped"
+    assert run["plugin_lost"] == 0, (
+        "a plugin workflow's task did not end SUCCEEDED, or a report was dropped: "
+        f"runs that failed {run['plugin_failed_runs']}; tasks not SUCCEEDED {run['plugin_not_succeeded']}; "
+        f"reports refused for good {run['plugin_dropped']}"
+    )
     assert run["converged_s"] is not None, (
         "the client did not reach every task's database version: "
         f"behind (shown, database) {run['behind']}; subscriptions {run['resubscribes']}; "
