@@ -44,6 +44,11 @@ class TaskEventRequest:
     # attempt of the task with the task, each as the run saw it: a step's own report still on its
     # way when its task ends arrives too late to change it.
     step_outcomes: dict[str, str] | None = None
+    # When the run decided it (workflow time, set by ``TaskStatus._submit``): part of the event's
+    # content, so it must be the same in every attempt of the activity that sends it — a retry
+    # after an answer lost on its way back (the first attempt committed) is then a duplicate, not
+    # an EVENT_ID_CONFLICT that fails the run.
+    occurred_at: str | None = None
 
 
 class CoordinatorActivities:
@@ -92,7 +97,9 @@ class CoordinatorActivities:
             "sourceSeq": request.source_seq,
             "taskId": request.task_id,
             "taskAttempt": request.task_attempt,
-            "occurredAt": activity.info().started_time.isoformat(),
+            # (A request scheduled before occurred_at existed: the activity's first scheduling, the
+            # same in every attempt.)
+            "occurredAt": request.occurred_at or activity.info().scheduled_time.isoformat(),
         }
         if request.duration_ms is not None:
             body["durationMs"] = request.duration_ms
@@ -241,6 +248,7 @@ class TaskStatus:
         # the task id keeps apart the pieces of work a workflow id runs over time (id reuse, cron).
         request.event_id = f"coord:{workflow.info().run_id}:{request.task_id}:{request.event_type}"
         request.source_seq = int(workflow.now().timestamp() * 1000)
+        request.occurred_at = workflow.now().isoformat()
         ownership = current_ownership()
         if ownership is not None:
             ownership.release(request.task_id)  # ended here: the run's end leaves it alone
