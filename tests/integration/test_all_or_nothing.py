@@ -13,7 +13,7 @@ from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.factories import later
-from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.flows import activate, create_workflow, event_body, now_iso, report
 from tests.support.shards import engine_for
 
 
@@ -37,7 +37,7 @@ def test_a_batch_refused_for_its_riding_heartbeat_commits_none_of_its_events(
     refused = http.client.post("/internal/v1/task-events:batch", json=body, headers=http.worker)
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "VALIDATION_FAILED"
     assert _task(service, task_id) == before  # nothing of it applied: the version did not move
-    body["heartbeats"][0]["observedAt"] = "2026-12-01T00:00:00Z"
+    body["heartbeats"][0]["observedAt"] = now_iso()
     taken = http.client.post("/internal/v1/task-events:batch", json=body, headers=http.worker)
     assert taken.status_code == 200 and taken.json()["results"][0]["accepted"] is True
     assert _task(service, task_id).version > before.version

@@ -16,6 +16,7 @@ from status.domain.rules import STUCK_MESSAGE
 from status.infra import tables as t
 from tests.integration.conftest import Http
 from tests.support.factories import document_workflow
+from tests.support.flows import now_iso
 from tests.support.outbox import publications
 from tests.support.shards import engine_for
 
@@ -96,7 +97,7 @@ def test_a_task_that_ended_is_shown_stuck_no_more_and_not_again(
             "sourceSeq": 1,
             "taskId": task_id,
             "taskAttempt": 1,
-            "occurredAt": "2026-12-01T00:00:00Z",
+            "occurredAt": now_iso(),
         },
         headers=http.coordinator,
     )
@@ -116,7 +117,7 @@ def test_no_producer_can_report_a_run_stuck(http: Http, service: StatusService, 
             "sourceSeq": 1,
             "taskId": task_id,
             "taskAttempt": 1,
-            "occurredAt": "2026-12-01T00:00:00Z",
+            "occurredAt": now_iso(),
         },
         headers=http.coordinator,
     )
