@@ -17,7 +17,7 @@ in a transaction of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -97,7 +97,9 @@ class EventCommands:
                 results.append(outcome)
         return results
 
-    def report_group(self, items: Sequence[tuple[EventCaller, c.ReportEvent]]) -> Outcomes:
+    def report_group(
+        self, items: Sequence[tuple[EventCaller, c.ReportEvent]], writing: Callable[[], None] = lambda: None
+    ) -> Outcomes:
         """Events of any callers in one transaction per shard; each item gets its result or its error.
 
         Items are applied grouped by task (their order within a task kept), so
@@ -105,14 +107,22 @@ class EventCommands:
         deadlock-loop.  If a transaction fails for a reason that is not one
         event's rejection, each of its events runs again in a transaction of
         its own, so one poison item can't take its neighbours down.
+
+        ``writing`` is called once the group is decided and its writes go to the database (per
+        shard: it may be called more than once): a group committer starts the next group then.
         """
         self._validate_ahead(items)
         buckets = [_bucket_of(caller, cmd) for caller, cmd in items]
         return on_shards(
-            self.ctx.shards, buckets, lambda shard: self._report_on(shard, [items[i] for i in shard.indexes]), _moving
+            self.ctx.shards,
+            buckets,
+            lambda shard: self._report_on(shard, [items[i] for i in shard.indexes], writing),
+            _moving,
         )
 
-    def _report_on(self, shard: ShardGroup, items: Sequence[tuple[EventCaller, c.ReportEvent]]) -> Outcomes:
+    def _report_on(
+        self, shard: ShardGroup, items: Sequence[tuple[EventCaller, c.ReportEvent]], writing: Callable[[], None]
+    ) -> Outcomes:
         def work(uow: UnitOfWork) -> tuple[Outcomes, Group]:
             group = Group()
             hashes = {ids.handle_hash(cmd.execution_handle) for _, cmd in items if cmd.execution_handle}
@@ -128,6 +138,7 @@ class EventCommands:
                 except DomainError as err:
                     outcomes[i] = err
             group.flush(uow)
+            writing()
             uow.commit()
             return outcomes, group
 

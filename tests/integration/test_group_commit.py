@@ -142,9 +142,9 @@ def test_concurrent_producers_through_group_commit_keep_gap_free_versions(
     sizes: list[int] = []
     last_of_group: set[int] = set()  # each transaction's newest version of the task
 
-    def run_group(items: Any) -> Any:
+    def run_group(items: Any, writing: Any) -> Any:
         sizes.append(len(items))
-        outcomes = service.report_group(items)
+        outcomes = service.report_group(items, writing)
         last_of_group.add(max(int(o["taskVersion"]) for o in outcomes if isinstance(o, dict)))
         return outcomes
 
