@@ -198,7 +198,8 @@ class Settings:
     wakeup_port: int = 0
     wakeup_advertise_host: str | None = None
     # Group commit: at most this many single-event requests share a transaction, and at most
-    # this many such transactions run at once per API process (more queue for the next group).
+    # this many such transactions run at once per API process (more queue for the next group,
+    # started once the one before it is being written: docs/configuration.md).
     group_commit_max_events: int = 64
     group_commit_in_flight: int = 2
     # The gRPC adapter (task_status_wire/task_events.proto) beside the HTTP API; port 0: off.
