@@ -54,17 +54,20 @@ from status.infra.tokens import ServiceTokens
 from tests.support.processes import TEMPORAL_STARTUP, free_port, temporal_binary
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds so far of this process's threads, grouped by what they are: Python threads by
-    their name (the outbox writer, the activity executor, the event loop), native ones by their
-    kernel name (Temporal's core runs in Rust threads)."""
+def thread_cpu() -> dict[str, tuple[float, int]]:
+    """CPU seconds and context switches so far of this process's threads, grouped by what they
+    are: Python threads by their name (the outbox writer, the activity executor, the event loop),
+    native ones by their kernel name (Temporal's core runs in Rust threads). A switch is a thread
+    put to sleep or woken (a hand-off between threads, a wait for the GIL): each costs the kernel's
+    time, which the thread's CPU carries."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     ticks = os.sysconf("SC_CLK_TCK")
-    groups: dict[str, float] = {}
+    groups: dict[str, tuple[float, int]] = {}
     for task in Path("/proc/self/task").iterdir():
         try:
             comm = (task / "comm").read_text().strip()
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            status = (task / "status").read_text()
         except OSError:
             continue  # the thread ended meanwhile
         name = names.get(int(task.name), comm)
@@ -79,7 +82,9 @@ def thread_cpu() -> dict[str, float]:
             if name.startswith("temporal_workflow")
             else f"native: {comm.rstrip('0123456789-')}"
         )
-        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        switches = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches:" in line)
+        cpu, before = groups.get(group, (0.0, 0))
+        groups[group] = (cpu + (int(fields[11]) + int(fields[12])) / ticks, before + switches)
     return groups
 
 
@@ -165,13 +170,34 @@ async def run_batch(
         after = thread_cpu()
     activities = len(task_ids) * steps
     LAST_THREADS.clear()
-    LAST_THREADS.update(
-        {k: 1000 * (v - threads.get(k, 0.0)) / activities for k, v in after.items() if v - threads.get(k, 0.0) > 0}
-    )
+    LAST_SWITCHES.clear()
+    for group, (cpu_now, switches_now) in after.items():
+        cpu_then, switches_then = threads.get(group, (0.0, 0))
+        if cpu_now - cpu_then > 0:
+            LAST_THREADS[group] = 1000 * (cpu_now - cpu_then) / activities
+        if switches_now - switches_then > 0:
+            LAST_SWITCHES[group] = (switches_now - switches_then) / activities
     return activities / elapsed, 1000 * cpu / activities
 
 
+def answer_in_memory(plugin: TaskStatusPlugin) -> None:
+    """The plugin with its reports answered in this process (``reporter_path.py``'s transport):
+    the worker's own cost of the plugin without the API and its database busy on the same cores,
+    which the REST and gRPC phases carry as well."""
+    from reporter_path import InstantService  # type: ignore[import-not-found]
+
+    reporter = plugin.reporter
+    start = reporter.start
+
+    async def started() -> None:
+        await start()
+        reporter._events = reporter._binds_over = InstantService()
+
+    reporter.start = started  # type: ignore[method-assign]
+
+
 LAST_THREADS: dict[str, float] = {}  # ms per activity by thread group, of the last batch
+LAST_SWITCHES: dict[str, float] = {}  # context switches per activity by thread group, of the last batch
 
 
 def dev_server_pid() -> int:
@@ -251,17 +277,21 @@ async def main() -> None:  # noqa: C901
                 without, cpu_without = await run_batch(env, [], new_tasks(args.workflows), args.steps)
                 temporal_ms = 1000 * (process_tree_cpu(server) - server_cpu) / activities
                 breakdown = {"without": dict(LAST_THREADS)}
+                switches = {"without": dict(LAST_SWITCHES)}
                 interceptor, provider, exporter = tracing()
                 traced, cpu_traced = await run_batch(
                     env, [], new_tasks(args.workflows), args.steps, [interceptor], provider
                 )
                 provider.shutdown()
                 breakdown["OpenTelemetry"] = dict(LAST_THREADS)
+                switches["OpenTelemetry"] = dict(LAST_SWITCHES)
                 figures = {}
                 api_breakdown: dict[str, dict[str, float]] = {}
-                for transport, target in (("REST", None), ("gRPC", f"127.0.0.1:{grpc_port}")):
+                for transport, target in (("REST", None), ("gRPC", f"127.0.0.1:{grpc_port}"), ("memory", None)):
                     outbox = Path(tempfile.mkdtemp()) / "o.sqlite3"
                     plugin = TaskStatusPlugin(base, worker_token, outbox_path=outbox, grpc_target=target)
+                    if transport == "memory":
+                        answer_in_memory(plugin)
                     tasks = new_tasks(args.workflows)
                     api_cpu, api_threads = process_tree_cpu(api.pid), api_thread_cpu(api.pid)
                     profiles = (
@@ -278,6 +308,7 @@ async def main() -> None:  # noqa: C901
                     }
                     figures[transport] = (rate, cpu, api_ms)
                     breakdown[transport] = dict(LAST_THREADS)
+                    switches[transport] = dict(LAST_SWITCHES)
             finally:
                 await env.shutdown()
         finally:
@@ -295,10 +326,14 @@ async def main() -> None:  # noqa: C901
     )
     for transport, (rate, cpu, api_ms) in figures.items():
         ratio = cpu / cpu_without
-        print(
-            f"plugin ({transport:<4}) {rate:8.1f} activities/s   worker CPU {cpu:6.2f} ms/activity"
+        api = (
             f"   API CPU {api_ms:6.2f} ms/activity (target <= 1.5)"
             f" = {api_ms / temporal_ms:.2f} x the Temporal server's (target <= 0.125)"
+            if transport != "memory"
+            else "   (answered in memory: no API, no database at work beside it)"
+        )
+        print(
+            f"plugin ({transport:<4}) {rate:8.1f} activities/s   worker CPU {cpu:6.2f} ms/activity{api}"
             f"   worker CPU ratio {ratio:5.2f} (target <= 1.1 and <= OpenTelemetry's {traced_ratio:.2f};"
             f" plugin / OpenTelemetry {cpu / cpu_traced:.2f})"
             f"   throughput ratio {rate / without:5.2f}"
@@ -312,16 +347,22 @@ async def main() -> None:  # noqa: C901
                 print(f"{who} profile ({transport}, py-spy --gil): {collapsed}")
                 print(summary)
     print("API CPU by thread group, ms/activity (REST / gRPC):")
+    api_breakdown.pop("memory", None)
     for group in sorted({g for b in api_breakdown.values() for g in b}, key=lambda g: -api_breakdown["REST"].get(g, 0)):
         cells = " / ".join(f"{api_breakdown[k].get(group, 0.0):5.2f}" for k in api_breakdown)
         if any(b.get(group, 0.0) >= 0.005 for b in api_breakdown.values()):
             print(f"  {group:32s} {cells}")
-    columns = [k for k in ("without", "OpenTelemetry", "REST", "gRPC") if k in breakdown]
+    columns = [k for k in ("without", "OpenTelemetry", "REST", "gRPC", "memory") if k in breakdown]
     print(f"worker CPU by thread group, ms/activity ({' / '.join(columns)}):")
     groups = sorted({g for b in breakdown.values() for g in b}, key=lambda g: -breakdown.get("REST", {}).get(g, 0.0))
     for group in groups:
         cells = " / ".join(f"{breakdown[k].get(group, 0.0):5.2f}" for k in columns)
         print(f"  {group:28s} {cells}")
+    print(f"worker context switches by thread group, per activity ({' / '.join(columns)}):")
+    for group in sorted({g for b in switches.values() for g in b}, key=lambda g: -switches["REST"].get(g, 0.0)):
+        cells = " / ".join(f"{switches[k].get(group, 0.0):5.1f}" for k in columns)
+        print(f"  {group:28s} {cells}")
+    print(f"  {'all':28s} " + " / ".join(f"{sum(switches[k].values()):5.1f}" for k in columns))
 
 
 if __name__ == "__main__":
