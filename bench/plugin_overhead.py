@@ -7,8 +7,10 @@ API as a separate process on MariaDB, and the plugin delivering to it.  The
 two costs are printed apart: the worker process's CPU per activity (this
 process: the worker, its Temporal core threads and the plugin's reporter,
 until its outbox is drained) with and without the plugin, and the status
-API's CPU per activity; throughput beside them.  The plugin runs twice: reporting
-over REST, then over the gRPC adapter (``grpc_target``).
+API's CPU per activity; throughput beside them.  The plugin runs three times: reporting
+over REST, over the gRPC adapter (``grpc_target``), and answered in this process (its own
+cost, without the API and its database busy on the same cores). Each thread group's CPU and
+context switches per activity are printed after the figures.
 
 The anchor (design D16: no dearer than Temporal's own tracing) is measured in the same run:
 ``temporalio.contrib.opentelemetry``'s TracingInterceptor on the same workflows, with the
