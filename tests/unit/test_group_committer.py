@@ -43,6 +43,21 @@ async def _waited(event: threading.Event) -> None:
     assert await asyncio.to_thread(event.wait, WAIT)
 
 
+async def _second_queued(groups: PlayedGroups, in_flight: int) -> tuple[asyncio.Task[Any], asyncio.Task[Any]]:
+    """e1 in a group being decided, then e2 submitted: both callers' tasks."""
+    committer = GroupCommitter(groups, max_group=64, max_in_flight=in_flight)
+    first = asyncio.create_task(committer.submit("caller", "e1"))  # type: ignore[arg-type]
+    await _waited(groups.started[0])
+    second = asyncio.create_task(committer.submit("caller", "e2"))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # submitted while the first group is still being decided
+    return first, second
+
+
+def _let_through(groups: PlayedGroups, n: int) -> None:
+    groups.decide[n].set()
+    groups.commit[n].set()
+
+
 def test_the_next_group_starts_when_the_one_before_is_written_and_takes_all_that_queued() -> None:
     groups = PlayedGroups()
 
@@ -55,8 +70,7 @@ def test_the_next_group_starts_when_the_one_before_is_written_and_takes_all_that
         groups.decide[0].set()
         await _waited(groups.started[1])  # started while the first is still waiting to commit
         assert not groups.commit[0].is_set() and groups.batches == [["e1"], ["e2", "e3"]]
-        groups.decide[1].set()
-        groups.commit[1].set()
+        _let_through(groups, 1)
         done = await asyncio.gather(*queued)
         assert not first.done()  # the later group answered first: each caller waits for its own
         groups.commit[0].set()
@@ -70,19 +84,14 @@ def test_with_one_in_flight_the_next_group_waits_for_the_commit() -> None:
     groups = PlayedGroups()
 
     async def main() -> None:
-        committer = GroupCommitter(groups, max_group=64, max_in_flight=1)
-        first = asyncio.create_task(committer.submit("caller", "e1"))  # type: ignore[arg-type]
-        await _waited(groups.started[0])
-        second = asyncio.create_task(committer.submit("caller", "e2"))  # type: ignore[arg-type]
-        await asyncio.sleep(0)
+        first, second = await _second_queued(groups, in_flight=1)
         groups.decide[0].set()
         await _waited(groups.signalled[0])  # its "written" reached the loop before this await returned
         assert len(groups.batches) == 1
         groups.commit[0].set()
         await first
         await _waited(groups.started[1])
-        groups.decide[1].set()
-        groups.commit[1].set()
+        _let_through(groups, 1)
         assert (await second)["item"] == "e2"
 
     asyncio.run(main())
@@ -92,16 +101,11 @@ def test_a_group_that_fails_before_it_is_written_lets_the_next_one_start() -> No
     groups = PlayedGroups(fail_first=True)
 
     async def main() -> tuple[BaseException | None, Any]:
-        committer = GroupCommitter(groups, max_group=64, max_in_flight=2)
-        first = asyncio.create_task(committer.submit("caller", "e1"))  # type: ignore[arg-type]
-        await _waited(groups.started[0])
-        second = asyncio.create_task(committer.submit("caller", "e2"))  # type: ignore[arg-type]
-        await asyncio.sleep(0)
+        first, second = await _second_queued(groups, in_flight=2)
         groups.decide[0].set()
         failed = await asyncio.gather(first, return_exceptions=True)
         await _waited(groups.started[1])
-        groups.decide[1].set()
-        groups.commit[1].set()
+        _let_through(groups, 1)
         return failed[0], await second
 
     failure, answered = asyncio.run(main())
