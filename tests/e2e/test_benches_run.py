@@ -37,6 +37,11 @@ BENCHES = [
     ("plugin_overhead.py", ["--workflows", "2", "--steps", "2"], "plugin / OpenTelemetry"),
     ("activity_path.py", ["--activities", "20", "--rounds", "1", "--steps", "2"], "per activity"),
     ("reporter_path.py", ["--activities", "40", "--concurrency", "1", "4", "--rounds", "1"], "requests per activity"),
+    (
+        "reporter_path.py",
+        ["--activities", "40", "--concurrency", "4", "--rounds", "1", "--spread", "2", "--answer-ms", "1"],
+        "lanes' own",
+    ),
     ("activity_path.py", ["--shards", "2", "--activities", "20", "--rounds", "1", "--steps", "2"], "routed over 2"),
     ("run_verdicts.py", ["--seconds", "3", "--rate", "2", "--idle", "10"], "RPCs per minute"),
     ("push_vs_poll.py", ["--workflows", "2", "--steps", "1", "--step-seconds", "1"], "ratios (poll / push)"),
@@ -63,7 +68,7 @@ BENCHES = [
 
 
 def _id(bench: str, args: list[str], _: str) -> str:
-    return f"{bench} {' '.join(args[:2])}" if "--client" in args or "--shards" in args else bench
+    return f"{bench} {' '.join(args[:2])}" if {"--client", "--shards", "--spread"} & set(args) else bench
 
 
 @pytest.mark.timeout(420)
