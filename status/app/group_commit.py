@@ -64,11 +64,16 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         decided = False
 
-        def written() -> None:  # on the loop: once per group, whichever comes first (signal or end)
+        def done_deciding() -> bool:
+            """Clear the committer's flag, once: True the first time."""
             nonlocal decided
-            if not decided:
-                decided = True
+            first, decided = not decided, True
+            if first:
                 self._deciding = False
+            return first
+
+        def written() -> None:  # on the loop, once the group's thread said it is being written
+            if done_deciding():
                 self._start_groups()
 
         def writing() -> None:  # on the group's thread
@@ -80,9 +85,7 @@ class GroupCommitter:
             outcomes = [exc] * len(batch)
         finally:
             self._in_flight -= 1
-            if not decided:  # it ended (or failed) before it was written: it was the one deciding
-                decided = True
-                self._deciding = False
+            done_deciding()  # if it ended (or failed) before it was written, it was the one deciding
         for (_, future), outcome in zip(batch, outcomes, strict=True):
             if future.cancelled():
                 continue  # the client went away; the event is committed (or not) all the same
