@@ -151,6 +151,29 @@ def process_tree_cpu(pid: int) -> float:
     return total
 
 
+def api_thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the API's threads: its event loop (the main thread: HTTP, parsing,
+    answers), its other Python threads (the units of work run off the loop) and the native ones
+    by their kernel name (gRPC's)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    groups: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        group = (
+            "event loop (main)"
+            if int(task.name) == pid
+            else "units of work (Python threads)"
+            if comm == "task-observer"
+            else f"native: {comm.rstrip('0123456789-')}"
+        )
+        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return groups
+
+
 def wait_observer_settled(url: str, settle_seconds: float = 3.0) -> None:
     """Until an observer has registered its relay on this database, then ``settle_seconds`` more:
     its imports, first passes and lease rounds are start-up, not the work a bench measures."""

@@ -53,7 +53,7 @@ import sqlalchemy as sa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import SERVER, process_tree_cpu, profile_summary, py_spy  # type: ignore[import-not-found]  # noqa: E402
+from common import SERVER, api_thread_cpu, process_tree_cpu, profile_summary, py_spy  # type: ignore[import-not-found]  # noqa: E402
 from task_status_wire import convert  # noqa: E402
 from task_status_wire import task_events_pb2 as pb  # noqa: E402
 from task_status_wire import task_events_pb2_grpc as pb_grpc  # noqa: E402
@@ -260,6 +260,7 @@ class Api:
             str(grpc_port),
         ]
         self.grpc_target = f"127.0.0.1:{grpc_port}"
+        self.workers = workers
         # Its log kept until it stops: what it said about a failure is printed with the bench's.
         handle, name = tempfile.mkstemp(prefix="ingest-api-", suffix=".log")
         self.log = Path(name)
@@ -281,6 +282,10 @@ class Api:
     def cpu_seconds(self) -> float:
         """User+system CPU of the API process and its workers so far."""
         return process_tree_cpu(self.proc.pid)
+
+    def thread_cpu(self) -> dict[str, float]:
+        """One API process's CPU so far by thread group (nothing with several processes)."""
+        return api_thread_cpu(self.proc.pid) if self.workers == 1 else {}
 
     def errors(self, most: int = 10) -> str:
         """The last lines of its log at level error or above (a 500's traceback is among them)."""
@@ -357,9 +362,10 @@ class Load:
 
 
 def measure(name: str, api: Api, stats: Stats, run: Callable[[], float]) -> dict[str, float]:
-    cpu_before, load_before = api.cpu_seconds(), time.process_time()
+    cpu_before, load_before, threads_before = api.cpu_seconds(), time.process_time(), api.thread_cpu()
     elapsed = run()
     cpu, load_cpu = api.cpu_seconds() - cpu_before, time.process_time() - load_before
+    threads = {group: seconds - threads_before.get(group, 0.0) for group, seconds in api.thread_cpu().items()}
     figures = stats.report(name, elapsed)
     figures["cpu_ms_per_event"] = 1000 * cpu / max(1, stats.events)
     # The load generator shares the machine's cores with the API and the database: its own CPU
@@ -369,6 +375,12 @@ def measure(name: str, api: Api, stats: Stats, run: Callable[[], float]) -> dict
         f"{'':<14} API CPU {figures['cpu_ms_per_event']:.2f} ms/event ({cpu:.1f} s for {stats.events} events);"
         f" load generator {figures['load_cpu_ms_per_event']:.2f} ms/event"
     )
+    # Where the API's part goes: the event loop (HTTP, parsing, answers) or the units of work.
+    split = [
+        f"{group} {1000 * seconds / max(1, stats.events):.2f}" for group, seconds in threads.items() if seconds > 0
+    ]
+    if split:
+        print(f"{'':<14} by thread, ms/event: {'; '.join(split)}")
     return figures
 
 

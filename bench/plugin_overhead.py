@@ -37,6 +37,7 @@ from pathlib import Path
 import httpx
 from common import (  # type: ignore[import-not-found]
     REPO,
+    api_thread_cpu,
     create_tasks_http,
     process_tree_cpu,
     profile_summary,
@@ -87,29 +88,6 @@ def thread_cpu() -> dict[str, tuple[float, int]]:
         switches = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches:" in line)
         cpu, before = groups.get(group, (0.0, 0))
         groups[group] = (cpu + (int(fields[11]) + int(fields[12])) / ticks, before + switches)
-    return groups
-
-
-def api_thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds so far of the API's threads: its event loop (the main thread: HTTP, parsing,
-    answers), its other Python threads (the units of work run off the loop) and the native ones
-    by their kernel name (gRPC's)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    groups: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            comm = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        group = (
-            "event loop (main)"
-            if int(task.name) == pid
-            else "units of work (Python threads)"
-            if comm == "task-observer"
-            else f"native: {comm.rstrip('0123456789-')}"
-        )
-        groups[group] = groups.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
     return groups
 
 
