@@ -5,9 +5,11 @@ rejection, executions' rejections and steps' failures counted by operation (desi
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from status import logs
 from status.api import metrics
@@ -24,6 +26,18 @@ log = logs.get("status.api")
 # Failure codes are the producers' words: past this many (operation, code) pairs per process the
 # rest count as OTHER, so a producer inventing codes cannot grow the metric without bound.
 MAX_FAILURE_LABELS = 1000
+
+
+@functools.cache
+def _counted(result: str, transport: str) -> Any:
+    """The accepted events' counter child, resolved once per (result, transport): a ``labels``
+    lookup per event cost more than the count (as in ``status.api.answers``)."""
+    return metrics.EVENTS.labels(result=result, code="", transport=transport)
+
+
+@functools.cache
+def _timed(transport: str, shape: str) -> Any:
+    return metrics.INGEST_SECONDS.labels(transport=transport, shape=shape)
 
 
 class ChangeLog:
@@ -47,7 +61,7 @@ class ChangeLog:
             self.rejected(caller, cmd, result["error"]["code"], trace, transport)
             return
         outcome = "duplicate" if result["duplicate"] else "accepted"
-        metrics.EVENTS.labels(result=outcome, code="", transport=transport).inc()
+        _counted(outcome, transport).inc()
         if outcome == "accepted" and cmd.event_type == "STEP_FAILED" and cmd.error is not None:
             operation = result.get("operationCode") or "UNKNOWN"
             metrics.STEP_FAILURES.labels(operation=operation, code=self._failure_code(operation, cmd.error.code)).inc()
@@ -97,7 +111,7 @@ class ChangeLog:
     @staticmethod
     def ingest_time(started: float, transport: str, shape: str) -> None:
         """Request to commit, of one event or of a whole batch (``shape``), by transport."""
-        metrics.INGEST_SECONDS.labels(transport=transport, shape=shape).observe(time.perf_counter() - started)
+        _timed(transport, shape).observe(time.perf_counter() - started)
 
     @staticmethod
     def heartbeats(results: Sequence[BeatAnswer], transport: str) -> None:

@@ -12,7 +12,6 @@ begun (a stream) is never cut.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,21 +36,25 @@ class RequestDeadline:
             await self.app(scope, receive, send)
             return
         answering = False
+        # A timer on the request's own task, not a second task awaited with ``asyncio.wait``: that
+        # cost every request a tenth of the HTTP layer's CPU (docs/benchmarks.md, 2026-12-07 later).
+        deadline = asyncio.timeout(self.seconds)
 
         async def tracked(message: Message) -> None:
             nonlocal answering
             if message["type"] == "http.response.start":
                 answering = True
+                if not deadline.expired():
+                    deadline.reschedule(None)  # its answer has begun: let it end as it will
             await send(message)
 
-        work = asyncio.ensure_future(self.app(scope, receive, tracked))
-        done, _ = await asyncio.wait({work}, timeout=self.seconds)
-        if work in done or answering:
-            await work  # finished, or its answer has begun: let it end as it will
+        try:
+            async with deadline:
+                await self.app(scope, receive, tracked)
             return
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await work
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the request's own error, not its deadline
         if answering:  # it began answering while being cancelled: nothing more may be sent
             return
         metrics.DEADLINE_EXCEEDED.labels(transport="http").inc()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import secrets
 import threading
@@ -59,8 +60,12 @@ jwt.unregister_algorithm(ALGORITHM)
 jwt.register_algorithm(ALGORITHM, _SecretCheckedOnce())
 
 
+@functools.lru_cache(maxsize=4096)
 def token_type(token: str) -> str | None:
-    """The unverified ``typ`` claim: which verifier to try (never a credential by itself)."""
+    """The unverified ``typ`` claim: which verifier to try (never a credential by itself).
+
+    Remembered per token (bounded): a producer sends the same credential with every request,
+    and decoding its payload again each time cost as much as the rest of its check."""
     try:
         payload = token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
