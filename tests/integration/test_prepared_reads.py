@@ -12,8 +12,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from status.app.service import StatusService
+from status.infra import tables as t
 from status.infra.prepared import PreparedRead, listed
+from status.infra.stores import sql
+from status.infra.stores.tasks import SqlTaskStore
 from status.infra.tables import Timestamp
+from tests.integration.conftest import Http
+from tests.support.flows import activate, create_workflow, report
+from tests.support.shards import engine_for
 
 AT = datetime(2026, 12, 6, 1, 2, 3, 456000)
 
@@ -66,3 +73,35 @@ def test_a_prepared_read_gives_what_execute_gives(engine: sa.Engine, probe: sa.T
 
 def _in(values: list[str]) -> dict[str, str]:
     return {f"_in{i}": value for i, value in enumerate(values)}
+
+
+def test_the_reads_of_a_groups_tasks_not_cached_give_what_execute_gives(http: Http, service: StatusService) -> None:
+    """A group's tasks the view cache misses are read through prepared reads: the same states,
+    steps and unrevoked grants as Core's statements read from the same rows."""
+    task_id = create_workflow(http)["tasks"][0]["taskId"]
+    ctx = activate(http, task_id)
+    assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
+    assert report(http, ctx, "STEP_PROGRESS", 2, progress={"current": 1, "total": 4}).status_code == 200
+    for user in ("user-2", "user-3"):
+        assert http.client.put(
+            f"/internal/v1/tasks/{task_id}/acl/USER/{user}", json={}, headers=http.coordinator
+        ).is_success
+    assert http.client.delete(f"/internal/v1/tasks/{task_id}/acl/USER/user-3", headers=http.coordinator).is_success
+    wanted = [task_id, "tsk_not_there"]
+    acl = t.task_acl
+    with engine_for(service, task_id).connect() as conn:
+        tasks = conn.execute(sa.select(t.task).where(t.task.c.id.in_(wanted))).mappings()
+        steps = conn.execute(sa.select(t.task_step).where(t.task_step.c.task_id.in_(wanted))).mappings()
+        grants = conn.execute(
+            sa.select(acl.c.principal_type, acl.c.principal_id).where(
+                acl.c.task_id == task_id, acl.c.revoked_at.is_(None)
+            )
+        )
+        expected_steps = sorted((sql.step_from_row(row) for row in steps), key=lambda s: s.step_id)
+        store = SqlTaskStore(conn)
+        assert store.load_many(wanted) == {row["id"]: sql.task_from_row(row) for row in tasks}
+        got = sql.steps_of_tasks(conn, wanted)
+        assert sorted(got[task_id], key=lambda s: s.step_id) == expected_steps and got["tsk_not_there"] == []
+        assert len(expected_steps) == 3 and any(s.progress is not None for s in expected_steps)
+        assert sorted(store.acl_grants_of(wanted)[task_id]) == sorted(tuple(row) for row in grants)
+        assert ("USER", "user-2") in store.acl_grants_of([task_id])[task_id]

@@ -61,6 +61,17 @@ _DEDUPS = PreparedRead(
     )
 )
 
+# A group's tasks the view cache does not hold (status/app/step_cache.py): read by id, as the
+# group's other reads are (status/infra/prepared.py).
+_TASKS = PreparedRead(lambda n: sa.select(t.task).where(listed(t.task.c.id, n)))
+_TASK_COLUMNS = tuple(column.name for column in t.task.columns)
+_ACL = t.task_acl
+_GRANTS = PreparedRead(
+    lambda n: sa.select(_ACL.c.task_id, _ACL.c.principal_type, _ACL.c.principal_id).where(
+        listed(_ACL.c.task_id, n), _ACL.c.revoked_at.is_(None)
+    )
+)
+
 
 def handles_by_hash(conn: sa.Connection, hashes: Iterable[str]) -> dict[str, StoredHandle]:
     """Execution handles by hash: task, step, attempt, execution, producer, expiry, revocation."""
@@ -101,20 +112,15 @@ class SqlTaskStore:
     def load_many(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
         if not task_ids:
             return {}
-        rows = self._conn.execute(sa.select(t.task).where(t.task.c.id.in_(list(task_ids)))).mappings()
+        rows = (dict(zip(_TASK_COLUMNS, row, strict=True)) for row in _TASKS.rows(self._conn, {}, list(task_ids)))
         return {row["id"]: sql.task_from_row(row) for row in rows}
 
     def acl_grants_of(self, task_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """Unrevoked grants as (principal type, principal id), per task."""
         grants: dict[str, list[tuple[str, str]]] = {task_id: [] for task_id in task_ids}
         if grants:
-            acl = t.task_acl
-            for row in self._conn.execute(
-                sa.select(acl.c.task_id, acl.c.principal_type, acl.c.principal_id).where(
-                    acl.c.task_id.in_(list(grants)), acl.c.revoked_at.is_(None)
-                )
-            ):
-                grants[row.task_id].append((row.principal_type, row.principal_id))
+            for task_id, principal_type, principal_id in _GRANTS.rows(self._conn, {}, list(grants)):
+                grants[task_id].append((principal_type, principal_id))
         return grants
 
     def insert_steps(self, steps: Sequence[StepState]) -> None:
