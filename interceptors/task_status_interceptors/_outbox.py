@@ -224,23 +224,31 @@ class Outbox:
                 .execute("SELECT id, execution_key, body FROM event ORDER BY id LIMIT ?", (limit,))
                 .fetchall()
             )
-            executions = {}
-            for key in {r[1] for r in rows}:
-                row = (
-                    self._file()
-                    .execute(
-                        "SELECT key, binding, attempt, execution_handle, execution_id FROM execution WHERE key = ?",
-                        (key,),
+            keys = sorted({r[1] for r in rows})
+            # One read for the batch's executions, not one each (in parts: SQLite binds at most
+            # 999 values in older versions).
+            found: dict[str, tuple[Any, ...]] = {}
+            for start in range(0, len(keys), 500):
+                part = keys[start : start + 500]
+                marks = ", ".join(["?"] * len(part))
+                found.update(
+                    (row[0], row)
+                    for row in self._file().execute(
+                        "SELECT key, binding, attempt, execution_handle, execution_id FROM execution"
+                        f" WHERE key IN ({marks})",
+                        part,
                     )
-                    .fetchone()
                 )
-                executions[key] = {
-                    "key": row[0],
-                    "binding": json.loads(row[1]),
-                    "attempt": row[2],
-                    "handle": row[3],
-                    "execution_id": row[4],
+            executions = {
+                key: {
+                    "key": key,
+                    "binding": json.loads(found[key][1]),
+                    "attempt": found[key][2],
+                    "handle": found[key][3],
+                    "execution_id": found[key][4],
                 }
+                for key in keys
+            }
         return [(r[0], r[1], json.loads(r[2])) for r in rows], executions
 
     def settle(

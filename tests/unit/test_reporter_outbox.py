@@ -130,3 +130,23 @@ def test_refused_reports_go_back_to_the_queue_with_their_execution_and_old_files
     assert [r["eventId"] for r in read_undeliverable(path)] == [old["eventId"]]  # kept, as said
     assert outbox.requeue(["no-such-event"]) == ([], [])
     outbox.close()
+
+
+def test_a_batch_loads_every_execution_its_events_belong_to_in_one_read(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    reporter = _reporter(path)
+    keys = [f"run/x{i}/{1 + i % 3}" for i in range(12)]
+    for i, key in enumerate(keys):
+        reporter.begin(key, StepBinding("tsk", f"s{i}"), 1 + i % 3)
+        reporter.enqueue(key, {"eventType": "STEP_PROGRESS", "progress": {"current": i}})
+    assert reporter.flush(5)
+    reporter.outbox.settle([(keys[4], "handle-4", "exe-4")], [])
+    events, executions = reporter.outbox.load_batch(20)
+    assert len(events) == 20 and set(executions) == {key for _, key, _ in events}  # 10 executions
+    for i, key in enumerate(keys[:10]):
+        assert executions[key]["binding"] == {"task_id": "tsk", "step_id": f"s{i}"}
+        assert executions[key]["attempt"] == 1 + i % 3
+        assert (executions[key]["handle"], executions[key]["execution_id"]) == (
+            ("handle-4", "exe-4") if i == 4 else (None, None)
+        )
+    reporter.close()
