@@ -36,6 +36,7 @@ BENCHES = [
     ),
     ("plugin_overhead.py", ["--workflows", "2", "--steps", "2"], "plugin / OpenTelemetry"),
     ("activity_path.py", ["--activities", "20", "--rounds", "1", "--steps", "2"], "per activity"),
+    ("http_layer.py", ["--requests", "200", "--rounds", "1"], "HTTP layer per single-event request"),
     ("reporter_path.py", ["--activities", "40", "--concurrency", "1", "4", "--rounds", "1"], "requests per activity"),
     (
         "reporter_path.py",
