@@ -660,9 +660,8 @@ def _wait_ready(base: str) -> None:
     raise RuntimeError("the API did not start")
 
 
-def create_executions(base: str, coordinator: str, tasks: int) -> list[dict[str, Any]]:
-    """``tasks`` running steps: a workflow of ten one-step tasks per user, each step bound with its
-    STARTED (executions:bind, a hundred at a time, as the plugin binds a burst)."""
+def create_tasks(base: str, coordinator: str, tasks: int) -> list[str]:
+    """``tasks`` tasks of one known step each: a workflow of ten per user."""
     import httpx
 
     client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {coordinator}"}, timeout=120)
@@ -687,6 +686,18 @@ def create_executions(base: str, coordinator: str, tasks: int) -> list[dict[str,
         )
         created.raise_for_status()
         task_ids += [t["taskId"] for t in created.json()["tasks"]]
+    return task_ids
+
+
+def bind_executions(base: str, coordinator: str, task_ids: list[str]) -> list[dict[str, Any]]:
+    """Each task's step running: bound with its STARTED (executions:bind, a hundred at a time, as
+    the plugin binds a burst). Done just before the steady load, whose heartbeats then begin within
+    one interval, as a worker's do: bound before the connections' ramp (half a minute at 100,000),
+    a step heard from only after its heartbeat timeout went STALE, and its first beats took the
+    careful path and held step rows against the changes of the measured phase."""
+    import httpx
+
+    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {coordinator}"}, timeout=120)
     executions: list[dict[str, Any]] = []
     for start in range(0, len(task_ids), 100):
         part = task_ids[start : start + 100]
@@ -813,7 +824,7 @@ def run_one(args: argparse.Namespace, shards: int, process_tree_cpu: Any) -> dic
         tokens = ServiceTokens(s["secrets"]["TASK_OBSERVER_SERVICE_TOKEN_SECRET"])
         coordinator = tokens.issue("capacity", TENANT, "s", [Role.COORDINATOR, Role.WORKER])
         s["coordinator"] = coordinator
-        executions = create_executions(s["base"], coordinator, args.tasks)
+        task_ids = create_tasks(s["base"], coordinator, args.tasks)
         nodes = s["nodes"]
         node_rss = sum(_rss(n.process.pid) for n in nodes)
         specs, first = [], 0
@@ -839,6 +850,7 @@ def run_one(args: argparse.Namespace, shards: int, process_tree_cpu: Any) -> dic
                 f" {len(nodes)} Centrifugo node(s), ramp {ramp:.1f} s; Centrifugo {node_mem / 1024:.1f} KiB per"
                 f" connection, the {'Go' if args.client == 'go' else 'Python'} clients {client_mem / 1024:.1f} KiB"
             )
+            executions = bind_executions(s["base"], coordinator, task_ids)
             return steady(args, s, clients, executions, process_tree_cpu)
         finally:
             clients.stop()
