@@ -60,12 +60,19 @@ jwt.unregister_algorithm(ALGORITHM)
 jwt.register_algorithm(ALGORITHM, _SecretCheckedOnce())
 
 
-@functools.lru_cache(maxsize=4096)
 def token_type(token: str) -> str | None:
     """The unverified ``typ`` claim: which verifier to try (never a credential by itself).
 
-    Remembered per token (bounded): a producer sends the same credential with every request,
-    and decoding its payload again each time cost as much as the rest of its check."""
+    Remembered per token: a producer sends the same credential with every request, and decoding
+    its payload again each time cost as much as the rest of its check. The trap: this runs before
+    any verification, so anyone can fill the memory — it holds tokens of a credential's length
+    only, a bounded number of them."""
+    if len(token) > _REMEMBERED_TOKEN_CHARS:
+        return _read_type(token)
+    return _remembered_type(token)
+
+
+def _read_type(token: str) -> str | None:
     try:
         payload = token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -73,6 +80,11 @@ def token_type(token: str) -> str | None:
         return None
     typ = claims.get("typ") if isinstance(claims, dict) else None
     return typ if isinstance(typ, str) else None
+
+
+# The credentials this service issues are a few hundred characters; 4,096 of at most 2 KiB each.
+_REMEMBERED_TOKEN_CHARS = 2048
+_remembered_type = functools.lru_cache(maxsize=4096)(_read_type)
 
 
 class _Verified(Generic[T]):

@@ -83,3 +83,17 @@ def test_a_secret_checked_once_is_still_checked_and_still_signs_as_pyjwt_does() 
     for _ in range(2):
         with pytest.raises(jwt.InvalidKeyError):
             jwt.encode(claims, pem, algorithm="HS256")
+
+
+def test_a_tokens_type_is_remembered_only_for_a_credentials_length() -> None:
+    """The type is read before any verification: what anyone sends may not grow the memory."""
+    from status.infra import tokens
+
+    issued = ServiceTokens("s" * 32).issue("p", "t", "s", [Role.WORKER])
+    padding = base64.urlsafe_b64encode(b'{"typ": "svc", "pad": "' + b"x" * 4000 + b'"}').decode().rstrip("=")
+    forged = f"e30.{padding}.sig"  # unsigned: only its claimed type is read here
+    tokens._remembered_type.cache_clear()
+    assert token_type(issued) == token_type(issued) == "svc"
+    assert tokens._remembered_type.cache_info().hits == 1  # read once, then remembered
+    assert token_type(forged) == "svc" and token_type("not.a-token") is None
+    assert tokens._remembered_type.cache_info().currsize == 2  # the issued one and the short one
