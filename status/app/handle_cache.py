@@ -11,11 +11,11 @@ on the step row itself: current execution, RUNNING, HEALTHY, not superseded, new
 tenant and authority scope never change either. So, for as long as the rows exist, an entry is
 what a read would return now. Rows do go away — retention purges an ended task with its steps
 and handles — and then the guarded write takes fewer beats than it was given; that answer is
-never used: the batch is decided again on the careful path from a fresh read
+never used: the batch is decided again from a fresh read
 (``HealthCommands.record_heartbeats``), so a cached entry can only ever let a batch be answered
 "accepted" when the database took every one of its beats.
 
-Entries are only added from committed reads (the careful path's), bounded in number (least
+Entries are only added from committed reads (a fresh read's), bounded in number (least
 recently used first out), and hold the handle's hash, never the handle itself.
 """
 
@@ -30,7 +30,7 @@ from datetime import datetime
 @dataclass(frozen=True, slots=True)
 class KnownHandle:
     """A handle's facts and its task's tenancy: immutable but for the expiry, which heartbeats
-    renew (a held expiry older than the row's only sends a beat to the careful path)."""
+    renew (a held expiry older than the row's only sends a beat to a fresh read)."""
 
     task_id: str
     step_id: str

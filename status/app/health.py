@@ -8,15 +8,16 @@ passed, change health through the full event transaction exactly once.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from status import logs
 from status.app import commands as c
 from status.app.answers import EventAccepted
-from status.app.context import RUN_PRODUCER, AppContext, require
+from status.app.context import RUN_PRODUCER, AppContext, EventCaller, require
 from status.app.events import EventCommands
 from status.app.group import Group
 from status.app.handle_cache import KnownHandle
@@ -26,7 +27,7 @@ from status.app.shards import on_shards, run_for
 from status.domain import ids
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal, renewed_expiry
 from status.domain.errors import DomainError, ErrorCode
-from status.domain.heartbeats import BeatOutcome, BeatVerdict, judge_beat
+from status.domain.heartbeats import BeatOutcome, BeatVerdict, judge_beat, takes_guarded_write
 from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import StepError
 from status.domain.projections import iso
@@ -43,6 +44,11 @@ from status.domain.verdicts import (
 # Asks Temporal about silent executions' activities: execution id -> what Temporal knows of it.
 AskTemporal = Callable[[Mapping[str, ActivityRef]], Mapping[str, ActivityOutcome]]
 log = logs.get("status.health")
+# A step attempt a beat names: (task, step, attempt, execution).
+Attempt = tuple[str, str, int, str]
+# A batch's recoveries go through the event path in groups of at most this many events: each
+# group is one transaction holding its tasks' locks, as large as the group committer's.
+RECOVERIES_PER_GROUP = 64
 
 
 @dataclass(frozen=True)
@@ -82,9 +88,9 @@ class HealthCommands:
         """design D8.6: plain heartbeats touch only last_heartbeat_*; no version, event or message.
 
         The usual batch — one beat per execution, each handle known to this process, every
-        attempt RUNNING, HEALTHY and beating newer — costs one statement and its commit. Anything
-        else is decided on the careful path: handles read afresh, step rows locked, each beat
-        judged against its row."""
+        attempt RUNNING, HEALTHY and beating newer — costs one statement and its commit. Any
+        other is read afresh (handles and step rows, no lock); the beats its rows say the guarded
+        write takes are written so, and only the rest judged against their rows locked."""
         require(caller, Role.WORKER)
         now = self.ctx.now()
         buckets = [self._beat_bucket(hb, now) for hb in items]
@@ -109,62 +115,19 @@ class HealthCommands:
                 return None  # refused where it is read, with its own reason
         return None
 
-    def _record_on(  # noqa: C901
+    def _record_on(
         self, group: ShardGroup, caller: ServicePrincipal, items: Sequence[c.Heartbeat], now: datetime
     ) -> list[BeatAnswer | None]:
         """One shard's beats of a batch, their results in order."""
         results: list[BeatAnswer | None] = [None] * len(items)
-        recover: list[tuple[int, str, str, int, str]] = []
         credentials: dict[int, Credential] = {}
-
-        def fast(uow: UnitOfWork) -> bool:
-            # Each beat written only where its attempt is current, RUNNING, HEALTHY and older.
-            if uow.heartbeats.write_beats(beats, now, guarded=True) != len(beats):
-                return False  # not committed: rolled back, decided one by one below
-            uow.commit()
-            return True
-
-        def work(uow: UnitOfWork) -> None:
-            recover.clear()  # a retried transaction decides again from the start
-            rows = uow.heartbeats.lock_beat_rows(sorted({key[:3] for key in resolved.values()}))
-            seq_now: dict[tuple[str, str, int], int] = {}  # last heartbeatSeq per step, as this batch moves it
-            executions: dict[tuple[str, str, int], str] = {}
-            for index in sorted(resolved):  # the order the worker sent them in
-                task_id, step_id, attempt, execution_id = resolved[index]
-                key, hb = (task_id, step_id, attempt), items[index]
-                row = rows.get(key)
-                last_seq = seq_now.get(key, row.last_heartbeat_seq) if row is not None else 0
-                verdict = judge_beat(execution_id, hb.heartbeat_seq, row, last_seq)
-                results[index] = _answer(execution_id, verdict)
-                if verdict.outcome is BeatOutcome.RECOVER:
-                    recover.append((index, task_id, step_id, attempt, execution_id))
-                elif verdict.outcome is BeatOutcome.ACCEPTED:
-                    seq_now[key], executions[key] = hb.heartbeat_seq, execution_id
-            uow.heartbeats.write_beats([(*k, executions[k], v) for k, v in seq_now.items()], now, guarded=False)
-            uow.commit()
-
-        def resolve() -> dict[int, tuple[str, str, int, str]]:
-            # Credentials and tenants are immutable: read once, before the writes (retried like any unit of work).
-            credentials.clear()
-            return self.ctx.shards.run(
-                group, lambda uow: self._resolve_heartbeats(uow, caller, items, now, results, credentials)
-            )
-
         known = self._known(caller, items, now, credentials)
-        resolved = known if known is not None else resolve()
-        beats = [(*resolved[i], items[i].heartbeat_seq) for i in sorted(resolved)]
-        single = len({b[:3] for b in beats}) == len(beats)
-        if beats and single and self.ctx.shards.run(group, fast):
-            for index, key in resolved.items():
+        if known is not None and self._write_plain(group, items, known, sorted(known), now):
+            resolved = known
+            for index, key in known.items():
                 results[index] = _accepted(key[3])
-        else:
-            if known is not None:
-                resolved = resolve()  # what memory said may be gone (a purged task): read it afresh
-            if resolved:
-                self.ctx.shards.run(group, work)
-        # STALE -> HEALTHY goes through the full event transaction, exactly once (design D8.6).
-        for index, task_id, step_id, attempt, execution_id in recover:
-            results[index] = self._recover_health(task_id, step_id, attempt, execution_id, items[index], caller)
+        else:  # what memory said may be gone (a purged task): read afresh
+            resolved = self._decide(group, caller, items, now, results, credentials)
         elsewhere = [
             key[3]
             for index, key in resolved.items()
@@ -179,6 +142,149 @@ class HealthCommands:
             self.ctx.shards.run(group, mark)
         self._renew(group, results, credentials, now)
         return results
+
+    def _write_plain(
+        self,
+        group: ShardGroup,
+        items: Sequence[c.Heartbeat],
+        resolved: Mapping[int, Attempt],
+        indexes: Sequence[int],
+        now: datetime,
+    ) -> bool:
+        """These beats (each of its own attempt) by the guarded write, in one transaction committed
+        only when it took every one: otherwise none is written and False says so."""
+        beats = [(*resolved[i], items[i].heartbeat_seq) for i in indexes]
+        if not beats or len({beat[:3] for beat in beats}) != len(beats):
+            return False
+
+        def write(uow: UnitOfWork) -> bool:
+            if uow.heartbeats.write_beats(beats, now, guarded=True) != len(beats):
+                return False  # not committed: rolled back
+            uow.commit()
+            return True
+
+        return self.ctx.shards.run(group, write)
+
+    def _decide(
+        self,
+        group: ShardGroup,
+        caller: ServicePrincipal,
+        items: Sequence[c.Heartbeat],
+        now: datetime,
+        results: list[BeatAnswer | None],
+        credentials: dict[int, Credential],
+    ) -> dict[int, Attempt]:
+        """A batch memory could not vouch for: its credentials and its attempts' rows read without a
+        lock; the beats those rows would take by the guarded write written so; only the others —
+        a recovery, a repeat, a refusal — judged under their rows' locks. A batch carrying a few
+        recoveries among its plain beats thereby locks the few rows, not every row it names."""
+
+        def read(uow: UnitOfWork) -> tuple[dict[int, Attempt], dict[tuple[str, str, int], Any]]:
+            credentials.clear()  # credentials and tenants are immutable: read once, before the writes
+            resolved = self._resolve_heartbeats(uow, caller, items, now, results, credentials)
+            return resolved, uow.heartbeats.beat_rows(sorted({key[:3] for key in resolved.values()}), lock=False)
+
+        resolved, rows = self.ctx.shards.run(group, read)
+        beats_of = Counter(key[:3] for key in resolved.values())
+        plain = [
+            index
+            for index, key in sorted(resolved.items())
+            if beats_of[key[:3]] == 1 and takes_guarded_write(key[3], items[index].heartbeat_seq, rows.get(key[:3]))
+        ]
+        if plain and self._write_plain(group, items, resolved, plain, now):
+            for index in plain:
+                results[index] = _accepted(resolved[index][3])
+            written = set(plain)
+            careful = {index: key for index, key in resolved.items() if index not in written}
+        else:
+            careful = resolved
+        if careful:
+            self._recover(group, caller, items, self._judge_locked(group, items, careful, results, now), results)
+        return resolved
+
+    def _judge_locked(
+        self,
+        group: ShardGroup,
+        items: Sequence[c.Heartbeat],
+        resolved: Mapping[int, Attempt],
+        results: list[BeatAnswer | None],
+        now: datetime,
+    ) -> list[tuple[int, Attempt]]:
+        """These beats judged one by one, in the order sent, against their attempts' rows locked;
+        the accepted written. Returns the beats that recover a STALE attempt (not yet answered)."""
+        recover: list[tuple[int, Attempt]] = []
+
+        def work(uow: UnitOfWork) -> None:
+            recover.clear()  # a retried transaction decides again from the start
+            rows = uow.heartbeats.beat_rows(sorted({key[:3] for key in resolved.values()}), lock=True)
+            seq_now: dict[tuple[str, str, int], int] = {}  # last heartbeatSeq per step, as this batch moves it
+            executions: dict[tuple[str, str, int], str] = {}
+            for index in sorted(resolved):  # the order the worker sent them in
+                key, hb = resolved[index], items[index]
+                row = rows.get(key[:3])
+                last_seq = seq_now.get(key[:3], row.last_heartbeat_seq) if row is not None else 0
+                verdict = judge_beat(key[3], hb.heartbeat_seq, row, last_seq)
+                results[index] = _answer(key[3], verdict)
+                if verdict.outcome is BeatOutcome.RECOVER:
+                    recover.append((index, key))
+                elif verdict.outcome is BeatOutcome.ACCEPTED:
+                    seq_now[key[:3]], executions[key[:3]] = hb.heartbeat_seq, key[3]
+            uow.heartbeats.write_beats([(*k, executions[k], v) for k, v in seq_now.items()], now, guarded=False)
+            uow.commit()
+
+        self.ctx.shards.run(group, work)
+        return recover
+
+    def _recover(
+        self,
+        group: ShardGroup,
+        caller: ServicePrincipal,
+        items: Sequence[c.Heartbeat],
+        recover: Sequence[tuple[int, Attempt]],
+        results: list[BeatAnswer | None],
+    ) -> None:
+        """STALE -> HEALTHY through the full event transaction, exactly once (design D8.6): a
+        batch's recoveries in groups of events, then their beats in one write."""
+        if not recover:
+            return
+        health_caller = ServicePrincipal(
+            HEALTH_PRODUCER, caller.tenant_id, caller.authority_scope, frozenset({Role.HEALTH})
+        )
+        at = self.ctx.now()
+        events: list[tuple[EventCaller, c.ReportEvent]] = [
+            (
+                health_caller,
+                _health_change(
+                    f"health:{key[3]}:hb:{items[index].heartbeat_seq}", at, key, Health.HEALTHY, "HEARTBEAT_RESUMED"
+                ),
+            )
+            for index, key in recover
+        ]
+        outcomes: list[EventAccepted | BaseException] = []
+        for start in range(0, len(events), RECOVERIES_PER_GROUP):
+            outcomes += self.events.report_group(events[start : start + RECOVERIES_PER_GROUP])
+        recovered: list[tuple[str, str, int, int]] = []
+        for (index, (task_id, step_id, attempt, execution_id)), outcome in zip(recover, outcomes, strict=True):
+            if isinstance(outcome, DomainError) and outcome.code is not ErrorCode.INVALID_TRANSITION:
+                results[index] = _refused(execution_id, outcome.code)
+            elif isinstance(outcome, BaseException) and not isinstance(outcome, DomainError):
+                results[index] = _refused(execution_id, ErrorCode.UNAVAILABLE)  # the next beat tries again
+            else:  # recovered now, or by someone else first (INVALID_TRANSITION)
+                recovered.append((task_id, step_id, attempt, items[index].heartbeat_seq))
+                results[index] = {
+                    "executionId": execution_id,
+                    "accepted": True,
+                    "health": Health.HEALTHY.value,
+                    "reason": "RECOVERED",
+                }
+
+        # The heartbeats themselves now land on the light path.
+        def write(uow: UnitOfWork) -> None:
+            uow.heartbeats.write_recovered_beats(recovered, self.ctx.now())
+            uow.commit()
+
+        if recovered:
+            self.ctx.shards.run(group, write)
 
     def _renew(
         self,
@@ -219,9 +325,9 @@ class HealthCommands:
 
     def _known(
         self, caller: ServicePrincipal, items: Sequence[c.Heartbeat], now: datetime, credentials: dict[int, Credential]
-    ) -> dict[int, tuple[str, str, int, str]] | None:
+    ) -> dict[int, Attempt] | None:
         """Every beat's step attempt from the handles this process has read before, when each is
-        one the careful path would pass on to the write (the caller's, unexpired, in its tenant,
+        one a fresh read would pass on to the write (the caller's, unexpired, in its tenant,
         naming its own execution); None when any is not (``status.app.handle_cache``)."""
         hashes: list[str] = []
         for hb in items:
@@ -232,7 +338,7 @@ class HealthCommands:
         if known is None:
             return None
         tenancy = (caller.tenant_id, caller.authority_scope)
-        resolved: dict[int, tuple[str, str, int, str]] = {}
+        resolved: dict[int, Attempt] = {}
         for index, (hb, handle) in enumerate(zip(items, known, strict=True)):
             if (
                 handle.producer_id != caller.producer_id
@@ -254,8 +360,8 @@ class HealthCommands:
         now: datetime,
         results: list[BeatAnswer | None],
         credentials: dict[int, Credential],
-    ) -> dict[int, tuple[str, str, int, str]]:
-        resolved: dict[int, tuple[str, str, int, str]] = {}
+    ) -> dict[int, Attempt]:
+        resolved: dict[int, Attempt] = {}
         hashes = {ids.handle_hash(h.execution_handle) for h in items if h.execution_handle}
         handles = stores.heartbeats.handles(hashes)
         for index, hb in enumerate(items):
@@ -324,38 +430,6 @@ class HealthCommands:
                 results[index] = _refused(key[3], ErrorCode.UNKNOWN_TASK)
                 del resolved[index]
         return resolved
-
-    def _recover_health(
-        self, task_id: str, step_id: str, attempt: int, execution_id: str, hb: c.Heartbeat, caller: ServicePrincipal
-    ) -> BeatAnswer:
-        cmd = c.ReportEvent(
-            event_id=f"health:{execution_id}:hb:{hb.heartbeat_seq}",
-            event_type=EventType.STEP_HEALTH_CHANGED.value,
-            source_seq=0,
-            occurred_at=self.ctx.now(),
-            task_id=task_id,
-            step_id=step_id,
-            step_attempt=attempt,
-            execution_id=execution_id,
-            health=Health.HEALTHY.value,
-            reason="HEARTBEAT_RESUMED",
-        )
-        health_caller = ServicePrincipal(
-            HEALTH_PRODUCER, caller.tenant_id, caller.authority_scope, frozenset({Role.HEALTH})
-        )
-        try:
-            self.events.report_event(health_caller, cmd)
-        except DomainError as err:
-            if err.code is not ErrorCode.INVALID_TRANSITION:  # someone else recovered it first
-                return _refused(execution_id, err.code)
-
-        # The heartbeat itself now lands on the light path.
-        def work(uow: UnitOfWork) -> None:
-            uow.heartbeats.write_recovered_beat(task_id, step_id, attempt, hb.heartbeat_seq, self.ctx.now())
-            uow.commit()
-
-        run_for(self.ctx.shards, ids.bucket_hint(task_id), work)
-        return {"executionId": execution_id, "accepted": True, "health": Health.HEALTHY.value, "reason": "RECOVERED"}
 
     def _end_from_temporal(
         self,
@@ -462,17 +536,12 @@ class HealthCommands:
                 continue
             caller = ServicePrincipal(HEALTH_PRODUCER, tenant, scope, frozenset({Role.HEALTH}))
             deadline = self.ctx.now()
-            cmd = c.ReportEvent(
-                event_id=f"health:{execution_id}:stale:{deadline.isoformat()}",
-                event_type=EventType.STEP_HEALTH_CHANGED.value,
-                source_seq=0,
-                occurred_at=deadline,
-                task_id=task_id,
-                step_id=step_id,
-                step_attempt=attempt,
-                execution_id=execution_id,
-                health=Health.STALE.value,
-                reason="HEARTBEAT_TIMEOUT",
+            cmd = _health_change(
+                f"health:{execution_id}:stale:{deadline.isoformat()}",
+                deadline,
+                (task_id, step_id, attempt, execution_id),
+                Health.STALE,
+                "HEARTBEAT_TIMEOUT",
             )
 
             def work(
@@ -553,6 +622,24 @@ class HealthCommands:
 
             database.run(work)
         return results
+
+
+def _health_change(event_id: str, at: datetime, attempt: Attempt, health: Health, reason: str) -> c.ReportEvent:
+    """A change of an attempt's health the service reports itself (sequence 0: the producer's own
+    sequence is untouched)."""
+    task_id, step_id, step_attempt, execution_id = attempt
+    return c.ReportEvent(
+        event_id=event_id,
+        event_type=EventType.STEP_HEALTH_CHANGED.value,
+        source_seq=0,
+        occurred_at=at,
+        task_id=task_id,
+        step_id=step_id,
+        step_attempt=step_attempt,
+        execution_id=execution_id,
+        health=health.value,
+        reason=reason,
+    )
 
 
 def _accepted(execution_id: str) -> BeatAnswer:

@@ -218,8 +218,9 @@ class HeartbeatStore(Protocol):
         """Which of these tasks belong to a tenant's scope (chunks of 500 ids)."""
         ...
 
-    def lock_beat_rows(self, keys: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Any]:
-        """The heartbeat columns of these step attempts, locked in key order (so batches never deadlock).
+    def beat_rows(self, keys: list[tuple[str, str, int]], *, lock: bool) -> dict[tuple[str, str, int], Any]:
+        """The heartbeat columns of these step attempts; ``lock``: locked, in key order (so batches
+        never deadlock).
 
         Only step rows are locked, never task rows: the event path locks a
         task and then its step, so taking a task lock here could close a cycle."""
@@ -236,8 +237,9 @@ class HeartbeatStore(Protocol):
         SQLite (dev): one statement executed per beat."""
         ...
 
-    def write_recovered_beat(self, task_id: str, step_id: str, attempt: int, seq: int, now: datetime) -> None:
-        """The heartbeat that recovered a STALE execution, once its recovery event committed."""
+    def write_recovered_beats(self, beats: Sequence[tuple[str, str, int, int]], now: datetime) -> None:
+        """The heartbeats (task, step, attempt, seq) that recovered STALE executions, once their
+        recovery events committed."""
         ...
 
     def extend_handles(self, hashes: Sequence[str], expires_at: datetime) -> None:

@@ -9,6 +9,12 @@ The trap is the sequence. A worker may send the same beat twice (a retried reque
 is answered as accepted, not as a regression, and a beat older than one already recorded is
 refused, never written over a newer one: ``last_seq`` is the attempt's newest, as the batch has
 moved it so far.
+
+A batch's beats are decided in two ways. The guarded write re-checks the usual case in the
+database itself, row by row, without a prior read or lock; only the rest are judged here against
+rows locked for it. Which beats may take the guarded write is itself judged here
+(``takes_guarded_write``), from rows read without a lock: the write re-checks them, so a row that
+changed since the read only costs the batch a second, careful pass.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class BeatRow(Protocol):
     def lifecycle_status(self) -> str: ...
     @property
     def health(self) -> str: ...
+    @property
+    def last_heartbeat_seq(self) -> int: ...
 
 
 class BeatOutcome(Enum):
@@ -72,3 +80,14 @@ def judge_beat(execution_id: str, heartbeat_seq: int, row: BeatRow | None, last_
     if row.health == Health.STALE.value:
         return BeatVerdict(BeatOutcome.RECOVER)
     return ACCEPTED
+
+
+def takes_guarded_write(execution_id: str, heartbeat_seq: int, row: BeatRow | None) -> bool:
+    """Whether a beat, judged against its attempt's ``row`` as last read, is one the guarded write
+    takes: accepted on its own and the attempt HEALTHY (the write's condition; a DEGRADED attempt's
+    beat is accepted too, but judged under the lock)."""
+    return (
+        row is not None
+        and row.health == Health.HEALTHY.value
+        and judge_beat(execution_id, heartbeat_seq, row, row.last_heartbeat_seq).outcome is BeatOutcome.ACCEPTED
+    )

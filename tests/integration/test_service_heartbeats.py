@@ -10,7 +10,7 @@ from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
 from status.infra import tables as t
-from tests.support.factories import activate, create_task, event, later
+from tests.support.factories import activate, create_task, event, later, wide_task
 from tests.support.outbox import publications
 from tests.support.shards import engine_for, fence_reads
 
@@ -256,3 +256,86 @@ def test_the_indexed_deadline_moves_lazily_and_overdue_is_judged_on_the_last_bea
     late = later(service, 31)
     assert [r["lifecycleStatus"] for r in late.mark_stale(tenant_scope=scope)] == ["RUNNING"]
     assert _step_row(service, task_id)["health"] == "STALE"
+
+
+def test_recoveries_cost_the_same_transactions_however_many_and_lock_only_their_rows(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    """A worker back after a silence sends one batch in which many attempts recover from STALE beside
+    plain beats. Its recoveries share one event transaction (not two each), and only their rows are
+    locked: the plain beats take the guarded write, as they would alone."""
+    task_id = wide_task(service, coordinator, 10)
+    contexts = [
+        activate(
+            service,
+            coordinator,
+            task_id,
+            f"s{i}",
+            producer=worker.producer_id,
+            heartbeat_interval_seconds=5,
+            heartbeat_timeout_seconds=20,
+        )
+        for i in range(10)
+    ]
+    for ctx in contexts:
+        service.report_event(service._tokens.verify(ctx.execution_token, service.now()), event("STEP_STARTED", 1))
+    handles = [ctx.execution_handle for ctx in contexts]
+    heard = later(service, 10).record_heartbeats(worker, [c.Heartbeat(1, execution_handle=h) for h in handles[6:]])
+    assert all(r["accepted"] for r in heard["results"])
+    scope = (coordinator.tenant_id, coordinator.authority_scope)
+    assert len(later(service, 25).mark_stale(tenant_scope=scope)) == 6  # s0..s5 went silent
+    version_stale = _versions_and_outbox(service, task_id)[0]
+    engine = engine_for(service, task_id)
+
+    def batch(seconds: int, seq: int, silent: list[int]) -> tuple[int, list[str]]:
+        """The batch's transactions and the steps named by its locking reads."""
+        begins, locked = 0, []
+
+        def on_begin(conn: object) -> None:
+            nonlocal begins
+            begins += 1
+
+        def on_statement(conn: object, cursor: object, statement: str, parameters: object, *args: object) -> None:
+            if "FOR UPDATE" in statement and "task_step" in statement:
+                locked.extend(str(p) for p in _flat(parameters) if str(p).startswith("s"))
+
+        sa.event.listen(engine, "begin", on_begin)
+        sa.event.listen(engine, "before_cursor_execute", on_statement)
+        try:
+            beats = [c.Heartbeat(seq, execution_handle=handles[i]) for i in silent] + [
+                c.Heartbeat(seq, execution_handle=h) for h in handles[6:]
+            ]
+            results = later(service, seconds).record_heartbeats(worker, beats)["results"]
+        finally:
+            sa.event.remove(engine, "begin", on_begin)
+            sa.event.remove(engine, "before_cursor_execute", on_statement)
+        assert [(r["accepted"], r["reason"]) for r in results] == [(True, "RECOVERED")] * len(silent) + [
+            (True, None)
+        ] * 4
+        return begins, sorted(locked)
+
+    two, locked_two = batch(26, 2, [0, 1])
+    four, locked_four = batch(27, 3, [2, 3, 4, 5])
+    assert two == four
+    if service.db.engine.dialect.name == "mysql":
+        assert (locked_two, locked_four) == (["s0", "s1"], ["s2", "s3", "s4", "s5"])
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(t.task_step.c.step_id, t.task_step.c.health, t.task_step.c.last_heartbeat_seq).where(
+                t.task_step.c.task_id == task_id
+            )
+        ).all()
+    assert {step: (health, seq) for step, health, seq in rows} == {
+        **{f"s{i}": ("HEALTHY", 2) for i in (0, 1)},
+        **{f"s{i}": ("HEALTHY", 3) for i in range(2, 10)},
+    }
+    assert _versions_and_outbox(service, task_id)[0] == version_stale + 6  # one STEP_HEALTH_CHANGED each
+
+
+def _flat(parameters: object) -> list[object]:
+    """A statement's parameters, however the driver takes them, as one list of values."""
+    if isinstance(parameters, dict):
+        return [value for item in parameters.values() for value in _flat(item)]
+    if isinstance(parameters, (list, tuple)):
+        return [value for item in parameters for value in _flat(item)]
+    return [parameters]

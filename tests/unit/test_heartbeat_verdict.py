@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from status.domain.errors import ErrorCode
-from status.domain.heartbeats import BeatOutcome, judge_beat
+from status.domain.heartbeats import BeatOutcome, judge_beat, takes_guarded_write
 from status.domain.lifecycle import Health, Lifecycle
 
 
@@ -18,6 +18,7 @@ class Row(NamedTuple):
     superseded: bool = False
     lifecycle_status: str = Lifecycle.RUNNING.value
     health: str = Health.HEALTHY.value
+    last_heartbeat_seq: int = 4
 
 
 def test_a_newer_beat_of_the_running_attempt_is_accepted() -> None:
@@ -61,3 +62,28 @@ def test_a_beat_never_goes_back_and_its_repeat_is_accepted(seq: int, last: int) 
         assert (verdict.outcome, verdict.health) == (BeatOutcome.DUPLICATE, "HEALTHY")
     else:
         assert (verdict.outcome, verdict.reason) == (BeatOutcome.REFUSED, ErrorCode.SOURCE_SEQ_REGRESSION)
+
+
+@given(
+    seq=st.integers(min_value=1, max_value=10),
+    last=st.integers(min_value=0, max_value=10),
+    health=st.sampled_from([h.value for h in Health]),
+    lifecycle=st.sampled_from([s.value for s in Lifecycle]),
+    superseded=st.booleans(),
+    execution=st.sampled_from(["exe_1", "exe_2", None]),
+)
+def test_only_a_plainly_accepted_beat_of_a_healthy_attempt_takes_the_guarded_write(
+    seq: int, last: int, health: str, lifecycle: str, superseded: bool, execution: str | None
+) -> None:
+    """The guarded write's own condition, judged on a row read without a lock: anything else
+    (a recovery, a repeat, a refusal, a DEGRADED attempt) is judged under the row's lock."""
+    row = Row(execution, superseded, lifecycle, health, last)
+    expected = (
+        execution == "exe_1"
+        and not superseded
+        and lifecycle == Lifecycle.RUNNING.value
+        and health == Health.HEALTHY.value
+        and seq > last
+    )
+    assert takes_guarded_write("exe_1", seq, row) is expected
+    assert not takes_guarded_write("exe_1", seq, None)

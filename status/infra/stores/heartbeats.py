@@ -104,8 +104,9 @@ class SqlHeartbeatStore:
             )
         return mine
 
-    def lock_beat_rows(self, keys: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], Any]:
-        """The heartbeat columns of these step attempts, locked in key order (so batches never deadlock).
+    def beat_rows(self, keys: list[tuple[str, str, int]], *, lock: bool) -> dict[tuple[str, str, int], Any]:
+        """The heartbeat columns of these step attempts; ``lock``: locked, in key order (so batches
+        never deadlock).
 
         Only step rows are locked, never task rows: the event path locks a
         task and then its step, so taking a task lock here could close a cycle.
@@ -127,9 +128,8 @@ class SqlHeartbeatStore:
                 )
                 .where(sa.tuple_(ts.c.task_id, ts.c.step_id, ts.c.attempt).in_(keys[chunk : chunk + 100]))
                 .order_by(ts.c.task_id, ts.c.step_id, ts.c.attempt)
-                .with_for_update()
             )
-            for row in self._conn.execute(query):
+            for row in self._conn.execute(query.with_for_update() if lock else query):
                 rows[(row.task_id, row.step_id, row.attempt)] = row
         return rows
 
@@ -231,17 +231,25 @@ class SqlHeartbeatStore:
                 .values(expires_at=expires_at)
             )
 
-    def write_recovered_beat(self, task_id: str, step_id: str, attempt: int, seq: int, now: datetime) -> None:
-        """The heartbeat that recovered a STALE execution, once its recovery event committed."""
+    def write_recovered_beats(self, beats: Sequence[tuple[str, str, int, int]], now: datetime) -> None:
+        """The heartbeats (task, step, attempt, seq) that recovered STALE executions, once their
+        recovery events committed."""
+        if not beats:
+            return
         self._conn.execute(
             sa.update(ts)
             .where(
-                ts.c.task_id == task_id,
-                ts.c.step_id == step_id,
-                ts.c.attempt == attempt,
-                ts.c.last_heartbeat_seq < seq,
+                ts.c.task_id == sa.bindparam("_task_id"),
+                ts.c.step_id == sa.bindparam("_step_id"),
+                ts.c.attempt == sa.bindparam("_attempt"),
+                ts.c.last_heartbeat_seq < sa.bindparam("_seq"),
             )
-            .values(last_heartbeat_seq=seq, last_heartbeat_at=now, heartbeat_deadline_at=self._lazy_deadline(now))
+            .values(
+                last_heartbeat_seq=sa.bindparam("_seq"),
+                last_heartbeat_at=now,
+                heartbeat_deadline_at=self._lazy_deadline(now),
+            ),
+            [{"_task_id": t_, "_step_id": s_, "_attempt": a_, "_seq": q_} for t_, s_, a_, q_ in sorted(beats)],
         )
 
     def census(self) -> tuple[int, int, datetime | None, int | None]:
