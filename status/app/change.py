@@ -36,7 +36,7 @@ from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.domain.notices import Notice
 from status.domain.notifications import notifications_for
-from status.domain.projections import iso
+from status.domain.projections import trigger_event
 from status.domain.reports import SERVICE_EVENT_PREFIX
 
 
@@ -210,16 +210,15 @@ def _task_messages(
     ctx: AppContext, stores: Stores, change: Change[Any], view: TaskView, committed_at: datetime
 ) -> list[Message]:
     task, step, entry = change.after, change.step, change.entry
-    trigger: dict[str, Any] = {
-        "eventId": entry.event_id,
-        "eventType": entry.event_type.value,
-        "stepId": step.step_id if step else None,
-        "operationCode": step.operation_code if step else None,
-    }
-    if entry.reported:
-        trigger["durationMs"] = entry.duration_ms
-        trigger["data"] = {"schema": step.data_schema, "value": step.state_data} if step and entry.data_schema else None
-    trigger["committedAt"] = iso(committed_at)
+    trigger = trigger_event(
+        entry.event_id,
+        entry.event_type,
+        step,
+        committed_at,
+        reported=entry.reported,
+        duration_ms=entry.duration_ms,
+        with_data=bool(entry.data_schema),
+    )
     return outbox.task_messages(
         task,
         view.steps,

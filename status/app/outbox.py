@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from status.app.records import ChangeRecord, EventRecord, NotificationRecord
+from status.domain import shapes
 from status.domain.auth import UserPrincipal
 from status.domain.messages import Aggregate, Message
 from status.domain.model import StepState, TaskState, WorkflowState
@@ -65,7 +66,7 @@ def task_messages(
     viewers: Sequence[str],
     *,
     notice: Notice | None,
-    trigger: dict[str, Any] | None,
+    trigger: shapes.TriggerEvent | None,
     must_deliver: bool,
     event_id: str,
     broadcast: bool,

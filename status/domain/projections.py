@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, overload
+from typing import overload
 
 from status.domain import shapes
 from status.domain.eta import DurationStats, Estimate, pending_estimate, step_estimate, task_estimate
-from status.domain.lifecycle import Health, Lifecycle
+from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import Progress, StepState, TaskState, WorkflowState
 from status.domain.notices import Notice
 from status.domain.rules import ms_between, task_timing
@@ -335,7 +335,7 @@ def task_detail(
     task: TaskState,
     steps: Steps,
     now: datetime,
-    trigger: dict[str, Any] | None,
+    trigger: shapes.TriggerEvent | None,
     history: History | None = None,
 ) -> shapes.TaskDetailMessage:
     """TASK_DETAIL: the task state plus the event that produced this version.
@@ -353,7 +353,7 @@ def _detail(
     task: TaskState,
     steps: StepSet,
     now: datetime,
-    trigger: dict[str, Any] | None,
+    trigger: shapes.TriggerEvent | None,
     history: History | None,
     common: shapes.TaskCore | None = None,
 ) -> shapes.TaskDetailMessage:
@@ -370,12 +370,42 @@ def _detail(
     }
 
 
+def trigger_event(
+    event_id: str,
+    event_type: EventType,
+    step: StepState | None,
+    committed_at: datetime,
+    *,
+    reported: bool,
+    duration_ms: int | None = None,
+    with_data: bool = False,
+) -> shapes.TriggerEvent:
+    """``triggerEvent``: the event a change committed, as its detail message names it. A report
+    (``reported``) also says its duration and, ``with_data``, the data it gave its step (``step``
+    as the change left it); an operator's correction says neither."""
+    trigger: shapes.TriggerEvent = {
+        "eventId": event_id,
+        "eventType": event_type.value,
+        "stepId": step.step_id if step else None,
+        "operationCode": step.operation_code if step else None,
+        "committedAt": iso(committed_at),
+    }
+    if reported:
+        trigger["durationMs"] = duration_ms
+        trigger["data"] = (
+            {"schema": step.data_schema, "value": step.state_data}
+            if step is not None and with_data and step.data_schema is not None
+            else None
+        )
+    return trigger
+
+
 def summary_and_detail(
     task: TaskState,
     steps: StepSet,
     now: datetime,
     notice: Notice | None,
-    trigger: dict[str, Any] | None,
+    trigger: shapes.TriggerEvent | None,
     history: History | None = None,
 ) -> tuple[shapes.TaskSummaryMessage, shapes.TaskDetailMessage]:
     """``user_summary`` and ``task_detail`` of one change, what they share built once (the task's

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypedDict
 
 from status.domain.definitions import Severity
-from status.domain.lifecycle import Health, Lifecycle
+from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.notices import NoticeKind
 
 Timestamp = Annotated[str, "UTC, milliseconds: 2026-09-21T07:10:18.156Z"]
@@ -178,6 +178,23 @@ class TaskDetailState(TaskSnapshot):
     stepsOmitted: Annotated[int, "how many attempts steps leaves out"]
 
 
+class TriggerFacts(TypedDict, total=False):
+    """A report's own facts: absent when the change was not a report (an operator's correction)."""
+
+    durationMs: int | None
+    data: Annotated[StepData | None, "the step's data, when the event carried it"]
+
+
+class TriggerEvent(TriggerFacts):
+    """The committed event that produced a ``task.detail``'s version: a timeline entry."""
+
+    eventId: str
+    eventType: Annotated[str, EventType]
+    stepId: str | None
+    operationCode: str | None
+    committedAt: Timestamp
+
+
 class TaskDetailMessage(TypedDict):
     """``task.detail`` on a task's detail channel."""
 
@@ -186,7 +203,7 @@ class TaskDetailMessage(TypedDict):
     workflowId: str
     taskId: str
     taskVersion: Version
-    triggerEvent: dict[str, Any] | None
+    triggerEvent: TriggerEvent | None
     state: TaskDetailState
 
 

@@ -27,7 +27,7 @@ from referencing.jsonschema import DRAFT202012
 from status.api.openapi import build_openapi, shape_schemas
 from status.domain import shapes
 from status.domain.eta import DurationStats
-from status.domain.lifecycle import Health, Lifecycle
+from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import Progress, StepError, StepState, WorkflowState
 from status.domain.notices import Notice, NoticeKind
 from status.domain.projections import (
@@ -36,6 +36,7 @@ from status.domain.projections import (
     system_broadcast,
     task_removed,
     task_snapshot,
+    trigger_event,
     workflow_summary,
 )
 from status.domain.rules import Severity
@@ -137,7 +138,20 @@ def test_every_message_built_is_its_shape(
     )
     now = NOW + timedelta(seconds=7)
 
-    summary, detail = summary_and_detail(task, steps, now, notice, {"eventId": "e1"} if with_extras else None, history)
+    trigger = (
+        trigger_event(
+            "e1",
+            EventType.STEP_COMPLETED,
+            next(iter(steps.attempts.values()), None),
+            now,
+            reported=with_history,
+            duration_ms=1500,
+            with_data=True,
+        )
+        if with_extras
+        else None
+    )
+    summary, detail = summary_and_detail(task, steps, now, notice, trigger, history)
     _valid(summary, "TaskSummaryMessage")
     _valid(detail, "TaskDetailMessage")
     _valid(task_snapshot(task, steps, now, history), "TaskSnapshot")

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from status.domain.eta import DurationStats
-from status.domain.lifecycle import Health, Lifecycle
+from status.domain.lifecycle import EventType, Health, Lifecycle
 from status.domain.model import Progress, StepState
 from status.domain.notices import Notice, NoticeKind
-from status.domain.projections import summary_and_detail, task_detail, user_summary
+from status.domain.projections import summary_and_detail, task_detail, trigger_event, user_summary
 from status.domain.rules import Severity
 from status.domain.stepset import StepSet
 from tests.support.states import NOW, step_state, task_state
@@ -67,7 +67,7 @@ def test_built_together_they_are_the_summary_and_detail_built_apart(
     notice: Notice | None = Notice(f"{task.task_id}:{task.version}", NoticeKind.STEP_RETRYING, Severity.INFO, "retried")
     if not with_notice:
         notice = None
-    trigger = {"eventId": "e1", "eventType": "STEP_PROGRESS"}
+    trigger = trigger_event("e1", EventType.STEP_PROGRESS, None, NOW, reported=True, duration_ms=5)
     now = NOW + timedelta(seconds=7)
 
     summary, detail = summary_and_detail(task, steps, now, notice, trigger, history)

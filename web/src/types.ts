@@ -195,8 +195,21 @@ export interface TaskDetailMessage {
   workflowId: string;
   taskId: string;
   taskVersion: string;
-  triggerEvent: Record<string, unknown> | null;
+  triggerEvent: TriggerEvent | null;
   state: TaskDetailState;
+}
+
+/** The committed event that produced a `task.detail`'s version: a timeline entry. */
+export interface TriggerEvent {
+  eventId: string;
+  eventType: string;
+  stepId: string | null;
+  operationCode: string | null;
+  committedAt: string;
+  /** A report's own facts: absent when the change was not a report (an operator's correction). */
+  durationMs?: number | null;
+  /** The step's data, when the event carried it. */
+  data?: StepData | null;
 }
 
 /** Tombstone: the user no longer sees the task (ACL revoked). */
