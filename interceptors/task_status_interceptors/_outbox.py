@@ -3,9 +3,17 @@
 Every event gets its execution's next ``sourceSeq`` at once, in memory (resumed
 from the file after a restart), so reporting never waits for a read; a writer
 thread persists what queued meanwhile in one transaction and then calls
-``on_persisted``. Only persisted events are ever sent. The sender's reads and
-writes (``load_batch``, ``forget`` …) are blocking calls for a thread, never for
-the worker's event loop.
+``on_persisted``. Only persisted events are ever sent. The sender's reads
+(``load_batch``, ``handles_of`` …) are blocking calls for a thread, never for the
+worker's event loop.
+
+What the sender learns from an answer — handles handed out, events delivered or refused for good
+— is not written in a transaction of its own: ``settle`` keeps it in memory, and whichever touches
+the file next writes it first, in its own transaction (the writer's next one, or the sender's next
+read). A transaction and a thread hand-off per answer were a fifth to a third of the reporter's cost
+(docs/benchmarks.md). Nothing reads the file without it: a read sees every delivered event gone
+and every handle bound. A crash before then only sends those events again, with the same ids,
+which the service answers as duplicates (design P9).
 """
 
 from __future__ import annotations
@@ -91,6 +99,7 @@ class Outbox:
                 self._file().execute("SELECT key, next_seq FROM execution WHERE finished = 0").fetchall()
             )
         self._writes = _Writes()
+        self._settled = _Settled()  # what the sender learnt, for the file's next transaction
         self.queued_events = 0
         self._closing = False
         self._writer = threading.Thread(target=self._write_loop, name="task-status-outbox", daemon=True)
@@ -166,11 +175,12 @@ class Outbox:
                 self._writer_idle = False
                 writes, self._writes = self._writes, _Writes()
                 events = self.queued_events
-                if not writes:
+                if not writes and not self._settled:
                     return  # closing, and everything is in the file
             try:
                 with self._db_lock, self._transaction():
                     writes.apply(self._file())
+                    self._write_settled()
             except Exception:
                 log.exception("the local outbox could not be written; retrying")
                 with self._queue:
@@ -212,6 +222,7 @@ class Outbox:
         with self._db_lock:
             if self._db is None:
                 return queued
+            self._settle_now()
             return queued + int(self._file().execute("SELECT COUNT(*) FROM event").fetchone()[0])
 
     def load_batch(self, limit: int) -> Batch:
@@ -219,6 +230,7 @@ class Outbox:
         with self._db_lock:
             if self._db is None:
                 return [], {}
+            self._settle_now()
             rows = (
                 self._file()
                 .execute("SELECT id, execution_key, body FROM event ORDER BY id LIMIT ?", (limit,))
@@ -253,29 +265,49 @@ class Outbox:
 
     def settle(
         self,
-        bound: Sequence[tuple[str, str, str]],
-        delivered: list[int],
+        bound: Sequence[tuple[str, str, str]] = (),
+        delivered: Sequence[int] = (),
         refused: Sequence[tuple[str, dict[str, Any], str]] = (),
     ) -> None:
-        """A wave of bindings in one transaction: the handles (``key, handle, execution_id``) they
-        handed out, and the events that travelled with them and were decided (see ``forget``)."""
-        with self._db_lock, self._transaction():
-            self._file().executemany(
-                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?",
-                [(handle, execution_id, key) for key, handle, execution_id in bound],
-            )
-            self._forget(delivered, refused)
+        """What answers said, for the file's next transaction (any thread, no I/O): the handles
+        handed out (``key, handle, execution_id``), the events delivered (or refused for good:
+        kept in ``undeliverable`` with why) that leave the outbox. A refused event that cannot be
+        written raises here, and nothing of the call is kept."""
+        rows = [
+            (key, event["eventId"], json.dumps(event), reason, time.time(), key, key) for key, event, reason in refused
+        ]
+        with self._queue:
+            self._settled.bound += bound
+            self._settled.delivered += delivered
+            self._settled.refused += rows
 
     def unbind(self, keys: list[str]) -> None:
         with self._db_lock:
+            self._settle_now()
             self._file().executemany("UPDATE execution SET execution_handle = NULL WHERE key = ?", [(k,) for k in keys])
 
-    def forget(self, event_ids: list[int], refused: Sequence[tuple[str, dict[str, Any], str]] = ()) -> None:
-        """Delivered (or refused for good, kept in ``undeliverable`` with why) events leave the outbox."""
-        if not event_ids:
+    def _settle_now(self) -> None:
+        """Write what answers said, if anything waits, in a transaction of its own (holding ``_db_lock``)."""
+        with self._queue:
+            waiting = bool(self._settled)
+        if waiting:
+            with self._transaction():
+                self._write_settled()
+
+    def _write_settled(self) -> None:
+        """Inside a transaction (holding ``_db_lock``): what answers said, taken and written. Taken
+        under the file's lock, so no read of the file comes between taking and writing it; kept
+        for the next transaction if this one fails."""
+        with self._queue:
+            settled, self._settled = self._settled, _Settled()
+        if not settled:
             return
-        with self._db_lock, self._transaction():
-            self._forget(event_ids, refused)
+        try:
+            settled.apply(self._file())
+        except BaseException:
+            with self._queue:
+                self._settled = settled.then(self._settled)
+            raise
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -289,29 +321,12 @@ class Outbox:
             raise
         db.execute("COMMIT")
 
-    def _forget(self, event_ids: list[int], refused: Sequence[tuple[str, dict[str, Any], str]]) -> None:
-        if not event_ids:
-            return
-        self._file().executemany(
-            "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at, binding, attempt)"
-            " VALUES (?, ?, ?, ?, ?, (SELECT binding FROM execution WHERE key = ?),"
-            " (SELECT attempt FROM execution WHERE key = ?))",
-            [
-                (key, event["eventId"], json.dumps(event), reason, time.time(), key, key)
-                for key, event, reason in refused
-            ],
-        )
-        self._file().executemany("DELETE FROM event WHERE id = ?", [(i,) for i in event_ids])
-        # A finished execution with nothing left to send is done.
-        self._file().execute(
-            "DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)"
-        )
-
     def drop_execution(self, key: str, reason: str) -> int:
         """Move every event of an execution that can never be bound to ``undeliverable``; how many."""
         with self._queue:
             self._next_seq.pop(key, None)
         with self._db_lock, self._transaction():
+            self._write_settled()
             self._file().execute(
                 "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at, binding, attempt)"
                 " SELECT e.execution_key, json_extract(e.body, '$.eventId'), e.body, ?, ?, x.binding, x.attempt"
@@ -327,6 +342,7 @@ class Outbox:
         with self._queue:
             self._next_seq.pop(key, None)
         with self._db_lock, self._transaction():
+            self._write_settled()
             dropped = int(self._file().execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
             self._file().execute("DELETE FROM execution WHERE key = ?", (key,))
         return dropped
@@ -336,6 +352,7 @@ class Outbox:
         with self._db_lock:
             if self._db is None:
                 return {}
+            self._settle_now()
             db = self._db
             return {
                 key: row[0]
@@ -353,6 +370,7 @@ class Outbox:
         requeued: list[str] = []
         kept: list[str] = []
         with self._db_lock, self._transaction():
+            self._write_settled()
             db = self._file()
             rows = db.execute(
                 "SELECT id, execution_key, event_id, body, binding, attempt FROM undeliverable ORDER BY id"
@@ -415,6 +433,47 @@ class _Writes:
         merged.executions = self.executions + newer.executions
         merged.events = self.events + newer.events
         merged.sequences = {**self.sequences, **newer.sequences}
+        return merged
+
+
+class _Settled:
+    """What answers said since the file's last transaction: handles handed out, events delivered,
+    events refused for good (their ``undeliverable`` rows, rendered when they were said)."""
+
+    __slots__ = ("bound", "delivered", "refused")
+
+    def __init__(self) -> None:
+        self.bound: list[tuple[str, str, str]] = []
+        self.delivered: list[int] = []
+        self.refused: list[tuple[str, str, str, str, float, str, str]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.bound or self.delivered)
+
+    def apply(self, db: sqlite3.Connection) -> None:
+        if self.bound:
+            db.executemany(
+                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?",
+                [(handle, execution_id, key) for key, handle, execution_id in self.bound],
+            )
+        if not self.delivered:
+            return
+        db.executemany(
+            "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at, binding, attempt)"
+            " VALUES (?, ?, ?, ?, ?, (SELECT binding FROM execution WHERE key = ?),"
+            " (SELECT attempt FROM execution WHERE key = ?))",
+            self.refused,
+        )
+        db.executemany("DELETE FROM event WHERE id = ?", [(i,) for i in self.delivered])
+        # A finished execution with nothing left to send is done.
+        db.execute("DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)")
+
+    def then(self, newer: _Settled) -> _Settled:
+        """These (whose transaction failed) followed by ``newer``."""
+        merged = _Settled()
+        merged.bound = self.bound + newer.bound
+        merged.delivered = self.delivered + newer.delivered
+        merged.refused = self.refused + newer.refused
         return merged
 
 

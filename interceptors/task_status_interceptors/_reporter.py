@@ -264,8 +264,8 @@ class Reporter:
                 continue
             settlement = _Settlement()
             outcomes = await self._bind_wave(wave, settlement)
-            if settlement:
-                await asyncio.to_thread(self.outbox.settle, settlement.bound, settlement.delivered, settlement.refused)
+            if settlement:  # written with the file's next transaction (``_outbox``)
+                self.outbox.settle(settlement.bound, settlement.delivered, settlement.refused)
             for outcome in outcomes:  # every bind has finished; the first error decides the retry
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -301,7 +301,7 @@ class Reporter:
                 self.dropped += 1
             else:
                 retry = True
-        await asyncio.to_thread(self.outbox.forget, done, refused)
+        self.outbox.settle(delivered=done, refused=refused)
         if expired:
             await asyncio.to_thread(self.outbox.unbind, sorted(expired))
             self.rebinds += len(expired)
@@ -535,9 +535,9 @@ class _Retry(Exception):
 
 @dataclass
 class _Settlement:
-    """What a wave of bindings means for the file, written in one transaction after the wave
-    (one thread hand-off for the wave, not two per execution): the handles handed out, and the
-    STARTEDs that travelled with their bindings and were decided there (refused ones with why)."""
+    """What a wave of bindings means for the file, settled at once after the wave: the handles
+    handed out, and the STARTEDs that travelled with their bindings and were decided there
+    (refused ones with why)."""
 
     bound: list[tuple[str, str, str]] = field(default_factory=list)
     delivered: list[int] = field(default_factory=list)

@@ -79,7 +79,7 @@ def test_a_wave_of_bindings_settles_in_one_transaction_or_not_at_all(tmp_path: P
     bound = [("run/c/1", "handle-c", "exe-c"), ("run/d/1", "handle-d", "exe-d")]
     refused = [("run/d/1", started["run/d/1"][1], "TERMINAL_STATE: the task ended")]
     unwritable = [("run/d/1", {"eventId": "run/d/1:1:STEP_STARTED", "why": {1, 2}}, "TERMINAL_STATE")]
-    with pytest.raises(TypeError):  # the handles are written first, then the refusal fails: nothing stays
+    with pytest.raises(TypeError):  # a refusal that cannot be written: nothing of the call stays
         reporter.outbox.settle(bound, [started["run/c/1"][0], started["run/d/1"][0]], unwritable)
     assert reporter.outbox.handles_of(["run/c/1", "run/d/1"]) == {}
     assert len(_events(path)) == 3
@@ -149,4 +149,56 @@ def test_a_batch_loads_every_execution_its_events_belong_to_in_one_read(tmp_path
         assert (executions[key]["handle"], executions[key]["execution_id"]) == (
             ("handle-4", "exe-4") if i == 4 else (None, None)
         )
+    reporter.close()
+
+
+def _handles_in_file(path: Path) -> dict[str, str]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT key, execution_handle FROM execution WHERE execution_handle IS NOT NULL"))
+
+
+def test_answers_ride_the_files_next_transaction_and_no_read_misses_them(tmp_path: Path) -> None:
+    """What answers said costs no transaction of its own: the sender's next read, or the writer's
+    next transaction, writes it first — a read never sees a delivered event or misses a handle."""
+    path = tmp_path / "outbox.sqlite3"
+    reporter = _reporter(path)
+    for key in ("run/f/1", "run/g/1"):
+        reporter.begin(key, StepBinding("tsk", key.split("/")[1]), 1)
+    assert reporter.flush(5)
+    events, _ = reporter.outbox.load_batch(10)
+    started = {key: event_id for event_id, key, _ in events}
+    reporter.outbox.settle([("run/f/1", "handle-f", "exe-f")], [started["run/f/1"]])
+    assert len(_events(path)) == 2 and _handles_in_file(path) == {}  # not written by itself
+    events, executions = reporter.outbox.load_batch(10)  # the next read writes it first
+    assert [key for _, key, _ in events] == ["run/g/1"] and executions["run/g/1"]["handle"] is None
+    assert _events(path) == [("run/g/1", 1, "run/g/1:1:STEP_STARTED")]
+    assert _handles_in_file(path) == {"run/f/1": "handle-f"}
+    # Delivered, then an activity reports: the writer's transaction carries both.
+    reporter.outbox.settle(delivered=[started["run/g/1"]])
+    reporter.enqueue("run/f/1", {"eventType": "STEP_PROGRESS", "progress": {"current": 1}})
+    assert reporter.flush(5)
+    assert _events(path) == [("run/f/1", 2, "run/f/1:2:STEP_PROGRESS")]
+    assert reporter.pending_events() == 1
+    # Said and never followed by anything: closing writes it.
+    (progress, _, _), *_ = reporter.outbox.load_batch(10)[0]
+    reporter.outbox.settle(delivered=[progress])
+    reporter.close()
+    assert _events(path) == []
+
+
+def test_answers_whose_write_failed_are_written_with_the_next_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    reporter = _reporter(path)
+    reporter.begin("run/h/1", StepBinding("tsk", "h"), 1)
+    assert reporter.flush(5)
+    (started, _, _), *_ = reporter.outbox.load_batch(10)[0]
+    reporter.outbox.settle([("run/h/1", "handle-h", "exe-h")], [started])
+    with sqlite3.connect(path, isolation_level=None) as other:  # the write fails half-way: rolled back
+        other.execute("ALTER TABLE event RENAME TO event_away")
+        with pytest.raises(sqlite3.OperationalError):
+            reporter.outbox.pending_events()
+        other.execute("ALTER TABLE event_away RENAME TO event")
+    assert _handles_in_file(path) == {}  # the handle's UPDATE went with the rollback
+    assert reporter.outbox.load_batch(10) == ([], {})  # kept, and written by the next read
+    assert _events(path) == [] and _handles_in_file(path) == {"run/h/1": "handle-h"}
     reporter.close()
