@@ -127,7 +127,7 @@ class HealthCommands:
             for index, key in known.items():
                 results[index] = _accepted(key[3])
         else:  # what memory said may be gone (a purged task): read afresh
-            resolved = self._decide(group, caller, items, now, results, credentials)
+            resolved = self._decide(group, caller, items, now, results, credentials, doubted=known is not None)
         elsewhere = [
             key[3]
             for index, key in resolved.items()
@@ -173,18 +173,31 @@ class HealthCommands:
         now: datetime,
         results: list[BeatAnswer | None],
         credentials: dict[int, Credential],
+        *,
+        doubted: bool,
     ) -> dict[int, Attempt]:
-        """A batch memory could not vouch for: its credentials and its attempts' rows read without a
-        lock; the beats those rows would take by the guarded write written so; only the others —
-        a recovery, a repeat, a refusal — judged under their rows' locks. A batch carrying a few
-        recoveries among its plain beats thereby locks the few rows, not every row it names."""
+        """A batch memory could not vouch for: its credentials read; unless the guarded write of a
+        batch memory vouched for just failed (``doubted``), it is tried on every beat first (a
+        batch of handles this process has not seen yet is usually plain). Then its attempts' rows
+        read without a lock; the beats those rows would take by the guarded write written so; only
+        the others — a recovery, a repeat, a refusal — judged under their rows' locks. A batch
+        carrying a few recoveries among its plain beats thereby locks the few rows, not every row
+        it names."""
 
-        def read(uow: UnitOfWork) -> tuple[dict[int, Attempt], dict[tuple[str, str, int], Any]]:
+        def read(uow: UnitOfWork) -> tuple[dict[int, Attempt], dict[tuple[str, str, int], Any] | None]:
             credentials.clear()  # credentials and tenants are immutable: read once, before the writes
             resolved = self._resolve_heartbeats(uow, caller, items, now, results, credentials)
-            return resolved, uow.heartbeats.beat_rows(sorted({key[:3] for key in resolved.values()}), lock=False)
+            return resolved, uow.heartbeats.beat_rows(_attempts(resolved), lock=False) if doubted else None
 
         resolved, rows = self.ctx.shards.run(group, read)
+        if not resolved:
+            return resolved
+        if rows is None:
+            if self._write_plain(group, items, resolved, sorted(resolved), now):
+                for index, key in resolved.items():
+                    results[index] = _accepted(key[3])
+                return resolved
+            rows = self.ctx.shards.run(group, lambda uow: uow.heartbeats.beat_rows(_attempts(resolved), lock=False))
         beats_of = Counter(key[:3] for key in resolved.values())
         plain = [
             index
@@ -216,7 +229,7 @@ class HealthCommands:
 
         def work(uow: UnitOfWork) -> None:
             recover.clear()  # a retried transaction decides again from the start
-            rows = uow.heartbeats.beat_rows(sorted({key[:3] for key in resolved.values()}), lock=True)
+            rows = uow.heartbeats.beat_rows(_attempts(resolved), lock=True)
             seq_now: dict[tuple[str, str, int], int] = {}  # last heartbeatSeq per step, as this batch moves it
             executions: dict[tuple[str, str, int], str] = {}
             for index in sorted(resolved):  # the order the worker sent them in
@@ -622,6 +635,11 @@ class HealthCommands:
 
             database.run(work)
         return results
+
+
+def _attempts(resolved: Mapping[int, Attempt]) -> list[tuple[str, str, int]]:
+    """The step attempts (task, step, attempt) beats name, once each, in key order."""
+    return sorted({key[:3] for key in resolved.values()})
 
 
 def _health_change(event_id: str, at: datetime, attempt: Attempt, health: Health, reason: str) -> c.ReportEvent:
