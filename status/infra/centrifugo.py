@@ -202,20 +202,42 @@ def _params(p: Publication) -> dict[str, Any]:
     return params
 
 
-def _chunks(commands: Sequence[Command]) -> list[Sequence[Command]]:
-    """Consecutive runs of about MAX_REQUEST_BYTES (sent one after another, so order holds)."""
-    chunks: list[Sequence[Command]] = []
-    start, size = 0, 0
-    for i, p in enumerate(commands):
-        cost = (p.size_hint or 1024) + _COMMAND_OVERHEAD
-        if isinstance(p, Broadcast):
-            cost += sum(len(channel) + 3 for channel in p.channels)
-        if i > start and size + cost > MAX_REQUEST_BYTES:
-            chunks.append(commands[start:i])
-            start, size = i, 0
-        size += cost
-    if start < len(commands):
-        chunks.append(commands[start:])
+def _channels(command: Command) -> tuple[str, ...]:
+    return command.channels if isinstance(command, Broadcast) else (command.channel,)
+
+
+def _waves(commands: Sequence[Command]) -> list[list[tuple[int, Command]]]:
+    """The commands (with their indexes) in waves, in which no channel appears twice: a channel's
+    commands go in successive waves, in their order, so that waves sent one after the other,
+    each in parallel, keep every channel's order (what a channel's subscribers and its history
+    see). Commands on channels of their own all go in the first wave."""
+    last: dict[str, int] = {}  # channel -> the wave of its latest command
+    waves: list[list[tuple[int, Command]]] = []
+    for i, command in enumerate(commands):
+        channels = _channels(command)
+        wave = 1 + max((last.get(channel, -1) for channel in channels), default=-1)
+        for channel in channels:
+            last[channel] = wave
+        if wave == len(waves):
+            waves.append([])
+        waves[wave].append((i, command))
+    return waves
+
+
+def _chunks(wave: Sequence[tuple[int, Command]]) -> list[list[int]]:
+    """A wave's command indexes in runs of about MAX_REQUEST_BYTES each."""
+    chunks: list[list[int]] = []
+    size = 0
+    for i, command in wave:
+        cost = (command.size_hint or 1024) + _COMMAND_OVERHEAD
+        if isinstance(command, Broadcast):
+            cost += sum(len(channel) + 3 for channel in command.channels)
+        if chunks and chunks[-1] and size + cost <= MAX_REQUEST_BYTES:
+            chunks[-1].append(i)
+            size += cost
+        else:
+            chunks.append([i])
+            size = cost
     return chunks
 
 
@@ -257,16 +279,25 @@ class CentrifugoApi:
             raise TransportError(type(exc).__name__) from exc
 
     async def publish_batch(self, commands: Sequence[Command]) -> list[PublishResult]:
-        """Publish and broadcast in order (``parallel: false`` keeps per-channel order); one result per command."""
-        results: list[PublishResult] = []
-        for chunk in _chunks(commands):
-            results.extend(await self._publish_chunk(chunk))
-        return results
+        """Publish and broadcast, each channel's commands in their order; one result per command.
+
+        A batch is sent as waves (``_waves``): each a ``parallel`` batch in which no channel
+        appears twice, one wave after the other. Centrifugo runs a sequential batch one command
+        after the other, each waiting for its broker (Redis) to answer; a wave's commands wait
+        together."""
+        results: list[PublishResult | None] = [None] * len(commands)
+        for wave in _waves(commands):
+            for chunk in _chunks(wave):
+                answers = await self._publish_chunk([commands[i] for i in chunk])
+                for i, answer in zip(chunk, answers, strict=True):
+                    results[i] = answer
+        assert all(r is not None for r in results), "every command is answered"
+        return [r for r in results if r is not None]
 
     async def _publish_chunk(self, commands: Sequence[Command]) -> list[PublishResult]:
         try:
             results: list[PublishResult] = await self._call(
-                "batch", _PublishBatch.model_construct(requests=list(commands), parallel=False)
+                "batch", _PublishBatch.model_construct(requests=list(commands), parallel=True)
             )
             return results
         except CentApiResponseError as exc:
