@@ -61,7 +61,7 @@ from status.api.responses import JSONResponse
 from status.api.stream import StreamEndpoints
 from status.api.telemetry import TelemetryEndpoints
 from status.app import commands as c
-from status.app.health import BeatsAnswer
+from status.app.beats import BeatsAnswer
 from status.app.service import EventCaller, StatusService
 from status.bootstrap import Components
 from status.domain.auth import ServicePrincipal, UserPrincipal

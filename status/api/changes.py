@@ -15,8 +15,8 @@ from status import logs
 from status.api import metrics
 from status.app import commands as c
 from status.app.answers import EventAccepted, EventAnswer
+from status.app.beats import BeatAnswer
 from status.app.group_commit import GroupCommitter
-from status.app.health import BeatAnswer
 from status.app.service import EventCaller, StatusService
 from status.domain.auth import ExecutionClaims
 from status.domain.errors import DomainError

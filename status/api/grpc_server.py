@@ -26,8 +26,8 @@ from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpect
 from status.api.gate import Gate, heartbeat_caller
 from status.app import commands as c
 from status.app.answers import EventAccepted, EventAnswer, refused
+from status.app.beats import BeatsAnswer
 from status.app.group_commit import GroupCommitter
-from status.app.health import BeatsAnswer
 from status.app.service import EventCaller
 from status.domain.auth import ExecutionClaims, Role, ServicePrincipal
 from status.domain.errors import (

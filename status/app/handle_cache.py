@@ -12,7 +12,7 @@ tenant and authority scope never change either. So, for as long as the rows exis
 what a read would return now. Rows do go away — retention purges an ended task with its steps
 and handles — and then the guarded write takes fewer beats than it was given; that answer is
 never used: the batch is decided again from a fresh read
-(``HealthCommands.record_heartbeats``), so a cached entry can only ever let a batch be answered
+(``HeartbeatCommands.record_heartbeats``), so a cached entry can only ever let a batch be answered
 "accepted" when the database took every one of its beats.
 
 Entries are only added from committed reads (a fresh read's), bounded in number (least

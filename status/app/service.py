@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from status.app.access import AccessCommands
+from status.app.beats import HeartbeatCommands
 from status.app.broadcasts import BroadcastCommands
 from status.app.context import AppContext, EventCaller
 from status.app.corrections import CorrectionCommands
@@ -79,6 +80,7 @@ class StatusService:
         self.events = EventCommands(self.ctx)
         self.executions = ExecutionCommands(self.ctx, self.events)
         self.health = HealthCommands(self.ctx, self.events)
+        self.beats = HeartbeatCommands(self.ctx, self.events)
         self.access = AccessCommands(self.ctx)
         self.broadcasts = BroadcastCommands(self.ctx)
         self.queries = Queries(self.ctx)
@@ -98,7 +100,7 @@ class StatusService:
         self.report_event = self.events.report_event
         self.report_events = self.events.report_events
         self.report_group = self.events.report_group
-        self.record_heartbeats = self.health.record_heartbeats
+        self.record_heartbeats = self.beats.record_heartbeats
         self.mark_stale = self.health.mark_stale
         self.watch_completions = self.health.watch_completions
         self.heartbeat_census = self.health.heartbeat_census
