@@ -52,10 +52,41 @@ def missing_service(what: str, command: str) -> None:
     pytest.fail(f"{what} is not available; run `{command}` first", pytrace=False)
 
 
+# Ports handed out by this process, never handed out twice.
+_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out for a bind to port 0 or an outbound connection."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now, below the kernel's ephemeral range. A port the kernel chose (a bind to
+    port 0) is free only until the kernel hands it out again — to an outbound connection, or to a
+    child that asks for any free port: Temporal's dev server picks its internal services' ports
+    so, between a test choosing its ports and the server binding them, and then fails to start.
+    A port below the range is only ever taken by a bind that names it."""
+    low = _ephemeral_low()
+    if low - 20000 < 1000:  # no room below the range here: the kernel's choice, as before
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    for _ in range(1000):
+        port = secrets.randbelow(low - 20000) + 20000
+        if port in _GIVEN:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def bench_figures(bench: str, args: list[str], figures: Path, timeout: float) -> Any:
