@@ -28,6 +28,7 @@ from status.app.answers import EventAccepted, EventAnswer, event_reply, refused,
 from status.app.change import Change, Entry, write_change
 from status.app.context import AppContext, EventCaller, content_hash, operation
 from status.app.group import Group
+from status.app.handle_cache import KnownHandle
 from status.app.ports import UnitOfWork
 from status.app.shard_ports import RouteChanged, ShardGroup
 from status.app.shards import MOVING, on_shards
@@ -125,12 +126,14 @@ class EventCommands:
     ) -> Outcomes:
         def work(uow: UnitOfWork) -> tuple[Outcomes, Group]:
             group = Group()
-            hashes = {ids.handle_hash(cmd.execution_handle) for _, cmd in items if cmd.execution_handle}
-            if hashes:
+            hashes = sorted({ids.handle_hash(cmd.execution_handle) for _, cmd in items if cmd.execution_handle})
+            owners = self._owners(hashes)
+            if owners is None:  # a handle not seen yet: read first, to know which tasks to lock
                 group.handles = dict(uow.tasks.handles(hashes))
-            keys = [self._lock_key(group, *item) for item in items]
+                owners, hashes = {h: row.task_id for h, row in group.handles.items()}, []
+            keys = [self._lock_key(owners, *item) for item in items]
             order = sorted(range(len(items)), key=lambda i: (keys[i], i))
-            self._prepare(uow, group, items, keys)
+            self._prepare(uow, group, items, keys, hashes)
             outcomes: Outcomes = [RuntimeError("not applied")] * len(items)
             for i in order:
                 try:
@@ -211,21 +214,45 @@ class EventCommands:
 
     def publish(self, group: Group) -> None:
         """After COMMIT only: the group's task views become what the cache serves, its successes
-        part of their operations' duration history."""
+        part of their operations' duration history, the handles it read what the handle cache holds."""
         for task_id, view in group.views.items():
             self.ctx.steps.put(task_id, view)
         for task, step in group.succeeded:
             self.ctx.durations.completed(task, step)
+        known = {
+            handle_hash: KnownHandle(
+                row.task_id,
+                row.step_id,
+                row.step_attempt,
+                row.execution_id,
+                row.producer_id,
+                row.expires_at,
+                held.task.tenant_id,
+                held.task.authority_scope,
+            )
+            for handle_hash, row in group.handles.items()
+            if (held := group.views.get(row.task_id)) is not None
+        }
+        if known:
+            self.ctx.handles.put_many(known)
+
+    def _owners(self, hashes: list[str]) -> dict[str, str] | None:
+        """The task each of these handles names, when the handle cache holds every one (a handle
+        never changes its task: status/app/handle_cache.py); the group then reads the handles
+        with its locks, in one round trip. None when any is not held."""
+        if not hashes:
+            return {}
+        known = self.ctx.handles.get_all(hashes)
+        return None if known is None else {h: handle.task_id for h, handle in zip(hashes, known, strict=True)}
 
     # ------------------------------------------------------------ one event
     @staticmethod
-    def _lock_key(group: Group, caller: EventCaller, cmd: c.ReportEvent) -> str:
+    def _lock_key(owners: dict[str, str], caller: EventCaller, cmd: c.ReportEvent) -> str:
         """The task an event will lock (for the fixed lock order)."""
         if isinstance(caller, ExecutionClaims):
             return caller.task_id
         if cmd.execution_handle:
-            row = group.handles.get(ids.handle_hash(cmd.execution_handle))
-            return row.task_id if row else ""
+            return owners.get(ids.handle_hash(cmd.execution_handle), "")
         return cmd.task_id or ""
 
     def _apply(self, uow: UnitOfWork, group: Group, caller: EventCaller, cmd: c.ReportEvent) -> EventAccepted:
@@ -414,11 +441,16 @@ class EventCommands:
 
     # ------------------------------------------------------------ helpers
     def _prepare(
-        self, uow: UnitOfWork, group: Group, items: Sequence[tuple[EventCaller, c.ReportEvent]], keys: Sequence[str]
+        self,
+        uow: UnitOfWork,
+        group: Group,
+        items: Sequence[tuple[EventCaller, c.ReportEvent]],
+        keys: Sequence[str],
+        hashes: Sequence[str],
     ) -> None:
-        """Everything a group reads, in a constant number of statements: lock all its tasks (id
-        order), probe all its eventIds' dedup entries, and read the tasks the cache does not hold
-        at their locked version (rows, steps, viewers)."""
+        """Everything a group reads, in a constant number of round trips: lock all its tasks (id
+        order), probe all its eventIds' dedup entries, read the ``hashes`` not read yet, and read
+        the tasks the cache does not hold at their locked version (rows, steps, viewers)."""
         group.probed = {(caller.tenant_id, cmd.event_id) for caller, cmd in items}
         if len(items) == 1 and keys[0]:
             # One event (the usual request without group commit): lock and dedup probe in one statement.
@@ -428,17 +460,27 @@ class EventCommands:
                 group.locked[task_id] = row[0]
                 if row[1] is not None:
                     group.stored[(tenant, event_id)] = (row[1], row[2])
+            if hashes:
+                group.handles.update(uow.tasks.handles(hashes))
         else:
-            self.prepare(uow, group, [key for key in keys if key], group.probed)
+            self.prepare(uow, group, [key for key in keys if key], group.probed, hashes)
             return
         self._load_misses(uow, group)
 
-    def prepare(self, uow: UnitOfWork, group: Group, task_ids: Sequence[str], probe: set[tuple[str, str]]) -> None:
-        """Lock a group's tasks (one statement, id order), probe its (tenant, eventId)s (one), and read
-        the tasks the cache does not hold at their locked version (three, when there are any)."""
-        group.locked = uow.tasks.lock_versions(task_ids)
+    def prepare(
+        self,
+        uow: UnitOfWork,
+        group: Group,
+        task_ids: Sequence[str],
+        probe: set[tuple[str, str]],
+        hashes: Sequence[str] = (),
+    ) -> None:
+        """Lock a group's tasks (id order), probe its (tenant, eventId)s and read ``hashes``' handles
+        (one round trip), then read the tasks the cache does not hold at their locked version (one
+        more, when there are any)."""
         group.probed = set(probe)
-        group.stored = uow.tasks.dedup_entries(group.probed)
+        group.locked, group.stored, handles = uow.tasks.lock_and_probe(task_ids, group.probed, hashes)
+        group.handles.update(handles)
         self._load_misses(uow, group)
 
     def locked(self, uow: UnitOfWork, group: Group, task_id: str, owner: tuple[str, str]) -> TaskView:
@@ -448,9 +490,7 @@ class EventCommands:
     def _load_misses(self, uow: UnitOfWork, group: Group) -> None:
         misses = [task_id for task_id, version in group.locked.items() if self.ctx.steps.get(task_id, version) is None]
         if misses:
-            tasks = uow.tasks.load_many(misses)
-            steps = uow.tasks.steps_of_tasks(list(tasks))
-            grants = uow.tasks.acl_grants_of(list(tasks))
+            tasks, steps, grants = uow.tasks.views_of(misses)
             for task_id, task in tasks.items():
                 group.loaded[task_id] = view_of(
                     task,

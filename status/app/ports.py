@@ -381,6 +381,19 @@ class TaskStore(Protocol):
         """Stored results of these (tenant, eventId)s, in one read: (payload hash, result)."""
         ...
 
+    def lock_and_probe(
+        self, task_ids: Sequence[str], keys: Iterable[tuple[str, str]], hashes: Iterable[str] = ()
+    ) -> tuple[dict[str, int], dict[tuple[str, str], tuple[str, Any]], dict[str, StoredHandle]]:
+        """What a group reads before it decides, in one round trip: lock these tasks (id order), the
+        stored results of these (tenant, eventId)s, and these handles, read after the locks."""
+        ...
+
+    def views_of(
+        self, task_ids: Sequence[str]
+    ) -> tuple[dict[str, TaskState], dict[str, list[StepState]], dict[str, list[tuple[str, str]]]]:
+        """These tasks' rows, steps and unrevoked grants (principal type, id), in one round trip."""
+        ...
+
     def load_many(self, task_ids: Sequence[str]) -> dict[str, TaskState]: ...
     def acl_grants_of(self, task_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """Unrevoked grants as (principal type, principal id), per task."""

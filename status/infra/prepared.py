@@ -21,6 +21,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from status.infra.write_batch import multi_statements, next_result, send_kept
+
 _Processor = Callable[[Any], Any] | None
 
 
@@ -33,7 +35,14 @@ class PreparedRead:
         self._compiled: dict[tuple[str, str, int], tuple[str, tuple[str, ...], bool, list[_Processor]]] = {}
 
     def rows(self, conn: sa.Connection, params: dict[str, Any], listed: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        dialect = conn.dialect
+        text, bound, processors = self.bound(conn.dialect, params, listed)
+        return processed(conn.exec_driver_sql(text, bound).fetchall(), processors)
+
+    def bound(
+        self, dialect: sa.Dialect, params: dict[str, Any], listed: Sequence[Any] = ()
+    ) -> tuple[str, Any, list[_Processor]]:
+        """The read's SQL text for these values, its parameters as the driver takes them, and the
+        processing of its columns' results."""
         size = _padded(len(listed))
         key = (dialect.name, dialect.driver, size)
         compiled = self._compiled.get(key)
@@ -43,16 +52,7 @@ class PreparedRead:
         values = {**params, **{f"_in{i}": value for i, value in enumerate(listed)}}
         values.update((f"_in{i}", listed[-1]) for i in range(len(listed), size))
         bound: Any = tuple(values[name] for name in order) if positional else values
-        rows = conn.exec_driver_sql(text, bound).fetchall()
-        if not any(processors):
-            return [tuple(row) for row in rows]
-        return [
-            tuple(
-                value if process is None or value is None else process(value)
-                for process, value in zip(processors, row, strict=True)
-            )
-            for row in rows
-        ]
+        return text, bound, processors
 
     def _compile(self, dialect: sa.Dialect, n: int) -> tuple[str, tuple[str, ...], bool, list[_Processor]]:
         statement = self._build(n)
@@ -63,6 +63,57 @@ class PreparedRead:
             for column in statement.selected_columns
         ]
         return compiled.string, order, dialect.positional, processors
+
+
+def processed(rows: Sequence[Any], processors: list[_Processor]) -> list[tuple[Any, ...]]:
+    """Rows as tuples, each column through its result processor (if it has one)."""
+    if not any(processors):
+        return [tuple(row) for row in rows]
+    return [
+        tuple(
+            value if process is None or value is None else process(value)
+            for process, value in zip(processors, row, strict=True)
+        )
+        for row in rows
+    ]
+
+
+def rows_together(
+    conn: sa.Connection, reads: Sequence[tuple[PreparedRead, dict[str, Any], Sequence[Any]]]
+) -> list[list[tuple[Any, ...]]]:
+    """The rows of each read, all sent as one query where the connection takes several statements
+    in one (MySQL/MariaDB: ``status.infra.write_batch.install``), one read after the other elsewhere.
+
+    The server runs them in order in the transaction, so a read after a locking one sees the rows
+    as that one locked them (READ COMMITTED: each statement reads what is committed when it runs).
+    """
+    if len(reads) < 2 or not multi_statements(conn):
+        return [read.rows(conn, params, listed) for read, params, listed in reads]
+    send_kept(conn)  # writes kept for the transaction's end go first, as any read sends them
+    raw = conn.connection.dbapi_connection
+    assert raw is not None  # the transaction's connection, checked out
+    render = raw.cursor()
+    texts: list[str] = []
+    processors: list[list[_Processor]] = []
+    try:
+        for read, params, listed in reads:
+            text, bound, processing = read.bound(conn.dialect, params, listed)
+            texts.append(render.mogrify(text, bound))  # the driver's own escaping, as it would send it
+            processors.append(processing)
+    finally:
+        render.close()
+    result = conn.exec_driver_sql(";\n".join(texts))  # no parameters: the text is final
+    # The driver's cursor holds one result per read: read each from it before the result is
+    # closed (closing it discards what was not read).
+    cursor = result.cursor
+    try:
+        found = [processed(cursor.fetchall(), processors[0])]
+        for processing in processors[1:]:
+            next_result(conn, cursor)
+            found.append(processed(cursor.fetchall(), processing))
+        return found
+    finally:
+        result.close()
 
 
 def _padded(n: int) -> int:

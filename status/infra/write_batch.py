@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from weakref import WeakSet
 
 import sqlalchemy as sa
 from pymysql.constants import CLIENT
@@ -34,6 +35,7 @@ from status.infra.db_errors import NODE_NOT_READY, mysql_code
 # The open batches, by the id of their connection (``sqlalchemy.Connection``): each is removed
 # when its block ends, so an id is never looked up after its connection is gone.
 _OPEN: dict[int, list[str]] = {}
+_INSTALLED: WeakSet[sa.Engine] = WeakSet()  # engines whose connections take several statements a query
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 # Stands in for the SQL in an error's text: the rendered statements carry the values bound into
 # them (payloads, user data), which errors must not (status.infra.db: hide_parameters).
@@ -66,12 +68,36 @@ def install(engine: sa.Engine) -> None:
     service sends binds its values through the driver, so no text of a client's can end one
     statement and start another."""
 
+    _INSTALLED.add(engine)
+
     @sa.event.listens_for(engine, "do_connect")
     def _multi_statements(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
         cparams["client_flag"] = cparams.get("client_flag", 0) | CLIENT.MULTI_STATEMENTS
 
     sa.event.listen(engine, "do_execute", _deferred_execute)
     sa.event.listen(engine, "do_executemany", _deferred_executemany)
+
+
+def multi_statements(conn: sa.Connection) -> bool:
+    """Whether ``conn`` may send several statements in one query (its engine went through ``install``)."""
+    return conn.engine in _INSTALLED
+
+
+def send_kept(conn: sa.Connection) -> None:
+    """Send what an open batch on ``conn`` kept (a statement about to bypass the deferral reads
+    after them)."""
+    kept = _OPEN.get(id(conn))
+    if kept:
+        _send(conn, kept)
+
+
+def next_result(conn: sa.Connection, cursor: Any) -> None:
+    """Move the driver's ``cursor`` to the next statement's result of a multi-statement query; the
+    statement's error is raised as SQLAlchemy raises a statement's (see ``_wrapped``)."""
+    try:
+        cursor.nextset()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _wrapped(conn, cursor, exc, "reads sent as one multi-statement query") from exc
 
 
 def _deferred_execute(cursor: Any, statement: str, parameters: Any, context: Any) -> bool:
@@ -140,19 +166,25 @@ def _send(conn: sa.Connection, kept: list[str]) -> None:
         while cursor.nextset():
             pass
     except dbapi.Error as exc:
-        # As SQLAlchemy handles a statement's error: a lost connection (or a Galera node that
-        # left the cluster, see status.infra.db_errors) is invalidated, so a retry gets a fresh one.
-        lost = conn.dialect.is_disconnect(exc, raw, cursor) or mysql_code(exc) in NODE_NOT_READY
-        if lost:
-            conn.invalidate(exc)
-        raise sa.exc.DBAPIError.instance(
-            _DESCRIPTION,
-            None,
-            exc,
-            dbapi.Error,
-            hide_parameters=True,
-            connection_invalidated=lost,
-            dialect=conn.dialect,
-        ) from exc
+        raise _wrapped(conn, cursor, exc) from exc
     finally:
         cursor.close()
+
+
+def _wrapped(conn: sa.Connection, cursor: Any, exc: Any, description: str = _DESCRIPTION) -> sa.exc.StatementError:
+    """A driver's error as SQLAlchemy wraps a statement's: a lost connection (or a Galera node that
+    left the cluster, see status.infra.db_errors) is invalidated, so a retry gets a fresh one."""
+    raw = conn.connection.dbapi_connection
+    lost = conn.dialect.is_disconnect(exc, raw, cursor) or mysql_code(exc) in NODE_NOT_READY
+    if lost:
+        conn.invalidate(exc)
+    wrapped: sa.exc.StatementError = sa.exc.DBAPIError.instance(
+        description,
+        None,
+        exc,
+        conn.dialect.loaded_dbapi.Error,
+        hide_parameters=True,
+        connection_invalidated=lost,
+        dialect=conn.dialect,
+    )
+    return wrapped

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from status.app.service import StatusService
 from status.infra import tables as t
-from status.infra.prepared import PreparedRead, listed
+from status.infra.prepared import PreparedRead, listed, rows_together
 from status.infra.stores import sql
 from status.infra.stores.tasks import SqlTaskStore
 from status.infra.tables import Timestamp
@@ -69,6 +69,38 @@ def test_a_prepared_read_gives_what_execute_gives(engine: sa.Engine, probe: sa.T
             assert got == expected
             assert got == prepared.rows(conn, {"_t": tenant}, wanted)  # compiled once, the same again
     assert all(isinstance(row[1], datetime) for row in got if row[1] is not None)
+
+
+def test_reads_sent_together_give_what_each_gives_alone_and_a_failing_one_raises_as_execute_does(
+    engine: sa.Engine, probe: sa.Table
+) -> None:
+    """Several reads in one query (MySQL/MariaDB; one after the other elsewhere): each its own rows,
+    values and percent signs as they are; an error in a later statement is the driver's error
+    wrapped as SQLAlchemy wraps a statement's, so the unit of work classifies it as ever."""
+
+    def build(n: int) -> sa.Select[Any]:
+        query = sa.select(probe.c.id, probe.c.at, probe.c.doc).where(probe.c.tenant == sa.bindparam("_t"))
+        return query.where(listed(probe.c.id, n)).order_by(probe.c.id)
+
+    prepared = PreparedRead(build)
+    wanted = [("t1", ["r1", "r3", "nope"]), ("t2", [f"r{i}" for i in range(7)]), ("t1", [])]
+    with engine.connect() as conn:
+        alone = [prepared.rows(conn, {"_t": tenant}, ids) for tenant, ids in wanted]
+        queries: list[str] = []
+
+        def sent(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            queries.append(statement)
+
+        sa.event.listen(engine, "before_cursor_execute", sent)
+        together = rows_together(conn, [(prepared, {"_t": tenant}, ids) for tenant, ids in wanted])
+        sa.event.remove(engine, "before_cursor_execute", sent)
+        assert len(queries) == (1 if engine.dialect.name == "mysql" else len(wanted)), queries
+        assert together == alone and any(row[2] == {"i": 1, "tags": ["a", "100%"]} for row in together[0])
+        broken = PreparedRead(lambda n: sa.select(sa.column("missing")).select_from(probe))
+        with pytest.raises(sa.exc.DBAPIError) as raised:
+            rows_together(conn, [(prepared, {"_t": "t1"}, ["r1"]), (broken, {}, [])])
+        assert "missing" in str(raised.value.orig)
+        assert rows_together(conn, [(prepared, {"_t": "t1"}, ["r1"])]) == [alone[0][:1]]  # the connection still serves
 
 
 def _in(values: list[str]) -> dict[str, str]:

@@ -307,16 +307,16 @@ def steps_of(conn: sa.Connection, task_id: str, *, lock: bool = False) -> list[S
     return [step_from_row(r) for r in conn.execute(query, {"_task_id": task_id}).mappings()]
 
 
-_STEPS_OF_TASKS = PreparedRead(lambda n: sa.select(t.task_step).where(listed(t.task_step.c.task_id, n)))
-_STEP_COLUMNS = tuple(column.name for column in t.task_step.columns)
+STEPS_OF_TASKS = PreparedRead(lambda n: sa.select(t.task_step).where(listed(t.task_step.c.task_id, n)))
+STEP_COLUMNS = tuple(column.name for column in t.task_step.columns)
 
 
 def steps_of_tasks(conn: sa.Connection, task_ids: Sequence[str]) -> dict[str, list[StepState]]:
     """The steps of several tasks in one read (lists, batch snapshots, a group's tasks not cached)."""
     steps: dict[str, list[StepState]] = {task_id: [] for task_id in task_ids}
     if steps:
-        for row in _STEPS_OF_TASKS.rows(conn, {}, list(steps)):
-            r = dict(zip(_STEP_COLUMNS, row, strict=True))
+        for row in STEPS_OF_TASKS.rows(conn, {}, list(steps)):
+            r = dict(zip(STEP_COLUMNS, row, strict=True))
             steps[r["task_id"]].append(step_from_row(r))
     return steps
 

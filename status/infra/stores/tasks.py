@@ -14,7 +14,7 @@ from status.domain.messages import Message
 from status.domain.model import StepState, TaskState
 from status.infra import tables as t
 from status.infra.inserts import Inserter
-from status.infra.prepared import PreparedRead, listed
+from status.infra.prepared import PreparedRead, listed, rows_together
 from status.infra.stores import sql
 from status.infra.stores.bulk import changed_columns, update_rows
 
@@ -89,25 +89,59 @@ class SqlTaskStore:
     def lock_versions(self, task_ids: Sequence[str]) -> dict[str, int]:
         """Lock these tasks in one statement (id order, so concurrent groups never deadlock-loop);
         the version of each that exists."""
-        if not task_ids:
-            return {}
-        return {
-            task_id: int(version) for task_id, version in _LOCK_VERSIONS.rows(self._conn, {}, sorted(set(task_ids)))
-        }
+        return self.lock_and_probe(task_ids, ())[0]
 
     def dedup_entries(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, Any]]:
         """Stored results of these (tenant, eventId)s: (payload hash, result); one read per tenant
         (a group's events are almost always one tenant's)."""
+        return self.lock_and_probe((), keys)[1]
+
+    def lock_and_probe(
+        self, task_ids: Sequence[str], keys: Iterable[tuple[str, str]], hashes: Iterable[str] = ()
+    ) -> tuple[dict[str, int], dict[tuple[str, str], tuple[str, Any]], dict[str, StoredHandle]]:
+        """Lock these tasks (id order), look up these (tenant, eventId)s' stored results and read
+        these handles — after the locks, so a revocation committed before them is seen — as one
+        query: the versions of the tasks that exist, the results found, the handles found."""
+        locking = sorted(set(task_ids))
         by_tenant: dict[str, set[str]] = {}
         for tenant, event_id in keys:
             by_tenant.setdefault(tenant, set()).add(event_id)
-        return {
+        tenants = sorted(by_tenant)
+        wanted = sorted(set(hashes))
+        reads: list[tuple[PreparedRead, dict[str, Any], Sequence[Any]]] = (
+            [(_LOCK_VERSIONS, {}, locking)] if locking else []
+        )
+        reads += [(_DEDUPS, {"_tenant": tenant}, sorted(by_tenant[tenant])) for tenant in tenants]
+        reads += [(_HANDLES, {}, wanted)] if wanted else []
+        found = iter(rows_together(self._conn, reads))
+        versions = {task_id: int(version) for task_id, version in next(found)} if locking else {}
+        stored = {
             (tenant, event_id): (payload_hash, result)
-            for tenant_id, event_ids in sorted(by_tenant.items())
-            for tenant, event_id, payload_hash, result in _DEDUPS.rows(
-                self._conn, {"_tenant": tenant_id}, sorted(event_ids)
-            )
+            for _ in tenants
+            for tenant, event_id, payload_hash, result in next(found)
         }
+        handles = {row[0]: StoredHandle(*row[1:]) for row in next(found)} if wanted else {}
+        return versions, stored, handles
+
+    def views_of(
+        self, task_ids: Sequence[str]
+    ) -> tuple[dict[str, TaskState], dict[str, list[StepState]], dict[str, list[tuple[str, str]]]]:
+        """These tasks' rows, their steps and their unrevoked grants (principal type, id), as one query."""
+        if not task_ids:
+            return {}, {}, {}
+        listed = list(task_ids)
+        tasks, steps, grants = rows_together(
+            self._conn, [(_TASKS, {}, listed), (sql.STEPS_OF_TASKS, {}, listed), (_GRANTS, {}, listed)]
+        )
+        loaded = {row[0]: sql.task_from_row(dict(zip(_TASK_COLUMNS, row, strict=True))) for row in tasks}
+        by_task: dict[str, list[StepState]] = {task_id: [] for task_id in loaded}
+        for row in steps:
+            step = sql.step_from_row(dict(zip(sql.STEP_COLUMNS, row, strict=True)))
+            by_task.setdefault(step.task_id, []).append(step)
+        granted: dict[str, list[tuple[str, str]]] = {task_id: [] for task_id in loaded}
+        for task_id, principal_type, principal_id in grants:
+            granted.setdefault(task_id, []).append((principal_type, principal_id))
+        return loaded, by_task, granted
 
     def load_many(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
         if not task_ids:
