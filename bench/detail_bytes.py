@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import tempfile
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,8 @@ async def measure(url: str, node: Any, steps: int, changes: int, delta: DeltaTyp
         ),
     )
     task_id = created["tasks"][0]["taskId"]
+    # The viewer has the detail open (a detail grant): its changes publish their detail message.
+    service.watching.watch([task_id], service.now() + timedelta(minutes=10))
     ctx = service.activate_step(coordinator, c.ActivateStep(task_id, "s00", 1, "p"))
     claim = service._tokens.verify(ctx.execution_token, service.now())
     service.report_event(claim, c.ReportEvent(f"evt-{uuid.uuid4().hex}", "STEP_STARTED", 1, utcnow()))

@@ -192,7 +192,9 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change[A
                 task.task_id,
                 (view.viewers, view.groups),
                 not (change.must_deliver or change.broadcast or change.notice or hint),
-                partial(_task_messages, ctx, stores, change, view, committed_at),
+                partial(
+                    _task_messages, ctx, stores, change, view, committed_at, detail=task.task_id not in group.unwatched
+                ),
             )
         )
         if hint is not None:
@@ -207,7 +209,7 @@ def messages_of(ctx: AppContext, stores: Stores, change: Change[None]) -> list[M
 
 
 def _task_messages(
-    ctx: AppContext, stores: Stores, change: Change[Any], view: TaskView, committed_at: datetime
+    ctx: AppContext, stores: Stores, change: Change[Any], view: TaskView, committed_at: datetime, *, detail: bool = True
 ) -> list[Message]:
     task, step, entry = change.after, change.step, change.entry
     trigger = trigger_event(
@@ -231,4 +233,5 @@ def _task_messages(
         now=committed_at,
         history=ctx.durations.for_task(stores, task, view.steps),
         groups=view.groups,
+        detail=detail,
     )

@@ -34,6 +34,7 @@ from status.app.shard_ports import RouteChanged, ShardGroup
 from status.app.shards import MOVING, on_shards
 from status.app.step_cache import TaskView, view_of
 from status.app.views import locked_view
+from status.app.watching import unwatched
 from status.domain import ids
 from status.domain.admission import Limits, admit_step_event, check_envelope, task_event_speaker
 from status.domain.auth import ExecutionClaims, ServicePrincipal
@@ -460,6 +461,7 @@ class EventCommands:
                 group.locked[task_id] = row[0]
                 if row[1] is not None:
                     group.stored[(tenant, event_id)] = (row[1], row[2])
+                group.unwatched = unwatched({task_id: row[3]}, self.ctx.now())
             if hashes:
                 group.handles.update(uow.tasks.handles(hashes))
         else:
@@ -479,8 +481,10 @@ class EventCommands:
         (one round trip), then read the tasks the cache does not hold at their locked version (one
         more, when there are any)."""
         group.probed = set(probe)
-        group.locked, group.stored, handles = uow.tasks.lock_and_probe(task_ids, group.probed, hashes)
-        group.handles.update(handles)
+        reads = uow.tasks.lock_and_probe(task_ids, group.probed, hashes)
+        group.locked, group.stored = reads.versions, reads.stored
+        group.handles.update(reads.handles)
+        group.unwatched = unwatched(reads.watched_until, self.ctx.now())
         self._load_misses(uow, group)
 
     def locked(self, uow: UnitOfWork, group: Group, task_id: str, owner: tuple[str, str]) -> TaskView:

@@ -49,6 +49,9 @@ class Group:
     stored: dict[tuple[str, str], tuple[str, Any]] = field(default_factory=dict)  # committed dedup entries
     loaded: dict[str, TaskView] = field(default_factory=dict)  # views read for cache misses
     probed: set[tuple[str, str]] = field(default_factory=set)  # the (tenant, eventId)s looked up
+    # Locked tasks whose detail channel nobody may follow: their changes write no detail message
+    # (status/app/watching.py says why none is missed).
+    unwatched: set[str] = field(default_factory=set)
     # Written once, at the end: each row's state as read and as the group left it.
     task_rows: dict[str, tuple[TaskState | None, TaskState]] = field(default_factory=dict)
     step_rows: dict[tuple[str, str, int], tuple[StepState | None, StepState]] = field(default_factory=dict)

@@ -29,8 +29,10 @@ from status.domain.projections import (
     project_channel,
     shared_channel,
     summary_and_detail,
+    task_detail,
     task_removed,
     user_channel,
+    user_summary,
     workflow_channel,
     workflow_summary,
 )
@@ -73,11 +75,14 @@ def task_messages(
     now: datetime,
     history: History | None = None,
     groups: Sequence[tuple[str, str]] = (),
+    detail: bool = True,
 ) -> list[Message]:
     """A task change's messages, each with the projection's full state and version.
 
     The summary goes to each USER viewer's channel and to the shared channel of each PROJECT or
-    ROLE granted the task (its members subscribe to it: the service does not know who they are).
+    ROLE granted the task (its members subscribe to it: the service does not know who they are);
+    the detail to the task's detail channel unless ``detail`` is False (nobody may follow it:
+    status/app/watching.py).
     """
     aggregate = Aggregate("TASK", task.task_id, task.version, user_channel(task.tenant_id, task.owner_id))
 
@@ -86,11 +91,14 @@ def task_messages(
 
     channels = [user_channel(task.tenant_id, user) for user in viewers]
     channels += [shared_channel(task.tenant_id, kind, pid) for kind, pid in groups]
-    summary, detail = summary_and_detail(task, steps, now, notice, trigger, history)
-    messages = [
-        message(channels, Projection.USER_SUMMARY, summary),
-        message([detail_channel(task.tenant_id, task.task_id)], Projection.TASK_DETAIL, detail),
-    ]
+    if detail:
+        summary, detailed = summary_and_detail(task, steps, now, notice, trigger, history)
+        messages = [
+            message(channels, Projection.USER_SUMMARY, summary),
+            message([detail_channel(task.tenant_id, task.task_id)], Projection.TASK_DETAIL, detailed),
+        ]
+    else:
+        messages = [message(channels, Projection.USER_SUMMARY, user_summary(task, steps, now, notice, history))]
     if broadcast and task.project_id:
         messages.append(
             message(
@@ -248,3 +256,19 @@ def event_record(
 def change_record(task: TaskState, now: datetime) -> ChangeRecord:
     """The workflow projector's feed entry (design D8.15): insert-only, so task commits never lock the workflow."""
     return ChangeRecord(task.workflow_id, task.task_id, task.version, now)
+
+
+def detail_message(task: TaskState, steps: StepSet, now: datetime, history: History | None = None) -> Message:
+    """The task's detail as it stands, for its detail channel alone (a follower's first look after
+    changes nobody followed: status/app/watching.py); no event triggered it."""
+    # Its own row (home: the detail channel), beside the change's row of the same version.
+    channel = detail_channel(task.tenant_id, task.task_id)
+    return _message(
+        Aggregate("TASK", task.task_id, task.version, channel),
+        [channel],
+        Projection.TASK_DETAIL,
+        task_detail(task, steps, now, None, history),
+        must_deliver=False,
+        event_id=None,
+        now=now,
+    )

@@ -36,7 +36,7 @@ from status.domain.definitions import (
     StatusDefinitionSet,
 )
 from status.domain.lifecycle import Health, Lifecycle
-from status.domain.messages import Message
+from status.domain.messages import Aggregate, Message
 from status.domain.model import StepState, TaskState, WorkflowState
 
 T = TypeVar("T")
@@ -73,6 +73,17 @@ class OwnedTask:
     attempt: int
     workflow_id: str  # Temporal's
     run_id: str | None  # None: any run of the workflow id
+
+
+@dataclass(frozen=True)
+class GroupReads:
+    """What a group reads before it decides (``TaskStore.lock_and_probe``)."""
+
+    versions: dict[str, int]  # the locked tasks that exist, at their version
+    # Until when each locked task's detail channel may have a follower (None: never said).
+    watched_until: dict[str, datetime | None]
+    stored: dict[tuple[str, str], tuple[str, Any]]  # (tenant, eventId) -> (payload hash, result)
+    handles: dict[str, StoredHandle]  # by hash, read after the locks
 
 
 @dataclass(frozen=True)
@@ -383,9 +394,13 @@ class TaskStore(Protocol):
 
     def lock_and_probe(
         self, task_ids: Sequence[str], keys: Iterable[tuple[str, str]], hashes: Iterable[str] = ()
-    ) -> tuple[dict[str, int], dict[tuple[str, str], tuple[str, Any]], dict[str, StoredHandle]]:
+    ) -> GroupReads:
         """What a group reads before it decides, in one round trip: lock these tasks (id order), the
         stored results of these (tenant, eventId)s, and these handles, read after the locks."""
+        ...
+
+    def watch_detail(self, task_id: str, until: datetime) -> None:
+        """Someone may follow the (locked) task's detail channel until ``until`` (never shortened)."""
         ...
 
     def views_of(
@@ -421,7 +436,11 @@ class TaskStore(Protocol):
         ...
 
     def lock(self, task_id: str) -> TaskState | None: ...
-    def lock_version(self, task_id: str, event_id: str) -> tuple[int, str | None, Any] | None: ...
+    def lock_version(self, task_id: str, event_id: str) -> tuple[int, str | None, Any, datetime | None] | None:
+        """Lock a task: its version, ``event_id``'s stored dedup entry (hash, result) and until when
+        its detail channel may have a follower; None when there is no such task."""
+        ...
+
     def load(self, task_id: str) -> TaskState | None: ...
     def steps_of(self, task_id: str, *, lock: bool = False) -> list[StepState]: ...
     def steps_of_tasks(self, task_ids: Sequence[str]) -> dict[str, list[StepState]]: ...
@@ -457,6 +476,9 @@ class LogStore(Protocol):
         ...
 
     def outbox_rows_of(self, aggregate_type: str, aggregate_id: str) -> int: ...
+    def outbox_holds(self, aggregate: Aggregate) -> bool:
+        """Whether an outbox row of this aggregate version with this home channel exists."""
+        ...
 
 
 class WorkflowStore(Protocol):

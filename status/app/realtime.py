@@ -146,6 +146,10 @@ class RealtimeService:
             uow.commit()
 
         self.status.db.run(work)  # a lock wait or deadlock is retried
+        if task_id is not None:
+            # After the grant committed, before the token leaves: the task's detail is published
+            # from now on, starting with its current state (status/app/watching.py).
+            self.status.watching.watch([task_id], expires)
         token, exp = self.tokens.subscription(user, channel)
         return {"channel": channel, "token": token, "expiresAt": exp, "grantExpiresAt": iso(expires)}
 
@@ -181,6 +185,7 @@ class RealtimeService:
             return held
 
         held = self.status.db.run(replace_set)
+        self.status.watching.watch(visible, expires)  # as for a subscription token
         return {
             "watching": visible,
             "notFound": [task_id for task_id in wanted if task_id not in visible],

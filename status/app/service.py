@@ -33,6 +33,7 @@ from status.app.queries import Queries
 from status.app.runs import RunCommands
 from status.app.shard_ports import Shards
 from status.app.shards import OneShard
+from status.app.watching import DetailWatch
 from status.app.workflows import WorkflowCommands
 from status.domain.auth import Role, ServicePrincipal
 from status.domain.clock import utcnow
@@ -82,6 +83,7 @@ class StatusService:
         self.health = HealthCommands(self.ctx, self.events)
         self.beats = HeartbeatCommands(self.ctx, self.events)
         self.access = AccessCommands(self.ctx)
+        self.watching = DetailWatch(self.ctx)
         self.broadcasts = BroadcastCommands(self.ctx)
         self.queries = Queries(self.ctx)
         self.external_refs = ExternalRefCommands(self.ctx, self.queries)

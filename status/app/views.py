@@ -30,7 +30,7 @@ def locked_view(
     row = uow.tasks.lock_version(task_id, event_id)
     if row is None:
         raise NotFound(f"task {task_id} does not exist", ErrorCode.UNKNOWN_TASK)
-    version, stored_hash, stored_result = row
+    version, stored_hash, stored_result, _ = row
     stored = (stored_hash, stored_result) if stored_hash is not None else None
     view = (staged or {}).get(task_id)
     if view is None or view.version != version:

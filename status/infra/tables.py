@@ -121,6 +121,11 @@ task = sa.Table(
     sa.Column("workflow_stuck_since", Timestamp, nullable=True),
     # The user-safe reason its ending came with (an operator's stop, a timeout's length).
     sa.Column("end_reason", sa.String(512), nullable=True),
+    # Until when someone may follow the task's detail channel (a detail grant's expiry and a
+    # margin; status/app/watching.py): a change after it writes no detail message. Not part of
+    # the task's state: written without a version, under the row lock. A new task: never
+    # followed (status.domain.watching.NEVER_FOLLOWED); NULL: a row from before it was kept.
+    sa.Column("detail_watched_until", Timestamp, nullable=True, server_default=sa.text("'1970-01-01 00:00:01'")),
     sa.UniqueConstraint("workflow_id", "client_task_key", name="task_workflow_client_key_uk"),
     sa.Index("task_workflow_updated_idx", "workflow_id", "updated_at", "id"),
     sa.Index("task_owner_updated_idx", "tenant_id", "owner_id", "updated_at", "id"),

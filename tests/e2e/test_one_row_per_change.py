@@ -13,7 +13,7 @@ from observer.relay import OutboxRelay
 from status.infra import tables as t
 from status.infra.centrifugo import CentrifugoApi
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, report
+from tests.support.flows import activate, create_workflow, follow_detail, report
 from tests.support.outbox import publications
 from tests.support.processes import CentrifugoNode
 
@@ -34,6 +34,7 @@ async def test_a_change_seen_by_three_users_and_two_projects_is_one_row_and_reac
             f"/internal/v1/tasks/{task_id}/acl/{kind}/{principal}", json={}, headers=api.coordinator
         )
         assert granted.status_code == 200
+    follow_detail(api, task_id)  # the owner has the task's detail open
     ctx = activate(api, task_id)
     assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
     accepted = report(api, ctx, "STEP_PROGRESS", 2, progress={"current": 3, "total": 10})

@@ -23,7 +23,7 @@ from status.infra.centrifugo import CentrifugoApi
 from status.infra.outbox_rows import OUTBOX_PARTITIONS
 from status.infra.stores import sql
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, report
+from tests.support.flows import activate, create_workflow, follow_detail, report
 from tests.support.outbox import message, publications
 from tests.support.processes import CentrifugoNode
 
@@ -43,6 +43,7 @@ def _detail_versions(engine: sa.Engine, task_id: str) -> list[int]:
 
 def _task_with_events(api: Http, progress_events: int = 2, owner: str = "user-1") -> tuple[str, dict]:
     task_id = create_workflow(api, owner)["tasks"][0]["taskId"]
+    follow_detail(api, task_id, owner)  # its detail channel followed: every change publishes there too
     ctx = activate(api, task_id)
     assert report(api, ctx, "STEP_STARTED", 1).status_code == 200
     for seq in range(2, 2 + progress_events):

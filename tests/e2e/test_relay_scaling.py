@@ -20,7 +20,7 @@ from status.infra.db import create_engine
 from status.infra.outbox_rows import OUTBOX_PARTITIONS, partition_of
 from tests.conftest import _mysql_server_engine
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, report
+from tests.support.flows import activate, create_workflow, follow_detail, report
 from tests.support.outbox import publications
 from tests.support.processes import CentrifugoNode
 from tests.support.settings import make_settings
@@ -66,6 +66,8 @@ async def test_three_relays_share_the_work_and_keep_each_channels_order(  # noqa
             homes.add(home)
             owners.append(f"owner-{n}")
     tasks = [create_workflow(api, owner)["tasks"][0]["taskId"] for owner in owners]
+    for task_id in tasks[:5]:  # user-1 has their tasks' details open: those changes go there too
+        follow_detail(api, task_id)
     contexts = [activate(api, task_id) for task_id in tasks]
     # Small claims, no coalescing, short leases: partitions change hands while rows flow.
     config = RelayConfig(
@@ -124,6 +126,7 @@ async def test_three_relays_share_the_work_and_keep_each_channels_order(  # noqa
         detail = f"task_detail:{api.tenant}/{task_id}"
         versions = [int(p["taskVersion"]) for p in await _history(centrifugo, detail)]
         assert versions == [r.aggregate_version for r in rows if r.channel == detail]
+        assert bool(versions) == (task_id in tasks[:5])  # a detail nobody followed was not published
 
 
 async def test_a_recreated_database_in_front_of_the_same_centrifugo_still_reaches_clients(

@@ -15,7 +15,7 @@ from status.infra.tokens import ServiceTokens, UserTokens
 from status.settings import Settings
 from tests.e2e.test_observer_process import CLI, _env
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, report
+from tests.support.flows import activate, create_workflow, follow_detail, report
 from tests.support.outbox import publications
 from tests.support.processes import free_port, wait_until
 
@@ -46,6 +46,7 @@ def test_two_workers_keep_one_gap_free_version_line_per_task(e2e_settings: Setti
             UserTokens(e2e_settings.user_token_secret),
         )
         task_id = create_workflow(http)["tasks"][0]["taskId"]
+        follow_detail(http, task_id)
         contexts = [activate(http, task_id, step) for step in ("01_prepare", "02_parse")]
         results: list[dict[str, Any]] = []
         lock = threading.Lock()

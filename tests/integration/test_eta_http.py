@@ -14,7 +14,7 @@ from status.app.service import StatusService
 from status.infra import tables as t
 from status.infra.stores.definitions import SqlDurationStore
 from tests.integration.conftest import Http
-from tests.support.flows import activate, complete_task, create_workflow, report
+from tests.support.flows import activate, complete_task, create_workflow, follow_detail, report
 from tests.support.outbox import publications
 from tests.support.shards import engine_for
 
@@ -48,6 +48,7 @@ def test_a_running_step_and_its_task_get_an_eta_from_history(http: Http, service
     # One outlier among steady one-minute runs: the median ignores it.
     _history(http, task_type, [60_000, 60_000, 60_000, 60_000, 3_600_000])
     task_id, ctx = _parse_task(http, task_type)
+    follow_detail(http, task_id)
     started = report(http, ctx, "STEP_STARTED", 1)
     assert started.status_code == 200
     snap = http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()

@@ -20,7 +20,7 @@ from status.infra import tables as t
 from status.infra.schemas import JsonSchemaValidator
 from status.infra.stores import sql
 from status.infra.stores.tasks import SqlTaskStore
-from tests.support.factories import activate, event, wide_task
+from tests.support.factories import activate, event, follow_detail, wide_task
 from tests.support.outbox import publications
 from tests.support.shards import engine_for, fence_reads
 
@@ -49,6 +49,7 @@ def _counts(engine: sa.Engine, task_id: str) -> tuple[int, int, int, int]:
 
 def test_a_bad_event_among_good_ones_fails_alone(service: StatusService, coordinator: ServicePrincipal) -> None:
     task_id = wide_task(service, coordinator, 2)
+    follow_detail(service, task_id)
     a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
     before = _counts(engine_for(service, task_id), task_id)
     outcomes = service.report_group(
@@ -246,6 +247,7 @@ def test_the_cache_never_serves_a_step_another_process_changed(
 ) -> None:
     """Two API processes write the same task; each detail message still shows every step's latest state."""
     task_id = wide_task(service, coordinator, 2)
+    follow_detail(service, task_id)
     a, b = (_claims(service, coordinator, task_id, s) for s in ("s0", "s1"))
     other = StatusService(
         service.db, execution_tokens=service._tokens, validator=JsonSchemaValidator(), shards=service.ctx.shards

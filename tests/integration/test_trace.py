@@ -21,7 +21,7 @@ from status.infra import tables as t
 from status.settings import Settings
 from task_observer.cli import main
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.flows import activate, create_workflow, event_body, follow_detail, report
 from tests.support.outbox import publications
 from tests.support.settings import database_environment
 from tests.support.shards import engine_for
@@ -36,6 +36,7 @@ def test_trace_goes_from_an_event_id_to_its_version_and_outbox_rows(
     capsys: Any,
 ) -> None:
     task_id = create_workflow(http)["tasks"][0]["taskId"]
+    follow_detail(http, task_id)
     ctx = activate(http, task_id)
     body = event_body("STEP_STARTED", 1)
     accepted = http.client.post("/internal/v1/task-events", json=body, headers=http.auth(ctx["executionToken"])).json()
@@ -77,6 +78,7 @@ def test_trace_names_the_row_that_carried_a_change_its_transaction_changed_again
     http: Http, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
 ) -> None:
     task_id = create_workflow(http)["tasks"][0]["taskId"]
+    follow_detail(http, task_id)
     ctx = activate(http, task_id)
     assert report(http, ctx, "STEP_STARTED", 1).is_success
     ticks = [

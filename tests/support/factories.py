@@ -90,3 +90,9 @@ def later(service: StatusService, seconds: float, **settings: Any) -> StatusServ
         shards=service.ctx.shards,
         **settings,
     )
+
+
+def follow_detail(service: StatusService, task_id: str, minutes: float = 10) -> None:
+    """Someone follows the task's detail channel from now on, as a detail grant says (changes
+    write their detail message only then: status/app/watching.py)."""
+    service.watching.watch([task_id], service.now() + timedelta(minutes=minutes))

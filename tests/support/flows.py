@@ -90,3 +90,12 @@ def complete_task(http: Http, task_id: str, seq: int = 1) -> Any:
         json=event_body("TASK_COMPLETED", seq, taskId=task_id, taskAttempt=1),
         headers=http.coordinator,
     )
+
+
+def follow_detail(http: Http, task_id: str, user: str = "user-1") -> dict[str, Any]:
+    """The user opens the task's detail: a subscription token (a detail grant) for its channel;
+    changes write their detail message from then on (status/app/watching.py)."""
+    answer = http.client.post("/api/realtime/subscription-token", json={"taskId": task_id}, headers=http.user(user))
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body

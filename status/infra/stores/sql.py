@@ -244,7 +244,12 @@ _LOAD_TASK = sa.select(t.task).where(t.task.c.id == sa.bindparam("_id"))
 # state at that version is current) plus the event's dedup entry, in one round trip.
 _LOCK_TASK_VERSION = PreparedRead(
     lambda _: (
-        sa.select(t.task.c.version, t.task_event_dedup.c.payload_hash, t.task_event_dedup.c.result)
+        sa.select(
+            t.task.c.version,
+            t.task_event_dedup.c.payload_hash,
+            t.task_event_dedup.c.result,
+            t.task.c.detail_watched_until,
+        )
         .select_from(
             t.task.outerjoin(
                 t.task_event_dedup,
@@ -289,8 +294,8 @@ def lock_task(conn: sa.Connection, task_id: str) -> TaskState | None:
 
 
 def lock_task_version(conn: sa.Connection, task_id: str, event_id: str) -> Any:
-    """Lock a task; (version, dedup payload hash, dedup result) — the dedup entry of ``event_id`` in the
-    task's tenant — or None when there is no such task."""
+    """Lock a task; (version, dedup payload hash, dedup result, detail watched until) — the dedup
+    entry of ``event_id`` in the task's tenant — or None when there is no such task."""
     rows = _LOCK_TASK_VERSION.rows(conn, {"_id": task_id, "_event_id": event_id})
     return rows[0] if rows else None
 

@@ -8,9 +8,10 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
+from status.app.ports import GroupReads
 from status.app.records import ChangeRecord, DedupRecord, EventRecord, NotificationRecord
 from status.domain.auth import StoredHandle
-from status.domain.messages import Message
+from status.domain.messages import Aggregate, Message
 from status.domain.model import StepState, TaskState
 from status.infra import tables as t
 from status.infra.inserts import Inserter
@@ -51,7 +52,10 @@ _HANDLES = PreparedRead(
 # Locked in id order, so concurrent groups never deadlock-loop.
 _LOCK_VERSIONS = PreparedRead(
     lambda n: (
-        sa.select(t.task.c.id, t.task.c.version).where(listed(t.task.c.id, n)).order_by(t.task.c.id).with_for_update()
+        sa.select(t.task.c.id, t.task.c.version, t.task.c.detail_watched_until)
+        .where(listed(t.task.c.id, n))
+        .order_by(t.task.c.id)
+        .with_for_update()
     )
 )
 _DEDUP = t.task_event_dedup
@@ -89,19 +93,19 @@ class SqlTaskStore:
     def lock_versions(self, task_ids: Sequence[str]) -> dict[str, int]:
         """Lock these tasks in one statement (id order, so concurrent groups never deadlock-loop);
         the version of each that exists."""
-        return self.lock_and_probe(task_ids, ())[0]
+        return self.lock_and_probe(task_ids, ()).versions
 
     def dedup_entries(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, Any]]:
         """Stored results of these (tenant, eventId)s: (payload hash, result); one read per tenant
         (a group's events are almost always one tenant's)."""
-        return self.lock_and_probe((), keys)[1]
+        return self.lock_and_probe((), keys).stored
 
     def lock_and_probe(
         self, task_ids: Sequence[str], keys: Iterable[tuple[str, str]], hashes: Iterable[str] = ()
-    ) -> tuple[dict[str, int], dict[tuple[str, str], tuple[str, Any]], dict[str, StoredHandle]]:
+    ) -> GroupReads:
         """Lock these tasks (id order), look up these (tenant, eventId)s' stored results and read
         these handles — after the locks, so a revocation committed before them is seen — as one
-        query: the versions of the tasks that exist, the results found, the handles found."""
+        query."""
         locking = sorted(set(task_ids))
         by_tenant: dict[str, set[str]] = {}
         for tenant, event_id in keys:
@@ -114,14 +118,29 @@ class SqlTaskStore:
         reads += [(_DEDUPS, {"_tenant": tenant}, sorted(by_tenant[tenant])) for tenant in tenants]
         reads += [(_HANDLES, {}, wanted)] if wanted else []
         found = iter(rows_together(self._conn, reads))
-        versions = {task_id: int(version) for task_id, version in next(found)} if locking else {}
+        locked = next(found) if locking else []
         stored = {
             (tenant, event_id): (payload_hash, result)
             for _ in tenants
             for tenant, event_id, payload_hash, result in next(found)
         }
-        handles = {row[0]: StoredHandle(*row[1:]) for row in next(found)} if wanted else {}
-        return versions, stored, handles
+        return GroupReads(
+            versions={task_id: int(version) for task_id, version, _ in locked},
+            watched_until={task_id: until for task_id, _, until in locked},
+            stored=stored,
+            handles={row[0]: StoredHandle(*row[1:]) for row in next(found)} if wanted else {},
+        )
+
+    def watch_detail(self, task_id: str, until: datetime) -> None:
+        task = t.task
+        self._conn.execute(
+            sa.update(task)
+            .where(
+                task.c.id == task_id,
+                sa.or_(task.c.detail_watched_until.is_(None), task.c.detail_watched_until < until),
+            )
+            .values(detail_watched_until=until)
+        )
 
     def views_of(
         self, task_ids: Sequence[str]
@@ -228,9 +247,9 @@ class SqlTaskStore:
     def lock(self, task_id: str) -> TaskState | None:
         return sql.lock_task(self._conn, task_id)
 
-    def lock_version(self, task_id: str, event_id: str) -> tuple[int, str | None, Any] | None:
+    def lock_version(self, task_id: str, event_id: str) -> tuple[int, str | None, Any, datetime | None] | None:
         row = sql.lock_task_version(self._conn, task_id, event_id)
-        return (int(row[0]), row[1], row[2]) if row is not None else None
+        return (int(row[0]), row[1], row[2], row[3]) if row is not None else None
 
     def load(self, task_id: str) -> TaskState | None:
         return sql.load_task(self._conn, task_id)
@@ -306,6 +325,18 @@ class SqlLogStore:
         if messages:
             sql.insert_outbox(self._conn, messages)
             self._wrote("outbox")
+
+    def outbox_holds(self, aggregate: Aggregate) -> bool:
+        ob = t.task_outbox
+        found = self._conn.execute(
+            sa.select(ob.c.id).where(
+                ob.c.aggregate_type == aggregate.kind,
+                ob.c.aggregate_id == aggregate.id,
+                ob.c.aggregate_version == aggregate.version,
+                ob.c.channel == aggregate.home,
+            )
+        ).first()
+        return found is not None
 
     def outbox_rows_of(self, aggregate_type: str, aggregate_id: str) -> int:
         ob = t.task_outbox
