@@ -202,10 +202,17 @@ def write_change(ctx: AppContext, stores: Stores, group: Group, change: Change[A
     return result
 
 
-def messages_of(ctx: AppContext, stores: Stores, change: Change[None]) -> list[Message]:
-    """The messages of a service's change staged with ``publish=False``, for the caller to add."""
+def messages_of(ctx: AppContext, stores: Stores, group: Group, change: Change[None]) -> list[Message]:
+    """The messages of a service's change staged with ``publish=False`` in ``group``, for the caller to add."""
     assert change.service and not change.publish
-    return _task_messages(ctx, stores, change, replace(change.view, task=change.after), change.entry.received_at)
+    return _task_messages(
+        ctx,
+        stores,
+        change,
+        replace(change.view, task=change.after),
+        change.entry.received_at,
+        detail=change.after.task_id not in group.unwatched,
+    )
 
 
 def _task_messages(

@@ -22,7 +22,6 @@ from status.app.records import ActivityRecord
 from status.app.shard_ports import RouteChanged, ShardGroup
 from status.app.shards import MOVING, on_shards, run_for
 from status.app.step_cache import TaskView
-from status.app.views import locked_view
 from status.domain import ids
 from status.domain.attempts import decide_activation, lost_attempt, next_attempt, superseded_attempt
 from status.domain.auth import ExecutionClaims, ServicePrincipal
@@ -110,8 +109,9 @@ class ExecutionCommands:
 
         def work(uow: UnitOfWork) -> Staged:
             now = self.ctx.now()
-            view, _ = locked_view(self.ctx, uow, task_id, owner)
             group = Group()
+            self.events.prepare(uow, group, [task_id], set())  # as a group of bindings locks its tasks
+            view = self.events.locked(uow, group, task_id, owner)
             bound, frozen = stage(uow, group, view, now)
             self._finish(uow, group, [bound])
             return bound, frozen
@@ -318,7 +318,7 @@ class ExecutionCommands:
             now=now,
             uow=uow,
             group=group,
-            messages=lambda: messages_of(self.ctx, uow, activated),
+            messages=lambda: messages_of(self.ctx, uow, group, activated),
             keep=notice is not None,
         )
         return bound, frozen
@@ -399,7 +399,7 @@ class ExecutionCommands:
             now=now,
             uow=uow,
             group=group,
-            messages=lambda: messages_of(self.ctx, uow, registered),
+            messages=lambda: messages_of(self.ctx, uow, group, registered),
         )
         return bound, frozen
 

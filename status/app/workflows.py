@@ -249,6 +249,7 @@ class WorkflowCommands:
                 else None
             ),
         )
+        group.unwatched.add(task.task_id)  # a new task: nobody follows its detail yet (its row says so)
         steps = []
         for order, known in enumerate(new_task.known_steps):
             check_key("stepId", known.step_id)

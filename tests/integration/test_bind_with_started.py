@@ -107,7 +107,7 @@ def test_the_http_api_takes_started_event_on_activation_and_registration(http: A
 
 def _published_versions(service: StatusService, task_id: str) -> list[int]:
     with engine_for(service, task_id).connect() as conn:
-        return [p.aggregate_version for p in publications(conn, task_id, projection="TASK_DETAIL")]
+        return [p.aggregate_version for p in publications(conn, task_id, projection="USER_SUMMARY")]
 
 
 def test_the_started_events_messages_carry_the_bindings_state(

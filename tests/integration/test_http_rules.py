@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from status.app.service import StatusService
 from status.infra import tables as t
 from tests.integration.conftest import Http
-from tests.support.flows import activate, create_workflow, event_body, report
+from tests.support.flows import activate, create_workflow, event_body, follow_detail, report
 from tests.support.outbox import publications
 from tests.support.shards import engine_for
 
@@ -386,6 +386,7 @@ def test_ac11_single_and_batch_give_the_same_result(http: Http) -> None:
 # ------------------------------------------------------------------ design P13
 def test_ac13_projections_respect_their_whitelists(http: Http, service: StatusService) -> None:
     task_id, ctx = _task(http, projectId="proj-1")
+    follow_detail(http, task_id)  # the detail is written while someone follows it
     assert report(http, ctx, "STEP_STARTED", 1).status_code == 200
     assert (
         report(
