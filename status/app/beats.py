@@ -411,16 +411,7 @@ class HeartbeatCommands:
         mine = stores.heartbeats.tasks_of(task_ids, caller.tenant_id, caller.authority_scope)
         self.ctx.handles.put_many(
             {
-                handle_hash: KnownHandle(
-                    row.task_id,
-                    row.step_id,
-                    row.step_attempt,
-                    row.execution_id,
-                    row.producer_id,
-                    row.expires_at,
-                    caller.tenant_id,
-                    caller.authority_scope,
-                )
+                handle_hash: KnownHandle.of(row, caller.tenant_id, caller.authority_scope)
                 for handle_hash, row in handles.items()
                 if row.task_id in mine
             }

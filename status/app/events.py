@@ -221,16 +221,7 @@ class EventCommands:
         for task, step in group.succeeded:
             self.ctx.durations.completed(task, step)
         known = {
-            handle_hash: KnownHandle(
-                row.task_id,
-                row.step_id,
-                row.step_attempt,
-                row.execution_id,
-                row.producer_id,
-                row.expires_at,
-                held.task.tenant_id,
-                held.task.authority_scope,
-            )
+            handle_hash: KnownHandle.of(row, held.task.tenant_id, held.task.authority_scope)
             for handle_hash, row in group.handles.items()
             if (held := group.views.get(row.task_id)) is not None
         }

@@ -1,4 +1,5 @@
-"""What an execution handle names, kept in memory for the heartbeat path (design D8.6).
+"""What an execution handle names, kept in memory for the heartbeat path (design D8.6) and for
+the order in which a group of events locks its tasks.
 
 A worker names each heartbeat's execution by its handle. Resolving a batch of 1,000 handles read
 1,000 handle rows and the tasks' tenancy — PyMySQL decodes every row in Python, about a third of
@@ -15,6 +16,9 @@ never used: the batch is decided again from a fresh read
 (``HeartbeatCommands.record_heartbeats``), so a cached entry can only ever let a batch be answered
 "accepted" when the database took every one of its beats.
 
+A group of events takes from here only which task each handle names, to lock those tasks before
+anything else; it reads the handle rows themselves with its locks, revocation and all.
+
 Entries are only added from committed reads (a fresh read's), bounded in number (least
 recently used first out), and hold the handle's hash, never the handle itself.
 """
@@ -25,6 +29,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import datetime
+
+from status.domain.auth import StoredHandle
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,20 @@ class KnownHandle:
     expires_at: datetime
     tenant_id: str
     authority_scope: str
+
+    @classmethod
+    def of(cls, row: StoredHandle, tenant_id: str, authority_scope: str) -> KnownHandle:
+        """What a handle row read now says, with its task's tenancy."""
+        return cls(
+            row.task_id,
+            row.step_id,
+            row.step_attempt,
+            row.execution_id,
+            row.producer_id,
+            row.expires_at,
+            tenant_id,
+            authority_scope,
+        )
 
     @property
     def key(self) -> tuple[str, str, int, str]:
