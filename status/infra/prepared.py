@@ -24,6 +24,8 @@ import sqlalchemy as sa
 from status.infra.write_batch import multi_statements, next_result, send_kept
 
 _Processor = Callable[[Any], Any] | None
+# What an error of reads sent together names instead of their text (status.infra.write_batch).
+_DESCRIPTION = "reads sent as one multi-statement query"
 
 
 class PreparedRead:
@@ -102,7 +104,11 @@ def rows_together(
             processors.append(processing)
     finally:
         render.close()
-    result = conn.exec_driver_sql(";\n".join(texts))  # no parameters: the text is final
+    try:
+        result = conn.exec_driver_sql(";\n".join(texts))  # no parameters: the text is final
+    except sa.exc.StatementError as exc:
+        exc.statement = _DESCRIPTION  # the text holds the values it read by, which errors must not
+        raise
     # The driver's cursor holds one result per read: read each from it before the result is
     # closed (closing it discards what was not read).
     cursor = result.cursor

@@ -100,6 +100,9 @@ def test_reads_sent_together_give_what_each_gives_alone_and_a_failing_one_raises
         with pytest.raises(sa.exc.DBAPIError) as raised:
             rows_together(conn, [(prepared, {"_t": "t1"}, ["r1"]), (broken, {}, [])])
         assert "missing" in str(raised.value.orig)
+        with pytest.raises(sa.exc.DBAPIError) as first:
+            rows_together(conn, [(broken, {}, []), (prepared, {"_t": "t1"}, ["secret-id"])])
+        assert "missing" in str(first.value.orig) and "secret-id" not in str(first.value)
         assert rows_together(conn, [(prepared, {"_t": "t1"}, ["r1"])]) == [alone[0][:1]]  # the connection still serves
 
 
