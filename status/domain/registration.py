@@ -5,7 +5,9 @@ time and the new execution's id passed in.
 The trap is the order. The same registration (clientStepKey and attempt) sent again is answered
 as it was bound, before anything is counted: the policy limits what a registration *adds*, and a
 repeat adds nothing — counting it would refuse the retry of a registration that was accepted,
-once the task reached its limit. Only a new registration is checked, in this order: its parent
+once the task reached its limit. Only a new registration is checked, in this order: its task (not
+ended: its end ended the task's attempts, and a registration arriving after it — a worker's report
+overtaken by the run's ending — would show a step waiting after the work stopped), its parent
 (an execution of this task that is still running), the task's policy (operations, depth, counts,
 rate), the operation's definition, producer and failure policy, and that its attempt is newer than any the
 step has.
@@ -106,6 +108,8 @@ def decide_registration(
 ) -> Registration:
     """A registration that is not a repeat (see ``registered_before``), decided over the task's
     stored attempts ``steps``; refused as the module's docstring orders."""
+    if task.lifecycle.terminal:
+        raise Conflict(f"task {task.task_id} has ended; it takes no new steps", ErrorCode.TERMINAL_STATE)
     parent = None
     if ask.parent_execution_id is not None:
         parent = next((s for s in steps if s.execution_id == ask.parent_execution_id), None)

@@ -163,6 +163,27 @@ def test_a_new_registration_is_refused_for_its_first_problem(
         assert _refusal(steps, ask, **kwargs) is code
 
 
+@pytest.mark.parametrize("ended", [Lifecycle.SUCCEEDED, Lifecycle.FAILED, Lifecycle.CANCELLED])
+def test_an_ended_task_takes_no_new_registration_but_answers_a_repeat(ended: Lifecycle) -> None:
+    """A registration overtaken by the task's ending would show a step waiting after the work
+    stopped; the same registration bound before the end is still answered as it was."""
+    first = _dynamic("page-1")
+    with pytest.raises(DomainError) as caught:
+        decide_registration(
+            task_state(lifecycle=ended),
+            [PARENT],
+            Ask(),
+            policy=POLICY,
+            operations=[OCR],
+            statuses=generic_statuses(),
+            heartbeats=DEFAULTS,
+            execution_id="exe_new",
+            now=NOW,
+        )
+    assert caught.value.code is ErrorCode.TERMINAL_STATE
+    assert registered_before([PARENT, first], Ask()) is first
+
+
 def test_the_policy_comes_before_the_operations_definition() -> None:
     # An operation outside the policy that nobody defined either: the policy's word is the answer.
     assert _refusal([PARENT], Ask(operation_code="SEARCH.RUN"), operations=[]) is ErrorCode.DYNAMIC_STEP_NOT_ALLOWED
