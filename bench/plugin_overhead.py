@@ -59,7 +59,8 @@ from tests.support.processes import TEMPORAL_STARTUP, free_port, temporal_binary
 
 def thread_cpu() -> dict[str, tuple[float, int]]:
     """CPU seconds and context switches so far of this process's threads, grouped by what they
-    are: Python threads by their name (the outbox writer, the activity executor, the event loop),
+    are: Python threads by their name (the outbox writer, the reporter's sender, the activity
+    executor, the event loop),
     native ones by their kernel name (Temporal's core runs in Rust threads). A switch is a thread
     put to sleep or woken (a hand-off between threads, a wait for the GIL): each costs the kernel's
     time, which the thread's CPU carries."""
@@ -79,6 +80,8 @@ def thread_cpu() -> dict[str, tuple[float, int]]:
             if name == "MainThread"
             else "outbox writer"
             if name == "task-status-outbox"
+            else "reporter's sender"
+            if name == "task-status-sender"
             else "activity/to_thread pool"
             if name.startswith(("ThreadPoolExecutor", "asyncio_"))
             else "workflow threads"

@@ -44,33 +44,33 @@ class InstantService:
         self.requests = 0
         self.answer_s = answer_s
 
-    async def report_events(
+    def report_events(
         self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         self.requests += 1
         json.dumps({"events": body, "heartbeats": beats or []})
-        await self._answer()
+        self._answer()
         return [{"accepted": True} for _ in body], None
 
-    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         self.requests += 1
-        await self._answer()
+        self._answer()
         return [{"accepted": True} for _ in beats]
 
-    async def _answer(self) -> None:
+    def _answer(self) -> None:
         if self.answer_s:
-            await asyncio.sleep(self.answer_s)
+            time.sleep(self.answer_s)
 
-    async def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+    def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
         self.requests += 1
         json.dumps({"items": items})
-        await self._answer()
+        self._answer()
         return [
             (201, {"executionHandle": f"exh_{i:0>180}", "executionId": f"exe_{i}", "startedEvent": {"accepted": True}})
             for i in range(len(items))
         ]
 
-    async def close(self) -> None:
+    def close(self) -> None:
         pass
 
 

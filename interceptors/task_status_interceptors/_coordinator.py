@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from temporalio import activity, workflow
@@ -19,11 +19,17 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 
 from task_status_interceptors._context import current_ownership
 
+if TYPE_CHECKING:
+    from task_status_interceptors._reporter import Reporter
+
 CREATE_WORKFLOW = "task_status.create_workflow"
 SUBMIT_TASK_EVENT = "task_status.submit_task_event"
 CLASSIFY = "task_status.classify"
 SET_OWNER = "task_status.set_owner"
 _RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# How long a task's ending waits for this worker to deliver its steps' own reports (well inside
+# the activity's 30 s): the service answers a batch in milliseconds when it is up.
+ENDING_WAITS_FOR_STEPS_SECONDS = 5.0
 
 
 @dataclass
@@ -54,8 +60,12 @@ class TaskEventRequest:
 class CoordinatorActivities:
     """Activities registered by the plugin on every worker that uses it."""
 
-    def __init__(self, status_url: str, service_token: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, status_url: str, service_token: str, timeout: float = 10.0, *, reporter: Reporter | None = None
+    ) -> None:
         self._url = status_url.rstrip("/")
+        # This worker's reporter: what it holds of a task's steps goes before the task's ending.
+        self._reporter = reporter
         self._headers = {"Authorization": f"Bearer {service_token}"}
         self._timeout = timeout
         # One pooled client for every call (a new client per call paid a TCP connect each time);
@@ -115,6 +125,10 @@ class CoordinatorActivities:
                 body["failedStepId"] = request.failed_step_id
         if request.step_outcomes is not None:
             body["stepOutcomes"] = request.step_outcomes
+        if self._reporter is not None:
+            # The steps' own reports first (those this worker made; bounded: an ending is not held
+            # up by a service that is down, which it would not reach either).
+            await self._reporter.deliver_reported(ENDING_WAITS_FOR_STEPS_SECONDS)
         return await self._call("POST", "/internal/v1/task-events", body)
 
     @activity.defn(name=CLASSIFY)

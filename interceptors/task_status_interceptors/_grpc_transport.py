@@ -21,12 +21,12 @@ class GrpcTransport:
         from task_status_wire import task_events_pb2_grpc as pb_grpc
 
         self._grpc, self._convert, self._pb = grpc, convert, pb
-        self._channel = grpc.aio.insecure_channel(target)
+        self._channel = grpc.insecure_channel(target)
         self._stub = pb_grpc.TaskEventsStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = (("authorization", f"Bearer {service_token}"),)
         self._timeout = timeout
 
-    async def report_events(
+    def report_events(
         self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         request = self._pb.EventBatch(
@@ -34,8 +34,8 @@ class GrpcTransport:
             heartbeats=[self._convert.heartbeat_from_json(b) for b in beats or ()],
         )
         try:
-            reply = await self._stub.ReportEvents(request, metadata=self._metadata, timeout=self._timeout)
-        except self._grpc.aio.AioRpcError as exc:
+            reply = self._stub.ReportEvents(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.RpcError as exc:
             # Unavailable, overloaded, a refused credential: the events stay queued (as on REST).
             raise TransportError(f"gRPC {exc.code().name}") from exc
         results = [self._convert.result_to_json(r) for r in reply.results]
@@ -44,20 +44,20 @@ class GrpcTransport:
             return results, None
         return results, [self._convert.heartbeat_result_to_json(r) for r in reply.heartbeats.results]
 
-    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         request = self._pb.HeartbeatBatch(heartbeats=[self._convert.heartbeat_from_json(b) for b in beats])
         try:
-            reply = await self._stub.RecordHeartbeats(request, metadata=self._metadata, timeout=self._timeout)
-        except self._grpc.aio.AioRpcError as exc:
+            reply = self._stub.RecordHeartbeats(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.RpcError as exc:
             log.info("heartbeats not delivered (gRPC %s); next round", exc.code().name)
             return None
         return [self._convert.heartbeat_result_to_json(r) for r in reply.results]
 
-    async def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+    def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
         request = self._convert.bind_batch_from_json({"items": items})
         try:
-            reply = await self._stub.BindExecutions(request, metadata=self._metadata, timeout=self._timeout)
-        except self._grpc.aio.AioRpcError as exc:
+            reply = self._stub.BindExecutions(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.RpcError as exc:
             code = exc.code()
             if code == self._grpc.StatusCode.UNIMPLEMENTED:  # a service from before BindExecutions
                 return None
@@ -69,8 +69,8 @@ class GrpcTransport:
             return [(status, {"error": {"code": stable, "message": exc.details() or ""}})] * len(items)
         return [(int(r.status), self._convert.bind_result_to_json(r)) for r in reply.results]
 
-    async def close(self) -> None:
-        await self._channel.close()
+    def close(self) -> None:
+        self._channel.close()
 
 
 # The HTTP status a refusal of the whole call would have had on REST (the service's own table, read

@@ -2,10 +2,17 @@
 
 Every event gets its execution's next ``sourceSeq`` at once, in memory (resumed
 from the file after a restart), so reporting never waits for a read; a writer
-thread persists what queued meanwhile in one transaction and then calls
-``on_persisted``. Only persisted events are ever sent. The sender's reads
-(``load_batch``, ``handles_of`` …) are blocking calls for a thread, never for the
+thread persists what queued meanwhile in one transaction (while reports keep coming, one per
+``write_interval`` at most) and then calls ``on_persisted``. Only persisted events are ever sent. The sender's reads
+(``next_batch``, ``handles_of`` …) are blocking calls for its own thread, never for the
 worker's event loop.
+
+The sender does not read back what the writer just wrote: the writer hands each committed event
+over in memory, with its row id, and the sender takes its batches from there (``next_batch``)
+while memory and file agree. The file is read instead whenever they may not: at start (what an
+earlier process left), after anything but a clean delivery (a retry, a rebinding, a dropped
+execution), when asked (``look_in_file``: draining, the heartbeat rounds, which also find what
+an operator queued again) — until a read finds the file's backlog gone.
 
 What the sender learns from an answer — handles handed out, events delivered or refused for good
 — is not written in a transaction of its own: ``settle`` keeps it in memory, and whichever touches
@@ -74,14 +81,30 @@ Batch = tuple[list[tuple[int, str, dict[str, Any]]], dict[str, dict[str, Any]]]
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """The time now, UTC, to the millisecond (``2026-12-07T10:00:00.123Z``). The part up to the second
+    is formatted once a second: every report and heartbeat carries one."""
+    global _second
+    now = time.time()
+    second, text = _second
+    if second != int(now):
+        second = int(now)
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second = (second, text)
+    return f"{text}.{int((now - second) * 1000):03d}Z"
+
+
+_second = (-1, "")  # the second of the last time formatted, and its text
 
 
 class Outbox:
     """The file and its writer thread; sequences are assigned here, in memory, in report order."""
 
-    def __init__(self, path: Path, on_persisted: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, path: Path, on_persisted: Callable[[], None] = lambda: None, *, write_interval: float = 0.0
+    ) -> None:
         self._on_persisted = on_persisted
+        self._write_interval = write_interval
+        self._last_write = 0.0
         self._db_lock = threading.Lock()
         self._path = path
         # The file is created on first use (the first execution recorded), never by a worker that
@@ -100,7 +123,17 @@ class Outbox:
             )
         self._writes = _Writes()
         self._settled = _Settled()  # what the sender learnt, for the file's next transaction
+        # The memory mirror (see the module's docstring): committed events not taken yet, in
+        # order, with their execution's "finished" mark; the executions recorded by this process;
+        # which rows end an execution (its memory goes when they are settled); whether the next
+        # batch comes from the file. A file left by an earlier process is read first.
+        self._ready: list[tuple[int, str, dict[str, Any]]] = []
+        self._known: dict[str, dict[str, Any]] = {}
+        self._finishing: dict[int, str] = {}
+        self._from_file = self._db is not None
         self.queued_events = 0
+        self._persisted_events = 0  # written by this process so far (``persist_reported`` waits on it)
+        self._write_now = False  # the writer writes at once, without gathering
         self._closing = False
         self._writer = threading.Thread(target=self._write_loop, name="task-status-outbox", daemon=True)
         self._writer.start()
@@ -128,14 +161,15 @@ class Outbox:
             if key in self._next_seq:
                 return False
             self._next_seq[key] = 1
-            self._writes.executions.append(
-                (
-                    key,
-                    json.dumps({**binding.to_json(), **({"temporal": temporal} if temporal else {})}),
-                    attempt,
-                    time.time(),
-                )
-            )
+            recorded = {**binding.to_json(), **({"temporal": temporal} if temporal else {})}
+            self._writes.executions.append((key, json.dumps(recorded), attempt, time.time()))
+            self._known[key] = {
+                "key": key,
+                "binding": recorded,
+                "attempt": attempt,
+                "handle": None,
+                "execution_id": None,
+            }
             self._wake_writer()
             return True
 
@@ -153,7 +187,7 @@ class Outbox:
             if seq is None:  # finished or dropped: nothing of it is sent any more
                 return False
             event = {**body, "eventId": f"{key}:{seq}:{body['eventType']}", "sourceSeq": seq, "occurredAt": now_iso()}
-            self._writes.events.append((key, seq, json.dumps(event)))
+            self._writes.events.append((key, seq, json.dumps(event), event, finished))
             # Only an execution's latest sequence matters to the file: one UPDATE per execution a
             # transaction, however many of its events it writes (finished is final: set once).
             self._writes.sequences[key] = (seq + 1, int(finished))
@@ -173,13 +207,20 @@ class Outbox:
                     self._writer_idle = True
                     self._queue.wait()
                 self._writer_idle = False
+                # While reports keep coming, one transaction every ``write_interval`` at most: what
+                # comes meanwhile joins it. After a quiet spell the first one goes at once.
+                gather = self._last_write + self._write_interval - time.monotonic()
+                if gather > 0 and not self._closing and not self._write_now:
+                    self._queue.wait(gather)
+                self._write_now = False
                 writes, self._writes = self._writes, _Writes()
                 events = self.queued_events
                 if not writes and not self._settled:
                     return  # closing, and everything is in the file
+            self._last_write = time.monotonic()
             try:
                 with self._db_lock, self._transaction():
-                    writes.apply(self._file())
+                    first_id = writes.apply(self._file())
                     self._write_settled()
             except Exception:
                 log.exception("the local outbox could not be written; retrying")
@@ -189,8 +230,29 @@ class Outbox:
                 continue
             with self._queue:
                 self.queued_events -= events
+                self._persisted_events += events
+                for row_id, (key, _, _, event, finished) in enumerate(writes.events, first_id):
+                    self._ready.append((row_id, key, event))
+                    if finished:
+                        self._finishing[row_id] = key
                 self._written.notify_all()
             self._on_persisted()
+
+    def persist_reported(self, timeout: float) -> bool:
+        """Write what was reported before this call at once, without waiting out the write interval,
+        and wait (bounded) until it is in the file — not for what is reported meanwhile, which a
+        busy worker never stops doing. True when it is."""
+        deadline = time.monotonic() + timeout
+        with self._queue:
+            target = self._persisted_events + self.queued_events
+            self._write_now = True
+            self._queue.notify()  # the writer, if it is gathering
+            while self._persisted_events < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._written.wait(remaining)
+        return True
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait (bounded) until every queued event is in the file; True when it is."""
@@ -225,32 +287,60 @@ class Outbox:
             self._settle_now()
             return queued + int(self._file().execute("SELECT COUNT(*) FROM event").fetchone()[0])
 
+    def next_batch(self, limit: int) -> Batch:
+        """The oldest ``limit`` events not delivered yet and their executions: from memory while it
+        mirrors the file, else from the file (see the module's docstring)."""
+        with self._queue:
+            if not self._from_file:
+                taken, self._ready = self._ready[:limit], self._ready[limit:]
+                executions = {}
+                for _, key, _ in taken:
+                    execution = self._known.get(key)
+                    if execution is None:  # recorded by an earlier process: the file knows it
+                        self._from_file = True
+                        break
+                    executions[key] = dict(execution)
+                else:
+                    return list(taken), executions
+        return self.load_batch(limit)
+
+    def look_in_file(self) -> None:
+        """The next batch is read from the file (some of the last one may still be there, or rows
+        this process did not write may be)."""
+        with self._queue:
+            self._from_file = True
+
     def load_batch(self, limit: int) -> Batch:
-        """The oldest ``limit`` events and the executions they belong to."""
+        """The oldest ``limit`` events in the file and the executions they belong to. A read that
+        finds fewer saw the whole backlog: what the writer hands over from then on is all there is
+        to send, and the batches come from memory again."""
         with self._db_lock:
             if self._db is None:
+                with self._queue:
+                    self._from_file = False
                 return [], {}
             self._settle_now()
-            rows = (
-                self._file()
-                .execute("SELECT id, execution_key, body FROM event ORDER BY id LIMIT ?", (limit,))
-                .fetchall()
-            )
-            keys = sorted({r[1] for r in rows})
-            # One read for the batch's executions, not one each (in parts: SQLite binds at most
-            # 999 values in older versions).
-            found: dict[str, tuple[Any, ...]] = {}
-            for start in range(0, len(keys), 500):
-                part = keys[start : start + 500]
-                marks = ", ".join(["?"] * len(part))
-                found.update(
-                    (row[0], row)
-                    for row in self._file().execute(
-                        "SELECT key, binding, attempt, execution_handle, execution_id FROM execution"
-                        f" WHERE key IN ({marks})",
-                        part,
+            db = self._file()
+            db.execute("BEGIN")  # one snapshot: the rows and the highest id the file ever gave
+            try:
+                high = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'event'").fetchone()
+                rows = db.execute("SELECT id, execution_key, body FROM event ORDER BY id LIMIT ?", (limit,)).fetchall()
+                keys = sorted({r[1] for r in rows})
+                # One read for the batch's executions, not one each (in parts: SQLite binds at most
+                # 999 values in older versions).
+                found: dict[str, tuple[Any, ...]] = {}
+                for part in _parts(keys, 1):
+                    marks = ", ".join(["?"] * len(part))
+                    found.update(
+                        (row[0], row)
+                        for row in db.execute(
+                            "SELECT key, binding, attempt, execution_handle, execution_id FROM execution"
+                            f" WHERE key IN ({marks})",
+                            part,
+                        )
                     )
-                )
+            finally:
+                db.execute("COMMIT")
             executions = {
                 key: {
                     "key": key,
@@ -261,6 +351,13 @@ class Outbox:
                 }
                 for key in keys
             }
+            if len(rows) < limit:
+                # Every row committed by then was in this read or is settled: what the writer
+                # handed over up to there is not sent again from memory.
+                seen = int(high[0]) if high else 0
+                with self._queue:
+                    self._ready = [item for item in self._ready if item[0] > seen]
+                    self._from_file = False
         return [(r[0], r[1], json.loads(r[2])) for r in rows], executions
 
     def settle(
@@ -280,8 +377,19 @@ class Outbox:
             self._settled.bound += bound
             self._settled.delivered += delivered
             self._settled.refused += rows
+            for key, handle, execution_id in bound:
+                if (known := self._known.get(key)) is not None:
+                    known["handle"], known["execution_id"] = handle, execution_id
+            for row_id in delivered:  # an execution's last report settled: nothing of it is sent again
+                if (ended := self._finishing.pop(row_id, None)) is not None:
+                    self._known.pop(ended, None)
 
     def unbind(self, keys: list[str]) -> None:
+        """Forget the handles of these executions (expired: they are bound again)."""
+        with self._queue:
+            for key in keys:
+                if (known := self._known.get(key)) is not None:
+                    known["handle"] = known["execution_id"] = None
         with self._db_lock:
             self._settle_now()
             self._file().executemany("UPDATE execution SET execution_handle = NULL WHERE key = ?", [(k,) for k in keys])
@@ -321,10 +429,19 @@ class Outbox:
             raise
         db.execute("COMMIT")
 
+    def _forget(self, key: str) -> None:
+        """Nothing of this execution is sent again (holding ``_queue``): what the file holds of it
+        goes (the caller's transaction), what memory holds of it goes here."""
+        self._next_seq.pop(key, None)
+        self._known.pop(key, None)
+        self._ready = [item for item in self._ready if item[1] != key]
+        for row_id in [i for i, k in self._finishing.items() if k == key]:
+            del self._finishing[row_id]
+
     def drop_execution(self, key: str, reason: str) -> int:
         """Move every event of an execution that can never be bound to ``undeliverable``; how many."""
         with self._queue:
-            self._next_seq.pop(key, None)
+            self._forget(key)
         with self._db_lock, self._transaction():
             self._write_settled()
             self._file().execute(
@@ -340,7 +457,7 @@ class Outbox:
     def discard_execution(self, key: str) -> int:
         """Forget an execution whose reports the status has moved past (a superseded attempt); how many."""
         with self._queue:
-            self._next_seq.pop(key, None)
+            self._forget(key)
         with self._db_lock, self._transaction():
             self._write_settled()
             dropped = int(self._file().execute("DELETE FROM event WHERE execution_key = ?", (key,)).rowcount)
@@ -348,18 +465,24 @@ class Outbox:
         return dropped
 
     def handles_of(self, keys: list[str]) -> dict[str, str]:
-        """The execution handles of the bound executions among ``keys``."""
-        with self._db_lock:
-            if self._db is None:
-                return {}
-            self._settle_now()
-            db = self._db
-            return {
-                key: row[0]
-                for key in keys
-                if (row := db.execute("SELECT execution_handle FROM execution WHERE key = ?", (key,)).fetchone())
-                and row[0] is not None
-            }
+        """The execution handles of the bound executions among ``keys`` (from memory for those this
+        process recorded; the file for the others)."""
+        with self._queue:
+            handles = {key: known["handle"] for key in keys if (known := self._known.get(key)) is not None}
+        others = [key for key in keys if key not in handles]
+        if others:
+            with self._db_lock:
+                if self._db is not None:
+                    self._settle_now()
+                    for part in _parts(others, 1):
+                        handles.update(
+                            self._db.execute(
+                                "SELECT key, execution_handle FROM execution"
+                                f" WHERE key IN ({', '.join(['?'] * len(part))})",
+                                part,
+                            ).fetchall()
+                        )
+        return {key: handle for key, handle in handles.items() if handle is not None}
 
     def requeue(self, event_ids: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
         """Put refused reports back in the queue, to be sent again (the same eventIds: whatever the
@@ -399,33 +522,50 @@ class _Writes:
     """What queued for the file since its last transaction, as three statements' rows: executions
     recorded, events (in report order) and each execution's next sequence (only its latest).
 
-    One ``executemany`` each instead of two statements per event: the writer's transaction costs
-    little more for a burst than for one event. Order inside the transaction does not matter to
-    its outcome: the executions are inserted first, so their sequences' UPDATE finds them."""
+    One statement each, whatever the burst: SQLite's driver lets go of the GIL for every row a
+    statement steps through, and each of those hand-offs lands on the worker's other threads
+    (docs/benchmarks.md). Order inside the transaction does not matter to its outcome: the
+    executions are inserted first, so their sequences' UPDATE finds them."""
 
     __slots__ = ("events", "executions", "sequences")
 
     def __init__(self) -> None:
         self.executions: list[tuple[str, str, int, float]] = []
-        self.events: list[tuple[str, int, str]] = []
+        # (execution key, seq, body as stored, body, whether it ends its execution)
+        self.events: list[tuple[str, int, str, dict[str, Any], bool]] = []
         self.sequences: dict[str, tuple[int, int]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.executions or self.events or self.sequences)
 
-    def apply(self, db: sqlite3.Connection) -> None:
-        if self.executions:
-            db.executemany(
-                "INSERT OR IGNORE INTO execution (key, binding, attempt, next_seq, created_at) VALUES (?, ?, ?, 1, ?)",
-                self.executions,
+    def apply(self, db: sqlite3.Connection) -> int:
+        """Write them; the row id of the first event (the others follow it, in order)."""
+        for part in _parts(self.executions, 4):
+            db.execute(
+                "INSERT OR IGNORE INTO execution (key, binding, attempt, next_seq, created_at) VALUES "
+                + ", ".join(["(?, ?, ?, 1, ?)"] * len(part)),
+                [value for row in part for value in row],
             )
-        if self.events:
-            db.executemany("INSERT INTO event (execution_key, seq, body) VALUES (?, ?, ?)", self.events)
-        if self.sequences:
-            db.executemany(
-                "UPDATE execution SET next_seq = ?, finished = MAX(finished, ?) WHERE key = ?",
-                [(next_seq, finished, key) for key, (next_seq, finished) in self.sequences.items()],
+        first_id = 0
+        for part in _parts(self.events, 3):
+            # One statement's rows take consecutive ids (the transaction holds the file's write
+            # lock): its last one, less the others, is its first.
+            last = db.execute(
+                "INSERT INTO event (execution_key, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * len(part)),
+                [value for key, seq, text, _, _ in part for value in (key, seq, text)],
+            ).lastrowid
+            first_id = first_id or int(last or 0) - len(part) + 1
+        for part in _parts(list(self.sequences.items()), 5):
+            cases = " ".join(["WHEN ? THEN ?"] * len(part))
+            db.execute(
+                f"UPDATE execution SET next_seq = CASE key {cases} END,"
+                f" finished = MAX(finished, CASE key {cases} END)"
+                f" WHERE key IN ({', '.join(['?'] * len(part))})",
+                [value for key, (next_seq, _) in part for value in (key, next_seq)]
+                + [value for key, (_, finished) in part for value in (key, finished)]
+                + [key for key, _ in part],
             )
+        return first_id
 
     def then(self, newer: _Writes) -> _Writes:
         """These writes (which failed) followed by ``newer``: an execution's newer sequence wins."""
@@ -434,6 +574,17 @@ class _Writes:
         merged.events = self.events + newer.events
         merged.sequences = {**self.sequences, **newer.sequences}
         return merged
+
+
+# SQLite before 3.32 binds at most 999 values to a statement.
+_MAX_VALUES = 999
+
+
+def _parts(rows: Sequence[Any], values_per_row: int) -> Iterator[Sequence[Any]]:
+    """``rows`` in parts whose statements bind at most ``_MAX_VALUES`` values."""
+    size = _MAX_VALUES // values_per_row
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
 
 
 class _Settled:
@@ -451,20 +602,26 @@ class _Settled:
         return bool(self.bound or self.delivered)
 
     def apply(self, db: sqlite3.Connection) -> None:
-        if self.bound:
-            db.executemany(
-                "UPDATE execution SET execution_handle = ?, execution_id = ? WHERE key = ?",
-                [(handle, execution_id, key) for key, handle, execution_id in self.bound],
+        for part in _parts(self.bound, 5):
+            cases = " ".join(["WHEN ? THEN ?"] * len(part))
+            db.execute(
+                f"UPDATE execution SET execution_handle = CASE key {cases} END, execution_id = CASE key {cases} END"
+                f" WHERE key IN ({', '.join(['?'] * len(part))})",
+                [value for key, handle, _ in part for value in (key, handle)]
+                + [value for key, _, execution_id in part for value in (key, execution_id)]
+                + [key for key, _, _ in part],
             )
         if not self.delivered:
             return
-        db.executemany(
-            "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at, binding, attempt)"
-            " VALUES (?, ?, ?, ?, ?, (SELECT binding FROM execution WHERE key = ?),"
-            " (SELECT attempt FROM execution WHERE key = ?))",
-            self.refused,
-        )
-        db.executemany("DELETE FROM event WHERE id = ?", [(i,) for i in self.delivered])
+        if self.refused:
+            db.executemany(
+                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at, binding, attempt)"
+                " VALUES (?, ?, ?, ?, ?, (SELECT binding FROM execution WHERE key = ?),"
+                " (SELECT attempt FROM execution WHERE key = ?))",
+                self.refused,
+            )
+        for part in _parts(self.delivered, 1):
+            db.execute(f"DELETE FROM event WHERE id IN ({', '.join(['?'] * len(part))})", part)
         # A finished execution with nothing left to send is done.
         db.execute("DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)")
 

@@ -64,7 +64,7 @@ class TaskStatusPlugin(SimplePlugin):
                 grpc_target=grpc_target,
             )
         )
-        self.coordinator = CoordinatorActivities(status_url, service_token)
+        self.coordinator = CoordinatorActivities(status_url, service_token, reporter=self.reporter)
         self._users = 0
 
         @asynccontextmanager

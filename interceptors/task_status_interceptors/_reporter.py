@@ -1,7 +1,7 @@
 """The reporter: the policy that turns an activity's reports into deliveries, never blocking it.
 
 Events go to the durable local outbox (``_outbox``) with deterministic ids at
-once; only persisted events are sent. A background sender binds each
+once; only persisted events are sent. A sender thread of its own binds each
 execution (activation or registration, idempotent per attempt) and posts the
 events in per-execution order over a transport (``_transport``: REST, or the
 gRPC adapter). This module decides what an answer means: delivered, refused
@@ -9,6 +9,10 @@ for good (kept as undeliverable), a handle to renew, or a retry with backoff.
 If the status service is down, events wait in the file — across worker
 restarts — and are resent with their original ids (design P9). Heartbeats are kept
 in memory (only the latest sequence matters) and sent in batches with jitter.
+
+The worker's event loop only records reports in memory: sending runs on the sender thread with
+blocking calls, so a burst of reports costs the loop no wake-up, no hand-off to a thread pool and
+no asyncio task (docs/architecture.md, "The plugin's sender").
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -33,10 +38,10 @@ from task_status_interceptors._transport import BatchRefused, HttpTransport, Tra
 
 log = logging.getLogger("task_status_interceptors.reporter")
 
-# Executions bound at once (activations/registrations in flight) where they go one per request;
-# the rest of a burst queues. Where the service takes a batch, a wave goes BIND_BATCH at a time.
-BIND_CONCURRENCY = 8
+# Where the service takes a batch of bindings, a wave goes BIND_BATCH at a time (else one by one).
 BIND_BATCH = 100
+# The sender thread's connections: its requests go one at a time.
+HTTP_CONNECTIONS = 2
 
 
 @dataclass
@@ -53,6 +58,10 @@ class ReporterConfig:
     progress_max_interval: float = 5.0
     progress_min_delta: float = 0.05
     batch_size: int = 200
+    # While reports keep coming, the outbox file takes one transaction (and the sender one request)
+    # per this many seconds at most: what comes meanwhile joins it. The first after a quiet spell
+    # goes at once. Each transaction's fixed cost lands on the worker's threads (docs/benchmarks.md).
+    write_interval: float = 0.05
     http_timeout: float = 5.0
     # "host:port" of the service's gRPC adapter: events, heartbeats and bindings (with their
     # STEP_STARTED) then travel as protobuf over one HTTP/2 connection. None: everything over REST.
@@ -60,7 +69,7 @@ class ReporterConfig:
 
 
 class Reporter:
-    """Owns the outbox, the transports, the sender loop and the heartbeat loop of one worker process."""
+    """Owns the outbox, the transports and the sender thread of one worker process."""
 
     def __init__(self, config: ReporterConfig) -> None:
         self.config = config
@@ -68,22 +77,21 @@ class Reporter:
             config.progress_min_interval, config.progress_max_interval, config.progress_min_delta
         )
         self.book = HeartbeatBook(config.heartbeat_interval)
-        self._beat_now: asyncio.Event | None = None
         self._riding_heartbeats = True  # until the service says its events batch takes none
-        self.outbox = Outbox(config.outbox_path, on_persisted=self._signal)
-        self._wake: asyncio.Event | None = None
-        self._idle: asyncio.Event | None = None
-        # The writer thread counts its transactions and wakes the loop only when the sender waits
-        # for one: while it sends, it looks again anyway (see ``_send_loop``), and a wake-up per
-        # transaction would cost the worker's event loop a turn each for nothing.
-        self._persisted_count = 0
-        self._sender_waiting = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self.outbox = Outbox(config.outbox_path, on_persisted=self._signal, write_interval=config.write_interval)
+        # What the sender thread waits for: events handed over (or a look in the file asked for),
+        # a heartbeat round to start now, the end. Nothing of it runs on the worker's event loop.
+        self._cond = threading.Condition()
+        self._kicked = True  # resume what a previous process left in the outbox
+        self._beat_now = False
+        self._stopping = False
+        self._retry_at = 0.0  # monotonic; no delivery before it (backing off)
+        # drained()/stop() callers, told when the sender's next pass has ended (their loop, a future)
+        self._pass_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._thread: threading.Thread | None = None
         self._http: HttpTransport | None = None
         self._events: Transport | None = None  # REST or gRPC: events and heartbeats
         self._binds_over: Transport | None = None  # where batches of bindings go (the events' transport)
-        self._binds: asyncio.Semaphore | None = None
         self._backoff = 0.0
         self.delivered = 0
         self.dropped = 0  # refused for good (kept in the file's undeliverable table)
@@ -128,8 +136,9 @@ class Reporter:
         """The activity completes elsewhere: one last heartbeat says so, in the next round, which
         starts now (a completion may follow at once; the service watches it from that heartbeat)."""
         self.book.let_go(key, seq)
-        if self._loop is not None and self._beat_now is not None:
-            self._loop.call_soon_threadsafe(self._beat_now.set)
+        with self._cond:
+            self._beat_now = True
+            self._cond.notify()
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait (bounded) until every queued event is in the file; True when it is."""
@@ -140,39 +149,44 @@ class Reporter:
         return self.outbox.pending_events()
 
     def _signal(self) -> None:
-        """From the writer thread: events reached the file. The loop is woken only if the sender
-        waits: the count is written before the flag is read, and the sender sets the flag before it
-        reads the count, so one of the two always sees the other (no wake-up is lost)."""
-        self._persisted_count += 1
-        if self._sender_waiting and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._persisted)
-
-    def _persisted(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-        if self._idle is not None:
-            self._idle.clear()
+        """From the writer thread: events reached the file (and memory, for the sender to take)."""
+        with self._cond:
+            self._kicked = True
+            self._cond.notify()
 
     async def drained(self, timeout: float = 30.0) -> None:
         """Wait until every queued event has been delivered (or dropped); raises TimeoutError."""
-        assert self._idle is not None and self._wake is not None
-        self._wake.set()
         async with asyncio.timeout(timeout):
             while await asyncio.to_thread(self.pending_events):
-                self._idle.clear()
-                self._wake.set()
-                await self._idle.wait()
+                await self._next_pass()
+
+    async def deliver_reported(self, timeout: float = 5.0) -> None:
+        """Deliver (bounded, never raising) what this worker reported before the call: written at
+        once and sent by a pass of the sender. A task's ending goes after its steps' own reports
+        this way — an ending that overtook them would leave them nothing to say (docs/architecture.md,
+        "The plugin's sender")."""
+        if self._thread is None:
+            return
+        with suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                if await asyncio.to_thread(self.outbox.persist_reported, timeout):
+                    await self._next_pass()
+
+    async def _next_pass(self) -> None:
+        """Ask the sender for a pass that looks in the file too, and wait until it has ended."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+        self.outbox.look_in_file()
+        with self._cond:
+            self._pass_waiters.append((loop, ended))
+            self._kicked = True
+            self._cond.notify()
+        await ended
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._binds = asyncio.Semaphore(BIND_CONCURRENCY)
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._beat_now = asyncio.Event()
-        self._wake.set()  # resume what a previous process left in the outbox
         self._http = HttpTransport(
-            self.config.status_url, self.config.service_token, self.config.http_timeout, BIND_CONCURRENCY + 2
+            self.config.status_url, self.config.service_token, self.config.http_timeout, HTTP_CONNECTIONS
         )
         self._events = self._http
         if self.config.grpc_target:
@@ -180,69 +194,108 @@ class Reporter:
 
             self._events = GrpcTransport(self.config.grpc_target, self.config.service_token, self.config.http_timeout)
         self._binds_over = self._events
-        self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._heartbeat_loop())]
+        self._thread = threading.Thread(target=self._run, name="task-status-sender", daemon=True)
+        self._thread.start()
 
     async def stop(self, flush_timeout: float = 5.0) -> None:
         """Try to deliver what is queued (bounded), then stop; the rest stays in the file."""
         deadline = time.monotonic() + flush_timeout
-        while await asyncio.to_thread(self.pending_events) and time.monotonic() < deadline and self._backoff == 0.0:
-            await asyncio.sleep(0.05)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with suppress(TimeoutError):
+            async with asyncio.timeout(flush_timeout):
+                while (
+                    await asyncio.to_thread(self.pending_events)
+                    and time.monotonic() < deadline
+                    and self._backoff == 0.0
+                ):
+                    await self._next_pass()
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
         if self._events is not None and self._events is not self._http:
-            await self._events.close()
+            await asyncio.to_thread(self._events.close)
         if self._http is not None:
-            await self._http.close()
+            await asyncio.to_thread(self._http.close)
         await asyncio.to_thread(self.close)
 
     def close(self) -> None:
         """Write what is queued to the file, stop the writer and close the file."""
         self.outbox.close()
 
-    # ------------------------------------------------------------ sending
-    async def _send_loop(self) -> None:
-        assert self._wake is not None
-        seen = -1  # the writer's transactions the last load could see (none yet: look at once)
+    # ------------------------------------------------------------ the sender thread
+    def _run(self) -> None:
+        """Deliver what the writer hands over, back off while the service cannot take it, and start
+        a heartbeat round every interval (or at once for an execution let go)."""
+        next_round = time.monotonic() + self._round_interval()
         while True:
-            if not self._wake.is_set():
-                self._sender_waiting = True
-                if self._persisted_count == seen:
-                    await self._wake.wait()
-                self._sender_waiting = False
-            if self._persisted_count != seen and self._idle is not None:
-                self._idle.clear()  # events reached the file since the last look
-            self._wake.clear()
-            seen = self._persisted_count
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    send = self._kicked and now >= self._retry_at
+                    beat = self._beat_now or now >= next_round
+                    if send or beat or self._stopping:
+                        break
+                    wake_at = min(next_round, self._retry_at) if self._kicked else next_round
+                    self._cond.wait(wake_at - now)
+                if self._stopping:
+                    waiters, self._pass_waiters = self._pass_waiters, []
+                    _tell(waiters)
+                    return
+                self._beat_now = False
+                if send:
+                    self._kicked = False
+                    waiters, self._pass_waiters = self._pass_waiters, []
+            if beat:
+                # Every round also looks in the file: rows an operator queued again are sent too.
+                self.outbox.look_in_file()
+                self._heartbeat_round()
+                next_round = time.monotonic() + self._round_interval()
+                with self._cond:
+                    self._kicked = True
+            if send:
+                self._deliver()
+                _tell(waiters)
+
+    def _round_interval(self) -> float:
+        return self.config.heartbeat_interval * random.uniform(0.8, 1.2)
+
+    def _deliver(self) -> None:
+        """Batches until none is left; on a failure, the file is read again after a backoff."""
+        while True:
             try:
-                more = await self.send_once()
+                more = self.send_once()
                 self._backoff = 0.0
             except (_Retry, TransportError) as exc:
                 self._backoff = min(30.0, max(0.2, self._backoff * 2))
                 log.warning("status service unavailable (%s); retrying in %.1fs", exc, self._backoff)
-                await asyncio.sleep(self._backoff * random.uniform(0.5, 1.0))
-                more = True
+                self._retry_later(self._backoff * random.uniform(0.5, 1.0))
+                return
             except Exception:
                 log.exception("reporter send failed")
-                await asyncio.sleep(1.0)
-                more = True
-            if more:
-                self._wake.set()
-            elif (
-                self._idle is not None
-                and not self._wake.is_set()
-                and not self.outbox.queued_events
-                and self._persisted_count == seen
-            ):
-                # Nothing was left in the file at the last load and nothing is queued for it: idle.
-                # (Anything persisted since sets the wake-up and clears this; ``drained`` counts the
-                # file itself before it believes it.)
-                self._idle.set()
+                self._retry_later(1.0)
+                return
+            if not more:
+                return
 
-    async def send_once(self) -> bool:  # noqa: C901
-        """Deliver one batch; returns whether more may be waiting."""
+    def _retry_later(self, delay: float) -> None:
+        """What the batch held is still in the file: read it from there, after ``delay``."""
+        self.outbox.look_in_file()
+        with self._cond:
+            self._kicked = True
+            self._retry_at = time.monotonic() + delay
+
+    def _heartbeat_round(self) -> None:
+        try:
+            self.send_heartbeats()
+        except Exception:
+            log.exception("heartbeat round failed")
+
+    def send_once(self) -> bool:  # noqa: C901
+        """Deliver one batch; returns whether more may be waiting. Anything but a clean delivery of
+        the whole batch leaves some of it in the file only: the next batch is read from there."""
         assert self._events is not None
-        events, executions = await asyncio.to_thread(self.outbox.load_batch, self.config.batch_size)
+        events, executions = self.outbox.next_batch(self.config.batch_size)
         if not events:
             return False
         full = len(events) == self.config.batch_size  # more may be waiting behind this batch
@@ -263,13 +316,14 @@ class Reporter:
             if not wave:
                 continue
             settlement = _Settlement()
-            outcomes = await self._bind_wave(wave, settlement)
+            outcomes = self._bind_wave(wave, settlement)
             if settlement:  # written with the file's next transaction (``_outbox``)
                 self.outbox.settle(settlement.bound, settlement.delivered, settlement.refused)
             for outcome in outcomes:  # every bind has finished; the first error decides the retry
                 if isinstance(outcome, BaseException):
                     raise outcome
             if not all(outcomes):
+                self.outbox.look_in_file()
                 return True  # some events were dropped; reload the batch
         settled = {e["started"][0] for e in unbound if e.get("started_settled")}
         events = [item for item in events if item[0] not in settled]
@@ -277,7 +331,7 @@ class Reporter:
             return True  # everything of this batch went with its binding; look for more
         body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
         beats = self.book.riding_with(executions[key] for _, key, _ in events) if self._riding_heartbeats else []
-        results = await self._report(body, beats)
+        results = self._report(body, beats)
         done, refused, expired, retry = [], [], set(), False
         for (event_id, key, event), result in zip(events, results, strict=True):
             if result.get("accepted"):
@@ -303,24 +357,23 @@ class Reporter:
                 retry = True
         self.outbox.settle(delivered=done, refused=refused)
         if expired:
-            await asyncio.to_thread(self.outbox.unbind, sorted(expired))
+            self.outbox.unbind(sorted(expired))
             self.rebinds += len(expired)
+            self.outbox.look_in_file()
             return True  # re-bound on the next batch
         if retry:
             raise _Retry("retryable rejections")
         return full
 
-    async def _report(
-        self, body: list[dict[str, Any]], beats: list[tuple[str, dict[str, Any]]]
-    ) -> list[dict[str, Any]]:
+    def _report(self, body: list[dict[str, Any]], beats: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         """The events' request, with the due heartbeats of their executions in it (one request
         instead of two); a service from before that answers for the events alone."""
         assert self._events is not None
         if beats:
             try:
-                results, answers = await self._events.report_events(body, [item for _, item in beats])
+                results, answers = self._events.report_events(body, [item for _, item in beats])
             except BatchRefused:
-                results, _ = await self._events.report_events(body)  # refused again: the events' own fault
+                results, _ = self._events.report_events(body)  # refused again: the events' own fault
                 log.info("the status service takes no heartbeats in an events batch; sending them apart")
                 self._riding_heartbeats = False
                 return results  # the heartbeats stay due for their round
@@ -329,33 +382,33 @@ class Reporter:
             else:
                 self.book.settle(beats, answers)
             return results
-        results, _ = await self._events.report_events(body)
+        results, _ = self._events.report_events(body)
         return results
 
-    async def _bind_wave(self, wave: list[dict[str, Any]], settled: _Settlement) -> list[bool | BaseException]:
+    def _bind_wave(self, wave: list[dict[str, Any]], settled: _Settlement) -> list[bool | BaseException]:
         """Bind a wave of executions: in one request (one transaction for all of them) where the
         service offers it, else one request each (a few at a time). What the answers mean for the
         file is collected in ``settled``, for the caller to write in one go."""
         if not (self._batch_binds and (len(wave) > 1 or self._binds_over is not self._http)):
-            return list(await asyncio.gather(*(self._bind_in_turn(e, settled) for e in wave), return_exceptions=True))
+            return [self._bind_or_error(e, settled) for e in wave]
         outcomes: list[bool | BaseException] = []
         for start in range(0, len(wave), BIND_BATCH):
             part = wave[start : start + BIND_BATCH]
             try:
-                answers = await self._bind_batch(part)
+                answers = self._bind_batch(part)
             except Exception as exc:  # the request failed as a whole: the rest of the wave waits for a retry
                 return [*outcomes, *([exc] * (len(wave) - len(outcomes)))]
             if answers is None:  # a service without executions:bind: one by one from now on
                 self._batch_binds = False
-                return [*outcomes, *await self._bind_wave(wave[len(outcomes) :], settled)]
+                return [*outcomes, *self._bind_wave(wave[len(outcomes) :], settled)]
             for execution, (status, answer) in zip(part, answers, strict=True):
                 try:
-                    outcomes.append(await self._settle_bind(execution, status, answer, settled))
+                    outcomes.append(self._settle_bind(execution, status, answer, settled))
                 except Exception as exc:
                     outcomes.append(exc)
         return outcomes
 
-    async def _bind_batch(self, part: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+    def _bind_batch(self, part: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
         """One batch of bindings (gRPC BindExecutions where events go over gRPC, else REST's
         executions:bind): (status, body) per execution, or None when the service has no such call."""
         assert self._binds_over is not None and self._http is not None
@@ -363,18 +416,19 @@ class Reporter:
         for execution in part:
             kind, path, payload = self._bind_request(execution)
             items.append({kind: {**payload, **path}})
-        answers = await self._binds_over.bind_batch(items)
+        answers = self._binds_over.bind_batch(items)
         if answers is None and self._binds_over is not self._http:  # a gRPC adapter without it: REST
             self._binds_over = self._http
-            answers = await self._http.bind_batch(items)
+            answers = self._http.bind_batch(items)
         return answers
 
-    async def _bind_in_turn(self, execution: dict[str, Any], settled: _Settlement) -> bool:
-        assert self._binds is not None
-        async with self._binds:
-            return await self._bind(execution, settled)
+    def _bind_or_error(self, execution: dict[str, Any], settled: _Settlement) -> bool | BaseException:
+        try:
+            return self._bind(execution, settled)
+        except Exception as exc:  # the wave's other bindings still go; the first error decides the retry
+            return exc
 
-    async def _bind(self, execution: dict[str, Any], settled: _Settlement) -> bool:
+    def _bind(self, execution: dict[str, Any], settled: _Settlement) -> bool:
         """Activate (known step) or register (dynamic step) the execution; idempotent per attempt."""
         assert self._http is not None
         kind, path, payload = self._bind_request(execution)
@@ -382,8 +436,8 @@ class Reporter:
             url = f"/internal/v1/tasks/{path['taskId']}/executions:register"
         else:
             url = f"/internal/v1/tasks/{path['taskId']}/steps/{path['stepId']}:activate"
-        response = await self._http.bind(url, payload)
-        return await self._settle_bind(execution, response.status_code, response, settled)
+        response = self._http.bind(url, payload)
+        return self._settle_bind(execution, response.status_code, response, settled)
 
     def _bind_request(self, execution: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
         """("activate" or "register", the path's ids, the body) of an execution's binding."""
@@ -420,7 +474,7 @@ class Reporter:
             payload["heartbeatTimeoutSeconds"] = self.config.heartbeat_timeout_seconds
         return kind, path, payload
 
-    async def _settle_bind(self, execution: dict[str, Any], status: int, answer: Any, settled: _Settlement) -> bool:
+    def _settle_bind(self, execution: dict[str, Any], status: int, answer: Any, settled: _Settlement) -> bool:
         """What a binding's answer (an HTTP response, or a batch item with the status it would have had
         alone) means: bound, a retry, a credential problem, or refused for good."""
         text = answer.text if hasattr(answer, "text") else json.dumps(answer)
@@ -445,14 +499,14 @@ class Reporter:
             # A newer attempt of the step took over (this one was skipped or abandoned): its reports
             # have nothing left to say.
             log.debug("attempt %s was superseded before it was bound; its reports are dropped", execution["key"])
-            self.absorbed += await asyncio.to_thread(self.outbox.discard_execution, execution["key"])
+            self.absorbed += self.outbox.discard_execution(execution["key"])
             self.book.forget(execution["key"])
             return False
         if status not in (200, 201):
             # The step can't be bound (unknown task/step, policy refused): its events can never land.
             reason = f"bind refused: HTTP {status} {text[:300]}"
             log.warning("cannot bind %s (%s); its events are kept as undeliverable", execution["key"], reason)
-            self.dropped += await asyncio.to_thread(self.outbox.drop_execution, execution["key"], reason)
+            self.dropped += self.outbox.drop_execution(execution["key"], reason)
             self.book.forget(execution["key"])
             return False
         context = answer.json() if hasattr(answer, "json") else answer
@@ -498,23 +552,12 @@ class Reporter:
         return self.outbox.handles_of([key]).get(key)
 
     # ------------------------------------------------------------ heartbeats
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            assert self._beat_now is not None
-            with suppress(TimeoutError):  # a round every interval, or at once for a let-go execution
-                await asyncio.wait_for(self._beat_now.wait(), self.config.heartbeat_interval * random.uniform(0.8, 1.2))
-            self._beat_now.clear()
-            try:
-                await self.send_heartbeats()
-            except Exception:
-                log.exception("heartbeat round failed")
-
-    async def send_heartbeats(self) -> int:
+    def send_heartbeats(self) -> int:
         """Send the latest heartbeat sequence of every bound execution that beat since the last round."""
         assert self._events is not None
         items: list[tuple[str, dict[str, Any]]] = []
         due = self.book.due()
-        handles = await asyncio.to_thread(self.outbox.handles_of, list(due))
+        handles = self.outbox.handles_of(list(due))
         for key, seq in due.items():
             handle = handles.get(key)
             if handle is None:
@@ -522,11 +565,23 @@ class Reporter:
             items.append((key, self.book.item(key, handle, seq)))
         if not items:
             return 0
-        results = await self._events.record_heartbeats([item for _, item in items])
+        results = self._events.record_heartbeats([item for _, item in items])
         if results is None:
             return 0
         self.book.settle(items, results)
         return len(items)
+
+
+def _tell(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+    """From the sender thread: each waiter's pass has ended (on its own loop)."""
+    for loop, ended in waiters:
+        with suppress(RuntimeError):  # its loop has closed: nobody waits any more
+            loop.call_soon_threadsafe(_resolve, ended)
+
+
+def _resolve(ended: asyncio.Future[None]) -> None:
+    if not ended.done():
+        ended.set_result(None)
 
 
 class _Retry(Exception):

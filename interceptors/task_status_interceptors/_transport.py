@@ -1,7 +1,8 @@
 """How reports travel: one interface for the service's REST API and its gRPC adapter.
 
 A transport only moves bodies and answers; what to do with an answer (drop, keep,
-rebind, back off) is the reporter's policy. Bindings go over the events'
+rebind, back off) is the reporter's policy. Its calls block: only the reporter's own
+sender thread makes them, never the worker's event loop. Bindings go over the events'
 transport: gRPC ``BindExecutions`` (any number), or REST (``executions:bind`` for
 several, a step's own activate/register call for one); a gRPC adapter without
 ``BindExecutions`` gets them over REST.
@@ -27,44 +28,42 @@ class BatchRefused(TransportError):
 
 
 class Transport(Protocol):
-    async def report_events(
+    def report_events(
         self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         """One result per event, in order, and with ``beats`` one per heartbeat (None when the
         service did not answer for them); raises ``TransportError`` when nothing was decided."""
         ...
 
-    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """One result per heartbeat, or None when the round was not delivered (the next one is)."""
         ...
 
-    async def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+    def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
         """Bind many executions in one call: (the HTTP status each would have had alone, its answer)
         per item; None when the service has no such call; raises ``TransportError`` when unreachable."""
         ...
 
-    async def close(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class HttpTransport:
-    """Events, heartbeats and binds over the service's REST API, on one pooled HTTP client."""
+    """Events, heartbeats and binds over the service's REST API, on one kept-alive HTTP client."""
 
     def __init__(self, status_url: str, service_token: str, timeout: float, max_connections: int) -> None:
-        self.client = httpx.AsyncClient(
+        self.client = httpx.Client(
             base_url=status_url.rstrip("/"),
             headers={"Authorization": f"Bearer {service_token}"},
             timeout=timeout,
-            # httpcore scans every pooled connection to place each request: a burst of binds
-            # grew the pool to 100 and made each request cost that scan. Binds wait their turn.
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
 
-    async def report_events(
+    def report_events(
         self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         payload: dict[str, Any] = {"events": body, **({"heartbeats": beats} if beats else {})}
         try:
-            response = await self.client.post("/internal/v1/task-events:batch", json=payload)
+            response = self.client.post("/internal/v1/task-events:batch", json=payload)
         except httpx.HTTPError as exc:
             raise TransportError(type(exc).__name__) from exc
         if response.status_code == 422 and beats:
@@ -75,9 +74,9 @@ class HttpTransport:
         heartbeats = answer.get("heartbeats")
         return answer["results"], heartbeats["results"] if beats and heartbeats else None
 
-    async def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         try:
-            response = await self.client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": beats})
+            response = self.client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": beats})
         except httpx.HTTPError as exc:
             log.info("heartbeats not delivered (%s); next round", type(exc).__name__)
             return None
@@ -86,20 +85,20 @@ class HttpTransport:
         results: list[dict[str, Any]] = response.json()["results"]
         return results
 
-    async def bind(self, path: str, payload: dict[str, Any]) -> httpx.Response:
+    def bind(self, path: str, payload: dict[str, Any]) -> httpx.Response:
         """Activate or register an execution; raises ``TransportError`` when the service is unreachable."""
         try:
-            return await self.client.post(path, json=payload)
+            return self.client.post(path, json=payload)
         except httpx.HTTPError as exc:
             raise TransportError(type(exc).__name__) from exc
 
-    async def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
-        response = await self.bind("/internal/v1/executions:bind", {"items": items})
+    def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
+        response = self.bind("/internal/v1/executions:bind", {"items": items})
         if response.status_code in (404, 405):  # the route itself is unknown (items answer inside a 200)
             return None
         if response.status_code != 200:
             return [(response.status_code, response)] * len(items)
         return [(int(item.get("status", 500)), item) for item in response.json()["results"]]
 
-    async def close(self) -> None:
-        await self.client.aclose()
+    def close(self) -> None:
+        self.client.close()

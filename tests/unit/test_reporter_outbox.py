@@ -88,6 +88,7 @@ def test_a_wave_of_bindings_settles_in_one_transaction_or_not_at_all(tmp_path: P
         "run/c/1": "handle-c",
         "run/d/1": "handle-d",
     }
+    assert reporter.outbox.pending_events() == 1  # the file's next read writes the wave first
     assert [event_id for _, _, event_id in _events(path)] == ["run/e/1:1:STEP_STARTED"]  # only the unsettled one
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT event_id, reason FROM undeliverable").fetchall() == [
