@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from task_status_interceptors._context import StepBinding
+from task_status_interceptors._outbox_rows import Settled, Writes, parts
 
 log = logging.getLogger("task_status_interceptors.reporter")
 
@@ -121,8 +122,8 @@ class Outbox:
             self._next_seq = dict(
                 self._file().execute("SELECT key, next_seq FROM execution WHERE finished = 0").fetchall()
             )
-        self._writes = _Writes()
-        self._settled = _Settled()  # what the sender learnt, for the file's next transaction
+        self._writes = Writes()
+        self._settled = Settled()  # what the sender learnt, for the file's next transaction
         # The memory mirror (see the module's docstring): committed events not taken yet, in
         # order, with their execution's "finished" mark; the executions recorded by this process;
         # which rows end an execution (its memory goes when they are settled); whether the next
@@ -213,7 +214,7 @@ class Outbox:
                 if gather > 0 and not self._closing and not self._write_now:
                     self._queue.wait(gather)
                 self._write_now = False
-                writes, self._writes = self._writes, _Writes()
+                writes, self._writes = self._writes, Writes()
                 events = self.queued_events
                 if not writes and not self._settled:
                     return  # closing, and everything is in the file
@@ -329,7 +330,7 @@ class Outbox:
                 # One read for the batch's executions, not one each (in parts: SQLite binds at most
                 # 999 values in older versions).
                 found: dict[str, tuple[Any, ...]] = {}
-                for part in _parts(keys, 1):
+                for part in parts(keys, 1):
                     marks = ", ".join(["?"] * len(part))
                     found.update(
                         (row[0], row)
@@ -407,7 +408,7 @@ class Outbox:
         under the file's lock, so no read of the file comes between taking and writing it; kept
         for the next transaction if this one fails."""
         with self._queue:
-            settled, self._settled = self._settled, _Settled()
+            settled, self._settled = self._settled, Settled()
         if not settled:
             return
         try:
@@ -474,7 +475,7 @@ class Outbox:
             with self._db_lock:
                 if self._db is not None:
                     self._settle_now()
-                    for part in _parts(others, 1):
+                    for part in parts(others, 1):
                         handles.update(
                             self._db.execute(
                                 "SELECT key, execution_handle FROM execution"
@@ -516,122 +517,6 @@ class Outbox:
                 db.execute("DELETE FROM undeliverable WHERE id = ?", (row_id,))
                 requeued.append(str(event_id))
         return requeued, kept
-
-
-class _Writes:
-    """What queued for the file since its last transaction, as three statements' rows: executions
-    recorded, events (in report order) and each execution's next sequence (only its latest).
-
-    One statement each, whatever the burst: SQLite's driver lets go of the GIL for every row a
-    statement steps through, and each of those hand-offs lands on the worker's other threads
-    (docs/benchmarks.md). Order inside the transaction does not matter to its outcome: the
-    executions are inserted first, so their sequences' UPDATE finds them."""
-
-    __slots__ = ("events", "executions", "sequences")
-
-    def __init__(self) -> None:
-        self.executions: list[tuple[str, str, int, float]] = []
-        # (execution key, seq, body as stored, body, whether it ends its execution)
-        self.events: list[tuple[str, int, str, dict[str, Any], bool]] = []
-        self.sequences: dict[str, tuple[int, int]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self.executions or self.events or self.sequences)
-
-    def apply(self, db: sqlite3.Connection) -> int:
-        """Write them; the row id of the first event (the others follow it, in order)."""
-        for part in _parts(self.executions, 4):
-            db.execute(
-                "INSERT OR IGNORE INTO execution (key, binding, attempt, next_seq, created_at) VALUES "
-                + ", ".join(["(?, ?, ?, 1, ?)"] * len(part)),
-                [value for row in part for value in row],
-            )
-        first_id = 0
-        for part in _parts(self.events, 3):
-            # One statement's rows take consecutive ids (the transaction holds the file's write
-            # lock): its last one, less the others, is its first.
-            last = db.execute(
-                "INSERT INTO event (execution_key, seq, body) VALUES " + ", ".join(["(?, ?, ?)"] * len(part)),
-                [value for key, seq, text, _, _ in part for value in (key, seq, text)],
-            ).lastrowid
-            first_id = first_id or int(last or 0) - len(part) + 1
-        for part in _parts(list(self.sequences.items()), 5):
-            cases = " ".join(["WHEN ? THEN ?"] * len(part))
-            db.execute(
-                f"UPDATE execution SET next_seq = CASE key {cases} END,"
-                f" finished = MAX(finished, CASE key {cases} END)"
-                f" WHERE key IN ({', '.join(['?'] * len(part))})",
-                [value for key, (next_seq, _) in part for value in (key, next_seq)]
-                + [value for key, (_, finished) in part for value in (key, finished)]
-                + [key for key, _ in part],
-            )
-        return first_id
-
-    def then(self, newer: _Writes) -> _Writes:
-        """These writes (which failed) followed by ``newer``: an execution's newer sequence wins."""
-        merged = _Writes()
-        merged.executions = self.executions + newer.executions
-        merged.events = self.events + newer.events
-        merged.sequences = {**self.sequences, **newer.sequences}
-        return merged
-
-
-# SQLite before 3.32 binds at most 999 values to a statement.
-_MAX_VALUES = 999
-
-
-def _parts(rows: Sequence[Any], values_per_row: int) -> Iterator[Sequence[Any]]:
-    """``rows`` in parts whose statements bind at most ``_MAX_VALUES`` values."""
-    size = _MAX_VALUES // values_per_row
-    for start in range(0, len(rows), size):
-        yield rows[start : start + size]
-
-
-class _Settled:
-    """What answers said since the file's last transaction: handles handed out, events delivered,
-    events refused for good (their ``undeliverable`` rows, rendered when they were said)."""
-
-    __slots__ = ("bound", "delivered", "refused")
-
-    def __init__(self) -> None:
-        self.bound: list[tuple[str, str, str]] = []
-        self.delivered: list[int] = []
-        self.refused: list[tuple[str, str, str, str, float, str, str]] = []
-
-    def __bool__(self) -> bool:
-        return bool(self.bound or self.delivered)
-
-    def apply(self, db: sqlite3.Connection) -> None:
-        for part in _parts(self.bound, 5):
-            cases = " ".join(["WHEN ? THEN ?"] * len(part))
-            db.execute(
-                f"UPDATE execution SET execution_handle = CASE key {cases} END, execution_id = CASE key {cases} END"
-                f" WHERE key IN ({', '.join(['?'] * len(part))})",
-                [value for key, handle, _ in part for value in (key, handle)]
-                + [value for key, _, execution_id in part for value in (key, execution_id)]
-                + [key for key, _, _ in part],
-            )
-        if not self.delivered:
-            return
-        if self.refused:
-            db.executemany(
-                "INSERT INTO undeliverable (execution_key, event_id, body, reason, refused_at, binding, attempt)"
-                " VALUES (?, ?, ?, ?, ?, (SELECT binding FROM execution WHERE key = ?),"
-                " (SELECT attempt FROM execution WHERE key = ?))",
-                self.refused,
-            )
-        for part in _parts(self.delivered, 1):
-            db.execute(f"DELETE FROM event WHERE id IN ({', '.join(['?'] * len(part))})", part)
-        # A finished execution with nothing left to send is done.
-        db.execute("DELETE FROM execution WHERE finished = 1 AND key NOT IN (SELECT execution_key FROM event)")
-
-    def then(self, newer: _Settled) -> _Settled:
-        """These (whose transaction failed) followed by ``newer``."""
-        merged = _Settled()
-        merged.bound = self.bound + newer.bound
-        merged.delivered = self.delivered + newer.delivered
-        merged.refused = self.refused + newer.refused
-        return merged
 
 
 def _add_missing_columns(db: sqlite3.Connection) -> None:

@@ -21,7 +21,6 @@ import asyncio
 import json
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -34,6 +33,7 @@ from task_status_interceptors._execution import ExecutionReporter, ProgressPolic
 from task_status_interceptors._heartbeats import HeartbeatBook
 from task_status_interceptors._outbox import Outbox
 from task_status_interceptors._rejections import FINAL_REJECTIONS, SUPERSEDED_REJECTIONS, code_of
+from task_status_interceptors._sender import SenderThread
 from task_status_interceptors._transport import BatchRefused, HttpTransport, Transport, TransportError
 
 log = logging.getLogger("task_status_interceptors.reporter")
@@ -79,16 +79,7 @@ class Reporter:
         self.book = HeartbeatBook(config.heartbeat_interval)
         self._riding_heartbeats = True  # until the service says its events batch takes none
         self.outbox = Outbox(config.outbox_path, on_persisted=self._signal, write_interval=config.write_interval)
-        # What the sender thread waits for: events handed over (or a look in the file asked for),
-        # a heartbeat round to start now, the end. Nothing of it runs on the worker's event loop.
-        self._cond = threading.Condition()
-        self._kicked = True  # resume what a previous process left in the outbox
-        self._beat_now = False
-        self._stopping = False
-        self._retry_at = 0.0  # monotonic; no delivery before it (backing off)
-        # drained()/stop() callers, told when the sender's next pass has ended (their loop, a future)
-        self._pass_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._thread: threading.Thread | None = None
+        self._sender = SenderThread(self._deliver, self._heartbeat_round, self._round_interval)
         self._http: HttpTransport | None = None
         self._events: Transport | None = None  # REST or gRPC: events and heartbeats
         self._binds_over: Transport | None = None  # where batches of bindings go (the events' transport)
@@ -136,9 +127,7 @@ class Reporter:
         """The activity completes elsewhere: one last heartbeat says so, in the next round, which
         starts now (a completion may follow at once; the service watches it from that heartbeat)."""
         self.book.let_go(key, seq)
-        with self._cond:
-            self._beat_now = True
-            self._cond.notify()
+        self._sender.beat_now()
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait (bounded) until every queued event is in the file; True when it is."""
@@ -150,9 +139,7 @@ class Reporter:
 
     def _signal(self) -> None:
         """From the writer thread: events reached the file (and memory, for the sender to take)."""
-        with self._cond:
-            self._kicked = True
-            self._cond.notify()
+        self._sender.kick()
 
     async def drained(self, timeout: float = 30.0) -> None:
         """Wait until every queued event has been delivered (or dropped); raises TimeoutError."""
@@ -165,7 +152,7 @@ class Reporter:
         once and sent by a pass of the sender. A task's ending goes after its steps' own reports
         this way — an ending that overtook them would leave them nothing to say (docs/architecture.md,
         "The plugin's sender")."""
-        if self._thread is None:
+        if not self._sender.started:
             return
         with suppress(TimeoutError):
             async with asyncio.timeout(timeout):
@@ -174,14 +161,8 @@ class Reporter:
 
     async def _next_pass(self) -> None:
         """Ask the sender for a pass that looks in the file too, and wait until it has ended."""
-        loop = asyncio.get_running_loop()
-        ended: asyncio.Future[None] = loop.create_future()
         self.outbox.look_in_file()
-        with self._cond:
-            self._pass_waiters.append((loop, ended))
-            self._kicked = True
-            self._cond.notify()
-        await ended
+        await self._sender.next_pass()
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -194,8 +175,7 @@ class Reporter:
 
             self._events = GrpcTransport(self.config.grpc_target, self.config.service_token, self.config.http_timeout)
         self._binds_over = self._events
-        self._thread = threading.Thread(target=self._run, name="task-status-sender", daemon=True)
-        self._thread.start()
+        self._sender.start()
 
     async def stop(self, flush_timeout: float = 5.0) -> None:
         """Try to deliver what is queued (bounded), then stop; the rest stays in the file."""
@@ -208,11 +188,7 @@ class Reporter:
                     and self._backoff == 0.0
                 ):
                     await self._next_pass()
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        await asyncio.to_thread(self._sender.stop)
         if self._events is not None and self._events is not self._http:
             await asyncio.to_thread(self._events.close)
         if self._http is not None:
@@ -223,40 +199,7 @@ class Reporter:
         """Write what is queued to the file, stop the writer and close the file."""
         self.outbox.close()
 
-    # ------------------------------------------------------------ the sender thread
-    def _run(self) -> None:
-        """Deliver what the writer hands over, back off while the service cannot take it, and start
-        a heartbeat round every interval (or at once for an execution let go)."""
-        next_round = time.monotonic() + self._round_interval()
-        while True:
-            with self._cond:
-                while True:
-                    now = time.monotonic()
-                    send = self._kicked and now >= self._retry_at
-                    beat = self._beat_now or now >= next_round
-                    if send or beat or self._stopping:
-                        break
-                    wake_at = min(next_round, self._retry_at) if self._kicked else next_round
-                    self._cond.wait(wake_at - now)
-                if self._stopping:
-                    waiters, self._pass_waiters = self._pass_waiters, []
-                    _tell(waiters)
-                    return
-                self._beat_now = False
-                if send:
-                    self._kicked = False
-                    waiters, self._pass_waiters = self._pass_waiters, []
-            if beat:
-                # Every round also looks in the file: rows an operator queued again are sent too.
-                self.outbox.look_in_file()
-                self._heartbeat_round()
-                next_round = time.monotonic() + self._round_interval()
-                with self._cond:
-                    self._kicked = True
-            if send:
-                self._deliver()
-                _tell(waiters)
-
+    # ------------------------------------------------------------ the sender thread's work (``_sender``)
     def _round_interval(self) -> float:
         return self.config.heartbeat_interval * random.uniform(0.8, 1.2)
 
@@ -281,11 +224,11 @@ class Reporter:
     def _retry_later(self, delay: float) -> None:
         """What the batch held is still in the file: read it from there, after ``delay``."""
         self.outbox.look_in_file()
-        with self._cond:
-            self._kicked = True
-            self._retry_at = time.monotonic() + delay
+        self._sender.retry_after(delay)
 
     def _heartbeat_round(self) -> None:
+        # Every round also looks in the file: rows an operator queued again are sent too.
+        self.outbox.look_in_file()
         try:
             self.send_heartbeats()
         except Exception:
@@ -570,18 +513,6 @@ class Reporter:
             return 0
         self.book.settle(items, results)
         return len(items)
-
-
-def _tell(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
-    """From the sender thread: each waiter's pass has ended (on its own loop)."""
-    for loop, ended in waiters:
-        with suppress(RuntimeError):  # its loop has closed: nobody waits any more
-            loop.call_soon_threadsafe(_resolve, ended)
-
-
-def _resolve(ended: asyncio.Future[None]) -> None:
-    if not ended.done():
-        ended.set_result(None)
 
 
 class _Retry(Exception):
