@@ -3,9 +3,9 @@
 Every event gets its execution's next ``sourceSeq`` at once, in memory (resumed
 from the file after a restart), so reporting never waits for a read; a writer
 thread persists what queued meanwhile in one transaction (while reports keep coming, one per
-``write_interval`` at most) and then calls ``on_persisted``. Only persisted events are ever sent. The sender's reads
-(``next_batch``, ``handles_of`` …) are blocking calls for its own thread, never for the
-worker's event loop.
+``write_interval`` at most) and then calls ``on_persisted``. Only persisted events are ever sent.
+The sender's reads (``next_batch``, ``handles_of`` …) are blocking calls for its own thread,
+never for the worker's event loop.
 
 The sender does not read back what the writer just wrote: the writer hands each committed event
 over in memory, with its row id, and the sender takes its batches from there (``next_batch``)
@@ -125,9 +125,9 @@ class Outbox:
         self._writes = Writes()
         self._settled = Settled()  # what the sender learnt, for the file's next transaction
         # The memory mirror (see the module's docstring): committed events not taken yet, in
-        # order, with their execution's "finished" mark; the executions recorded by this process;
-        # which rows end an execution (its memory goes when they are settled); whether the next
-        # batch comes from the file. A file left by an earlier process is read first.
+        # order; the executions recorded by this process; which rows end an execution (its memory
+        # goes when they are settled); whether the next batch comes from the file. A file left by
+        # an earlier process is read first.
         self._ready: list[tuple[int, str, dict[str, Any]]] = []
         self._known: dict[str, dict[str, Any]] = {}
         self._finishing: dict[int, str] = {}
@@ -302,7 +302,7 @@ class Outbox:
                         break
                     executions[key] = dict(execution)
                 else:
-                    return list(taken), executions
+                    return taken, executions
         return self.load_batch(limit)
 
     def look_in_file(self) -> None:

@@ -21,7 +21,6 @@ import asyncio
 import json
 import logging
 import random
-import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -179,14 +178,9 @@ class Reporter:
 
     async def stop(self, flush_timeout: float = 5.0) -> None:
         """Try to deliver what is queued (bounded), then stop; the rest stays in the file."""
-        deadline = time.monotonic() + flush_timeout
         with suppress(TimeoutError):
             async with asyncio.timeout(flush_timeout):
-                while (
-                    await asyncio.to_thread(self.pending_events)
-                    and time.monotonic() < deadline
-                    and self._backoff == 0.0
-                ):
+                while await asyncio.to_thread(self.pending_events) and self._backoff == 0.0:
                     await self._next_pass()
         await asyncio.to_thread(self._sender.stop)
         if self._events is not None and self._events is not self._http:
