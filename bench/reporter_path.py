@@ -37,8 +37,8 @@ from task_status_interceptors._reporter import Reporter, ReporterConfig
 
 class InstantService:
     """A transport that answers at once (or after ``answer_s``, as a service's round trip takes):
-    every binding bound (its STARTED accepted), every event accepted. It encodes what it is sent,
-    as a real transport would."""
+    every binding bound (the events sent with it accepted), every event accepted. It encodes what
+    it is sent, as a real transport would."""
 
     def __init__(self, answer_s: float = 0.0) -> None:
         self.requests = 0
@@ -51,6 +51,14 @@ class InstantService:
         json.dumps({"events": body, "heartbeats": beats or []})
         self._answer()
         return [{"accepted": True} for _ in body], None
+
+    def report_pass(
+        self, bindings: list[dict[str, Any]], body: list[dict[str, Any]], beats: list[dict[str, Any]]
+    ) -> tuple[list[tuple[int, Any]] | None, list[dict[str, Any]], list[dict[str, Any]] | None]:
+        self.requests += 1
+        json.dumps({"bindings": bindings, "events": body, "heartbeats": beats})
+        self._answer()
+        return self._bound(bindings), [{"accepted": True} for _ in body], None
 
     def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         self.requests += 1
@@ -65,10 +73,20 @@ class InstantService:
         self.requests += 1
         json.dumps({"items": items})
         self._answer()
-        return [
-            (201, {"executionHandle": f"exh_{i:0>180}", "executionId": f"exe_{i}", "startedEvent": {"accepted": True}})
-            for i in range(len(items))
-        ]
+        return self._bound(items)
+
+    @staticmethod
+    def _bound(items: list[dict[str, Any]]) -> list[tuple[int, Any]]:
+        answers: list[tuple[int, Any]] = []
+        for i, item in enumerate(items):
+            (body,) = item.values()
+            answer = {
+                "executionHandle": f"exh_{i:0>180}",
+                "executionId": f"exe_{i}",
+                "startedEvent": {"accepted": True},
+            }
+            answers.append((201, answer | {"events": [{"accepted": True} for _ in body.get("events", ())]}))
+        return answers
 
     def close(self) -> None:
         pass

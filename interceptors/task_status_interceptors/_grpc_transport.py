@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from task_status_interceptors._transport import TransportError
+from task_status_interceptors._transport import BatchRefused, CredentialRefused, PassAnswer, TransportError
 
 log = logging.getLogger("task_status_interceptors.reporter")
 
@@ -43,6 +43,30 @@ class GrpcTransport:
         if not beats or not reply.HasField("heartbeats"):
             return results, None
         return results, [self._convert.heartbeat_result_to_json(r) for r in reply.heartbeats.results]
+
+    def report_pass(
+        self, bindings: list[dict[str, Any]], body: list[dict[str, Any]], beats: list[dict[str, Any]]
+    ) -> PassAnswer:
+        request = self._pb.EventBatch(
+            bindings=self._convert.bind_items_from_json(bindings),
+            events=[self._convert.event_from_json(e) for e in body],
+            heartbeats=[self._convert.heartbeat_from_json(b) for b in beats],
+        )
+        try:
+            reply = self._stub.ReportEvents(request, metadata=self._metadata, timeout=self._timeout)
+        except self._grpc.RpcError as exc:
+            if exc.code() == self._grpc.StatusCode.INVALID_ARGUMENT:  # well-formed: a service from before
+                raise BatchRefused(f"gRPC INVALID_ARGUMENT: {exc.details()}") from exc
+            if exc.code().name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+                raise CredentialRefused(f"gRPC {exc.code().name}: {exc.details()}") from exc
+            raise TransportError(f"gRPC {exc.code().name}") from exc
+        results = [self._convert.result_to_json(r) for r in reply.results]
+        # A service from before bindings rode in this call ignores them (and heartbeats likewise).
+        bound = [(int(r.status), self._convert.bind_result_to_json(r)) for r in reply.bindings] or None
+        beaten = None
+        if beats and reply.HasField("heartbeats"):
+            beaten = [self._convert.heartbeat_result_to_json(r) for r in reply.heartbeats.results]
+        return bound, results, beaten
 
     def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         request = self._pb.HeartbeatBatch(heartbeats=[self._convert.heartbeat_from_json(b) for b in beats])

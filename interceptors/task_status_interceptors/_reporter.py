@@ -25,7 +25,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from task_status_interceptors._context import StepBinding
 from task_status_interceptors._execution import ExecutionReporter, ProgressPolicy
@@ -33,12 +33,20 @@ from task_status_interceptors._heartbeats import HeartbeatBook
 from task_status_interceptors._outbox import Outbox
 from task_status_interceptors._rejections import FINAL_REJECTIONS, SUPERSEDED_REJECTIONS, code_of
 from task_status_interceptors._sender import SenderThread
-from task_status_interceptors._transport import BatchRefused, HttpTransport, Transport, TransportError
+from task_status_interceptors._transport import (
+    BatchRefused,
+    CredentialRefused,
+    HttpTransport,
+    Transport,
+    TransportError,
+)
 
 log = logging.getLogger("task_status_interceptors.reporter")
 
 # Where the service takes a batch of bindings, a wave goes BIND_BATCH at a time (else one by one).
 BIND_BATCH = 100
+# The most events an execution sends with its binding (the service's bound); more wait for the next pass.
+RIDING_EVENTS = 100
 # The sender thread's connections: its requests go one at a time.
 HTTP_CONNECTIONS = 2
 
@@ -89,6 +97,7 @@ class Reporter:
         self.config_errors = 0  # the service refused this worker's credential (reports kept, retried)
         self.rebinds = 0  # executions bound again after their handle expired
         self._batch_binds = True  # until the service says it has no executions:bind
+        self._bindings_ride = True  # until the service says its events batch takes no bindings
 
     # ------------------------------------------------------------ reporting (any thread, never waits for I/O)
     def begin(
@@ -228,7 +237,7 @@ class Reporter:
         except Exception:
             log.exception("heartbeat round failed")
 
-    def send_once(self) -> bool:  # noqa: C901
+    def send_once(self) -> bool:
         """Deliver one batch; returns whether more may be waiting. Anything but a clean delivery of
         the whole batch leaves some of it in the file only: the next batch is read from there."""
         assert self._events is not None
@@ -236,10 +245,25 @@ class Reporter:
         if not events:
             return False
         full = len(events) == self.config.batch_size  # more may be waiting behind this batch
-        # Bind new executions concurrently: activities tend to start in bursts (fan-out, many
-        # workflows on one schedule), and binding them one after another delays all their events.
-        # Children naming a parent execution go in a second wave, after any parent in this batch.
         unbound = [e for e in executions.values() if e["handle"] is None]
+        # Children naming a parent execution go after any parent in this batch.
+        children = [e for e in unbound if e["binding"].get("parent_execution_id")]
+        parents = [e for e in unbound if e not in children]
+        if unbound and self._bindings_ride and len(unbound) <= BIND_BATCH:
+            return self._send_pass(events, executions, parents + children, full)  # bound in that order
+        return self._send_apart(events, executions, (parents, children), full)
+
+    def _send_apart(  # noqa: C901
+        self,
+        events: list[tuple[int, str, dict[str, Any]]],
+        executions: dict[str, dict[str, Any]],
+        waves: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+        full: bool,
+    ) -> bool:
+        """A batch the way of a service that takes no bindings in its events batch: the bindings
+        first, in waves (each one request where the service offers that, else concurrently: a burst
+        of activities bound one after another delays all their events), then the events."""
+        unbound = [*waves[0], *waves[1]]
         # An execution's STEP_STARTED travels with its binding: one request and one commit for both.
         first: dict[str, tuple[int, dict[str, Any]]] = {}
         for event_id, key, event in events:
@@ -248,8 +272,7 @@ class Reporter:
             started = first.get(execution["key"])
             if started is not None and started[1].get("eventType") == "STEP_STARTED":
                 execution["started"] = started
-        children = [e for e in unbound if e["binding"].get("parent_execution_id")]
-        for wave in ([e for e in unbound if e not in children], children):
+        for wave in waves:
             if not wave:
                 continue
             settlement = _Settlement()
@@ -269,38 +292,144 @@ class Reporter:
         body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in events]
         beats = self.book.riding_with(executions[key] for _, key, _ in events) if self._riding_heartbeats else []
         results = self._report(body, beats)
-        done, refused, expired, retry = [], [], set(), False
-        for (event_id, key, event), result in zip(events, results, strict=True):
+        verdicts = _Verdicts()
+        self._judge(events, results, verdicts)
+        self.outbox.settle(delivered=verdicts.done, refused=verdicts.refused)
+        if verdicts.expired:
+            self.outbox.unbind(sorted(verdicts.expired))
+            self.rebinds += len(verdicts.expired)
+            self.outbox.look_in_file()
+            return True  # re-bound on the next batch
+        if verdicts.retry:
+            raise _Retry("retryable rejections")
+        return full
+
+    def _send_pass(
+        self,
+        events: list[tuple[int, str, dict[str, Any]]],
+        executions: dict[str, dict[str, Any]],
+        unbound: list[dict[str, Any]],
+        full: bool,
+    ) -> bool:
+        """A batch with executions to bind, in one request: each binding with its own events (its
+        STARTED, then the rest), and the events of executions bound before with their handles and
+        due heartbeats (docs/architecture.md, "The plugin's sender"). A service that takes no
+        bindings in its events batch is answered the old way from then on."""
+        assert self._events is not None
+        bindings, others, left = self._bindings_with_events(events, unbound)
+        body = [{**event, "executionHandle": executions[key]["handle"]} for _, key, event in others]
+        beats = self.book.riding_with(executions[key] for _, key, _ in others) if self._riding_heartbeats else []
+        try:
+            answers, results, beaten = self._events.report_pass(bindings, body, [item for _, item in beats])
+        except BatchRefused:
+            log.info("the status service takes no bindings in an events batch; binding them apart")
+            self._bindings_ride = False
+            self.outbox.look_in_file()
+            return True
+        except CredentialRefused as exc:
+            self._credential_refused(str(exc))
+        if beats and beaten is not None:
+            self.book.settle(beats, beaten)
+        settlement, verdicts = _Settlement(), _Verdicts()
+        failure: BaseException | None = None
+        clean = not left
+        if answers is None:  # a service that ignored them: its answers for the other events still count
+            log.info("the status service binds no executions in an events batch; binding them apart")
+            self._bindings_ride = clean = False
+        else:
+            failure, bound = self._settle_bindings(unbound, answers, settlement, verdicts)
+            clean = clean and bound
+        self._judge(others, results, verdicts)
+        delivered = [*settlement.delivered, *verdicts.done]
+        self.outbox.settle(settlement.bound, delivered, [*settlement.refused, *verdicts.refused])
+        if verdicts.expired:
+            self.outbox.unbind(sorted(verdicts.expired))
+            self.rebinds += len(verdicts.expired)
+        clean = clean and not verdicts.retry and not verdicts.expired and len(delivered) == len(events)
+        if not clean:
+            self.outbox.look_in_file()  # what was not settled is still in the file: the next batch reads it
+        if failure is not None:
+            raise failure
+        if verdicts.retry:
+            raise _Retry("retryable rejections")
+        return full or not clean
+
+    def _bindings_with_events(
+        self, events: list[tuple[int, str, dict[str, Any]]], unbound: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[tuple[int, str, dict[str, Any]]], bool]:
+        """(the bindings of ``unbound``, each with its events of the batch; the batch's other events;
+        whether an execution had more events than go with a binding — they wait for the next pass)."""
+        mine: dict[str, list[tuple[int, str, dict[str, Any]]]] = {e["key"]: [] for e in unbound}
+        others: list[tuple[int, str, dict[str, Any]]] = []
+        for item in events:
+            mine.get(item[1], others).append(item)
+        bindings, left = [], False
+        for execution in unbound:
+            riding = mine[execution["key"]]
+            if riding and riding[0][2].get("eventType") == "STEP_STARTED":
+                execution["started"], riding = (riding[0][0], riding[0][2]), riding[1:]
+            left = left or len(riding) > RIDING_EVENTS
+            execution["riding"] = riding = riding[:RIDING_EVENTS]
+            kind, path, payload = self._bind_request(execution)
+            payload["events"] = [event for _, _, event in riding]
+            bindings.append({kind: path | payload})
+        return bindings, others, left
+
+    def _settle_bindings(
+        self,
+        unbound: list[dict[str, Any]],
+        answers: list[tuple[int, Any]],
+        settlement: _Settlement,
+        verdicts: _Verdicts,
+    ) -> tuple[BaseException | None, bool]:
+        """What a pass's binding answers mean, each with its events' answers: (the first error, which
+        decides the retry; whether every execution was bound)."""
+        failure: BaseException | None = None
+        every = True
+        for execution, (status, answer) in zip(unbound, answers, strict=True):
+            try:
+                bound = self._settle_bind(execution, status, answer, settlement)
+            except Exception as exc:  # the others' answers still count
+                failure, every = failure or exc, False
+                continue
+            if bound:
+                self._judge(execution["riding"], answer.get("events") or [], verdicts, strict=False)
+            every = every and bound
+        return failure, every
+
+    def _judge(
+        self,
+        events: list[tuple[int, str, dict[str, Any]]],
+        results: list[dict[str, Any]],
+        verdicts: _Verdicts,
+        *,
+        strict: bool = True,
+    ) -> None:
+        """What the service said of each event: delivered, moved past, refused for good, a handle to
+        renew, or a retry. Not ``strict``: an event without an answer (a binding's, from a service
+        that did not decide it) stays queued."""
+        for (event_id, key, event), result in zip(events, results, strict=strict):
             if result.get("accepted"):
-                done.append(event_id)
+                verdicts.done.append(event_id)
                 self.delivered += 1
                 continue
             code = result.get("error", {}).get("code")
             if code == "TOKEN_EXPIRED":
                 # The activity outlived its handle: bind the execution again (activation is
                 # idempotent per attempt and hands out a fresh handle), then send again.
-                expired.add(key)
-                retry = True
+                verdicts.expired.add(key)
             elif code in SUPERSEDED_REJECTIONS:
                 log.debug("event %s of %s came after its step or task ended: %s", event["eventId"], key, code)
-                done.append(event_id)
+                verdicts.done.append(event_id)
                 self.absorbed += 1
             elif code in FINAL_REJECTIONS:
                 log.warning("event %s of %s refused for good: %s", event["eventId"], key, code)
-                done.append(event_id)
-                refused.append((key, event, f"{code}: {result.get('error', {}).get('message', '')}"[:300]))
+                verdicts.done.append(event_id)
+                reason = f"{code}: {result.get('error', {}).get('message', '')}"[:300]
+                verdicts.refused.append((key, event, reason))
                 self.dropped += 1
             else:
-                retry = True
-        self.outbox.settle(delivered=done, refused=refused)
-        if expired:
-            self.outbox.unbind(sorted(expired))
-            self.rebinds += len(expired)
-            self.outbox.look_in_file()
-            return True  # re-bound on the next batch
-        if retry:
-            raise _Retry("retryable rejections")
-        return full
+                verdicts.retry = True
 
     def _report(self, body: list[dict[str, Any]], beats: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         """The events' request, with the due heartbeats of their executions in it (one request
@@ -423,15 +552,7 @@ class Reporter:
         if (status >= 500 or status == 429) and not refused_for_good:
             raise _Retry(f"HTTP {status}")
         if status in (401, 403) and not refused_for_good:
-            # A credential problem is the deployment's, not these events': keep them, say so
-            # loudly, and retry (with backoff) until the credential is fixed.
-            self.config_errors += 1
-            log.error(
-                "the status service refuses this worker's credential (HTTP %s: %s); reports are kept and retried",
-                status,
-                text[:200],
-            )
-            raise _Retry(f"HTTP {status} (credential)")
+            self._credential_refused(f"HTTP {status}: {text[:200]}")
         if status == 409 and code_of(answer) in SUPERSEDED_REJECTIONS:
             # A newer attempt of the step took over (this one was skipped or abandoned): its reports
             # have nothing left to say.
@@ -485,6 +606,13 @@ class Reporter:
             execution["started_settled"] = True
         # Anything else is retried in the batch, with the handle just bound.
 
+    def _credential_refused(self, why: str) -> NoReturn:
+        """A credential problem is the deployment's, not these events': keep them, say so loudly,
+        and retry (with backoff) until the credential is fixed."""
+        self.config_errors += 1
+        log.error("the status service refuses this worker's credential (%s); reports are kept and retried", why)
+        raise _Retry(f"{why.split(':')[0]} (credential)")
+
     def handle_of(self, key: str) -> str | None:
         return self.outbox.handles_of([key]).get(key)
 
@@ -511,6 +639,17 @@ class Reporter:
 
 class _Retry(Exception):
     """A transient failure: back off and try again."""
+
+
+@dataclass
+class _Verdicts:
+    """What answers said of a batch's events: delivered or moved past (``done``), refused for good
+    (with why), executions whose handle expired, and whether any is worth a retry."""
+
+    done: list[int] = field(default_factory=list)
+    refused: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+    expired: set[str] = field(default_factory=set)
+    retry: bool = False
 
 
 @dataclass

@@ -2,10 +2,12 @@
 
 A transport only moves bodies and answers; what to do with an answer (drop, keep,
 rebind, back off) is the reporter's policy. Its calls block: only the reporter's own
-sender thread makes them, never the worker's event loop. Bindings go over the events'
-transport: gRPC ``BindExecutions`` (any number), or REST (``executions:bind`` for
-several, a step's own activate/register call for one); a gRPC adapter without
-``BindExecutions`` gets them over REST.
+sender thread makes them, never the worker's event loop. A sender's pass is one call:
+the events batch carries the pass's bindings, each with its events (``report_pass``).
+From a service without that, bindings go over the events' transport: gRPC
+``BindExecutions`` (any number), or REST (``executions:bind`` for several, a step's own
+activate/register call for one); a gRPC adapter without ``BindExecutions`` gets them
+over REST.
 """
 
 from __future__ import annotations
@@ -24,7 +26,16 @@ class TransportError(Exception):
 
 class BatchRefused(TransportError):
     """The service refused the request as a whole as malformed (a service from before a field the
-    request used: heartbeats riding in an events batch)."""
+    request used: heartbeats or bindings riding in an events batch)."""
+
+
+class CredentialRefused(TransportError):
+    """The service refused the worker's credential for the whole request (HTTP 401 or 403)."""
+
+
+# (per binding: the HTTP status it would have had alone and its answer — None when the service
+# did not answer for bindings —, one result per event, the heartbeats' answers or None)
+PassAnswer = tuple[list[tuple[int, Any]] | None, list[dict[str, Any]], list[dict[str, Any]] | None]
 
 
 class Transport(Protocol):
@@ -33,6 +44,14 @@ class Transport(Protocol):
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         """One result per event, in order, and with ``beats`` one per heartbeat (None when the
         service did not answer for them); raises ``TransportError`` when nothing was decided."""
+        ...
+
+    def report_pass(
+        self, bindings: list[dict[str, Any]], body: list[dict[str, Any]], beats: list[dict[str, Any]]
+    ) -> PassAnswer:
+        """A sender's pass in one request: ``bindings`` (each with its own events) bound first, then
+        ``body``'s events, with ``beats``; raises ``BatchRefused`` when the service takes no
+        bindings there, ``TransportError`` when nothing was decided."""
         ...
 
     def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -73,6 +92,29 @@ class HttpTransport:
         answer = response.json()
         heartbeats = answer.get("heartbeats")
         return answer["results"], heartbeats["results"] if beats and heartbeats else None
+
+    def report_pass(
+        self, bindings: list[dict[str, Any]], body: list[dict[str, Any]], beats: list[dict[str, Any]]
+    ) -> PassAnswer:
+        payload: dict[str, Any] = {"bindings": bindings, "events": body, **({"heartbeats": beats} if beats else {})}
+        try:
+            response = self.client.post("/internal/v1/task-events:batch", json=payload)
+        except httpx.HTTPError as exc:
+            raise TransportError(type(exc).__name__) from exc
+        if response.status_code == 422:  # what the plugin writes is well-formed: a service from before
+            raise BatchRefused(f"HTTP 422: {response.text[:200]}")
+        if response.status_code in (401, 403):
+            raise CredentialRefused(f"HTTP {response.status_code}: {response.text[:200]}")
+        if response.status_code != 200:
+            raise TransportError(f"HTTP {response.status_code}: {response.text[:200]}")
+        answer = response.json()
+        bound = answer.get("bindings")
+        heartbeats = answer.get("heartbeats")
+        return (
+            None if bound is None else [(int(item.get("status", 500)), item) for item in bound],
+            answer["results"],
+            heartbeats["results"] if beats and heartbeats else None,
+        )
 
     def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         try:

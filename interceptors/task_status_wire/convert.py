@@ -7,6 +7,7 @@ The service reads an ``Event`` or ``Heartbeat`` message straight into its comman
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -194,7 +195,9 @@ def _from_json(cls: Any, body: dict[str, Any]) -> Any:
             continue
         field, nested, repeated, _ = spec
         if nested is not None:
-            value = [_from_json(nested, item) for item in value] if repeated else _from_json(nested, value)
+            # An event riding with its binding has its own mapping (its data value is JSON text).
+            read = event_from_json if nested is pb.Event else functools.partial(_from_json, nested)
+            value = [read(item) for item in value] if repeated else read(value)
         values[field] = value
     return cls(**values)
 
@@ -218,6 +221,10 @@ def bind_batch_from_json(body: dict[str, Any]) -> pb.BindBatch:
     return result
 
 
+def bind_items_from_json(items: list[dict[str, Any]]) -> list[pb.BindItem]:
+    return [_from_json(pb.BindItem, item) for item in items]
+
+
 def bind_results_to_proto(results: list[dict[str, Any]]) -> pb.BindBatchResult:
     result: pb.BindBatchResult = _from_json(pb.BindBatchResult, {"results": results})
     return result
@@ -225,5 +232,9 @@ def bind_results_to_proto(results: list[dict[str, Any]]) -> pb.BindBatchResult:
 
 def bind_result_to_json(msg: pb.BindResult) -> dict[str, Any]:
     # Fields without presence (a rejection's ``retryable``, a result's ``accepted``) are printed at
-    # their default too, as REST sends them; unset optional ones stay out (REST's nulls).
-    return _to_json(msg)
+    # their default too, as REST sends them; unset optional ones stay out (REST's nulls), and so
+    # do no events (REST sends them when the binding carried some).
+    body = _to_json(msg)
+    if not body["events"]:
+        del body["events"]
+    return body

@@ -129,20 +129,24 @@ class EventResult(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., duplicate: _Optional[bool] = ..., stale: _Optional[bool] = ..., task_id: _Optional[str] = ..., step_id: _Optional[str] = ..., operation_code: _Optional[str] = ..., task_version: _Optional[str] = ..., step_version: _Optional[str] = ..., lifecycle_status: _Optional[str] = ..., business_status: _Optional[str] = ..., task_lifecycle_status: _Optional[str] = ..., committed_at: _Optional[str] = ..., error: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
-    __slots__ = ("events", "heartbeats")
+    __slots__ = ("events", "heartbeats", "bindings")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[Event]
     heartbeats: _containers.RepeatedCompositeFieldContainer[Heartbeat]
-    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[Heartbeat, _Mapping]]] = ...) -> None: ...
+    bindings: _containers.RepeatedCompositeFieldContainer[BindItem]
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., heartbeats: _Optional[_Iterable[_Union[Heartbeat, _Mapping]]] = ..., bindings: _Optional[_Iterable[_Union[BindItem, _Mapping]]] = ...) -> None: ...
 
 class EventBatchResult(_message.Message):
-    __slots__ = ("results", "heartbeats")
+    __slots__ = ("results", "heartbeats", "bindings")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[EventResult]
     heartbeats: HeartbeatBatchResult
-    def __init__(self, results: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ..., heartbeats: _Optional[_Union[HeartbeatBatchResult, _Mapping]] = ...) -> None: ...
+    bindings: _containers.RepeatedCompositeFieldContainer[BindResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ..., heartbeats: _Optional[_Union[HeartbeatBatchResult, _Mapping]] = ..., bindings: _Optional[_Iterable[_Union[BindResult, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("heartbeat_seq", "observed_at", "execution_handle", "execution_token", "execution_id", "completes_elsewhere")
@@ -275,7 +279,7 @@ class StartedEvent(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., occurred_at: _Optional[str] = ..., source_seq: _Optional[int] = ...) -> None: ...
 
 class Activation(_message.Message):
-    __slots__ = ("task_id", "step_id", "attempt", "producer_id", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "temporal_activity", "started_event")
+    __slots__ = ("task_id", "step_id", "attempt", "producer_id", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "temporal_activity", "started_event", "events")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -284,6 +288,7 @@ class Activation(_message.Message):
     HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TEMPORAL_ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     STARTED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     step_id: str
     attempt: int
@@ -292,10 +297,11 @@ class Activation(_message.Message):
     heartbeat_timeout_seconds: int
     temporal_activity: TemporalActivity
     started_event: StartedEvent
-    def __init__(self, task_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt: _Optional[int] = ..., producer_id: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., temporal_activity: _Optional[_Union[TemporalActivity, _Mapping]] = ..., started_event: _Optional[_Union[StartedEvent, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, task_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt: _Optional[int] = ..., producer_id: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., temporal_activity: _Optional[_Union[TemporalActivity, _Mapping]] = ..., started_event: _Optional[_Union[StartedEvent, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
 
 class Registration(_message.Message):
-    __slots__ = ("task_id", "client_step_key", "operation_code", "producer_id", "attempt", "parent_execution_id", "display_name", "failure_policy", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "temporal_activity", "started_event")
+    __slots__ = ("task_id", "client_step_key", "operation_code", "producer_id", "attempt", "parent_execution_id", "display_name", "failure_policy", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "temporal_activity", "started_event", "events")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_STEP_KEY_FIELD_NUMBER: _ClassVar[int]
     OPERATION_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -308,6 +314,7 @@ class Registration(_message.Message):
     HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TEMPORAL_ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     STARTED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     client_step_key: str
     operation_code: str
@@ -320,7 +327,8 @@ class Registration(_message.Message):
     heartbeat_timeout_seconds: int
     temporal_activity: TemporalActivity
     started_event: StartedEvent
-    def __init__(self, task_id: _Optional[str] = ..., client_step_key: _Optional[str] = ..., operation_code: _Optional[str] = ..., producer_id: _Optional[str] = ..., attempt: _Optional[int] = ..., parent_execution_id: _Optional[str] = ..., display_name: _Optional[str] = ..., failure_policy: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., temporal_activity: _Optional[_Union[TemporalActivity, _Mapping]] = ..., started_event: _Optional[_Union[StartedEvent, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, task_id: _Optional[str] = ..., client_step_key: _Optional[str] = ..., operation_code: _Optional[str] = ..., producer_id: _Optional[str] = ..., attempt: _Optional[int] = ..., parent_execution_id: _Optional[str] = ..., display_name: _Optional[str] = ..., failure_policy: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., temporal_activity: _Optional[_Union[TemporalActivity, _Mapping]] = ..., started_event: _Optional[_Union[StartedEvent, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
 
 class BindItem(_message.Message):
     __slots__ = ("activate", "register")
@@ -337,7 +345,7 @@ class BindBatch(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[BindItem, _Mapping]]] = ...) -> None: ...
 
 class BindResult(_message.Message):
-    __slots__ = ("status", "error", "workflow_id", "task_id", "step_id", "operation_code", "step_attempt", "execution_id", "producer_id", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "execution_token", "execution_handle", "task_version", "step_version", "created", "expires_at", "started_event")
+    __slots__ = ("status", "error", "workflow_id", "task_id", "step_id", "operation_code", "step_attempt", "execution_id", "producer_id", "heartbeat_interval_seconds", "heartbeat_timeout_seconds", "execution_token", "execution_handle", "task_version", "step_version", "created", "expires_at", "started_event", "events")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
@@ -356,6 +364,7 @@ class BindResult(_message.Message):
     CREATED_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     STARTED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     status: int
     error: Rejection
     workflow_id: str
@@ -374,7 +383,8 @@ class BindResult(_message.Message):
     created: bool
     expires_at: str
     started_event: EventResult
-    def __init__(self, status: _Optional[int] = ..., error: _Optional[_Union[Rejection, _Mapping]] = ..., workflow_id: _Optional[str] = ..., task_id: _Optional[str] = ..., step_id: _Optional[str] = ..., operation_code: _Optional[str] = ..., step_attempt: _Optional[int] = ..., execution_id: _Optional[str] = ..., producer_id: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., execution_token: _Optional[str] = ..., execution_handle: _Optional[str] = ..., task_version: _Optional[str] = ..., step_version: _Optional[str] = ..., created: _Optional[bool] = ..., expires_at: _Optional[str] = ..., started_event: _Optional[_Union[EventResult, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[EventResult]
+    def __init__(self, status: _Optional[int] = ..., error: _Optional[_Union[Rejection, _Mapping]] = ..., workflow_id: _Optional[str] = ..., task_id: _Optional[str] = ..., step_id: _Optional[str] = ..., operation_code: _Optional[str] = ..., step_attempt: _Optional[int] = ..., execution_id: _Optional[str] = ..., producer_id: _Optional[str] = ..., heartbeat_interval_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ..., execution_token: _Optional[str] = ..., execution_handle: _Optional[str] = ..., task_version: _Optional[str] = ..., step_version: _Optional[str] = ..., created: _Optional[bool] = ..., expires_at: _Optional[str] = ..., started_event: _Optional[_Union[EventResult, _Mapping]] = ..., events: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ...) -> None: ...
 
 class BindBatchResult(_message.Message):
     __slots__ = ("results",)

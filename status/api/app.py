@@ -28,7 +28,6 @@ from status.api.corrections import CorrectionEndpoints
 from status.api.deadline import RequestDeadline
 from status.api.draining import CloseWhileDraining
 from status.api.errors import (
-    binding_results,
     domain_error_handler,
     error_body,
     unexpected_error_handler,
@@ -116,28 +115,13 @@ class Api:
     async def activate_step(self, request: Request) -> JSONResponse:
         caller = self.service_principal(request)
         body = await self.parse(request, ActivateStepIn)
-        cmd = c.ActivateStep(
-            request.path_params["task_id"],
-            request.path_params["step_id"],
-            body.attempt,
-            body.producer_id,
-            body.heartbeat_interval_seconds,
-            body.heartbeat_timeout_seconds,
-            body.temporal_activity.command() if body.temporal_activity else None,
-            body.started_event.command() if body.started_event else None,
-        )
+        cmd = body.of_step(request.path_params["task_id"], request.path_params["step_id"])
         ctx = await run_in_threadpool(self.service.activate_step, caller, cmd)
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
 
     async def register_execution(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
-        body = await self.parse(request, RegisterExecutionIn)
-        fields = body.model_dump(exclude={"temporal_activity", "started_event"})
-        temporal = body.temporal_activity.command() if body.temporal_activity else None
-        started = body.started_event.command() if body.started_event else None
-        cmd = c.RegisterExecution(
-            task_id=request.path_params["task_id"], temporal_activity=temporal, started=started, **fields
-        )
+        cmd = (await self.parse(request, RegisterExecutionIn)).of_task(request.path_params["task_id"])
         ctx = await run_in_threadpool(self.service.register_execution, caller, cmd)
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
 
@@ -146,9 +130,10 @@ class Api:
         status it would have had alone (``status``) so a client handles it as it handles that answer."""
         caller = self.event_caller(request)
         body = await self.parse(request, BindBatchIn)
-        items = [(caller, item.command()) for item in body.items]
-        outcomes = await run_in_threadpool(self.service.bind_executions, items)
-        return JSONResponse({"results": binding_results(outcomes)})
+        bindings = [item.command() for item in body.items]
+        outcomes = await run_in_threadpool(self.service.bind_executions, [(caller, b) for b in bindings])
+        trace = request.headers.get("traceparent")
+        return JSONResponse({"results": self.changes.bound(caller, bindings, outcomes, trace, "http")})
 
     async def report_event(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
@@ -161,12 +146,17 @@ class Api:
         caller = self.event_caller(request)
         body = await self.parse(request, EventBatchIn)
         beating = heartbeat_caller(caller) if body.heartbeats else None
-        commands, beats = body.commands()  # the whole batch parsed first: a refusal applies nothing
+        bindings, commands, beats = body.commands()  # the whole batch parsed first: a refusal applies nothing
+        trace = request.headers.get("traceparent")
+        answer: dict[str, Any] = {}
+        if bindings:  # before the events: a pass's new executions, then what the bound ones said
+            outcomes = await run_in_threadpool(self.service.bind_executions, [(caller, b) for b in bindings])
+            answer["bindings"] = self.changes.bound(caller, bindings, outcomes, trace, "http")
         results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
         if commands:
             self.changes.ingest_time(started, "http", "batch")
-        self.changes.batch(caller, commands, results, request.headers.get("traceparent"), "http")
-        answer: dict[str, Any] = {"results": results}
+        self.changes.batch(caller, commands, results, trace, "http")
+        answer["results"] = results
         if beating is not None:
             answer["heartbeats"] = await self.record_heartbeats(beating, beats)
         return JSONResponse(answer)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from starlette.concurrency import run_in_threadpool
@@ -22,7 +22,7 @@ from status import logs
 from status.api import metrics, proto_commands
 from status.api.changes import ChangeLog
 from status.api.deadline import MESSAGE as DEADLINE_MESSAGE
-from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
+from status.api.errors import HTTP_STATUS, status_for, unexpected_error
 from status.api.gate import Gate, heartbeat_caller
 from status.app import commands as c
 from status.app.answers import EventAccepted, EventAnswer, refused
@@ -145,13 +145,19 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
         async def work() -> pb.EventBatchResult:
             started = time.perf_counter()
             caller = self.gate.event_caller_of(_bearer(context))
-            commands, beats = proto_commands.event_batch(request)  # all read first: a refusal applies nothing
+            bindings, commands, beats = proto_commands.event_batch(request)  # all read first: a refusal applies nothing
             beating = heartbeat_caller(caller) if beats else None
+            bound: list[dict[str, Any]] = []
+            if bindings:  # before the events, as on REST
+                outcomes = await run_in_threadpool(self.service.bind_executions, [(caller, b) for b in bindings])
+                bound = self.changes.bound(caller, bindings, outcomes, _trace(context), "grpc")
             results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
             if commands:
                 self.changes.ingest_time(started, "grpc", "batch")
             self.changes.batch(caller, commands, results, _trace(context), "grpc")
             reply = pb.EventBatchResult(results=[convert.result_to_proto(r) for r in results])
+            if bound:
+                reply.bindings.extend(convert.bind_results_to_proto(bound).results)
             if beating is not None:
                 recorded = await run_in_threadpool(self.service.record_heartbeats, beating, beats)
                 self.changes.heartbeats(recorded["results"], "grpc")
@@ -163,9 +169,11 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
     async def BindExecutions(self, request: pb.BindBatch, context: grpc.aio.ServicerContext) -> pb.BindBatchResult:
         async def work() -> pb.BindBatchResult:
             caller = self.gate.event_caller_of(_bearer(context))
-            items = [(caller, command) for command in proto_commands.bind_batch(request)]
-            outcomes = await run_in_threadpool(self.service.bind_executions, items)
-            return convert.bind_results_to_proto(binding_results(outcomes))
+            bindings = proto_commands.bind_batch(request)
+            outcomes = await run_in_threadpool(self.service.bind_executions, [(caller, b) for b in bindings])
+            return convert.bind_results_to_proto(
+                self.changes.bound(caller, bindings, outcomes, _trace(context), "grpc")
+            )
 
         return await self._answer(context, "BindExecutions", work)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 from status.app import commands as c
@@ -185,109 +185,6 @@ class CreateWorkflowIn(Strict):
         )
 
 
-class TemporalActivityIn(Strict):
-    """The Temporal activity an execution runs as: the reconciler asks Temporal about it before STALE."""
-
-    namespace: TemporalName
-    workflow_id: TemporalName
-    run_id: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
-    activity_id: TemporalName
-
-    def command(self) -> c.TemporalActivity:
-        return c.TemporalActivity(self.namespace, self.workflow_id, self.run_id, self.activity_id)
-
-
-class StartedEventIn(Strict):
-    """The execution's STEP_STARTED, committed with the binding (one transaction, one request).
-
-    Idempotent like any event (same eventId, same result); its outcome is the response's
-    ``startedEvent`` (a rejection there leaves the binding in place)."""
-
-    event_id: Key
-    occurred_at: datetime
-    source_seq: Count = 1
-
-    def command(self) -> c.StartedEvent:
-        return c.StartedEvent(self.event_id, utc_instant(self.occurred_at), self.source_seq)
-
-
-class ActivateStepIn(Strict):
-    attempt: int = Field(ge=1, le=10_000)
-    producer_id: Key
-    heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
-    heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
-    temporal_activity: TemporalActivityIn | None = None
-    started_event: StartedEventIn | None = None
-
-
-class RegisterExecutionIn(Strict):
-    client_step_key: Key
-    operation_code: OperationCode
-    producer_id: Key
-    attempt: int = Field(default=1, ge=1, le=10_000)
-    parent_execution_id: Key | None = None
-    display_name: Annotated[str, StringConstraints(max_length=128)] | None = None
-    failure_policy: Literal["FAIL_TASK", "RETRY_THEN_FAIL_TASK", "CONTINUE_WITH_WARNING", "WAIT_FOR_USER"] | None = None
-    heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
-    heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
-    temporal_activity: TemporalActivityIn | None = None
-    started_event: StartedEventIn | None = None
-
-
-class ActivateItemIn(ActivateStepIn):
-    task_id: Key
-    step_id: Key
-
-    def command(self) -> c.ActivateStep:
-        return c.ActivateStep(
-            self.task_id,
-            self.step_id,
-            self.attempt,
-            self.producer_id,
-            self.heartbeat_interval_seconds,
-            self.heartbeat_timeout_seconds,
-            self.temporal_activity.command() if self.temporal_activity else None,
-            self.started_event.command() if self.started_event else None,
-        )
-
-
-class RegisterItemIn(RegisterExecutionIn):
-    task_id: Key
-
-    def command(self) -> c.RegisterExecution:
-        fields = self.model_dump(exclude={"temporal_activity", "started_event"})
-        return c.RegisterExecution(
-            temporal_activity=self.temporal_activity.command() if self.temporal_activity else None,
-            started=self.started_event.command() if self.started_event else None,
-            **fields,
-        )
-
-
-class BindItemIn(Strict):
-    """One binding of a batch: an activation (known step) or a registration (dynamic step)."""
-
-    activate: ActivateItemIn | None = None
-    registration: RegisterItemIn | None = Field(default=None, alias="register")
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> BindItemIn:
-        if (self.activate is None) == (self.registration is None):
-            raise ValueError("an item is either activate or register")
-        return self
-
-    def command(self) -> c.ActivateStep | c.RegisterExecution:
-        if self.activate is not None:
-            return self.activate.command()
-        assert self.registration is not None
-        return self.registration.command()
-
-
-class BindBatchIn(Strict):
-    """Bindings of many executions, committed together (each with its STARTED when given)."""
-
-    items: list[BindItemIn] = Field(min_length=1, max_length=100)
-
-
 class ProgressIn(Strict):
     current: float = Field(ge=0, le=1e15)
     total: float | None = Field(default=None, ge=0, le=1e15)
@@ -423,6 +320,151 @@ class EventIn(Strict):
         )
 
 
+UNBOUND_IDENTITY = "an event sent with its binding is that execution's: it carries no executionHandle"
+
+
+def _unbound_identity(events: list[EventIn]) -> list[EventIn]:
+    if any(event.execution_handle is not None for event in events):
+        raise ValueError(UNBOUND_IDENTITY)
+    return events
+
+
+# An execution's events after its binding (and its STARTED), applied in the binding's transaction
+# in order, each with its own result (docs/architecture.md, "The plugin's sender").
+BoundEvents = Annotated[list[EventIn], Field(max_length=100), AfterValidator(_unbound_identity)]
+
+
+class TemporalActivityIn(Strict):
+    """The Temporal activity an execution runs as: the reconciler asks Temporal about it before STALE."""
+
+    namespace: TemporalName
+    workflow_id: TemporalName
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
+    activity_id: TemporalName
+
+    def command(self) -> c.TemporalActivity:
+        return c.TemporalActivity(self.namespace, self.workflow_id, self.run_id, self.activity_id)
+
+
+class StartedEventIn(Strict):
+    """The execution's STEP_STARTED, committed with the binding (one transaction, one request).
+
+    Idempotent like any event (same eventId, same result); its outcome is the response's
+    ``startedEvent`` (a rejection there leaves the binding in place)."""
+
+    event_id: Key
+    occurred_at: datetime
+    source_seq: Count = 1
+
+    def command(self) -> c.StartedEvent:
+        return c.StartedEvent(self.event_id, utc_instant(self.occurred_at), self.source_seq)
+
+
+class ActivateStepIn(Strict):
+    attempt: int = Field(ge=1, le=10_000)
+    producer_id: Key
+    heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
+    heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
+    temporal_activity: TemporalActivityIn | None = None
+    started_event: StartedEventIn | None = None
+    events: BoundEvents = Field(default_factory=list)
+
+    def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
+        for event in self.events:
+            yield from event.free_form(depth + 2)  # binding → events → event
+
+    def of_step(self, task_id: str, step_id: str) -> c.ActivateStep:
+        return c.ActivateStep(
+            task_id,
+            step_id,
+            self.attempt,
+            self.producer_id,
+            self.heartbeat_interval_seconds,
+            self.heartbeat_timeout_seconds,
+            self.temporal_activity.command() if self.temporal_activity else None,
+            self.started_event.command() if self.started_event else None,
+            tuple(event.command() for event in self.events),
+        )
+
+
+class RegisterExecutionIn(Strict):
+    client_step_key: Key
+    operation_code: OperationCode
+    producer_id: Key
+    attempt: int = Field(default=1, ge=1, le=10_000)
+    parent_execution_id: Key | None = None
+    display_name: Annotated[str, StringConstraints(max_length=128)] | None = None
+    failure_policy: Literal["FAIL_TASK", "RETRY_THEN_FAIL_TASK", "CONTINUE_WITH_WARNING", "WAIT_FOR_USER"] | None = None
+    heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
+    heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
+    temporal_activity: TemporalActivityIn | None = None
+    started_event: StartedEventIn | None = None
+    events: BoundEvents = Field(default_factory=list)
+
+    def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
+        for event in self.events:
+            yield from event.free_form(depth + 2)  # binding → events → event
+
+    def of_task(self, task_id: str) -> c.RegisterExecution:
+        fields = self.model_dump(exclude={"temporal_activity", "started_event", "events", "task_id"})
+        return c.RegisterExecution(
+            task_id=task_id,
+            temporal_activity=self.temporal_activity.command() if self.temporal_activity else None,
+            started=self.started_event.command() if self.started_event else None,
+            events=tuple(event.command() for event in self.events),
+            **fields,
+        )
+
+
+class ActivateItemIn(ActivateStepIn):
+    task_id: Key
+    step_id: Key
+
+    def command(self) -> c.ActivateStep:
+        return self.of_step(self.task_id, self.step_id)
+
+
+class RegisterItemIn(RegisterExecutionIn):
+    task_id: Key
+
+    def command(self) -> c.RegisterExecution:
+        return self.of_task(self.task_id)
+
+
+class BindItemIn(Strict):
+    """One binding of a batch: an activation (known step) or a registration (dynamic step)."""
+
+    activate: ActivateItemIn | None = None
+    registration: RegisterItemIn | None = Field(default=None, alias="register")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> BindItemIn:
+        if (self.activate is None) == (self.registration is None):
+            raise ValueError("an item is either activate or register")
+        return self
+
+    def command(self) -> c.ActivateStep | c.RegisterExecution:
+        if self.activate is not None:
+            return self.activate.command()
+        assert self.registration is not None
+        return self.registration.command()
+
+    def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
+        kind = self.activate if self.activate is not None else self.registration
+        assert kind is not None
+        return kind.free_form(depth + 1)  # item → activate/register
+
+
+class BindBatchIn(Strict):
+    """Bindings of many executions, committed together (each with its STARTED when given)."""
+
+    items: list[BindItemIn] = Field(min_length=1, max_length=100)
+
+    def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
+        for item in self.items:
+            yield from item.free_form(depth + 2)  # batch → items → item
+
+
 class CorrectionIn(Strict):
     """An operator's correction of a task (no stepId) or of one step attempt (an operator's command, design D6)."""
 
@@ -471,26 +513,35 @@ class HeartbeatBatchIn(Strict):
 
 
 class EventBatchIn(Strict):
-    """Events, one result each; with ``heartbeats``, the worker's due heartbeats ride in the same
-    request (recorded after the events, answered as ``task-heartbeats:batch`` would)."""
+    """Events, one result each; with ``bindings``, executions bound first (each with its own events,
+    answered as ``executions:bind`` would), so a worker's pass is one request; with
+    ``heartbeats``, the worker's due heartbeats ride in the same request (recorded after the
+    events, answered as ``task-heartbeats:batch`` would)."""
 
+    bindings: list[BindItemIn] = Field(default_factory=list, max_length=100)
     events: list[EventIn] = Field(default_factory=list, max_length=500)
     heartbeats: list[HeartbeatIn] = Field(default_factory=list, max_length=2000)
 
     @model_validator(mode="after")
     def _something(self) -> EventBatchIn:
-        if not self.events and not self.heartbeats:
-            raise ValueError("a batch carries events, heartbeats or both")
+        if not self.events and not self.heartbeats and not self.bindings:
+            raise ValueError("a batch carries bindings, events, heartbeats or some of them")
         return self
 
     def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
+        for item in self.bindings:
+            yield from item.free_form(depth + 2)  # batch → bindings → item
         for event in self.events:
             yield from event.free_form(depth + 2)  # batch → events → event
 
-    def commands(self) -> tuple[list[c.ReportEvent], list[c.Heartbeat]]:
-        """Every event and riding heartbeat as its command, or the request's refusal (an instant
-        out of range, say): all of it is parsed before any of it is applied."""
-        return [e.command() for e in self.events], [h.command() for h in self.heartbeats]
+    def commands(self) -> tuple[list[c.ActivateStep | c.RegisterExecution], list[c.ReportEvent], list[c.Heartbeat]]:
+        """Every binding, event and riding heartbeat as its command, or the request's refusal (an
+        instant out of range, say): all of it is parsed before any of it is applied."""
+        return (
+            [b.command() for b in self.bindings],
+            [e.command() for e in self.events],
+            [h.command() for h in self.heartbeats],
+        )
 
 
 class ClassifyIn(Strict):

@@ -170,7 +170,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
     (
         "post",
         "/internal/v1/tasks/{taskId}/steps/{stepId}:activate",
-        "Activate attempt N of a known step; with startedEvent, its STEP_STARTED commits with it",
+        "Activate attempt N of a known step; its startedEvent and further events commit with it",
         m.ActivateStepIn,
         "service",
         "201",
@@ -178,7 +178,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
     (
         "post",
         "/internal/v1/tasks/{taskId}/executions:register",
-        "Register a dynamic execution; with startedEvent, its STEP_STARTED commits with it",
+        "Register a dynamic execution; its startedEvent and further events commit with it",
         m.RegisterExecutionIn,
         "service",
         "201",
@@ -186,7 +186,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
     (
         "post",
         "/internal/v1/executions:bind",
-        "Bind many executions (activations, registrations; each with its STARTED) in one transaction",
+        "Bind many executions (activations, registrations; each with its events) in one transaction",
         m.BindBatchIn,
         "execution",
         "200",
@@ -195,8 +195,10 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
     (
         "post",
         "/internal/v1/task-events:batch",
-        "Report many events, one result each; optional `heartbeats` (service token with WORKER) are"
-        " recorded after them and answered under `heartbeats` as task-heartbeats:batch answers",
+        "Report many events, one result each; optional `bindings` are bound first, each with its own"
+        " events, and answered under `bindings` as executions:bind answers; optional `heartbeats`"
+        " (service token with WORKER) are recorded after them and answered under `heartbeats` as"
+        " task-heartbeats:batch answers",
         m.EventBatchIn,
         "execution",
         "200",

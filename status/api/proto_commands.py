@@ -22,6 +22,7 @@ from task_status_wire import task_events_pb2 as pb
 
 from status.api.gate import check_storable, refusal
 from status.api.models import (
+    UNBOUND_IDENTITY,
     ActivateItemIn,
     BindBatchIn,
     DataIn,
@@ -67,17 +68,17 @@ class _Fields:
             raise refusal(exc, at + where) from exc
 
 
-def _length(model: type[BaseModel], name: str) -> Callable[[Sequence[Any]], None]:
+def _length(model: type[BaseModel], name: str) -> Callable[..., None]:
     """A check of how many items a list field of ``model`` holds, worded as REST words it (the
     items themselves are read one by one, by their own fields)."""
     bounds = [m for m in model.model_fields[name].metadata if isinstance(m, MinLen | MaxLen)]
     validate = TypeAdapter(Annotated[list[Any], *bounds]).validator.validate_python
 
-    def check(items: Sequence[Any]) -> None:
+    def check(items: Sequence[Any], at: str = "") -> None:
         try:
             validate([None] * len(items))
         except ValidationError as exc:
-            raise refusal(exc, name) from exc
+            raise refusal(exc, at + name) from exc
 
     return check
 
@@ -95,6 +96,8 @@ _REGISTER = _Fields(RegisterItemIn)
 _TEMPORAL = _Fields(TemporalActivityIn)
 _STARTED = _Fields(StartedEventIn)
 _BIND_ITEMS = _length(BindBatchIn, "items")
+_BATCH_BINDINGS = _length(EventBatchIn, "bindings")
+_BOUND_EVENTS = _length(ActivateItemIn, "events")
 
 
 def report_event(msg: pb.Event, at: str = "") -> c.ReportEvent:
@@ -218,15 +221,19 @@ def _heartbeat(msg: pb.Heartbeat, at: str) -> c.Heartbeat:
     )
 
 
-def event_batch(msg: pb.EventBatch) -> tuple[list[c.ReportEvent], list[c.Heartbeat]]:
-    """Every event and riding heartbeat as its command, or the request's refusal: all of it is
-    read before any of it is applied (as ``EventBatchIn.commands``)."""
+def event_batch(
+    msg: pb.EventBatch,
+) -> tuple[list[c.ActivateStep | c.RegisterExecution], list[c.ReportEvent], list[c.Heartbeat]]:
+    """Every binding, event and riding heartbeat as its command, or the request's refusal: all of
+    it is read before any of it is applied (as ``EventBatchIn.commands``)."""
+    _BATCH_BINDINGS(msg.bindings)
     _BATCH_EVENTS(msg.events)
     _BATCH_HEARTBEATS(msg.heartbeats)
-    if not msg.events and not msg.heartbeats:  # EventBatchIn's own rule, in its words
-        raise Invalid("(body): Value error, a batch carries events, heartbeats or both")
+    if not msg.events and not msg.heartbeats and not msg.bindings:  # EventBatchIn's own rule, in its words
+        raise Invalid("(body): Value error, a batch carries bindings, events, heartbeats or some of them")
+    bindings = _bindings(msg.bindings, "bindings")
     events = [report_event(e, f"events.{i}.") for i, e in enumerate(msg.events)]
-    return events, [_heartbeat(h, f"heartbeats.{i}.") for i, h in enumerate(msg.heartbeats)]
+    return bindings, events, [_heartbeat(h, f"heartbeats.{i}.") for i, h in enumerate(msg.heartbeats)]
 
 
 def heartbeat_batch(msg: pb.HeartbeatBatch) -> list[c.Heartbeat]:
@@ -237,15 +244,19 @@ def heartbeat_batch(msg: pb.HeartbeatBatch) -> list[c.Heartbeat]:
 def bind_batch(msg: pb.BindBatch) -> list[c.ActivateStep | c.RegisterExecution]:
     """Every binding as REST's ``BindItemIn.command()`` gives it, or the request's refusal."""
     _BIND_ITEMS(msg.items)
+    return _bindings(msg.items, "items")
+
+
+def _bindings(items: Sequence[pb.BindItem], name: str) -> list[c.ActivateStep | c.RegisterExecution]:
     commands: list[c.ActivateStep | c.RegisterExecution] = []
-    for i, item in enumerate(msg.items):
+    for i, item in enumerate(items):
         kind = item.WhichOneof("kind")
         if kind == "activate":
-            commands.append(_activation(item.activate, f"items.{i}.activate."))
+            commands.append(_activation(item.activate, f"{name}.{i}.activate."))
         elif kind == "register":
-            commands.append(_registration(item.register, f"items.{i}.register."))
+            commands.append(_registration(item.register, f"{name}.{i}.register."))
         else:
-            raise Invalid(f"items.{i}: Value error, an item is either activate or register")
+            raise Invalid(f"{name}.{i}: Value error, an item is either activate or register")
     return commands
 
 
@@ -287,6 +298,7 @@ def _activation(msg: pb.Activation, at: str) -> c.ActivateStep:
         heartbeat_timeout_seconds=sent.optional("heartbeat_timeout_seconds", "heartbeatTimeoutSeconds"),
         temporal_activity=sent.nested("temporal_activity", _temporal_activity),
         started=sent.nested("started_event", _started_event),
+        events=_bound_events(msg.events, at),
         task_id=sent.required("task_id", "taskId"),
         step_id=sent.required("step_id", "stepId"),
     )
@@ -306,8 +318,18 @@ def _registration(msg: pb.Registration, at: str) -> c.RegisterExecution:
         heartbeat_timeout_seconds=sent.optional("heartbeat_timeout_seconds", "heartbeatTimeoutSeconds"),
         temporal_activity=sent.nested("temporal_activity", _temporal_activity),
         started=sent.nested("started_event", _started_event),
+        events=_bound_events(msg.events, at),
         task_id=sent.required("task_id", "taskId"),
     )
+
+
+def _bound_events(events: Sequence[pb.Event], at: str) -> tuple[c.ReportEvent, ...]:
+    """A binding's own events, as ``BoundEvents`` reads them (none names an execution handle)."""
+    _BOUND_EVENTS(events, at)
+    commands = tuple(report_event(e, f"{at}events.{i}.") for i, e in enumerate(events))
+    if any(cmd.execution_handle is not None for cmd in commands):
+        raise Invalid(f"{at}events: Value error, {UNBOUND_IDENTITY}")
+    return commands
 
 
 def _temporal_activity(msg: pb.TemporalActivity, at: str) -> c.TemporalActivity:

@@ -79,6 +79,9 @@ class StartedEvent:
     def __post_init__(self) -> None:
         object.__setattr__(self, "occurred_at", naive_utc(self.occurred_at))
 
+    def as_event(self) -> ReportEvent:
+        return ReportEvent(self.event_id, "STEP_STARTED", self.source_seq, self.occurred_at)
+
 
 @dataclass(frozen=True)
 class ActivateStep:
@@ -90,6 +93,9 @@ class ActivateStep:
     heartbeat_timeout_seconds: int | None = None
     temporal_activity: TemporalActivity | None = None
     started: StartedEvent | None = None
+    # The execution's further events, applied after the binding (and its STARTED) in the same
+    # transaction: a worker's short activity reported in one request (docs/architecture.md).
+    events: tuple[ReportEvent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,9 @@ class RegisterExecution:
     heartbeat_timeout_seconds: int | None = None
     temporal_activity: TemporalActivity | None = None
     started: StartedEvent | None = None
+    # The execution's further events, applied after the binding (and its STARTED) in the same
+    # transaction: a worker's short activity reported in one request (docs/architecture.md).
+    events: tuple[ReportEvent, ...] = ()
 
 
 @dataclass(frozen=True)

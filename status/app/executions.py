@@ -60,9 +60,13 @@ class ExecutionContext:
     expires_at: datetime
     # The outcome of the STEP_STARTED sent with the binding: its result, or its rejection.
     started: EventAnswer | None = None
+    # The outcomes of the further events sent with the binding, in their order.
+    events: tuple[EventAnswer, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        started = {"startedEvent": self.started} if self.started is not None else {}
+        started: dict[str, Any] = {"startedEvent": self.started} if self.started is not None else {}
+        if self.events:
+            started["events"] = list(self.events)
         return started | {
             "workflowId": self.workflow_id,
             "taskId": self.task_id,
@@ -151,6 +155,7 @@ class ExecutionCommands:
             now = self.ctx.now()
             group = Group()
             probe = {(caller.tenant_id, cmd.started.event_id) for caller, cmd in items if cmd.started is not None}
+            probe.update((caller.tenant_id, event.event_id) for caller, cmd in items for event in cmd.events)
             self.events.prepare(uow, group, sorted({cmd.task_id for _, cmd in items}), probe)
             staged: list[Staged | DomainError] = []
             for (caller, cmd), owner in zip(items, checked, strict=True):
@@ -240,7 +245,7 @@ class ExecutionCommands:
         placed, existing, current = decided.placement, decided.placement.existing, attempts[-1]
         if decided.rebind:
             assert existing is not None
-            return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow, group=group), None
+            return self._bound(task, existing, view, cmd, created=False, now=now, uow=uow, group=group), None
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         op = operation(defs, current.operation_code, task.task_type, current.operation_definition_version)
         op.check_producer(cmd.producer_id)
@@ -313,7 +318,7 @@ class ExecutionCommands:
             task,
             step,
             view,
-            cmd.started,
+            cmd,
             created=True,
             now=now,
             uow=uow,
@@ -354,7 +359,7 @@ class ExecutionCommands:
         steps = list(view.steps.attempts.values())
         existing = registered_before(steps, cmd)
         if existing is not None:
-            return self._bound(task, existing, view, cmd.started, created=False, now=now, uow=uow, group=group), None
+            return self._bound(task, existing, view, cmd, created=False, now=now, uow=uow, group=group), None
         defs = self.ctx.definitions_for(uow, task.tenant_id, task.authority_scope)
         decided = decide_registration(
             task,
@@ -394,7 +399,7 @@ class ExecutionCommands:
             task,
             step,
             view,
-            cmd.started,
+            cmd,
             created=True,
             now=now,
             uow=uow,
@@ -408,7 +413,7 @@ class ExecutionCommands:
         task: TaskState,
         step: StepState,
         view: TaskView,
-        started: c.StartedEvent | None,
+        cmd: c.ActivateStep | c.RegisterExecution,
         *,
         created: bool,
         now: datetime,
@@ -417,8 +422,9 @@ class ExecutionCommands:
         messages: Callable[[], list[Message]] | None = None,
         keep: bool = False,
     ) -> Bound:
-        """The execution's context; with ``started``, its STEP_STARTED applied in the same transaction
-        (one commit for a step change instead of two; the event keeps its own idempotency).
+        """The execution's context; with ``cmd.started``, its STEP_STARTED applied in the same
+        transaction (one commit for a step change instead of two; the event keeps its own
+        idempotency), then ``cmd.events`` in order, each with its own answer.
 
         ``messages``: builds the binding's own messages, called only when they go out. When the
         STARTED lands in the same transaction its messages carry the newer full state of the same
@@ -428,24 +434,30 @@ class ExecutionCommands:
         group = group if group is not None else Group()
         context, claims, handle = self._context(task, step, now=now, created=created)
         result: EventAnswer | None = None
-        if messages and (started is None or keep):
+        if messages and (cmd.started is None or keep):
             group.outbox += messages()  # ahead of the STARTED's: a channel's messages go in version order
             messages = None
-        if started is not None:
-            event = c.ReportEvent(
-                event_id=started.event_id,
-                event_type="STEP_STARTED",
-                source_seq=started.source_seq,
-                occurred_at=started.occurred_at,
-            )
-            outcome = self.events.apply_in(uow, group, claims, event, view)
-            result = refused(event.event_id, outcome) if isinstance(outcome, DomainError) else outcome
-            view = group.views.get(task.task_id, view)
+        if cmd.started is not None:
+            result, view = self._apply_riding(uow, group, claims, cmd.started.as_event(), view)
         if messages and not (result is not None and result["accepted"] and not result["duplicate"]):
             group.outbox += messages()  # the STARTED wrote nothing: the binding's own messages go
-        if result is not None:
-            context = replace(context, started=result)
-        return Bound(context, handle, view if created or started is not None else None)
+        answers: list[EventAnswer] = []
+        for event in cmd.events:
+            answer, view = self._apply_riding(uow, group, claims, event, view)
+            answers.append(answer)
+        if result is not None or answers:
+            context = replace(context, started=result, events=tuple(answers))
+        changed = created or cmd.started is not None or bool(cmd.events)
+        return Bound(context, handle, view if changed else None)
+
+    def _apply_riding(
+        self, uow: UnitOfWork, group: Group, claims: ExecutionClaims, event: c.ReportEvent, view: TaskView
+    ) -> tuple[EventAnswer, TaskView]:
+        """An event sent with its execution's binding, applied as its handle would have it; its
+        answer, and the task's view after it."""
+        outcome = self.events.apply_in(uow, group, claims, event, view)
+        answer = refused(event.event_id, outcome) if isinstance(outcome, DomainError) else outcome
+        return answer, group.views.get(view.task.task_id, view)
 
     def _context(
         self, task: TaskState, step: StepState, *, created: bool, now: datetime

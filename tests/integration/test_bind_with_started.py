@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from status.app import commands as c
 from status.app.service import StatusService
 from status.domain.auth import ServicePrincipal
+from status.domain.model import Progress
 from status.infra import tables as t
 from tests.support.factories import activate, create_task, event, now
 from tests.support.flows import now_iso
@@ -293,3 +294,83 @@ def test_a_poison_binding_does_not_take_its_neighbours_down(
     # Nothing of the failed group stayed behind: the neighbours are bound once (a replay is idempotent).
     again = service.bind_executions(items)
     assert [o.created for o in again if not isinstance(o, BaseException)] == [False, True, False]
+
+
+def test_a_binding_carries_its_executions_events_in_its_one_commit(
+    service: StatusService, coordinator: ServicePrincipal, commits: list[int]
+) -> None:
+    """A short activity's whole report — binding, STARTED, progress, ending — is one transaction,
+    each event answered for itself, in order, gap-free."""
+    task_id = create_task(service, coordinator)
+    riding = (event("STEP_PROGRESS", 2, progress=Progress(1, 2, "page")), event("STEP_COMPLETED", 3))
+    commits.clear()
+    ctx = activate(service, coordinator, task_id, started=_started(), events=riding)
+    assert len(commits) == 1
+    assert ctx.started is not None and [a["accepted"] for a in ctx.events] == [True, True]
+    versions = [int(ctx.started["taskVersion"]), *(int(a["taskVersion"]) for a in ctx.events)]
+    assert versions == [ctx.task_version + 1, ctx.task_version + 2, ctx.task_version + 3]
+    assert [a["lifecycleStatus"] for a in ctx.events] == ["RUNNING", "SUCCEEDED"]
+    # Sent again (a lost answer): the same execution, every event a duplicate, nothing new.
+    again = activate(service, coordinator, task_id, started=_started(ctx.started["eventId"]), events=riding)
+    assert again.execution_id == ctx.execution_id and all(a["duplicate"] for a in again.events)
+    # A refusal is that event's own: the binding and the events before it stand.
+    other = create_task(service, coordinator)
+    mixed = (event("STEP_PROGRESS", 2), event("TASK_COMPLETED", 3), event("STEP_FAILED", 1, error=_error()))
+    refused = activate(service, coordinator, other, started=_started(), events=mixed)
+    assert [a["accepted"] for a in refused.events] == [True, False, False]
+    assert refused.events[1]["error"]["code"] == "EVENT_TYPE_NOT_ALLOWED"  # not an execution's event
+    assert refused.events[2]["error"]["code"] == "SOURCE_SEQ_REGRESSION"  # older than what was applied
+    assert refused.started is not None and refused.started["accepted"]
+
+
+def test_a_pass_of_a_worker_is_one_request(http: Any) -> None:
+    """Bindings with their events, then the events of executions bound before, in one events batch;
+    each answered as its own call would be."""
+    from tests.support.flows import activate as activate_http
+    from tests.support.flows import create_workflow, event_body
+
+    tasks = [create_workflow(http)["tasks"][0]["taskId"] for _ in range(2)]
+    earlier = activate_http(http, tasks[1])
+    short = {
+        "taskId": tasks[0],
+        "stepId": "02_parse",
+        "attempt": 1,
+        "producerId": "document-parser",
+        "startedEvent": _started_json(),
+        "events": [event_body("STEP_COMPLETED", 2)],
+    }
+    body = {
+        "bindings": [{"activate": short}, _bind_item(tasks[0], "no_such_step", _started_json())],
+        "events": [event_body("STEP_STARTED", 1, executionHandle=earlier["executionHandle"])],
+    }
+    worker = http.auth(http.service_token("document-parser", "WORKER", "COORDINATOR"))  # a plugin's credential
+    answer = http.client.post("/internal/v1/task-events:batch", json=body, headers=worker)
+    assert answer.status_code == 200, answer.text
+    bound, unknown = answer.json()["bindings"]
+    assert bound["status"] == 201 and bound["startedEvent"]["accepted"]
+    assert [e["lifecycleStatus"] for e in bound["events"]] == ["SUCCEEDED"]
+    assert unknown["status"] == 404 and unknown["error"]["code"] == "UNKNOWN_STEP"
+    assert [r["lifecycleStatus"] for r in answer.json()["results"]] == ["RUNNING"]
+    steps = {
+        task_id: {
+            s["stepId"]: s["lifecycleStatus"]
+            for s in http.client.get(f"/api/tasks/{task_id}", headers=http.user("user-1")).json()["steps"]
+        }
+        for task_id in tasks
+    }
+    assert steps[tasks[0]]["02_parse"] == "SUCCEEDED" and steps[tasks[1]]["02_parse"] == "RUNNING"
+    # An event sent with its binding names no handle (the binding says whose it is): the whole
+    # request is refused, nothing applied.
+    third = create_workflow(http)["tasks"][0]["taskId"]
+    wrong = {
+        **short,
+        "taskId": third,
+        "events": [event_body("STEP_COMPLETED", 2, executionHandle=earlier["executionHandle"])],
+    }
+    refused = http.client.post(
+        "/internal/v1/task-events:batch", json={"bindings": [{"activate": wrong}]}, headers=worker
+    )
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "VALIDATION_FAILED"
+    assert "bindings.0.activate.events" in refused.json()["error"]["message"]
+    snapshot = http.client.get(f"/api/tasks/{third}", headers=http.user("user-1")).json()
+    assert {s["stepId"]: s["lifecycleStatus"] for s in snapshot["steps"]}["02_parse"] == "PENDING"

@@ -380,6 +380,62 @@ async def test_bindings_over_grpc_answer_as_rest_executions_bind(http: Http, stu
     assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
+async def test_a_pass_over_grpc_binds_with_the_events_and_answers_as_rest(
+    http: Http, stub: pb_grpc.TaskEventsStub
+) -> None:
+    """ReportEvents with bindings: each bound first with its own events, then the batch's events,
+    each answered as the same request over REST answers it."""
+    credential = http.service_token("document-parser", "COORDINATOR", "WORKER")
+    answers = []
+    for over in ("grpc", "rest"):
+        tasks = [create_workflow(http)["tasks"][0]["taskId"] for _ in range(2)]
+        earlier = activate(http, tasks[1])
+        short = {
+            "taskId": tasks[0],
+            "stepId": "02_parse",
+            "attempt": 1,
+            "producerId": "document-parser",
+            "startedEvent": {"eventId": f"evt-{uuid.uuid4().hex}", "occurredAt": datetime.now(UTC).isoformat()},
+            "events": [_body("STEP_PROGRESS", 2, progress={"current": 1}), _body("STEP_COMPLETED", 3)],
+        }
+        body = {
+            "bindings": [{"activate": short}, {"activate": {**short, "stepId": "99_missing", "events": []}}],
+            "events": [_body("STEP_STARTED", 1, executionHandle=earlier["executionHandle"])],
+        }
+        if over == "grpc":
+            reply = await stub.ReportEvents(
+                pb.EventBatch(
+                    bindings=convert.bind_items_from_json(body["bindings"]),
+                    events=[convert.event_from_json(e) for e in body["events"]],
+                ),
+                metadata=_meta(credential),
+            )
+            bound = [convert.bind_result_to_json(r) for r in reply.bindings]
+            results = [convert.result_to_json(r) for r in reply.results]
+        else:
+            response = http.client.post("/internal/v1/task-events:batch", json=body, headers=http.auth(credential))
+            assert response.status_code == 200, response.text
+            bound, results = response.json()["bindings"], response.json()["results"]
+        assert [b["status"] for b in bound] == [201, 404]
+        assert [e["lifecycleStatus"] for e in bound[0]["events"]] == ["RUNNING", "SUCCEEDED"]
+        assert [r["lifecycleStatus"] for r in results] == ["RUNNING"]
+        answers.append([_outline(b) for b in bound] + [_outline(r) for r in results])
+    assert answers[0] == answers[1]
+
+
+def _outline(answer: dict[str, Any]) -> Any:
+    """What an answer decided, without the ids and times of its own call."""
+    if "status" not in answer:  # an event's
+        return answer["accepted"], answer.get("lifecycleStatus"), (answer.get("error") or {}).get("code")
+    started = answer.get("startedEvent")
+    return (
+        answer["status"],
+        (answer.get("error") or {}).get("code"),
+        None if started is None else _outline(started),
+        [_outline(e) for e in answer.get("events", [])],
+    )
+
+
 async def test_a_batch_refused_for_its_riding_heartbeat_commits_none_of_its_events_over_grpc(
     http: Http, stub: pb_grpc.TaskEventsStub
 ) -> None:

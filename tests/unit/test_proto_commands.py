@@ -170,6 +170,7 @@ def _grpc_batch(body: dict[str, Any]) -> Any:
     msg = pb.EventBatch(
         events=[convert.event_from_json(e) for e in body.get("events", [])],
         heartbeats=[convert.heartbeat_from_json(h) for h in body.get("heartbeats", [])],
+        bindings=convert.bind_items_from_json(body.get("bindings", [])),
     )
     return _outcome(lambda: proto_commands.event_batch(msg))
 
@@ -311,6 +312,11 @@ REGISTER = {
 }
 
 
+# Events sent with their binding: an event's body without its execution handle.
+RIDING = MINIMAL | {"eventId": "e-done", "eventType": "STEP_COMPLETED", "sourceSeq": 3}
+FULL_RIDING = {k: v for k, v in FULL.items() if k != "executionHandle"}
+
+
 def _rest_bind(body: dict[str, Any]) -> Any:
     return _outcome(lambda: [item.command() for item in parse_body(json.dumps(body).encode(), BindBatchIn).items])
 
@@ -327,8 +333,9 @@ def _grpc_bind(body: dict[str, Any]) -> Any:
         [{"activate": {"taskId": "t", "stepId": "s", "attempt": 1, "producerId": "p"}}],
         [{"register": {"taskId": "t", "clientStepKey": "k", "operationCode": "OP", "producerId": "p"}}],
         [{"activate": ACTIVATE}, {"register": REGISTER}] * 3,
+        [{"activate": ACTIVATE | {"events": [RIDING, FULL_RIDING]}}, {"register": REGISTER | {"events": [RIDING]}}],
     ],
-    ids=["activate", "register", "activate-minimal", "register-minimal", "mixed"],
+    ids=["activate", "register", "activate-minimal", "register-minimal", "mixed", "with-events"],
 )
 def test_bindings_are_the_same_commands_either_way(items: list[dict[str, Any]]) -> None:
     rest = _rest_bind({"items": items})
@@ -352,6 +359,10 @@ BIND_MISTAKES = [
     {"register": REGISTER | {"displayName": "d" * 129}},
     {"register": REGISTER | {"attempt": 10_001}},
     {"register": {k: v for k, v in REGISTER.items() if k != "clientStepKey"}},
+    {"activate": ACTIVATE | {"events": [RIDING | {"executionHandle": "h-123456789"}]}},
+    {"activate": ACTIVATE | {"events": [RIDING, RIDING | {"sourceSeq": -1}]}},
+    {"register": REGISTER | {"events": [RIDING | {"progress": {"current": -1.0}}]}},
+    {"register": REGISTER | {"events": [RIDING] * 101}},
     {},
 ]
 
@@ -377,3 +388,37 @@ def test_a_bind_batch_empty_or_too_long_is_the_same_refusal_either_way() -> None
         assert rest.code is ErrorCode.VALIDATION_FAILED
         assert _grpc_bind({"items": items}) == rest
     assert not isinstance(_grpc_bind({"items": [{"activate": ACTIVATE}] * 100}), Refused)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"bindings": [{"activate": ACTIVATE | {"events": [RIDING]}}]},
+        {"bindings": [{"register": REGISTER}], "events": [FULL], "heartbeats": [BEAT]},
+    ],
+    ids=["bindings", "all"],
+)
+def test_a_batch_with_bindings_is_the_same_commands_either_way(body: dict[str, Any]) -> None:
+    rest = _rest_batch(body)
+    assert not isinstance(rest, Refused), rest
+    assert rest[0] and rest[0][0].events == tuple(e.command() for e in _events_of(body))
+    assert _grpc_batch(body) == rest
+
+
+def _events_of(body: dict[str, Any]) -> list[Any]:
+    item = body["bindings"][0]
+    return [
+        parse_body(json.dumps(e).encode(), EventIn)
+        for e in (item.get("activate") or item["register"]).get("events", [])
+    ]
+
+
+def test_a_mistake_in_a_batchs_binding_names_its_place_either_way() -> None:
+    for body in (
+        {"bindings": [{"activate": ACTIVATE}, {"register": REGISTER | {"events": [RIDING | {"sourceSeq": -1}]}}]},
+        {"bindings": [{"activate": ACTIVATE}] * 101},
+    ):
+        rest = _rest_batch(body)
+        assert isinstance(rest, Refused) and rest.code is ErrorCode.VALIDATION_FAILED
+        assert rest.message.startswith("bindings")
+        assert _grpc_batch(body) == rest

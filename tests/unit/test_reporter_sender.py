@@ -14,17 +14,21 @@ from typing import Any
 from task_status_interceptors._context import StepBinding
 from task_status_interceptors._outbox import Outbox
 from task_status_interceptors._reporter import Reporter, ReporterConfig
-from task_status_interceptors._transport import TransportError
+from task_status_interceptors._transport import BatchRefused, TransportError
 
 
 class Service:
-    """A transport stand-in: binds every execution (its STARTED with it), takes events unless told
-    to fail the next request or to refuse an event id for good; records what it accepted."""
+    """A transport stand-in: binds every execution (the events sent with it too), takes events
+    unless told to fail the next request or to refuse an event id for good; records what it
+    accepted. ``passes`` False: a service from before bindings rode in the events batch."""
 
     def __init__(self) -> None:
         self.accepted: list[str] = []
         self.bind_requests: list[int] = []  # items per bindings request
         self.event_requests: list[int] = []  # events per events request
+        self.pass_requests: list[tuple[int, int]] = []  # (bindings, events with a handle) per pass
+        self.passes = True
+        self.bound = 0
         self.fail_next = 0
         self.refuse: set[str] = set()
         self.got: dict[str, threading.Event] = {}
@@ -45,30 +49,52 @@ class Service:
             self.fail_next -= 1
             raise TransportError("HTTP 503: unavailable")
         self.event_requests.append(len(body))
-        results: list[dict[str, Any]] = []
-        for event in body:
-            if event["eventId"] in self.refuse:
-                results.append({"accepted": False, "error": {"code": "UNKNOWN_STEP", "message": "no such step"}})
-            else:
-                self._accept(event["eventId"])
-                results.append({"accepted": True})
+        results = self._decide(body)
         return results, [{"accepted": True, "reason": None} for _ in beats or ()] if beats else None
+
+    def report_pass(
+        self, bindings: list[dict[str, Any]], body: list[dict[str, Any]], beats: list[dict[str, Any]]
+    ) -> tuple[list[tuple[int, Any]] | None, list[dict[str, Any]], list[dict[str, Any]] | None]:
+        if not self.passes:
+            raise BatchRefused("HTTP 422: bindings: Extra inputs are not permitted")
+        if self.fail_next:
+            self.fail_next -= 1
+            raise TransportError("HTTP 503: unavailable")
+        self.pass_requests.append((len(bindings), len(body)))
+        answers = self._bind(bindings)
+        return answers, self._decide(body), [{"accepted": True, "reason": None} for _ in beats] if beats else None
 
     def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         return [{"accepted": True, "reason": None} for _ in beats]
 
     def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
         self.bind_requests.append(len(items))
+        return self._bind(items)
+
+    def _bind(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]]:
         answers: list[tuple[int, Any]] = []
-        for i, item in enumerate(items):
+        for item in items:
             (body,) = item.values()
+            self.bound += 1
+            answer: dict[str, Any] = {"executionHandle": f"handle-{self.bound}", "executionId": f"exe-{self.bound}"}
             started = body.get("startedEvent")
             if started is not None:
                 self._accept(started["eventId"])
-            answers.append(
-                (200, {"executionHandle": f"handle-{i}", "executionId": f"exe-{i}", "startedEvent": {"accepted": True}})
-            )
+                answer["startedEvent"] = {"accepted": True}
+            if "events" in body:
+                answer["events"] = self._decide(body["events"])
+            answers.append((200, answer))
         return answers
+
+    def _decide(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        for event in events:
+            if event["eventId"] in self.refuse:
+                results.append({"accepted": False, "error": {"code": "UNKNOWN_STEP", "message": "no such step"}})
+            else:
+                self._accept(event["eventId"])
+                results.append({"accepted": True})
+        return results
 
     def close(self) -> None:
         pass
@@ -161,18 +187,56 @@ async def test_reports_an_operator_queues_again_are_sent_by_the_running_worker(t
         await reporter.stop()
 
 
-async def test_a_burst_of_reports_goes_in_one_transaction_and_one_request_of_each_kind(tmp_path: Path) -> None:
+async def test_a_burst_of_reports_goes_in_one_transaction_and_one_request(tmp_path: Path) -> None:
     reporter, service = await _started(tmp_path, heartbeat_interval=3600, write_interval=1.0)
     try:
         first = _activity(reporter, 0)
         await _arrived(service, first[-1])  # written at once: nothing was written before it
+        service.pass_requests.clear()
+        burst = [event_id for n in range(1, 21) for event_id in _activity(reporter, n)]
+        await _arrived(service, burst[-1])
+        assert service.pass_requests == [(20, 0)]  # every execution bound with all its events
+        assert service.bind_requests == service.event_requests == []
+        assert set(service.accepted) == set(first + burst)
+        await reporter.drained(10)
+        assert reporter.pending_events() == 0 and reporter.delivered == 63
+    finally:
+        await reporter.stop()
+
+
+async def test_a_pass_binds_new_executions_and_sends_the_bound_ones_events_in_one_request(tmp_path: Path) -> None:
+    reporter, service = await _started(tmp_path, heartbeat_interval=3600)
+    try:
+        running = reporter.begin("run-r/a/1", StepBinding("tsk", "long"), 1)
+        await _arrived(service, "run-r/a/1:1:STEP_STARTED")
+        await reporter.drained(10)
+        service.pass_requests.clear()
+        with reporter.outbox._db_lock:  # the file is busy: the next reports go in one transaction
+            running.progress(1, 2, "page")
+            sent = _activity(reporter, 1)
+            service.refuse.add(sent[1])  # refused for good, as its own event
+        await _arrived(service, sent[-1])
+        await reporter.drained(10)
+        assert service.pass_requests == [(1, 1)]
+        assert reporter.pending_events() == 0 and reporter.dropped == 1
+        assert sent[1] not in service.accepted and "run-r/a/1:2:STEP_PROGRESS" in service.accepted
+    finally:
+        await reporter.stop()
+
+
+async def test_a_service_without_bindings_in_its_batch_gets_them_apart_and_loses_nothing(tmp_path: Path) -> None:
+    reporter, service = await _started(tmp_path, heartbeat_interval=3600, write_interval=1.0)
+    service.passes = False
+    try:
+        first = _activity(reporter, 0)
+        await _arrived(service, first[-1])
         service.bind_requests.clear()
         service.event_requests.clear()
         burst = [event_id for n in range(1, 21) for event_id in _activity(reporter, n)]
         await _arrived(service, burst[-1])
         assert service.bind_requests == [20]  # every execution bound (with its STARTED) in one request
         assert service.event_requests == [40]  # their progress and endings in one more
-        assert set(service.accepted) == set(first + burst)
+        assert _per_execution(service.accepted) == _per_execution(first + burst)
     finally:
         await reporter.stop()
 

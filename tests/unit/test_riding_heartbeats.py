@@ -32,6 +32,15 @@ class OlderService:
             raise BatchRefused("HTTP 422: unknown field heartbeats")
         return [{"accepted": True} for _ in body], None
 
+    def report_pass(
+        self, bindings: list[dict[str, Any]], body: list[dict[str, Any]], beats: list[dict[str, Any]]
+    ) -> tuple[list[tuple[int, Any]] | None, list[dict[str, Any]], list[dict[str, Any]] | None]:
+        """Older still than bindings in the events batch: refused (REST) or not answered for (gRPC)."""
+        if self.refuses or not body:
+            raise BatchRefused("HTTP 422: unknown field bindings")
+        results, _ = self.report_events(body, beats)
+        return None, results, None
+
     def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         self.rounds.append(beats)
         return [{"accepted": True, "reason": None} for _ in beats]
