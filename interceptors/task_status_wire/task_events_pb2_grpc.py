@@ -74,7 +74,8 @@ class TaskEventsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportEvents(self, request, context):
-        """Many events; one result per item, in order (rejections inside the results).
+        """Many events; one result per item, in order (rejections inside the results). With bindings,
+        those are bound first (each with its own events), answered as BindExecutions answers.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -89,7 +90,7 @@ class TaskEventsServicer:
 
     def BindExecutions(self, request, context):
         """REST's executions:bind: activations of known steps and registrations of dynamic ones, each
-        with its STEP_STARTED when given, in one transaction; one result per item, carrying the HTTP
+        with its STEP_STARTED and later events when given, in one transaction; one result per item, carrying the HTTP
         status the same binding would have had alone (so a client treats it as that answer).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
