@@ -142,7 +142,7 @@ class Delivery:
         except CredentialRefused as exc:
             self._credential_refused(str(exc))
         if beats and beaten is not None:
-            self.book.settle(beats, beaten)
+            self._beats_settled(beats, beaten)
         settlement, verdicts = _Settlement(), _Verdicts()
         failure: BaseException | None = None
         clean = not left
@@ -259,7 +259,7 @@ class Delivery:
             if answers is None:
                 self._riding_heartbeats = False  # not answered for: they stay due for the heartbeat round
             else:
-                self.book.settle(beats, answers)
+                self._beats_settled(beats, answers)
             return results
         results, _ = self._events.report_events(body)
         return results
@@ -418,6 +418,12 @@ class Delivery:
             self.dropped += 1
             execution["started_settled"] = True
         # Anything else is retried in the batch, with the handle just bound.
+
+    def _beats_settled(self, items: list[tuple[str, dict[str, Any]]], results: list[dict[str, Any]]) -> None:
+        """What the service said of heartbeats; an execution it took the last one of (it completes
+        elsewhere) leaves the outbox."""
+        for key in self.book.settle(items, results):
+            self.outbox.end(key)
 
     def _credential_refused(self, why: str) -> NoReturn:
         """A credential problem is the deployment's, not these events': keep them, say so loudly,

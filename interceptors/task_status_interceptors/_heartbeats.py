@@ -82,9 +82,11 @@ class HeartbeatBook:
                 items[key] = self.item(key, handle, seq)
         return list(items.items())
 
-    def settle(self, items: list[tuple[str, dict[str, Any]]], results: list[dict[str, Any]]) -> None:
+    def settle(self, items: list[tuple[str, dict[str, Any]]], results: list[dict[str, Any]]) -> list[str]:
         """What the service said of heartbeats: sent; an execution it will never take one for again
-        (ended, superseded, revoked), or one whose letting go it took, beats no more."""
+        (ended, superseded, revoked), or one whose letting go it took, beats no more. Returns the
+        executions let go that the service took it for: nothing of them is sent again."""
+        let_go: list[str] = []
         now = time.monotonic()
         with self._lock:
             for (key, item), result in zip(items, results, strict=True):
@@ -92,7 +94,12 @@ class HeartbeatBook:
                     continue  # it finished while the heartbeat was on its way: nothing of it is kept
                 self._sent[key] = int(item["heartbeatSeq"])
                 self._sent_at[key] = now
+                elsewhere = key in self._elsewhere
                 if not result["accepted"] and result["reason"] in _NEVER_AGAIN:
                     self._forget(key)
+                    if elsewhere:
+                        let_go.append(key)
                 elif result["accepted"] and item.get("completesElsewhere"):
                     self._forget(key)  # said: the service watches it in Temporal now
+                    let_go.append(key)
+        return let_go

@@ -430,6 +430,21 @@ class Outbox:
             raise
         db.execute("COMMIT")
 
+    def end(self, key: str) -> None:
+        """The execution reports nothing more and no ending of its own (the worker stopped under it,
+        or it completes elsewhere and the service took its last heartbeat): what it reported is
+        still sent, then its row goes with its last event, and memory forgets it now — else it
+        stayed, in memory and in the file, across restarts."""
+        with self._queue:
+            seq = self._next_seq.pop(key, None)
+            if seq is None:
+                return  # ended already, or dropped
+            self._writes.sequences[key] = (seq, 1)
+            self._writes.ended.append(key)  # its row goes now if nothing of it waits, else with its last event
+            # Events of it still waiting in memory make the next batch read the file, which has it.
+            self._known.pop(key, None)
+            self._wake_writer()
+
     def _forget(self, key: str) -> None:
         """Nothing of this execution is sent again (holding ``_queue``): what the file holds of it
         goes (the caller's transaction), what memory holds of it goes here."""

@@ -15,17 +15,19 @@ from typing import Any
 
 class Writes:
     """What queued for the file since its last transaction, as three statements' rows: executions
-    recorded, events (in report order) and each execution's next sequence (only its latest).
-    Order inside the transaction does not matter to its outcome: the executions are inserted
-    first, so their sequences' UPDATE finds them."""
+    recorded, events (in report order) and each execution's next sequence (only its latest) —
+    and, rarely, executions that ended without an ending of their own (``ended``): their rows go
+    now if nothing of them waits. Order inside the transaction does not matter to its outcome:
+    the executions are inserted first, so their sequences' UPDATE finds them."""
 
-    __slots__ = ("events", "executions", "sequences")
+    __slots__ = ("ended", "events", "executions", "sequences")
 
     def __init__(self) -> None:
         self.executions: list[tuple[str, str, int, float]] = []
         # (execution key, seq, body as stored, body, whether it ends its execution)
         self.events: list[tuple[str, int, str, dict[str, Any], bool]] = []
         self.sequences: dict[str, tuple[int, int]] = {}
+        self.ended: list[str] = []
 
     def __bool__(self) -> bool:
         return bool(self.executions or self.events or self.sequences)
@@ -57,6 +59,12 @@ class Writes:
                 + [value for key, (_, finished) in part for value in (key, finished)]
                 + [key for key, _ in part],
             )
+        for part in parts(self.ended, 1):
+            db.execute(
+                f"DELETE FROM execution WHERE key IN ({', '.join(['?'] * len(part))})"
+                " AND finished = 1 AND key NOT IN (SELECT execution_key FROM event)",
+                part,
+            )
         return first_id
 
     def then(self, newer: Writes) -> Writes:
@@ -65,6 +73,7 @@ class Writes:
         merged.executions = self.executions + newer.executions
         merged.events = self.events + newer.events
         merged.sequences = {**self.sequences, **newer.sequences}
+        merged.ended = self.ended + newer.ended
         return merged
 
 

@@ -121,8 +121,10 @@ class Reporter(Delivery):
         self.book.beat(key, seq)
 
     def forget(self, key: str) -> None:
-        """The attempt ended without an ending of its own to report: no heartbeat of it is sent again."""
+        """The attempt ended without an ending of its own to report: no heartbeat of it is sent
+        again, and once what it reported is delivered, nothing of it is kept."""
         self.book.forget(key)
+        self.outbox.end(key)
 
     def let_go(self, key: str, seq: int) -> None:
         """The activity completes elsewhere: one last heartbeat says so, in the next round, which
@@ -250,7 +252,7 @@ class Reporter(Delivery):
         results = self._events.record_heartbeats([item for _, item in items])
         if results is None:
             return 0
-        self.book.settle(items, results)
+        self._beats_settled(items, results)
         return len(items)
 
 

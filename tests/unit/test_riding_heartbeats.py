@@ -100,8 +100,43 @@ async def test_an_activity_that_completes_elsewhere_says_so_in_one_last_heartbea
         assert item["heartbeatSeq"] == 2 and item["completesElsewhere"] is True
         assert reporter.heartbeats == {}  # accepted: nothing of it beats again
         assert await asyncio.to_thread(reporter.send_heartbeats) == 0
+        await _gone_from_the_outbox(reporter, tmp_path / "o.sqlite3", "run/a/1")
     finally:
         await reporter.stop()
+
+
+async def test_an_attempt_the_worker_stops_under_leaves_the_outbox_once_its_reports_are_sent(tmp_path: Path) -> None:
+    """No ending of its own is reported: what it did report is still sent, then nothing of it stays
+    (in memory or in the file, which a restart would read)."""
+    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
+    await reporter.start()
+    service = OlderService(refuses=False)
+    reporter._events = reporter._binds_over = service
+    try:
+        execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
+        execution.progress(1, 4, "page")
+        execution.abandoned()
+        execution.progress(2, 4, "page")  # a thread still running after the worker let go: not sent
+        await reporter.drained(10)
+        assert reporter.delivered == 2 and reporter.pending_events() == 0  # STARTED and the first progress
+        await _gone_from_the_outbox(reporter, tmp_path / "o.sqlite3", "run/a/1")
+    finally:
+        await reporter.stop()
+
+
+async def _gone_from_the_outbox(reporter: Reporter, path: Path, key: str) -> None:
+    """Nothing of ``key`` in memory, and its row out of the file (the writer's next transaction)."""
+    import sqlite3
+
+    assert key not in reporter.outbox._next_seq and key not in reporter.outbox._known
+
+    def rows() -> list[Any]:
+        with sqlite3.connect(path) as db:
+            return db.execute("SELECT key FROM execution").fetchall()
+
+    async with asyncio.timeout(10):
+        while await asyncio.to_thread(rows):
+            await asyncio.sleep(0.02)
 
 
 class _Sink:
