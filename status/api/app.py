@@ -36,18 +36,12 @@ from status.api.gate import heartbeat_caller, is_ascii_digits
 from status.api.http_gate import HttpGate, int_param
 from status.api.models import (
     AclIn,
-    ActivateStepIn,
     BatchGetIn,
-    BindBatchIn,
     Body,
     BroadcastIn,
     ClassifyIn,
     CreateWorkflowIn,
-    EventBatchIn,
-    EventIn,
-    HeartbeatBatchIn,
     NewTaskIn,
-    RegisterExecutionIn,
     ReleaseIn,
     SubscriptionIn,
     TemporalOwnerIn,
@@ -56,6 +50,14 @@ from status.api.models import (
 from status.api.notifications import NotificationEndpoints
 from status.api.openapi import build_openapi
 from status.api.references import ReferenceEndpoints
+from status.api.report_models import (
+    ActivateStepIn,
+    BindBatchIn,
+    EventBatchIn,
+    EventIn,
+    HeartbeatBatchIn,
+    RegisterExecutionIn,
+)
 from status.api.responses import JSONResponse
 from status.api.stream import StreamEndpoints
 from status.api.telemetry import TelemetryEndpoints

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 from pydantic import BaseModel
 
 from status.api import models as m
+from status.api import report_models as r
 from status.domain import shapes
 from status.domain.errors import ErrorCode
 
@@ -171,7 +172,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "post",
         "/internal/v1/tasks/{taskId}/steps/{stepId}:activate",
         "Activate attempt N of a known step; its startedEvent and further events commit with it",
-        m.ActivateStepIn,
+        r.ActivateStepIn,
         "service",
         "201",
     ),
@@ -179,7 +180,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "post",
         "/internal/v1/tasks/{taskId}/executions:register",
         "Register a dynamic execution; its startedEvent and further events commit with it",
-        m.RegisterExecutionIn,
+        r.RegisterExecutionIn,
         "service",
         "201",
     ),
@@ -187,11 +188,11 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "post",
         "/internal/v1/executions:bind",
         "Bind many executions (activations, registrations; each with its events) in one transaction",
-        m.BindBatchIn,
+        r.BindBatchIn,
         "execution",
         "200",
     ),
-    ("post", "/internal/v1/task-events", "Report one event", m.EventIn, "execution", "200"),
+    ("post", "/internal/v1/task-events", "Report one event", r.EventIn, "execution", "200"),
     (
         "post",
         "/internal/v1/task-events:batch",
@@ -199,7 +200,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         " events, and answered under `bindings` as executions:bind answers; optional `heartbeats`"
         " (service token with WORKER) are recorded after them and answered under `heartbeats` as"
         " task-heartbeats:batch answers",
-        m.EventBatchIn,
+        r.EventBatchIn,
         "execution",
         "200",
     ),
@@ -208,7 +209,7 @@ OPERATIONS: list[tuple[str, str, str, type[BaseModel] | None, str, str]] = [
         "/internal/v1/task-heartbeats:batch",
         "Record execution heartbeats; each accepted beat past its credential's half-life renews it"
         " (its result carries expiresAt, and a new executionToken when the beat named one)",
-        m.HeartbeatBatchIn,
+        r.HeartbeatBatchIn,
         "service",
         "200",
     ),

@@ -3,7 +3,7 @@
 The trap: two transports, one contract. A message must be refused exactly where the REST body
 saying the same would be, with the same words, or a producer's mistake depends on how it sent it.
 So nothing here restates a limit: each field is checked by the type its REST model declares
-(``status.api.models``: length, pattern, range), read from that model once at import, and a
+(``status.api.report_models``: length, pattern, range), read from that model once at import, and a
 drift test sends the same events both ways (``tests/unit/test_proto_commands.py``). What the
 REST gate checks beyond the model, a free-form value's storability, is checked at the depth the
 REST body holds it.
@@ -21,12 +21,12 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from task_status_wire import task_events_pb2 as pb
 
 from status.api.gate import check_storable, refusal
-from status.api.models import (
+from status.api.models import ErrorIn, utc_instant
+from status.api.report_models import (
     UNBOUND_IDENTITY,
     ActivateItemIn,
     BindBatchIn,
     DataIn,
-    ErrorIn,
     EventBatchIn,
     EventIn,
     HeartbeatBatchIn,
@@ -35,7 +35,6 @@ from status.api.models import (
     RegisterItemIn,
     StartedEventIn,
     TemporalActivityIn,
-    utc_instant,
 )
 from status.app import commands as c
 from status.domain.errors import Invalid

@@ -64,26 +64,29 @@ class ExecutionContext:
     events: tuple[EventAnswer, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        started: dict[str, Any] = {"startedEvent": self.started} if self.started is not None else {}
-        if self.events:
-            started["events"] = list(self.events)
-        return started | {
-            "workflowId": self.workflow_id,
-            "taskId": self.task_id,
-            "stepId": self.step_id,
-            "operationCode": self.operation_code,
-            "stepAttempt": self.step_attempt,
-            "executionId": self.execution_id,
-            "producerId": self.producer_id,
-            "heartbeatIntervalSeconds": self.heartbeat_interval_seconds,
-            "heartbeatTimeoutSeconds": self.heartbeat_timeout_seconds,
-            "executionToken": self.execution_token,
-            "executionHandle": self.execution_handle,
-            "taskVersion": str(self.task_version),
-            "stepVersion": str(self.step_version),
-            "created": self.created,
-            "expiresAt": iso(self.expires_at),
-        }
+        started = {"startedEvent": self.started} if self.started is not None else {}
+        events = {"events": list(self.events)} if self.events else {}
+        return (
+            started
+            | events
+            | {
+                "workflowId": self.workflow_id,
+                "taskId": self.task_id,
+                "stepId": self.step_id,
+                "operationCode": self.operation_code,
+                "stepAttempt": self.step_attempt,
+                "executionId": self.execution_id,
+                "producerId": self.producer_id,
+                "heartbeatIntervalSeconds": self.heartbeat_interval_seconds,
+                "heartbeatTimeoutSeconds": self.heartbeat_timeout_seconds,
+                "executionToken": self.execution_token,
+                "executionHandle": self.execution_handle,
+                "taskVersion": str(self.task_version),
+                "stepVersion": str(self.step_version),
+                "created": self.created,
+                "expiresAt": iso(self.expires_at),
+            }
+        )
 
 
 @dataclass

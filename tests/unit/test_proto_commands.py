@@ -15,7 +15,7 @@ from task_status_wire import task_events_pb2 as pb
 
 from status.api import proto_commands
 from status.api.gate import parse_body
-from status.api.models import BindBatchIn, EventBatchIn, EventIn, HeartbeatBatchIn
+from status.api.report_models import BindBatchIn, EventBatchIn, EventIn, HeartbeatBatchIn
 from status.domain.errors import DomainError, ErrorCode
 
 FULL: dict[str, Any] = {

@@ -52,14 +52,20 @@ class OlderService:
         pass
 
 
+async def _reporting_to(service: Any, tmp_path: Path) -> Reporter:
+    """A started reporter whose sender talks to ``service`` (heartbeat rounds an hour apart)."""
+    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
+    await reporter.start()
+    reporter._events = reporter._binds_over = service
+    return reporter
+
+
 @pytest.mark.parametrize("refuses", [True, False], ids=["rest-refuses", "grpc-ignores"])
 async def test_an_older_service_gets_every_event_and_the_heartbeats_by_their_round(
     tmp_path: Path, refuses: bool
 ) -> None:
-    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
-    await reporter.start()
     service = OlderService(refuses)
-    reporter._events = reporter._binds_over = service
+    reporter = await _reporting_to(service, tmp_path)
     try:
         execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
         await reporter.drained(10)  # bound, its STARTED delivered
@@ -84,10 +90,8 @@ async def test_an_older_service_gets_every_event_and_the_heartbeats_by_their_rou
 async def test_an_activity_that_completes_elsewhere_says_so_in_one_last_heartbeat_at_once(tmp_path: Path) -> None:
     """``raise_complete_async()``: the next heartbeat round starts without waiting out the interval,
     its item says the activity completes elsewhere, and once the service took it no beat follows."""
-    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
-    await reporter.start()
     service = OlderService(refuses=False)
-    reporter._events = reporter._binds_over = service
+    reporter = await _reporting_to(service, tmp_path)
     try:
         execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
         await reporter.drained(10)
@@ -108,10 +112,8 @@ async def test_an_activity_that_completes_elsewhere_says_so_in_one_last_heartbea
 async def test_an_attempt_the_worker_stops_under_leaves_the_outbox_once_its_reports_are_sent(tmp_path: Path) -> None:
     """No ending of its own is reported: what it did report is still sent, then nothing of it stays
     (in memory or in the file, which a restart would read)."""
-    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
-    await reporter.start()
     service = OlderService(refuses=False)
-    reporter._events = reporter._binds_over = service
+    reporter = await _reporting_to(service, tmp_path)
     try:
         execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
         execution.progress(1, 4, "page")
@@ -201,10 +203,8 @@ async def test_events_that_reach_the_file_while_the_sender_is_busy_are_sent_afte
 ) -> None:
     """What the writer hands over while the sender is in a request is sent by the sender's next
     batch, without anyone asking again (a lost hand-over would leave it in the file)."""
-    reporter = Reporter(ReporterConfig("http://127.0.0.1:9", "t", "w", tmp_path / "o.sqlite3", heartbeat_interval=3600))
-    await reporter.start()
     service = SlowService()
-    reporter._events = reporter._binds_over = service
+    reporter = await _reporting_to(service, tmp_path)
     try:
         execution = reporter.begin("run/a/1", StepBinding("tsk", "s1"), 1)
         execution.progress(1, 4, "page")  # goes in an events request (this service binds without STARTED)
