@@ -28,6 +28,7 @@ from status.api.corrections import CorrectionEndpoints
 from status.api.deadline import RequestDeadline
 from status.api.draining import CloseWhileDraining
 from status.api.errors import (
+    binding_results,
     domain_error_handler,
     error_body,
     unexpected_error_handler,
@@ -119,12 +120,14 @@ class Api:
         body = await self.parse(request, ActivateStepIn)
         cmd = body.of_step(request.path_params["task_id"], request.path_params["step_id"])
         ctx = await run_in_threadpool(self.service.activate_step, caller, cmd)
+        self.changes.bound(caller, [cmd], [ctx], request.headers.get("traceparent"), "http")
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
 
     async def register_execution(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
         cmd = (await self.parse(request, RegisterExecutionIn)).of_task(request.path_params["task_id"])
         ctx = await run_in_threadpool(self.service.register_execution, caller, cmd)
+        self.changes.bound(caller, [cmd], [ctx], request.headers.get("traceparent"), "http")
         return JSONResponse(ctx.to_json(), status_code=201 if ctx.created else 200)
 
     async def bind_executions(self, request: Request) -> JSONResponse:
@@ -135,7 +138,8 @@ class Api:
         bindings = [item.command() for item in body.items]
         outcomes = await run_in_threadpool(self.service.bind_executions, [(caller, b) for b in bindings])
         trace = request.headers.get("traceparent")
-        return JSONResponse({"results": self.changes.bound(caller, bindings, outcomes, trace, "http")})
+        self.changes.bound(caller, bindings, outcomes, trace, "http")
+        return JSONResponse({"results": binding_results(outcomes)})
 
     async def report_event(self, request: Request) -> JSONResponse:
         caller = self.event_caller(request)
@@ -153,7 +157,8 @@ class Api:
         answer: dict[str, Any] = {}
         if bindings:  # before the events: a pass's new executions, then what the bound ones said
             outcomes = await run_in_threadpool(self.service.bind_executions, [(caller, b) for b in bindings])
-            answer["bindings"] = self.changes.bound(caller, bindings, outcomes, trace, "http")
+            self.changes.bound(caller, bindings, outcomes, trace, "http")
+            answer["bindings"] = binding_results(outcomes)
         results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
         if commands:
             self.changes.ingest_time(started, "http", "batch")

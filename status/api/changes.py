@@ -13,7 +13,6 @@ from typing import Any
 
 from status import logs
 from status.api import metrics
-from status.api.errors import binding_results
 from status.app import commands as c
 from status.app.answers import EventAccepted, EventAnswer
 from status.app.beats import BeatAnswer
@@ -102,16 +101,15 @@ class ChangeLog:
         outcomes: Sequence[Any],
         trace: str | None,
         transport: str,
-    ) -> list[dict[str, Any]]:
-        """A batch of bindings' answers (``binding_results``), the events each bound execution
-        carried counted and logged as any other events."""
+    ) -> None:
+        """The events that bindings carried (a STARTED, later events), counted and logged as any
+        other events."""
         for cmd, outcome in zip(bindings, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 continue
             if cmd.started is not None and outcome.started is not None:
                 self.event(caller, cmd.started.as_event(), outcome.started, trace, transport)
             self.batch(caller, cmd.events, outcome.events, trace, transport)
-        return binding_results(outcomes)
 
     async def submitted(
         self, committer: GroupCommitter, caller: EventCaller, cmd: c.ReportEvent, trace: str | None, transport: str

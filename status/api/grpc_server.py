@@ -22,7 +22,7 @@ from status import logs
 from status.api import metrics, proto_commands
 from status.api.changes import ChangeLog
 from status.api.deadline import MESSAGE as DEADLINE_MESSAGE
-from status.api.errors import HTTP_STATUS, status_for, unexpected_error
+from status.api.errors import HTTP_STATUS, binding_results, status_for, unexpected_error
 from status.api.gate import Gate, heartbeat_caller
 from status.app import commands as c
 from status.app.answers import EventAccepted, EventAnswer, refused
@@ -150,7 +150,8 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             bound: list[dict[str, Any]] = []
             if bindings:  # before the events, as on REST
                 outcomes = await run_in_threadpool(self.service.bind_executions, [(caller, b) for b in bindings])
-                bound = self.changes.bound(caller, bindings, outcomes, _trace(context), "grpc")
+                self.changes.bound(caller, bindings, outcomes, _trace(context), "grpc")
+                bound = binding_results(outcomes)
             results = await run_in_threadpool(self.service.report_events, caller, commands) if commands else []
             if commands:
                 self.changes.ingest_time(started, "grpc", "batch")
@@ -171,9 +172,8 @@ class TaskEventsService(pb_grpc.TaskEventsServicer):
             caller = self.gate.event_caller_of(_bearer(context))
             bindings = proto_commands.bind_batch(request)
             outcomes = await run_in_threadpool(self.service.bind_executions, [(caller, b) for b in bindings])
-            return convert.bind_results_to_proto(
-                self.changes.bound(caller, bindings, outcomes, _trace(context), "grpc")
-            )
+            self.changes.bound(caller, bindings, outcomes, _trace(context), "grpc")
+            return convert.bind_results_to_proto(binding_results(outcomes))
 
         return await self._answer(context, "BindExecutions", work)
 

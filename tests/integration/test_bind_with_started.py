@@ -344,8 +344,10 @@ def test_a_pass_of_a_worker_is_one_request(http: Any) -> None:
         "events": [event_body("STEP_STARTED", 1, executionHandle=earlier["executionHandle"])],
     }
     worker = http.auth(http.service_token("document-parser", "WORKER", "COORDINATOR"))  # a plugin's credential
+    counted = _accepted_over_http()
     answer = http.client.post("/internal/v1/task-events:batch", json=body, headers=worker)
     assert answer.status_code == 200, answer.text
+    assert _accepted_over_http() == counted + 3  # the STARTED and COMPLETED that rode, the batch's own event
     bound, unknown = answer.json()["bindings"]
     assert bound["status"] == 201 and bound["startedEvent"]["accepted"]
     assert [e["lifecycleStatus"] for e in bound["events"]] == ["SUCCEEDED"]
@@ -374,3 +376,12 @@ def test_a_pass_of_a_worker_is_one_request(http: Any) -> None:
     assert "bindings.0.activate.events" in refused.json()["error"]["message"]
     snapshot = http.client.get(f"/api/tasks/{third}", headers=http.user("user-1")).json()
     assert {s["stepId"]: s["lifecycleStatus"] for s in snapshot["steps"]}["02_parse"] == "PENDING"
+
+
+def _accepted_over_http() -> float:
+    from status.api.metrics import REGISTRY
+
+    sample = REGISTRY.get_sample_value(
+        "task_status_events_total", {"result": "accepted", "code": "", "transport": "http"}
+    )
+    return sample or 0.0
