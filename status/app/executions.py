@@ -18,7 +18,7 @@ from status.app.context import AppContext, EventCaller, check_heartbeat_settings
 from status.app.events import EventCommands
 from status.app.group import Group
 from status.app.ports import UnitOfWork
-from status.app.records import ActivityRecord
+from status.app.records import ActivityRecord, HandleRecord
 from status.app.shard_ports import RouteChanged, ShardGroup
 from status.app.shards import MOVING, on_shards, run_for
 from status.app.step_cache import TaskView
@@ -91,10 +91,9 @@ class ExecutionContext:
 
 @dataclass
 class Bound:
-    """A binding staged in a group: what it answers, its handle's row, the task's view after it."""
+    """A binding staged in a group: what it answers, the task's view after it."""
 
     context: ExecutionContext
-    handle: tuple[str, StepState, datetime, datetime]
     view: TaskView | None  # None: nothing changed
 
 
@@ -120,7 +119,7 @@ class ExecutionCommands:
             self.events.prepare(uow, group, [task_id], set())  # as a group of bindings locks its tasks
             view = self.events.locked(uow, group, task_id, owner)
             bound, frozen = stage(uow, group, view, now)
-            self._finish(uow, group, [bound])
+            self._finish(uow, group)
             return bound, frozen
 
         bound, frozen = run_for(self.ctx.shards, ids.bucket_hint(task_id), work)
@@ -178,7 +177,7 @@ class ExecutionCommands:
                 if bound.view is not None:  # the next binding of the same task starts from here
                     group.views[cmd.task_id] = bound.view
                 staged.append((bound, frozen))
-            self._finish(uow, group, [s[0] for s in staged if not isinstance(s, DomainError)])
+            self._finish(uow, group)
             return staged
 
         try:
@@ -204,11 +203,9 @@ class ExecutionCommands:
             return exc
 
     @staticmethod
-    def _finish(uow: UnitOfWork, group: Group, bounds: Sequence[Bound]) -> None:
-        """Write what the bindings staged (each row once), then their handles (after their step rows), and commit."""
-        with uow.batched():  # the handles' rows ride with the group's
-            group.flush(uow)
-            uow.tasks.insert_handles([bound.handle for bound in bounds])
+    def _finish(uow: UnitOfWork, group: Group) -> None:
+        """Write what the bindings staged (each row once, their handles with them), and commit."""
+        group.flush(uow)
         uow.commit()
 
     def _committed(self, bounds: Sequence[Bound], frozen: Sequence[OperationKey | None]) -> None:
@@ -421,7 +418,7 @@ class ExecutionCommands:
         created: bool,
         now: datetime,
         uow: UnitOfWork,
-        group: Group | None = None,
+        group: Group,
         messages: Callable[[], list[Message]] | None = None,
         keep: bool = False,
     ) -> Bound:
@@ -434,8 +431,8 @@ class ExecutionCommands:
         channels, so the binding's are not built nor published (every message is a full state: a
         channel skipping a version loses nothing; the binding stays in the timeline) — unless
         ``keep`` (they carry a notice)."""
-        group = group if group is not None else Group()
         context, claims, handle = self._context(task, step, now=now, created=created)
+        group.issue(handle, new_execution=created)
         result: EventAnswer | None = None
         if messages and (cmd.started is None or keep):
             group.outbox += messages()  # ahead of the STARTED's: a channel's messages go in version order
@@ -451,7 +448,7 @@ class ExecutionCommands:
         if result is not None or answers:
             context = replace(context, started=result, events=tuple(answers))
         changed = created or cmd.started is not None or bool(cmd.events)
-        return Bound(context, handle, view if changed else None)
+        return Bound(context, view if changed else None)
 
     def _apply_riding(
         self, uow: UnitOfWork, group: Group, claims: ExecutionClaims, event: c.ReportEvent, view: TaskView
@@ -464,7 +461,7 @@ class ExecutionCommands:
 
     def _context(
         self, task: TaskState, step: StepState, *, created: bool, now: datetime
-    ) -> tuple[ExecutionContext, ExecutionClaims, tuple[str, StepState, datetime, datetime]]:
+    ) -> tuple[ExecutionContext, ExecutionClaims, HandleRecord]:
         """Issue a token and a fresh handle for the execution (the handle's row is the caller's to write)."""
         assert step.execution_id is not None and step.producer_id is not None
         expires_at = now + self.ctx.token_ttl
@@ -502,7 +499,16 @@ class ExecutionCommands:
                 expires_at=expires_at,
             ),
             claims,
-            (ids.handle_hash(handle), step, expires_at, now),
+            HandleRecord(
+                ids.handle_hash(handle),
+                step.execution_id,
+                step.task_id,
+                step.step_id,
+                step.attempt,
+                step.producer_id,
+                expires_at,
+                now,
+            ),
         )
 
     def _freeze_operation(self, uow: UnitOfWork, op: OperationDefinition) -> OperationKey | None:

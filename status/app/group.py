@@ -15,7 +15,14 @@ from typing import Any
 
 from status.app.answers import CorrectionAccepted, EventAccepted
 from status.app.ports import UnitOfWork
-from status.app.records import ActivityRecord, ChangeRecord, DedupRecord, EventRecord, NotificationRecord
+from status.app.records import (
+    ActivityRecord,
+    ChangeRecord,
+    DedupRecord,
+    EventRecord,
+    HandleRecord,
+    NotificationRecord,
+)
 from status.app.step_cache import TaskView
 from status.domain.auth import StoredHandle
 from status.domain.messages import Message
@@ -41,6 +48,9 @@ class Group:
 
     handles: dict[str, StoredHandle] = field(default_factory=dict)  # by handle hash
     revoked: dict[str, str] = field(default_factory=dict)  # execution id -> reason, revoked in this group
+    issued: list[HandleRecord] = field(default_factory=list)  # handles handed out by this group
+    # Executions this group bound first: no handle of theirs is stored yet, none to revoke there.
+    new_executions: set[str] = field(default_factory=set)
     # (tenant, event id) -> (hash, answer): a group may hold several tenants' events
     seen: dict[tuple[str, str], tuple[str, EventAccepted | CorrectionAccepted]] = field(default_factory=dict)
     views: dict[str, TaskView] = field(default_factory=dict)  # task id -> view after this group's changes
@@ -86,6 +96,13 @@ class Group:
             self.revoked.setdefault(execution_id, reason)
             self.revoked_at = self.revoked_at or now
 
+    def issue(self, handle: HandleRecord, *, new_execution: bool) -> None:
+        """A handle handed out (written after its step's row); ``new_execution``: its execution is
+        bound for the first time here."""
+        self.issued.append(handle)
+        if new_execution:
+            self.new_executions.add(handle.execution_id)
+
     def messages(self) -> list[Message]:
         """What the group publishes, in the order it staged it. A change's messages that a later
         change of the same task in this group covers — the same viewers and groups, each message a
@@ -111,11 +128,24 @@ class Group:
             uow.tasks.insert_steps(list(self.new_steps.values()))
             uow.tasks.write_steps(list(self.step_rows.values()))
             uow.tasks.write_tasks(list(self.task_rows.values()))
-            if self.revoked and self.revoked_at is not None:
-                uow.tasks.revoke_many(self.revoked, self.revoked_at)
+            uow.tasks.insert_handles(self._issued_handles())
+            stored = {e: why for e, why in self.revoked.items() if e not in self.new_executions}
+            if stored and self.revoked_at is not None:
+                uow.tasks.revoke_many(stored, self.revoked_at)
             uow.log.insert_events(self.events)
             uow.log.insert_dedups(self.dedups)
             uow.log.insert_changes(self.changes)
             uow.log.insert_notifications(self.notifications)
             uow.log.insert_outbox(messages)
             uow.runs.record_activities(self.activities)
+
+    def _issued_handles(self) -> list[HandleRecord]:
+        """The handles handed out, each written revoked when its execution ended in this group: a
+        handle names an execution only while it runs, whichever transaction ended it."""
+        revoked = self.revoked
+        return [
+            h._replace(revoked_at=self.revoked_at, revoke_reason=revoked[h.execution_id])
+            if h.execution_id in revoked
+            else h
+            for h in self.issued
+        ]

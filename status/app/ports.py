@@ -22,6 +22,7 @@ from status.app.records import (
     DedupRecord,
     EventRecord,
     GrantRow,
+    HandleRecord,
     NotificationRecord,
     StoredStatus,
     TaskKeyRow,
@@ -418,8 +419,8 @@ class TaskStore(Protocol):
         """New step attempts, as a group leaves them (one multi-row INSERT)."""
         ...
 
-    def insert_handles(self, rows: Sequence[tuple[str, StepState, datetime, datetime]]) -> None:
-        """Fresh execution handles: (hash, bound step attempt, expiry, now); only hashes are stored."""
+    def insert_handles(self, rows: Sequence[HandleRecord]) -> None:
+        """Fresh execution handles (one multi-row INSERT)."""
         ...
 
     def write_tasks(self, rows: Sequence[tuple[TaskState | None, TaskState]]) -> None:

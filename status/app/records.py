@@ -109,6 +109,22 @@ class ActivityRecord(NamedTuple):
     activity_id: str
 
 
+class HandleRecord(NamedTuple):
+    """A fresh execution handle: only its hash is stored (design D3). Written revoked when its
+    execution ended in the transaction that handed it out (what rode with the binding ended it)."""
+
+    handle_hash: str
+    execution_id: str
+    task_id: str
+    step_id: str
+    step_attempt: int
+    producer_id: str
+    expires_at: datetime
+    created_at: datetime
+    revoked_at: datetime | None = None
+    revoke_reason: str | None = None
+
+
 class WorkflowFacts(NamedTuple):
     """What a workflow was created with, beyond its state: the request's fingerprint (a retry with
     other content is a conflict) and its registration policy's document, as stored."""

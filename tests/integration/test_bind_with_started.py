@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -385,3 +386,22 @@ def _accepted_over_http() -> float:
         "task_status_events_total", {"result": "accepted", "code": "", "transport": "http"}
     )
     return sample or 0.0
+
+
+def test_an_execution_ended_by_what_rode_with_its_binding_has_its_handle_revoked(
+    service: StatusService, coordinator: ServicePrincipal, worker: ServicePrincipal
+) -> None:
+    """A handle outlives nothing it names: an execution ended in its binding's own transaction is
+    revoked as one ended through its handle is, so a report sent later with it is refused alike."""
+    answers = []
+    for riding in (True, False):
+        task_id = create_task(service, coordinator)
+        ending = event("STEP_COMPLETED", 2)
+        ctx = activate(service, coordinator, task_id, started=_started(), events=(ending,) if riding else ())
+        if not riding:
+            (done,) = service.report_events(worker, [replace(ending, execution_handle=ctx.execution_handle)])
+            assert done["accepted"], done
+        late = event("STEP_PROGRESS", 3, execution_handle=ctx.execution_handle)
+        (answer,) = service.report_events(worker, [late])
+        answers.append((answer["accepted"], answer["error"]["code"]))
+    assert answers == [(False, "TOKEN_REVOKED")] * 2

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 
 from status.app.ports import GroupReads
-from status.app.records import ChangeRecord, DedupRecord, EventRecord, NotificationRecord
+from status.app.records import ChangeRecord, DedupRecord, EventRecord, HandleRecord, NotificationRecord
 from status.domain.auth import StoredHandle
 from status.domain.messages import Aggregate, Message
 from status.domain.model import StepState, TaskState
@@ -20,19 +20,6 @@ from status.infra.stores import sql
 from status.infra.stores.bulk import changed_columns, update_rows
 
 _HANDLE = t.task_execution_handle
-
-
-class _HandleRow(NamedTuple):
-    """A fresh execution handle's row (its fields: ``task_execution_handle``'s columns)."""
-
-    handle_hash: str
-    execution_id: str | None
-    task_id: str
-    step_id: str
-    step_attempt: int
-    producer_id: str | None
-    expires_at: datetime
-    created_at: datetime
 
 
 _INSERT_HANDLES = Inserter(_HANDLE)
@@ -187,18 +174,10 @@ class SqlTaskStore:
                 ],
             )
 
-    def insert_handles(self, rows: Sequence[tuple[str, StepState, datetime, datetime]]) -> None:
-        """Fresh execution handles: (hash, bound step attempt, expiry, now); only hashes are stored."""
+    def insert_handles(self, rows: Sequence[HandleRecord]) -> None:
+        """Fresh execution handles (their fields: ``task_execution_handle``'s columns)."""
         if rows:
-            _INSERT_HANDLES(
-                self._conn,
-                [
-                    _HandleRow(
-                        handle_hash, s.execution_id, s.task_id, s.step_id, s.attempt, s.producer_id, expires, now
-                    )
-                    for handle_hash, s, expires, now in rows
-                ],
-            )
+            _INSERT_HANDLES(self._conn, rows)
 
     def write_tasks(self, rows: Sequence[tuple[TaskState | None, TaskState]]) -> None:
         """Final states of a group's tasks — (as read, as decided) — in one statement: each row's
