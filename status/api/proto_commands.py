@@ -35,6 +35,7 @@ from status.api.report_models import (
     RegisterItemIn,
     StartedEventIn,
     TemporalActivityIn,
+    check_request_events,
 )
 from status.app import commands as c
 from status.domain.errors import Invalid
@@ -232,7 +233,9 @@ def event_batch(
         raise Invalid("(body): Value error, a batch carries bindings, events, heartbeats or some of them")
     bindings = _bindings(msg.bindings, "bindings")
     events = [report_event(e, f"events.{i}.") for i, e in enumerate(msg.events)]
-    return bindings, events, [_heartbeat(h, f"heartbeats.{i}.") for i, h in enumerate(msg.heartbeats)]
+    heartbeats = [_heartbeat(h, f"heartbeats.{i}.") for i, h in enumerate(msg.heartbeats)]
+    _request_events(bindings, len(events))
+    return bindings, events, heartbeats
 
 
 def heartbeat_batch(msg: pb.HeartbeatBatch) -> list[c.Heartbeat]:
@@ -243,7 +246,17 @@ def heartbeat_batch(msg: pb.HeartbeatBatch) -> list[c.Heartbeat]:
 def bind_batch(msg: pb.BindBatch) -> list[c.ActivateStep | c.RegisterExecution]:
     """Every binding as REST's ``BindItemIn.command()`` gives it, or the request's refusal."""
     _BIND_ITEMS(msg.items)
-    return _bindings(msg.items, "items")
+    bindings = _bindings(msg.items, "items")
+    _request_events(bindings, 0)
+    return bindings
+
+
+def _request_events(bindings: Sequence[c.ActivateStep | c.RegisterExecution], own: int) -> None:
+    """The request-wide bound on events, after every field was read (as REST's model checks it)."""
+    try:
+        check_request_events(sum(len(cmd.events) for cmd in bindings), own)
+    except ValueError as exc:
+        raise Invalid(f"(body): Value error, {exc}") from exc
 
 
 def _bindings(items: Sequence[pb.BindItem], name: str) -> list[c.ActivateStep | c.RegisterExecution]:

@@ -151,6 +151,18 @@ def _unbound_identity(events: list[EventIn]) -> list[EventIn]:
 # in order, each with its own result (docs/architecture.md, "The plugin's sender").
 BoundEvents = Annotated[list[EventIn], Field(max_length=100), AfterValidator(_unbound_identity)]
 
+# The events one request may carry, those riding with its bindings included: a request's events
+# are decided in one transaction, holding their tasks' locks, so what one request costs the tasks'
+# other writers stays bounded whichever way its events are spread over bindings.
+MAX_REQUEST_EVENTS = 500
+TOO_MANY_EVENTS = f"a request carries at most {MAX_REQUEST_EVENTS} events, those sent with its bindings included"
+
+
+def check_request_events(riding: int, own: int) -> None:
+    """``riding``: the events sent with the request's bindings; ``own``: the batch's own."""
+    if riding + own > MAX_REQUEST_EVENTS:
+        raise ValueError(TOO_MANY_EVENTS)
+
 
 class TemporalActivityIn(Strict):
     """The Temporal activity an execution runs as: the reconciler asks Temporal about it before STALE."""
@@ -267,6 +279,12 @@ class BindItemIn(Strict):
         assert self.registration is not None
         return self.registration.command()
 
+    @property
+    def riding(self) -> int:
+        """How many events ride with this binding."""
+        kind = self.activate if self.activate is not None else self.registration
+        return len(kind.events) if kind is not None else 0
+
     def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
         kind = self.activate if self.activate is not None else self.registration
         assert kind is not None
@@ -277,6 +295,11 @@ class BindBatchIn(Strict):
     """Bindings of many executions, committed together (each with its STARTED when given)."""
 
     items: list[BindItemIn] = Field(min_length=1, max_length=100)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> BindBatchIn:
+        check_request_events(sum(item.riding for item in self.items), 0)
+        return self
 
     def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
         for item in self.items:
@@ -330,6 +353,7 @@ class EventBatchIn(Strict):
     def _something(self) -> EventBatchIn:
         if not self.events and not self.heartbeats and not self.bindings:
             raise ValueError("a batch carries bindings, events, heartbeats or some of them")
+        check_request_events(sum(item.riding for item in self.bindings), len(self.events))
         return self
 
     def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:

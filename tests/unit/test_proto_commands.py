@@ -422,3 +422,18 @@ def test_a_mistake_in_a_batchs_binding_names_its_place_either_way() -> None:
         assert isinstance(rest, Refused) and rest.code is ErrorCode.VALIDATION_FAILED
         assert rest.message.startswith("bindings")
         assert _grpc_batch(body) == rest
+
+
+def test_a_request_carries_at_most_500_events_however_spread_the_same_either_way() -> None:
+    """Riding events count with the batch's own: what one transaction decides stays bounded."""
+    full = [{"activate": ACTIVATE | {"events": [RIDING] * 100}}] * 5  # 500 events riding
+    assert not isinstance(_rest_batch({"bindings": full}), Refused)
+    assert not isinstance(_rest_bind({"items": full}), Refused)
+    for parse_rest, parse_grpc, body in (
+        (_rest_batch, _grpc_batch, {"bindings": full, "events": [FULL]}),
+        (_rest_bind, _grpc_bind, {"items": [*full, {"register": REGISTER | {"events": [RIDING]}}]}),
+    ):
+        rest = parse_rest(body)
+        assert isinstance(rest, Refused) and rest.code is ErrorCode.VALIDATION_FAILED
+        assert "at most 500 events" in rest.message
+        assert parse_grpc(body) == rest
