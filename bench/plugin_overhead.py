@@ -1,6 +1,6 @@
 """Plugin overhead: the same worker with and without TaskStatusPlugin (design D16).
 
-    .venv/bin/python bench/plugin_overhead.py [--workflows 40] [--steps 20]
+    .venv/bin/python bench/plugin_overhead.py [--workflows 40] [--steps 20] [--worker-core]
 
 Same workflow, same machine, one run: a real Temporal dev server, the status
 API as a separate process on MariaDB, and the plugin delivering to it.  The
@@ -16,6 +16,10 @@ The anchor (design D16: no dearer than Temporal's own tracing) is measured in th
 ``temporalio.contrib.opentelemetry``'s TracingInterceptor on the same workflows, with the
 OpenTelemetry SDK's tracer provider and a batch span processor into an exporter that keeps
 nothing — what a worker with tracing on pays, less the network.
+
+``--worker-core``: this process (the worker) on CPU 0, the Temporal server, the API and the local
+MariaDB on the other CPUs, in every phase — the worker's own cost without the cores it shares with
+the service; the figures move less between runs, too.
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from common import (  # type: ignore[import-not-found]
     REPO,
     api_thread_cpu,
     create_tasks_http,
+    local_database_pid,
     process_tree_cpu,
     profile_summary,
     py_spy,
     scratch_database,
+    worker_core_of_its_own,
 )
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -205,6 +211,11 @@ async def main() -> None:  # noqa: C901
         help="sample the API and this worker with py-spy during each plugin phase; collapsed stacks"
         " and a summary of each go to DIR",
     )
+    parser.add_argument(
+        "--worker-core",
+        action="store_true",
+        help="the worker on CPU 0, the Temporal server, the API and MariaDB on the other CPUs",
+    )
     args = parser.parse_args()
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -254,6 +265,11 @@ async def main() -> None:  # noqa: C901
             )
             server = dev_server_pid()
             activities = args.workflows * args.steps
+            database = local_database_pid()
+            pinned = [server, api.pid, *([database] if database is not None else [])]
+            placement = contextlib.ExitStack()
+            if args.worker_core:
+                placement.enter_context(worker_core_of_its_own(pinned))
             try:
                 await run_batch(env, [], new_tasks(5), args.steps)  # warm-up
                 server_cpu = process_tree_cpu(server)
@@ -293,11 +309,14 @@ async def main() -> None:  # noqa: C901
                     breakdown[transport] = dict(LAST_THREADS)
                     switches[transport] = dict(LAST_SWITCHES)
             finally:
+                placement.close()
                 await env.shutdown()
         finally:
             api.terminate()
             api.wait(10)
     traced_ratio = cpu_traced / cpu_without
+    if args.worker_core:
+        print("the worker on CPU 0; the Temporal server, the API and the local database on the others")
     print(
         f"without plugin  {without:8.1f} activities/s   worker CPU {cpu_without:6.2f} ms/activity"
         f"   Temporal server CPU {temporal_ms:6.2f} ms/activity (in-memory persistence: its floor)"
