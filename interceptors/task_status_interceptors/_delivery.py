@@ -356,8 +356,15 @@ class Delivery:
     def _settle_bind(self, execution: dict[str, Any], status: int, answer: Any, settled: _Settlement) -> bool:
         """What a binding's answer (an HTTP response, or a batch item with the status it would have had
         alone) means: bound, a retry, a credential problem, or refused for good."""
-        text = answer.text if hasattr(answer, "text") else json.dumps(answer)
         started = execution.get("started")
+        if status in (200, 201):
+            context = answer.json() if hasattr(answer, "json") else answer
+            execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
+            settled.bound.append((execution["key"], context["executionHandle"], context["executionId"]))
+            if started is not None:
+                self._settle_started(execution, started, context.get("startedEvent"), settled)
+            return True
+        text = answer.text if hasattr(answer, "text") else json.dumps(answer)
         # A registration the task's policy refuses (namespace or count) never succeeds on retry.
         refused_for_good = status < 500 and any(
             code in text for code in ("DYNAMIC_STEP_LIMIT", "DYNAMIC_STEP_NOT_ALLOWED")
@@ -373,19 +380,12 @@ class Delivery:
             self.absorbed += self.outbox.discard_execution(execution["key"])
             self.book.forget(execution["key"])
             return False
-        if status not in (200, 201):
-            # The step can't be bound (unknown task/step, policy refused): its events can never land.
-            reason = f"bind refused: HTTP {status} {text[:300]}"
-            log.warning("cannot bind %s (%s); its events are kept as undeliverable", execution["key"], reason)
-            self.dropped += self.outbox.drop_execution(execution["key"], reason)
-            self.book.forget(execution["key"])
-            return False
-        context = answer.json() if hasattr(answer, "json") else answer
-        execution["handle"], execution["execution_id"] = context["executionHandle"], context["executionId"]
-        settled.bound.append((execution["key"], context["executionHandle"], context["executionId"]))
-        if started is not None:
-            self._settle_started(execution, started, context.get("startedEvent"), settled)
-        return True
+        # The step can't be bound (unknown task/step, policy refused): its events can never land.
+        reason = f"bind refused: HTTP {status} {text[:300]}"
+        log.warning("cannot bind %s (%s); its events are kept as undeliverable", execution["key"], reason)
+        self.dropped += self.outbox.drop_execution(execution["key"], reason)
+        self.book.forget(execution["key"])
+        return False
 
     def _settle_started(
         self,

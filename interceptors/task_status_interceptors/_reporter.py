@@ -40,9 +40,6 @@ from task_status_interceptors._transport import (
 
 log = logging.getLogger("task_status_interceptors.reporter")
 
-# The sender thread's connections: its requests go one at a time.
-HTTP_CONNECTIONS = 2
-
 
 @dataclass
 class ReporterConfig:
@@ -169,9 +166,7 @@ class Reporter(Delivery):
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        self._http = HttpTransport(
-            self.config.status_url, self.config.service_token, self.config.http_timeout, HTTP_CONNECTIONS
-        )
+        self._http = HttpTransport(self.config.status_url, self.config.service_token, self.config.http_timeout)
         self._events = self._http
         if self.config.grpc_target:
             from task_status_interceptors._grpc_transport import GrpcTransport  # grpcio only when chosen

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-import httpx
+from task_status_interceptors._http_client import KeptAliveClient, Reply, RequestFailed
 
 log = logging.getLogger("task_status_interceptors.reporter")
 
@@ -67,27 +67,19 @@ class Transport(Protocol):
 
 
 class HttpTransport:
-    """Events, heartbeats and binds over the service's REST API, on one kept-alive HTTP client."""
+    """Events, heartbeats and binds over the service's REST API, on one kept-alive connection."""
 
-    def __init__(self, status_url: str, service_token: str, timeout: float, max_connections: int) -> None:
-        self.client = httpx.Client(
-            base_url=status_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {service_token}"},
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            # A plain-HTTP service has no certificate to verify (and redirects are not followed):
-            # loading the CA bundle for nothing cost every worker start 17 ms of CPU.
-            verify=status_url.lower().startswith("https:"),
-        )
+    def __init__(self, status_url: str, service_token: str, timeout: float) -> None:
+        self.client = KeptAliveClient(status_url, {"Authorization": f"Bearer {service_token}"}, timeout)
 
     def report_events(
         self, body: list[dict[str, Any]], beats: list[dict[str, Any]] | None = None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         payload: dict[str, Any] = {"events": body, **({"heartbeats": beats} if beats else {})}
         try:
-            response = self.client.post("/internal/v1/task-events:batch", json=payload)
-        except httpx.HTTPError as exc:
-            raise TransportError(type(exc).__name__) from exc
+            response = self.client.post("/internal/v1/task-events:batch", payload)
+        except RequestFailed as exc:
+            raise TransportError(str(exc)) from exc
         if response.status_code == 422 and beats:
             raise BatchRefused(f"HTTP 422: {response.text[:200]}")
         if response.status_code != 200:
@@ -101,9 +93,9 @@ class HttpTransport:
     ) -> PassAnswer:
         payload: dict[str, Any] = {"bindings": bindings, "events": body, **({"heartbeats": beats} if beats else {})}
         try:
-            response = self.client.post("/internal/v1/task-events:batch", json=payload)
-        except httpx.HTTPError as exc:
-            raise TransportError(type(exc).__name__) from exc
+            response = self.client.post("/internal/v1/task-events:batch", payload)
+        except RequestFailed as exc:
+            raise TransportError(str(exc)) from exc
         if response.status_code == 422:  # what the plugin writes is well-formed: a service from before
             raise BatchRefused(f"HTTP 422: {response.text[:200]}")
         if response.status_code in (401, 403):
@@ -121,21 +113,21 @@ class HttpTransport:
 
     def record_heartbeats(self, beats: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         try:
-            response = self.client.post("/internal/v1/task-heartbeats:batch", json={"heartbeats": beats})
-        except httpx.HTTPError as exc:
-            log.info("heartbeats not delivered (%s); next round", type(exc).__name__)
+            response = self.client.post("/internal/v1/task-heartbeats:batch", {"heartbeats": beats})
+        except RequestFailed as exc:
+            log.info("heartbeats not delivered (%s); next round", exc)
             return None
         if response.status_code != 200:
             return None
         results: list[dict[str, Any]] = response.json()["results"]
         return results
 
-    def bind(self, path: str, payload: dict[str, Any]) -> httpx.Response:
+    def bind(self, path: str, payload: dict[str, Any]) -> Reply:
         """Activate or register an execution; raises ``TransportError`` when the service is unreachable."""
         try:
-            return self.client.post(path, json=payload)
-        except httpx.HTTPError as exc:
-            raise TransportError(type(exc).__name__) from exc
+            return self.client.post(path, payload)
+        except RequestFailed as exc:
+            raise TransportError(str(exc)) from exc
 
     def bind_batch(self, items: list[dict[str, Any]]) -> list[tuple[int, Any]] | None:
         response = self.bind("/internal/v1/executions:bind", {"items": items})

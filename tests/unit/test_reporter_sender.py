@@ -262,20 +262,3 @@ def test_a_transaction_of_any_size_hands_over_the_ids_the_file_gave(tmp_path: Pa
         assert len(events) == 800 and len(executions) == 400
     finally:
         outbox.close()
-
-
-def test_an_https_service_is_verified_and_a_plain_one_loads_no_certificates() -> None:
-    import ssl
-
-    from task_status_interceptors._transport import HttpTransport
-
-    def verify_mode(url: str) -> ssl.VerifyMode:
-        transport = HttpTransport(url, "t", 1.0, 1)
-        try:
-            return transport.client._transport._pool._ssl_context.verify_mode  # type: ignore[attr-defined]
-        finally:
-            transport.close()
-
-    assert verify_mode("https://status.example") is ssl.CERT_REQUIRED
-    assert verify_mode("HTTPS://status.example") is ssl.CERT_REQUIRED
-    assert verify_mode("http://127.0.0.1:8000") is ssl.CERT_NONE
