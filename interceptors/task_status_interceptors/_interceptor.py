@@ -8,12 +8,13 @@ activity interceptors that report through the process's ``Reporter``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import inspect
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from datetime import timedelta
+from types import FrameType
 from typing import Any
 
 import temporalio.activity
@@ -219,22 +220,27 @@ class _ActivityInbound(ActivityInboundInterceptor):
     def init(self, outbound: ActivityOutboundInterceptor) -> None:
         super().init(_ActivityOutbound(outbound, self))
 
-    def execute_activity(self, input: ExecuteActivityInput) -> Awaitable[Any]:  # type: ignore[override]
-        """The activity as the next interceptor runs it, followed from outside: this frame is gone
-        before the activity runs, so it never shows in the traceback of an activity's failure (what
-        Temporal records and its UI shows); the outcome is read from the finished task."""
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        """The activity, awaited in place (no task of its own: a turn of the worker's loop less per
+        activity), its ending reported. The failure Temporal records for an activity (the traceback
+        its UI shows) keeps the activity's frames and none of this one's: see ``_unseen``."""
         execution = self._begin(input.headers)
         if execution is None:
-            return self.next.execute_activity(input)
+            return await self.next.execute_activity(input)
         self._execution = execution
         token = _current_execution.set(execution)
         try:
-            # The task runs in a copy of this context: the activity's, with its execution reporter.
-            running = asyncio.ensure_future(self.next.execute_activity(input))
+            result = await self.next.execute_activity(input)
+        except (GeneratorExit, KeyboardInterrupt, SystemExit):
+            raise  # the worker is going away under the activity: nothing is reported from here
+        except BaseException as err:
+            never_raises(_ended_by)(self, execution, err)
+            _unseen(err, inspect.currentframe())
+            raise
         finally:
             _current_execution.reset(token)
-        running.add_done_callback(lambda done: _settle(self, execution, done), context=contextvars.copy_context())
-        return running
+        never_raises(_returned)(execution)
+        return result
 
     def _begin(self, headers: Mapping[str, Payload]) -> ExecutionReporter | None:
         payload = headers.get(HEADER)
@@ -266,20 +272,24 @@ class _ActivityInbound(ActivityInboundInterceptor):
         execution.failed(category, code, message, retryable, diagnostics)
 
 
-def _settle(inbound: _ActivityInbound, execution: ExecutionReporter, done: asyncio.Future[Any]) -> None:
-    """How the attempt ended, reported (in the activity's context: its cancellation details)."""
-    if done.cancelled():
-        never_raises(_cancelled)(execution)
-        return
-    err = done.exception()
-    if err is None:
-        never_raises(_returned)(execution)
-    elif isinstance(err, temporalio.activity._CompleteAsyncError):  # raise_complete_async(): not a failure
-        never_raises(execution.completes_elsewhere)()
+def _ended_by(inbound: _ActivityInbound, execution: ExecutionReporter, err: BaseException) -> None:
+    """How an attempt that raised ended, reported (in the activity's context: its cancellation details)."""
+    if isinstance(err, temporalio.activity._CompleteAsyncError):  # raise_complete_async(): not a failure
+        execution.completes_elsewhere()
     elif _is_cancellation(err):
-        never_raises(_cancelled)(execution)
+        _cancelled(execution)
     else:
-        never_raises(inbound._failed)(execution, err)
+        inbound._failed(execution, err)
+
+
+def _unseen(err: BaseException, frame: FrameType | None) -> None:
+    """Leave ``frame`` (the interceptor's, which the exception just passed through) out of the
+    exception's traceback. A bare ``raise`` then sends it on with that traceback and adds no entry
+    of its own, so what Temporal records starts at its own frame and goes straight to the
+    activity's, as without the plugin."""
+    tb = err.__traceback__
+    if tb is not None and tb.tb_frame is frame:
+        err.__traceback__ = tb.tb_next
 
 
 def _returned(execution: ExecutionReporter) -> None:
