@@ -144,8 +144,14 @@ class Reporter(Delivery):
     async def drained(self, timeout: float = 30.0) -> None:
         """Wait until every queued event has been delivered (or dropped); raises TimeoutError."""
         async with asyncio.timeout(timeout):
-            while await asyncio.to_thread(self.pending_events):
+            while await asyncio.to_thread(self._pending_once_written):
                 await self._next_pass()
+
+    def _pending_once_written(self) -> int:
+        """Events not delivered yet, once what is queued is in the file: written now, not after the
+        write interval, so the next pass finds it (else a drain asked for pass after empty pass)."""
+        self.outbox.persist_reported(1.0)
+        return self.pending_events()
 
     async def deliver_reported(self, timeout: float = 5.0) -> None:
         """Deliver (bounded, never raising) what this worker reported before the call: written at

@@ -204,6 +204,29 @@ async def test_a_burst_of_reports_goes_in_one_transaction_and_one_request(tmp_pa
         await reporter.stop()
 
 
+async def test_a_drain_has_what_is_queued_written_at_once_not_passes_asked_for_until_it_is(tmp_path: Path) -> None:
+    reporter, service = await _started(tmp_path, heartbeat_interval=3600, write_interval=30.0)
+    passes = 0
+    next_batch = reporter.outbox.next_batch
+
+    def counted(limit: int) -> Any:
+        nonlocal passes
+        passes += 1
+        return next_batch(limit)
+
+    reporter.outbox.next_batch = counted  # type: ignore[method-assign]
+    try:
+        first = _activity(reporter, 0)
+        await _arrived(service, first[-1])  # written at once: nothing was written before it
+        passes = 0
+        later = _activity(reporter, 1)  # within the write interval: gathered for 30 s
+        await reporter.drained(10)
+        assert set(service.accepted) == set(first + later) and reporter.pending_events() == 0
+        assert passes <= 3  # not one pass after another while the writer gathers
+    finally:
+        await reporter.stop()
+
+
 async def test_a_pass_binds_new_executions_and_sends_the_bound_ones_events_in_one_request(tmp_path: Path) -> None:
     reporter, service = await _started(tmp_path, heartbeat_interval=3600)
     try:
