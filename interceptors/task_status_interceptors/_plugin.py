@@ -17,7 +17,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from task_status_interceptors._coordinator import CoordinatorActivities
 from task_status_interceptors._interceptor import TaskStatusInterceptor
-from task_status_interceptors._reporter import Reporter, ReporterConfig
+from task_status_interceptors._reporter import DEFAULT_WRITE_INTERVAL, Reporter, ReporterConfig
 
 
 class TaskStatusPlugin(SimplePlugin):
@@ -37,6 +37,12 @@ class TaskStatusPlugin(SimplePlugin):
         heartbeat_timeout_seconds: silence after which the status service marks an execution
             STALE (default: the service's); at least two heartbeat intervals.
         progress_from_heartbeats: treat ``activity.heartbeat({"current":..,"total":..})`` as progress.
+        grpc_target: "host:port" of the service's gRPC adapter (``pip install
+            task-status-observer-plugin[grpc]``); None reports over REST.
+        write_interval: while reports keep coming, the outbox file takes one transaction, and the
+            service one request, per this many seconds at most; what comes meanwhile joins them.
+            The first report after a quiet spell goes at once. Shorter: reports reach the service
+            sooner, at a higher cost per activity to the worker and to the service.
     """
 
     def __init__(
@@ -50,6 +56,7 @@ class TaskStatusPlugin(SimplePlugin):
         heartbeat_timeout_seconds: int | None = None,
         progress_from_heartbeats: bool = False,
         grpc_target: str | None = None,
+        write_interval: float = DEFAULT_WRITE_INTERVAL,
     ) -> None:
         producer = producer_id or _subject(service_token)
         path = Path(outbox_path) if outbox_path else default_outbox_path(producer)
@@ -62,6 +69,7 @@ class TaskStatusPlugin(SimplePlugin):
                 heartbeat_interval=heartbeat_interval,
                 heartbeat_timeout_seconds=heartbeat_timeout_seconds,
                 grpc_target=grpc_target,
+                write_interval=write_interval,
             )
         )
         self.coordinator = CoordinatorActivities(status_url, service_token, reporter=self.reporter)

@@ -41,6 +41,13 @@ from task_status_interceptors._transport import (
 log = logging.getLogger("task_status_interceptors.reporter")
 
 
+# A pass's fixed cost (a transaction, a request, the hand-offs between threads) lands on the
+# worker's threads and on the service: at 200 ms rather than 50 the worker's writer and sender
+# cost half, the service's CPU per activity a fifth to a third less, for reports of a busy
+# worker that reach the service up to 150 ms later (docs/benchmarks.md, "2026-12-07 (evening)").
+DEFAULT_WRITE_INTERVAL = 0.2
+
+
 @dataclass
 class ReporterConfig:
     status_url: str
@@ -57,8 +64,8 @@ class ReporterConfig:
     batch_size: int = 200
     # While reports keep coming, the outbox file takes one transaction (and the sender one request)
     # per this many seconds at most: what comes meanwhile joins it. The first after a quiet spell
-    # goes at once. Each transaction's fixed cost lands on the worker's threads (docs/benchmarks.md).
-    write_interval: float = 0.05
+    # goes at once.
+    write_interval: float = DEFAULT_WRITE_INTERVAL
     http_timeout: float = 5.0
     # "host:port" of the service's gRPC adapter: events, heartbeats and bindings (with their
     # STEP_STARTED) then travel as protobuf over one HTTP/2 connection. None: everything over REST.

@@ -285,3 +285,21 @@ def test_a_transaction_of_any_size_hands_over_the_ids_the_file_gave(tmp_path: Pa
         assert len(events) == 800 and len(executions) == 400
     finally:
         outbox.close()
+
+
+async def test_the_plugins_write_interval_gathers_the_reports_that_come_within_it(tmp_path: Path) -> None:
+    from task_status_interceptors import TaskStatusPlugin
+
+    plugin = TaskStatusPlugin("http://127.0.0.1:9", "t", producer_id="w", outbox_path=tmp_path / "o", write_interval=30)
+    reporter = plugin.reporter
+    await reporter.start()
+    service = Service()
+    reporter._events = reporter._binds_over = service
+    try:
+        first = _activity(reporter, 0)
+        await _arrived(service, first[-1])  # written at once: nothing was written before it
+        _activity(reporter, 1)
+        await asyncio.sleep(0.5)  # what comes within the interval waits for it
+        assert set(service.accepted) == set(first)
+    finally:
+        await reporter.stop(flush_timeout=0)
