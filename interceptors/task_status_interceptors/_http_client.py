@@ -3,7 +3,7 @@
 The sender posts its passes one after another from its own thread, so a connection pool, an
 async-capable core and a readiness check of the socket before every request buy it nothing:
 httpx's sync client spent four to five times the CPU of the standard library's ``http.client``
-per request, most of the sender's cost per activity (docs/benchmarks.md, "2026-12-07 (evening)").
+per request, most of the sender's cost per activity (docs/benchmarks.md, "2026-12-07 (late evening)").
 What httpx did for the plugin is kept: certificates are checked as it checks them
 (``httpx.create_ssl_context``: certifi's bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), and a
 proxy the environment names for the service's address (``HTTPS_PROXY``, ``HTTP_PROXY``,
