@@ -124,26 +124,31 @@ def _per_execution(event_ids: list[str]) -> dict[str, list[str]]:
     return grouped
 
 
+def _calls_of(outbox: Outbox, method: str) -> list[None]:
+    """One item per call of the outbox's ``method`` from now on."""
+    calls: list[None] = []
+    original = getattr(outbox, method)
+
+    def counted(*args: Any) -> Any:
+        calls.append(None)
+        return original(*args)
+
+    setattr(outbox, method, counted)
+    return calls
+
+
 async def _arrived(service: Service, event_id: str) -> None:
     assert await asyncio.to_thread(service.waiting_for(event_id).wait, 10), f"{event_id} never arrived"
 
 
 async def test_what_the_writer_hands_over_is_sent_without_reading_the_file_back(tmp_path: Path) -> None:
     reporter, service = await _started(tmp_path, heartbeat_interval=3600)
-    reads = 0
-    load = reporter.outbox.load_batch
-
-    def counted(limit: int) -> Any:
-        nonlocal reads
-        reads += 1
-        return load(limit)
-
-    reporter.outbox.load_batch = counted  # type: ignore[method-assign]
+    reads = _calls_of(reporter.outbox, "load_batch")
     try:
         sent = [event_id for n in range(3) for event_id in _activity(reporter, n)]
         for event_id in sent:
             await _arrived(service, event_id)
-        assert reads == 0
+        assert reads == []
         assert _per_execution(service.accepted) == _per_execution(sent)  # each once, in order
         await reporter.drained(10)
         assert reporter.pending_events() == 0 and reporter.delivered == 9
@@ -206,23 +211,15 @@ async def test_a_burst_of_reports_goes_in_one_transaction_and_one_request(tmp_pa
 
 async def test_a_drain_has_what_is_queued_written_at_once_not_passes_asked_for_until_it_is(tmp_path: Path) -> None:
     reporter, service = await _started(tmp_path, heartbeat_interval=3600, write_interval=30.0)
-    passes = 0
-    next_batch = reporter.outbox.next_batch
-
-    def counted(limit: int) -> Any:
-        nonlocal passes
-        passes += 1
-        return next_batch(limit)
-
-    reporter.outbox.next_batch = counted  # type: ignore[method-assign]
+    passes = _calls_of(reporter.outbox, "next_batch")
     try:
         first = _activity(reporter, 0)
         await _arrived(service, first[-1])  # written at once: nothing was written before it
-        passes = 0
+        passes.clear()
         later = _activity(reporter, 1)  # within the write interval: gathered for 30 s
         await reporter.drained(10)
         assert set(service.accepted) == set(first + later) and reporter.pending_events() == 0
-        assert passes <= 3  # not one pass after another while the writer gathers
+        assert len(passes) <= 3  # not one pass after another while the writer gathers
     finally:
         await reporter.stop()
 
