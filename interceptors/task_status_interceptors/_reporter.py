@@ -43,8 +43,8 @@ log = logging.getLogger("task_status_interceptors.reporter")
 
 # A pass's fixed cost (a transaction, a request, the hand-offs between threads) lands on the
 # worker's threads and on the service: at 200 ms rather than 50 the worker's writer and sender
-# cost half, the service's CPU per activity a fifth to a third less, for reports of a busy
-# worker that reach the service up to 150 ms later (docs/benchmarks.md, "2026-12-07 (late evening)").
+# cost less than half, the service's CPU per activity a third less, for reports of a busy worker
+# that reach the service up to 150 ms later (docs/benchmarks.md, "2026-12-07 (late evening)").
 DEFAULT_WRITE_INTERVAL = 0.2
 
 
