@@ -2,9 +2,10 @@
 
 One pass: read the due PENDING rows of this relay's partitions in id order,
 publish them *outside* any database transaction, then mark each row
-PUBLISHED, leave it PENDING with an exponential, jittered ``available_at``
-(retryable failures), or DEAD with a redacted ``last_error`` (permanent
-failures).  Delivery is at least once: a crash between publishing and
+PUBLISHED, leave it PENDING and due as it is (Centrifugo unreachable or
+refusing for now: the relay as a whole backs off, so no row overtakes an
+earlier one of its channel; refusals count towards ``max_attempts``), or DEAD
+with a redacted ``last_error`` (permanent failures).  Delivery is at least once: a crash between publishing and
 marking publishes the rows again (Centrifugo drops the repeats by idempotency
 key), and every message carries the full state and its version, so clients
 converge whatever the duplicates.
@@ -71,9 +72,8 @@ class PassResult:
     claimed: int = 0
     published: int = 0
     coalesced: int = 0
-    retried: int = 0
     dead: int = 0
-    held: int = 0  # left due because Centrifugo could not be reached
+    held: int = 0  # left due: Centrifugo could not be reached, or refused for now
     lag_seconds: list[float] = field(default_factory=list)
 
 
@@ -82,8 +82,6 @@ class RelayConfig:
     batch_size: int = 500
     lease_seconds: float = 30.0
     max_attempts: int = 20
-    backoff_base_seconds: float = 0.5
-    backoff_max_seconds: float = 60.0
     # Coalesce superseded summaries only when a claim holds this many rows (there is a
     # backlog); None: when the claim came back full, i.e. more rows wait behind it.
     coalesce_backlog: int | None = None
@@ -283,10 +281,14 @@ class OutboxRelay:
             if plan.row.id in ended:
                 own = [ended[plan.row.id], *own]
             outcomes.append(_worst(own))
-        if outcomes and all(not o.ok and not o.permanent for o in outcomes):
-            # Every row failed and none for good (the broker behind Centrifugo is down,
-            # a node is overloaded): a node problem, not these rows' — hold them like an outage.
-            outcomes = [o if o.unreachable else replace(o, unreachable=True, counted=True) for o in outcomes]
+        # A refusal for now (the broker behind Centrifugo failing over or down, a node overloaded:
+        # no code Centrifugo answers for now is one row's own fault) holds its row like an
+        # outage, counted, with no back-off of its own: one would let the channel's later rows
+        # overtake it.
+        outcomes = [
+            replace(o, unreachable=True, counted=True) if not (o.ok or o.permanent or o.unreachable) else o
+            for o in outcomes
+        ]
         if any(o.unreachable for o in outcomes):
             self._unreachable_backoff = min(5.0, max(0.25, self._unreachable_backoff * 2))
             self._unreachable_until = time.monotonic() + self._unreachable_backoff * random.uniform(0.5, 1.0)
@@ -356,7 +358,6 @@ class OutboxRelay:
         supersedes); returns the marks that record them, and when."""
         now = self.now()
         published = [r.id for r, o in zip(sent, outcomes, strict=True) if o.ok] + sorted(skipped)
-        retry: list[tuple[ClaimedRow, str]] = []
         dead: list[tuple[ClaimedRow, str]] = []
         counted: list[ClaimedRow] = []
         for row, outcome in zip(sent, outcomes, strict=True):
@@ -370,18 +371,10 @@ class OutboxRelay:
                 if outcome.counted:
                     counted.append(row)
                 continue
-            reason = _redact(outcome.error or "unknown error")
-            if outcome.permanent or row.attempts >= self.config.max_attempts:
-                dead.append((row, reason))
-            else:
-                retry.append((row, reason))
+            dead.append((row, _redact(outcome.error or "unknown error")))
 
         marks = Marks(
             published=published,
-            retry=[
-                (row.id, now + timedelta(seconds=self.backoff(row.attempts)), row.attempts, reason)
-                for row, reason in retry
-            ],
             counted=[row.id for row in counted],
             dead=[(row.id, row.attempts, reason) for row, reason in dead],
         )
@@ -406,7 +399,6 @@ class OutboxRelay:
                         taskVersion=row.aggregate_version,
                     )
         result.published = len(published) - len(skipped)
-        result.retried = len(retry)
         result.dead = len(dead)
         metrics.PUBLISHED.inc(result.published)
         metrics.COALESCED.inc(result.coalesced)
@@ -421,11 +413,6 @@ class OutboxRelay:
                     code=reason,
                 )
         return marks, now
-
-    def backoff(self, attempts: int) -> float:
-        """Exponential backoff with full jitter, capped."""
-        ceiling = min(self.config.backoff_max_seconds, self.config.backoff_base_seconds * (2 ** max(0, attempts - 1)))
-        return random.uniform(ceiling / 2, ceiling)
 
     # ------------------------------------------------------------ retention and gauges
     def purge_published(self, cutoff: datetime, batch: int = 5000) -> int:

@@ -102,6 +102,8 @@ class PublishResult:
 
 
 OK = PublishResult(ok=True)
+# Not sent: an earlier command of its channel was refused for now (``publish_batch``).
+HELD = PublishResult(ok=False, error="held: an earlier message of its channel was refused for now", unreachable=True)
 # One HTTP request carries at most about this much: aiohttp encodes a JSON body in
 # one piece on the event loop (and warns past 1 MiB), and smaller requests let the
 # first publications of a large drain go out sooner.
@@ -284,13 +286,25 @@ class CentrifugoApi:
         A batch is sent as waves (``_waves``): each a ``parallel`` batch in which no channel
         appears twice, one wave after the other. Centrifugo runs a sequential batch one command
         after the other, each waiting for its broker (Redis) to answer; a wave's commands wait
-        together."""
+        together. A channel whose command Centrifugo refused for now (its broker failing over, the
+        node overloaded) gets none of its later commands sent: they are answered ``HELD``, to go
+        after it, else a subscriber saw a later message before an earlier one."""
         results: list[PublishResult | None] = [None] * len(commands)
+        stalled: set[str] = set()  # channels with a command refused for now
         for wave in _waves(commands):
-            for chunk in _chunks(wave):
+            sendable = []
+            for i, command in wave:
+                if stalled.isdisjoint(_channels(command)):
+                    sendable.append((i, command))
+                else:
+                    results[i] = HELD
+                    stalled.update(_channels(command))  # a broadcast held holds its other channels too
+            for chunk in _chunks(sendable):
                 answers = await self._publish_chunk([commands[i] for i in chunk])
                 for i, answer in zip(chunk, answers, strict=True):
                     results[i] = answer
+                    if not answer.ok and not answer.permanent:
+                        stalled.update(_channels(commands[i]))
         assert all(r is not None for r in results), "every command is answered"
         return [r for r in results if r is not None]
 

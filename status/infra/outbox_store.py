@@ -41,7 +41,6 @@ class Marks:
     """How a published batch went, to record in one transaction."""
 
     published: Sequence[int]
-    retry: Sequence[tuple[int, datetime, int, str]]  # id, next available_at, attempts, reason
     counted: Sequence[int]  # held rows whose attempt still counts
     dead: Sequence[tuple[int, int, str]]  # id, attempts, reason
 
@@ -89,15 +88,6 @@ _MARK_PUBLISHED = (
     .values(status="PUBLISHED", published_at=sa.bindparam("_now"), attempts=ot.c.attempts + 1, last_error=None)
 )
 _MARK_COUNTED = sa.update(ot).where(*_PENDING_IDS).values(attempts=ot.c.attempts + 1)
-_MARK_RETRY = (
-    sa.update(ot)
-    .where(*_PENDING_ID)
-    .values(
-        available_at=sa.bindparam("_available_at"),
-        attempts=sa.bindparam("_attempts"),
-        last_error=sa.bindparam("_reason"),
-    )
-)
 _MARK_DEAD = (
     sa.update(ot)
     .where(*_PENDING_ID)
@@ -191,14 +181,6 @@ class OutboxStore:
     def _write_marks(conn: sa.Connection, marks: Marks, now: datetime) -> None:
         if marks.published:
             conn.execute(_MARK_PUBLISHED, {"_ids": list(marks.published), "_now": now})
-        if marks.retry:
-            conn.execute(
-                _MARK_RETRY,
-                [
-                    {"_id": row_id, "_available_at": at, "_attempts": attempts, "_reason": reason}
-                    for row_id, at, attempts, reason in marks.retry
-                ],
-            )
         if marks.counted:
             conn.execute(_MARK_COUNTED, {"_ids": list(marks.counted)})
         if marks.dead:

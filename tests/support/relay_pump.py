@@ -25,8 +25,7 @@ class RelayPump:
 
     async def _run(self) -> None:
         publisher = CentrifugoApi(self.api_url, self.api_key)
-        # Short back-off so a restarted Centrifugo is caught up quickly.
-        config = RelayConfig(batch_size=500, backoff_base_seconds=0.2, backoff_max_seconds=1.0)
+        config = RelayConfig(batch_size=500)
         relay = OutboxRelay(self.engine, publisher, f"browser-relay-{secrets.token_hex(3)}", config)
         try:
             while not self.stopping.is_set():

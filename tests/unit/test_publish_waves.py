@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,3 +43,37 @@ def test_commands_on_channels_of_their_own_go_together_and_large_waves_split() -
         Publication("task_detail:t/a", {}),
     ]
     assert [[i for i, _ in wave] for wave in _waves(repeated)] == [[0, 1], [2]]
+
+
+@given(COMMANDS, st.data())
+def test_a_command_refused_for_now_holds_its_channels_later_commands(
+    commands: list[Command], data: st.DataObject
+) -> None:
+    """Centrifugo refuses some commands for now (its broker failing over): nothing sent after one of
+    them names any of its channels, so no subscriber sees a later message before an earlier one."""
+    import asyncio
+
+    from status.infra.centrifugo import HELD, OK, CentrifugoApi, PublishResult
+
+    refused_for_now = data.draw(st.sets(st.sampled_from(range(len(commands))) if commands else st.nothing()))
+    sent: list[int] = []
+    api = CentrifugoApi.__new__(CentrifugoApi)  # no client: the chunks are answered here
+
+    async def answer(chunk: Sequence[Command]) -> list[PublishResult]:
+        indexes = [next(i for i, c in enumerate(commands) if c is command) for command in chunk]
+        sent.extend(indexes)
+        return [PublishResult(ok=False, error="centrifugo error 100") if i in refused_for_now else OK for i in indexes]
+
+    api._publish_chunk = answer  # type: ignore[method-assign,assignment]
+    results = asyncio.run(api.publish_batch(commands))
+    held = [i for i, result in enumerate(results) if result is HELD]
+    assert sorted(sent + held) == list(range(len(commands)))  # each command sent or held, once
+    for position, i in enumerate(sent):
+        if i in refused_for_now:
+            later = set(sent[position + 1 :])
+            assert not any(set(_channels(commands[j])) & set(_channels(commands[i])) for j in later if j > i)
+    for i in held:  # held only behind an earlier command of one of its channels that did not go
+        assert any(
+            set(_channels(commands[j])) & set(_channels(commands[i])) and (j in refused_for_now or j in held)
+            for j in range(i)
+        )
