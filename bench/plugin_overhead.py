@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -128,10 +130,20 @@ async def run_batch(
     steps: int,
     interceptors: Sequence[Interceptor] = (),
     provider: TracerProvider | None = None,
+    rate: float = 0.0,
 ) -> tuple[float, float]:
     """Activities per second, and this process's CPU ms per activity (until the plugin's outbox
-    drained, or the tracer provider's spans were all exported)."""
+    drained, or the tracer provider's spans were all exported). ``rate``: the activities offered
+    per second (the workflows started one by one at ``rate / steps`` a second); 0, all at once."""
     queue = f"overhead-{uuid.uuid4().hex[:6]}"
+    interval = steps / rate if rate else 0.0
+
+    async def execute(index: int, task_id: str) -> None:
+        await asyncio.sleep(index * interval)
+        await env.client.execute_workflow(
+            OverheadWorkflow.run, args=[task_id, steps], id=f"ov-{uuid.uuid4()}", task_queue=queue
+        )
+
     async with Worker(
         env.client,
         task_queue=queue,
@@ -142,14 +154,7 @@ async def run_batch(
         max_concurrent_activities=100,
     ):
         started, cpu, threads = time.perf_counter(), time.process_time(), thread_cpu()
-        await asyncio.gather(
-            *[
-                env.client.execute_workflow(
-                    OverheadWorkflow.run, args=[tid, steps], id=f"ov-{uuid.uuid4()}", task_queue=queue
-                )
-                for tid in task_ids
-            ]
-        )
+        await asyncio.gather(*(execute(index, task_id) for index, task_id in enumerate(task_ids)))
         elapsed = time.perf_counter() - started
         if plugins:
             await plugins[0].reporter.drained(120)
@@ -185,6 +190,34 @@ def answer_in_memory(plugin: TaskStatusPlugin) -> None:
     reporter.start = started  # type: ignore[method-assign]
 
 
+PHASES = ["without", "OpenTelemetry", "REST", "gRPC", "memory"]
+
+
+@dataclass
+class Measured:
+    """One phase of one round."""
+
+    rate: float  # activities per second
+    cpu: float  # this process's CPU ms per activity
+    api_ms: float  # the API's CPU ms per activity
+    temporal_ms: float  # the Temporal server's CPU ms per activity
+    threads: dict[str, float]  # this process's CPU ms per activity by thread group
+    switches: dict[str, float]  # its context switches per activity by thread group
+    api_threads: dict[str, float]  # the API's CPU ms per activity by thread group
+    spans: int  # spans the tracer exported (the OpenTelemetry phase)
+
+
+def paired(measured: Sequence[Measured], against: Sequence[Measured], figure: str = "cpu") -> float:
+    """The median of each round's ratio of ``figure`` to the same round's ``against``."""
+    ratios = [float(getattr(m, figure)) / float(getattr(a, figure)) for m, a in zip(measured, against, strict=True)]
+    return statistics.median(ratios)
+
+
+def middle(groups: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each key's median over the rounds (0 where a round has none of it)."""
+    return {key: statistics.median(g.get(key, 0.0) for g in groups) for key in {k for g in groups for k in g}}
+
+
 LAST_THREADS: dict[str, float] = {}  # ms per activity by thread group, of the last batch
 LAST_SWITCHES: dict[str, float] = {}  # context switches per activity by thread group, of the last batch
 
@@ -216,7 +249,23 @@ async def main() -> None:  # noqa: C901
         action="store_true",
         help="the worker on CPU 0, the Temporal server, the API and MariaDB on the other CPUs",
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        metavar="ACTIVITIES_PER_S",
+        help="offer every phase the same load, this many activities a second (below what each phase"
+        " can do: its throughput says whether it kept up), instead of as many as it can take",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every phase this many times, in a rotating order, and print medians (a shared"
+        " machine's speed moves between phases: one round's ratios swing by a tenth)",
+    )
     args = parser.parse_args()
+    rounds: dict[str, list[Measured]] = {}
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     secrets_env = {
@@ -270,78 +319,108 @@ async def main() -> None:  # noqa: C901
             placement = contextlib.ExitStack()
             if args.worker_core:
                 placement.enter_context(worker_core_of_its_own(pinned))
-            try:
-                await run_batch(env, [], new_tasks(5), args.steps)  # warm-up
-                server_cpu = process_tree_cpu(server)
-                without, cpu_without = await run_batch(env, [], new_tasks(args.workflows), args.steps)
-                temporal_ms = 1000 * (process_tree_cpu(server) - server_cpu) / activities
-                breakdown = {"without": dict(LAST_THREADS)}
-                switches = {"without": dict(LAST_SWITCHES)}
-                interceptor, provider, exporter = tracing()
-                traced, cpu_traced = await run_batch(
-                    env, [], new_tasks(args.workflows), args.steps, [interceptor], provider
-                )
-                provider.shutdown()
-                breakdown["OpenTelemetry"] = dict(LAST_THREADS)
-                switches["OpenTelemetry"] = dict(LAST_SWITCHES)
-                figures = {}
-                api_breakdown: dict[str, dict[str, float]] = {}
-                for transport, target in (("REST", None), ("gRPC", f"127.0.0.1:{grpc_port}"), ("memory", None)):
+            transports = {"REST": None, "gRPC": f"127.0.0.1:{grpc_port}", "memory": None}
+
+            async def measure(phase: str, first: bool) -> Measured:
+                """One phase: a fresh plugin (or tracer) on fresh tasks, its figures."""
+                plugins, interceptors, provider, exporter = [], [], None, None
+                if phase == "OpenTelemetry":
+                    interceptor, provider, exporter = tracing()
+                    interceptors = [interceptor]
+                elif phase in transports:
                     outbox = Path(tempfile.mkdtemp()) / "o.sqlite3"
-                    plugin = TaskStatusPlugin(base, worker_token, outbox_path=outbox, grpc_target=target)
-                    if transport == "memory":
+                    plugin = TaskStatusPlugin(base, worker_token, outbox_path=outbox, grpc_target=transports[phase])
+                    if phase == "memory":
                         answer_in_memory(plugin)
-                    tasks = new_tasks(args.workflows)
-                    api_cpu, api_threads = process_tree_cpu(api.pid), api_thread_cpu(api.pid)
-                    profiles = (
-                        (None, None)
-                        if args.profile is None
-                        else (args.profile / f"api-{transport}.txt", args.profile / f"worker-{transport}.txt")
-                    )
-                    with py_spy(api.pid, profiles[0]), py_spy(os.getpid(), profiles[1]):
-                        rate, cpu = await run_batch(env, [plugin], tasks, args.steps)
-                    api_ms = 1000 * (process_tree_cpu(api.pid) - api_cpu) / activities
-                    api_breakdown[transport] = {
+                    plugins = [plugin]
+                tasks = new_tasks(args.workflows)
+                server_cpu, api_cpu, api_threads = (
+                    process_tree_cpu(server),
+                    process_tree_cpu(api.pid),
+                    api_thread_cpu(api.pid),
+                )
+                profiles = (
+                    (None, None)
+                    if args.profile is None or not first or not plugins
+                    else (args.profile / f"api-{phase}.txt", args.profile / f"worker-{phase}.txt")
+                )
+                with py_spy(api.pid, profiles[0]), py_spy(os.getpid(), profiles[1]):
+                    rate, cpu = await run_batch(env, plugins, tasks, args.steps, interceptors, provider, args.rate)
+                if provider is not None:
+                    provider.shutdown()
+                return Measured(
+                    rate,
+                    cpu,
+                    api_ms=1000 * (process_tree_cpu(api.pid) - api_cpu) / activities,
+                    temporal_ms=1000 * (process_tree_cpu(server) - server_cpu) / activities,
+                    threads=dict(LAST_THREADS),
+                    switches=dict(LAST_SWITCHES),
+                    api_threads={
                         group: 1000 * (seconds - api_threads.get(group, 0.0)) / activities
                         for group, seconds in api_thread_cpu(api.pid).items()
-                    }
-                    figures[transport] = (rate, cpu, api_ms)
-                    breakdown[transport] = dict(LAST_THREADS)
-                    switches[transport] = dict(LAST_SWITCHES)
+                    },
+                    spans=exporter.spans if exporter is not None else 0,
+                )
+
+            try:
+                await run_batch(env, [], new_tasks(5), args.steps)  # warm-up
+                for round_ in range(args.rounds):
+                    # Each round in another order: a machine whose speed drifts favours no phase.
+                    order = PHASES[round_ % len(PHASES) :] + PHASES[: round_ % len(PHASES)]
+                    for phase in order:
+                        rounds.setdefault(phase, []).append(await measure(phase, round_ == 0))
             finally:
                 placement.close()
                 await env.shutdown()
         finally:
             api.terminate()
             api.wait(10)
-    traced_ratio = cpu_traced / cpu_without
     if args.worker_core:
         print("the worker on CPU 0; the Temporal server, the API and the local database on the others")
+    if args.rate:
+        print(f"every phase offered {args.rate:.0f} activities/s (the same load: CPU per activity compared at it)")
+    if args.rounds > 1:
+        print(
+            f"{args.rounds} rounds, the phases in a rotating order; each figure the median of its rounds,"
+            " each ratio the median of the rounds' own ratios"
+        )
+    without, traced = rounds["without"], rounds["OpenTelemetry"]
+    temporal_ms = statistics.median(m.temporal_ms for m in without)
+    traced_ratio = paired(traced, without)
     print(
-        f"without plugin  {without:8.1f} activities/s   worker CPU {cpu_without:6.2f} ms/activity"
+        f"without plugin  {statistics.median(m.rate for m in without):8.1f} activities/s"
+        f"   worker CPU {statistics.median(m.cpu for m in without):6.2f} ms/activity"
         f"   Temporal server CPU {temporal_ms:6.2f} ms/activity (in-memory persistence: its floor)"
     )
     print(
-        f"OpenTelemetry   {traced:8.1f} activities/s   worker CPU {cpu_traced:6.2f} ms/activity"
-        f"   worker CPU ratio {traced_ratio:5.2f}   throughput ratio {traced / without:5.2f}"
-        f"   ({exporter.spans} spans exported)"
+        f"OpenTelemetry   {statistics.median(m.rate for m in traced):8.1f} activities/s"
+        f"   worker CPU {statistics.median(m.cpu for m in traced):6.2f} ms/activity"
+        f"   worker CPU ratio {traced_ratio:5.2f}   throughput ratio {paired(traced, without, 'rate'):5.2f}"
+        f"   ({traced[-1].spans} spans exported)"
     )
-    for transport, (rate, cpu, api_ms) in figures.items():
-        ratio = cpu / cpu_without
-        api = (
+    figures = {phase: rounds[phase] for phase in transports}
+    for transport, measured in figures.items():
+        api_ms = statistics.median(m.api_ms for m in measured)
+        api_text = (
             f"   API CPU {api_ms:6.2f} ms/activity (target <= 1.5)"
             f" = {api_ms / temporal_ms:.2f} x the Temporal server's (target <= 0.125)"
             if transport != "memory"
             else "   (answered in memory: no API, no database at work beside it)"
         )
+        each = " / ".join(f"{m.cpu / w.cpu:.2f}" for m, w in zip(measured, without, strict=True))
+        per_round = f"   rounds: worker CPU ratio {each}" if args.rounds > 1 else ""
         print(
-            f"plugin ({transport:<4}) {rate:8.1f} activities/s   worker CPU {cpu:6.2f} ms/activity{api}"
-            f"   worker CPU ratio {ratio:5.2f} (target <= 1.1 and <= OpenTelemetry's {traced_ratio:.2f};"
-            f" plugin / OpenTelemetry {cpu / cpu_traced:.2f})"
-            f"   throughput ratio {rate / without:5.2f}"
+            f"plugin ({transport:<4}) {statistics.median(m.rate for m in measured):8.1f} activities/s"
+            f"   worker CPU {statistics.median(m.cpu for m in measured):6.2f} ms/activity{api_text}"
+            f"   worker CPU ratio {paired(measured, without):5.2f} (target <= 1.1 and <= OpenTelemetry's"
+            f" {traced_ratio:.2f}; plugin / OpenTelemetry {paired(measured, traced):.2f})"
+            f"   throughput ratio {paired(measured, without, 'rate'):5.2f}{per_round}"
         )
+    breakdown = {phase: middle([m.threads for m in measured]) for phase, measured in rounds.items()}
+    switches = {phase: middle([m.switches for m in measured]) for phase, measured in rounds.items()}
+    api_breakdown = {phase: middle([m.api_threads for m in rounds[phase]]) for phase in ("REST", "gRPC")}
     if args.profile is not None:
-        for transport in figures:
+        for transport in transports:
             for who in ("api", "worker"):
                 collapsed = args.profile / f"{who}-{transport}.txt"
                 summary = profile_summary(collapsed)
@@ -349,7 +428,6 @@ async def main() -> None:  # noqa: C901
                 print(f"{who} profile ({transport}, py-spy --gil): {collapsed}")
                 print(summary)
     print("API CPU by thread group, ms/activity (REST / gRPC):")
-    api_breakdown.pop("memory", None)
     for group in sorted({g for b in api_breakdown.values() for g in b}, key=lambda g: -api_breakdown["REST"].get(g, 0)):
         cells = " / ".join(f"{api_breakdown[k].get(group, 0.0):5.2f}" for k in api_breakdown)
         if any(b.get(group, 0.0) >= 0.005 for b in api_breakdown.values()):

@@ -35,6 +35,11 @@ BENCHES = [
         "heartbeats/s",
     ),
     ("plugin_overhead.py", ["--workflows", "2", "--steps", "2"], "plugin / OpenTelemetry"),
+    (
+        "plugin_overhead.py",
+        ["--rounds", "2", "--rate", "40", "--workflows", "2", "--steps", "2"],
+        "rounds: worker CPU ratio",
+    ),
     ("activity_path.py", ["--activities", "20", "--rounds", "1", "--steps", "2"], "per activity"),
     ("http_layer.py", ["--requests", "200", "--rounds", "1"], "HTTP layer per single-event request"),
     ("reporter_path.py", ["--activities", "40", "--concurrency", "1", "4", "--rounds", "1"], "requests per activity"),
@@ -69,7 +74,7 @@ BENCHES = [
 
 
 def _id(bench: str, args: list[str], _: str) -> str:
-    return f"{bench} {' '.join(args[:2])}" if {"--client", "--shards", "--spread"} & set(args) else bench
+    return f"{bench} {' '.join(args[:2])}" if {"--client", "--shards", "--spread", "--rate"} & set(args) else bench
 
 
 @pytest.mark.timeout(420)
