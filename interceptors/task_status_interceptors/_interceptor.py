@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -206,8 +207,30 @@ def _with_binding(headers: Mapping[str, Payload]) -> Mapping[str, Payload]:
     ownership = current_ownership()
     if ownership is not None and binding.step_id is not None:
         ownership.last_step[binding.task_id] = binding.step_id
-    payload = temporalio.workflow.payload_converter().to_payload(binding.to_json())
-    return {**headers, HEADER: payload}
+    return {**headers, HEADER: binding_header(binding)}
+
+
+# What Temporal's default payload converter writes for a dict (``json/plain``: sorted keys, no
+# spaces), written and read here without its dispatch: both ends of this header are the plugin's,
+# whatever converter the user's data goes through, and the dispatch was most of the cost of
+# reading it, once per activity on the worker's loop (docs/benchmarks.md, "2026-12-07 (late night)").
+_JSON_PLAIN = b"json/plain"
+
+
+def binding_header(binding: StepBinding) -> Payload:
+    """The activity header that names ``binding``."""
+    text = json.dumps(binding.to_json(), separators=(",", ":"), sort_keys=True)
+    return Payload(metadata={"encoding": _JSON_PLAIN}, data=text.encode())
+
+
+def header_binding(payload: Payload) -> StepBinding:
+    """The binding an activity header names; a header written through another converter (by an
+    earlier plugin on a worker with a data converter of its own) is read through the activity's."""
+    if payload.metadata.get("encoding") == _JSON_PLAIN:
+        raw = json.loads(payload.data)
+    else:
+        raw = temporalio.activity.payload_converter().from_payload(payload, dict)
+    return StepBinding.from_json(raw)
 
 
 # ---------------------------------------------------------------- activity side
@@ -247,8 +270,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
         if payload is None:
             return None
         try:
-            raw = temporalio.activity.payload_converter().from_payload(payload, dict)
-            binding = StepBinding.from_json(raw)
+            binding = header_binding(payload)
             info = temporalio.activity.info()
             key = execution_key(info.workflow_run_id, info.activity_id, info.attempt, info.task_queue)
             temporal = None
