@@ -190,8 +190,10 @@ class StartedEventIn(Strict):
         return c.StartedEvent(self.event_id, utc_instant(self.occurred_at), self.source_seq)
 
 
-class ActivateStepIn(Strict):
-    attempt: int = Field(ge=1, le=10_000)
+class _BindingIn(Strict):
+    """What an activation and a registration both carry: who binds, how it beats, the Temporal
+    activity, and the events that go with the binding."""
+
     producer_id: Key
     heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
     heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
@@ -202,6 +204,10 @@ class ActivateStepIn(Strict):
     def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
         for event in self.events:
             yield from event.free_form(depth + 2)  # binding → events → event
+
+
+class ActivateStepIn(_BindingIn):
+    attempt: int = Field(ge=1, le=10_000)
 
     def of_step(self, task_id: str, step_id: str) -> c.ActivateStep:
         return c.ActivateStep(
@@ -217,23 +223,13 @@ class ActivateStepIn(Strict):
         )
 
 
-class RegisterExecutionIn(Strict):
+class RegisterExecutionIn(_BindingIn):
     client_step_key: Key
     operation_code: OperationCode
-    producer_id: Key
     attempt: int = Field(default=1, ge=1, le=10_000)
     parent_execution_id: Key | None = None
     display_name: Annotated[str, StringConstraints(max_length=128)] | None = None
     failure_policy: Literal["FAIL_TASK", "RETRY_THEN_FAIL_TASK", "CONTINUE_WITH_WARNING", "WAIT_FOR_USER"] | None = None
-    heartbeat_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
-    heartbeat_timeout_seconds: int | None = Field(default=None, ge=2, le=86_400)
-    temporal_activity: TemporalActivityIn | None = None
-    started_event: StartedEventIn | None = None
-    events: BoundEvents = Field(default_factory=list)
-
-    def free_form(self, depth: int = 1) -> Iterator[tuple[Any, int]]:
-        for event in self.events:
-            yield from event.free_form(depth + 2)  # binding → events → event
 
     def of_task(self, task_id: str) -> c.RegisterExecution:
         fields = self.model_dump(exclude={"temporal_activity", "started_event", "events", "task_id"})
