@@ -1,5 +1,5 @@
 """A server's heap is settled once it listens: what it built is frozen out of the collector's full
-passes (status.heap), so those passes walk only what serving made."""
+passes (status.heap), so those passes walk only what serving made, and its young generation grows."""
 
 from __future__ import annotations
 
@@ -19,10 +19,13 @@ from status.api.serving import DrainingServer
 
 @pytest.fixture
 def thawed() -> Iterator[None]:
-    """Each test starts and ends with nothing frozen (the suite's own objects stay collectable)."""
+    """Each test starts and ends with nothing frozen (the suite's own objects stay collectable) and
+    the collector's thresholds as they were."""
+    thresholds = gc.get_threshold()
     gc.unfreeze()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 def test_settling_freezes_what_is_alive_and_collects_what_is_not(thawed: None) -> None:
@@ -39,6 +42,12 @@ def test_settling_freezes_what_is_alive_and_collects_what_is_not(thawed: None) -
     assert not any(type(o) is Cycle and o is not kept for o in gc.get_objects(generation=2))
     gc.unfreeze()
     assert any(o is kept for o in gc.get_objects())  # back under the collector: it was frozen
+
+
+def test_settling_grows_the_young_generation_only(thawed: None) -> None:
+    gc.set_threshold(700, 11, 12)
+    heap.settle()
+    assert gc.get_threshold() == (heap.YOUNG, 11, 12)
 
 
 def test_the_api_server_settles_its_heap_once_it_listens(thawed: None) -> None:
