@@ -262,7 +262,7 @@ async def main() -> None:  # noqa: C901
         type=int,
         default=1,
         help="run every phase this many times, in a rotating order, and print medians (a shared"
-        " machine's speed moves between phases: one round's ratios swing by a tenth)",
+        " machine's speed moves between phases: one round's ratio may swing by a quarter)",
     )
     args = parser.parse_args()
     rounds: dict[str, list[Measured]] = {}
