@@ -4,8 +4,9 @@ One pass: read the due PENDING rows of this relay's partitions in id order,
 publish them *outside* any database transaction, then mark each row
 PUBLISHED, leave it PENDING and due as it is (Centrifugo unreachable or
 refusing for now: the relay as a whole backs off, so no row overtakes an
-earlier one of its channel; refusals count towards ``max_attempts``), or DEAD
-with a redacted ``last_error`` (permanent failures).  Delivery is at least once: a crash between publishing and
+earlier one of its channel; a row refused while others went counts towards
+``max_attempts``), or DEAD with a redacted ``last_error`` (permanent
+failures).  Delivery is at least once: a crash between publishing and
 marking publishes the rows again (Centrifugo drops the repeats by idempotency
 key), and every message carries the full state and its version, so clients
 converge whatever the duplicates.
@@ -281,12 +282,16 @@ class OutboxRelay:
             if plan.row.id in ended:
                 own = [ended[plan.row.id], *own]
             outcomes.append(_worst(own))
-        # A refusal for now (the broker behind Centrifugo failing over or down, a node overloaded:
-        # no code Centrifugo answers for now is one row's own fault) holds its row like an
-        # outage, counted, with no back-off of its own: one would let the channel's later rows
-        # overtake it.
+        # A refusal for now (the broker behind Centrifugo failing over or down, a node overloaded)
+        # holds its row like an outage, with no back-off of its own: one would let the channel's
+        # later rows overtake it. It counts towards the row's attempts only when Centrifugo took
+        # another command of the pass: refused beside others that went, the row may be the
+        # cause, and one no node ever takes goes DEAD in the end; refused with everything else,
+        # the node is, and the row waits as long as the outage lasts (a DEAD row is lost to
+        # its subscribers until the task's next change).
+        singled_out = any(o.ok for o in published)
         outcomes = [
-            replace(o, unreachable=True, counted=True) if not (o.ok or o.permanent or o.unreachable) else o
+            replace(o, unreachable=True, counted=singled_out) if not (o.ok or o.permanent or o.unreachable) else o
             for o in outcomes
         ]
         if any(o.unreachable for o in outcomes):
@@ -365,8 +370,8 @@ class OutboxRelay:
                 continue
             if outcome.unreachable and not (outcome.counted and row.attempts >= self.config.max_attempts):
                 # Not this row's fault: it stays due as it is (no back-off of its own, so rows
-                # are not reordered); the relay as a whole backs off. Refusals by Centrifugo
-                # itself still count, so one row no node ever takes goes DEAD in the end.
+                # are not reordered); the relay as a whole backs off. A refusal beside commands
+                # that went counts (see _outcomes), so one row no node takes goes DEAD in the end.
                 result.held += 1
                 if outcome.counted:
                     counted.append(row)

@@ -96,8 +96,8 @@ class PublishResult:
     error: str | None = None
     # The request itself failed (Centrifugo unreachable, key refused): not this message's fault.
     unreachable: bool = False
-    # With ``unreachable``: Centrifugo answered, refusing every command (its broker is down);
-    # such refusals count towards a row's attempts.
+    # With ``unreachable``: Centrifugo answered, refusing this command for now while it took
+    # others (the relay decides); such refusals count towards a row's attempts.
     counted: bool = False
 
 

@@ -4,11 +4,14 @@ coalescing (design D8.14, P29)."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import threading
 import time
 import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ import sqlalchemy as sa
 import structlog
 from cent import AsyncClient, HistoryRequest
 
+from observer import metrics
 from observer.relay import OutboxRelay, RelayConfig
 from status.domain.clock import utcnow
 from status.infra import tables as t
@@ -25,7 +29,7 @@ from status.infra.stores import sql
 from tests.integration.conftest import Http
 from tests.support.flows import activate, create_workflow, follow_detail, report
 from tests.support.outbox import message, publications
-from tests.support.processes import CentrifugoNode
+from tests.support.processes import CentrifugoNode, free_port, missing_service
 
 pytestmark = pytest.mark.centrifugo
 ot = t.task_outbox
@@ -193,6 +197,57 @@ async def test_an_unreachable_centrifugo_holds_rows_in_order_and_nothing_is_lost
         e2e_engine, task_id
     )
     await down_publisher.aclose()
+
+
+@pytest.mark.redis
+async def test_an_outage_of_centrifugos_broker_holds_rows_uncounted_and_kills_none(
+    api: Http, relay: OutboxRelay, e2e_engine: sa.Engine, centrifugo_factory: type[CentrifugoNode], tmp_path: Path
+) -> None:
+    server = shutil.which("redis-server")
+    if server is None:
+        missing_service("redis-server", "scripts/services install redis")
+    await _drain(relay)
+    relay.release_partitions()  # the relay below does the work
+    port = free_port()
+    redis = [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", str(tmp_path)]
+    broker = subprocess.Popen(redis, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = centrifugo_factory(redis_address=f"redis://127.0.0.1:{port}").start()
+    publisher = CentrifugoApi(node.api_url, node.api_key, timeout=2)
+    # One counted attempt would make a row DEAD: none may be counted while the broker is down.
+    relay = OutboxRelay(e2e_engine, publisher, "broker-down", RelayConfig(batch_size=1000, max_attempts=1))
+    try:
+        broker.kill()
+        broker.wait(10)
+        task_id, _ = _task_with_events(api)
+        refusals = metrics.PUBLISH_ERRORS.labels(kind="temporary")
+        before, passes = refusals._value.get(), 0
+        deadline = time.monotonic() + 30
+        while passes < 4:  # past the relay's back-off: a pass every 0.25, 0.5, 1, 2 s
+            assert time.monotonic() < deadline, "the relay stopped trying"
+            result = await relay.run_once()
+            if result.claimed:
+                passes += 1
+                assert (result.published, result.dead) == (0, 0) and result.held >= 1
+            await asyncio.sleep(0.05)
+        # Centrifugo answered and refused (for now), not a transport failure.
+        assert refusals._value.get() > before
+        rows = _rows(e2e_engine, task_id)
+        assert {r["status"] for r in rows} == {"PENDING"} and {r["attempts"] for r in rows} == {0}
+        broker = subprocess.Popen(redis, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while {r["status"] for r in _rows(e2e_engine, task_id)} != {"PUBLISHED"}:
+            assert time.monotonic() < deadline, _rows(e2e_engine, task_id)
+            await relay.run_once()
+            await asyncio.sleep(0.1)
+        await _drain(relay)
+        detail = f"task_detail:{api.tenant}/{task_id}"
+        shown = [int(p["taskVersion"]) for p in await _history(node.api_url, node.api_key, detail)]
+        assert shown == _detail_versions(e2e_engine, task_id)
+    finally:
+        relay.release_partitions()
+        await publisher.aclose()
+        broker.kill()
+        broker.wait(10)
 
 
 async def test_ac24_coalescing_under_backlog_never_drops_notices_or_terminal(

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -46,7 +46,7 @@ def needs_service(what: str, command: str) -> None:
         pytest.skip(f"the fast lane runs without {what} (`{command}` provides it)")
 
 
-def missing_service(what: str, command: str) -> None:
+def missing_service(what: str, command: str) -> NoReturn:
     """Fail (outside the fast lane, never skip) with the command that provides the missing service."""
     needs_service(what, command)
     pytest.fail(f"{what} is not available; run `{command}` first", pytrace=False)
